@@ -59,6 +59,8 @@ class Chunk:
     metadata: dict[str, Any] = field(default_factory=dict)
     embed_text: str | None = None
     config_key: str = ""
+    # Precomputed vector (late chunking only); otherwise the indexer embeds `embed_text`.
+    embedding: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.embed_text is None:
