@@ -124,6 +124,16 @@ def load_folder(
     return documents, failures
 
 
+def list_files(
+    folder: str | os.PathLike[str], include: Sequence[str] = ("**/*",), exclude: Sequence[str] = ()
+) -> list[tuple[str, Path]]:
+    """(document id, path) of every file `load_folder` would consider; [] for a missing folder."""
+    root = Path(folder)
+    if not root.is_dir():
+        return []
+    return [(rel, path) for rel, path in _walk(root, []) if _selected(rel, include, exclude)]
+
+
 def load_file(path: str | os.PathLike[str], doc_id: str | None = None) -> Document:
     """Parse one file into a Document; raises `UnusableFile` (its message is the reason) when it cannot."""
     path = Path(path)

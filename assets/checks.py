@@ -1,0 +1,198 @@
+"""Integrity checks behind the asset checks: read-only SQL over the store's tables.
+
+Each function returns `(passed, metadata)`; the assets turn that into `AssetCheckResult`s. The
+staged variants check what this run produced (before publish); the published variants check
+the whole index readers see.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import sql
+
+SAMPLE = 10  # offending rows listed in a failed check's metadata
+
+_TABLES = {"staged": "staged_chunks", "published": "chunks"}
+
+
+def _table(where: str) -> sql.Identifier:
+    if where not in _TABLES:
+        raise ValueError(f"where: expected 'staged' or 'published', got {where!r}")
+    return sql.Identifier(_TABLES[where])
+
+
+def check_spans(store: Any, collection: str, index_name: str, where: str = "staged") -> tuple[bool, dict]:
+    """Every chunk's text equals its document's text[start:end] (Postgres substr is 1-based, in characters)."""
+    table = _table(where)
+    query = sql.SQL("""
+        SELECT c.doc_id, c.start, c."end", (d.doc_id IS NULL) AS missing_document
+        FROM {table} c
+        LEFT JOIN documents d ON d.collection = %s AND d.doc_id = c.doc_id
+        WHERE c.index_name = %s AND (
+            d.doc_id IS NULL OR c.start < 0 OR c."end" <= c.start OR c."end" > length(d.text)
+            OR substr(d.text, c.start + 1, c."end" - c.start) IS DISTINCT FROM c.text)
+    """).format(table=table)
+    with store.connection() as conn:
+        total = conn.execute(
+            sql.SQL("SELECT count(*) FROM {} WHERE index_name = %s").format(table), (index_name,)
+        ).fetchone()[0]
+        bad = conn.execute(query, (collection, index_name)).fetchall()
+    metadata: dict[str, Any] = {"chunks_checked": int(total), "span_mismatches": len(bad)}
+    if bad:
+        metadata["examples"] = "; ".join(
+            f"{doc}[{s}:{e}]" + (" (document missing)" if missing else "")
+            for doc, s, e, missing in bad[:SAMPLE]
+        )
+    return not bad, metadata
+
+
+def check_no_empty_chunks(store: Any, index_name: str, where: str = "staged") -> tuple[bool, dict]:
+    """No chunk is empty or whitespace only (it would embed to noise and match nothing)."""
+    table = _table(where)
+    with store.connection() as conn:
+        total, empty = conn.execute(
+            sql.SQL(
+                "SELECT count(*), count(*) FILTER (WHERE text ~ '^\\s*$' OR embed_text ~ '^\\s*$')"
+                " FROM {} WHERE index_name = %s"
+            ).format(table),
+            (index_name,),
+        ).fetchone()
+        examples = conn.execute(
+            sql.SQL(
+                'SELECT doc_id, start, "end" FROM {}'
+                " WHERE index_name = %s AND (text ~ '^\\s*$' OR embed_text ~ '^\\s*$') LIMIT %s"
+            ).format(table),
+            (index_name, SAMPLE),
+        ).fetchall()
+    metadata: dict[str, Any] = {"chunks_checked": int(total), "empty_chunks": int(empty)}
+    if examples:
+        metadata["examples"] = "; ".join(f"{d}[{s}:{e}]" for d, s, e in examples)
+    return empty == 0, metadata
+
+
+def check_token_limit(
+    store: Any,
+    index_name: str,
+    tokenizer: Any,
+    limit: int,
+    *,
+    allow_truncation: bool,
+    where: str = "staged",
+    batch: int = 2000,
+) -> tuple[bool, dict]:
+    """No chunk's embed_text exceeds the model's input limit (counted with the model's tokenizer).
+
+    When the config allows truncation, the check passes and reports the share that the model
+    will truncate.
+    """
+    table = _table(where)
+    total = over = longest = 0
+    examples: list[str] = []
+    with store.connection() as conn, conn.cursor() as cur:
+        cur.execute(
+            sql.SQL(
+                'SELECT doc_id, start, "end", embed_text FROM {} WHERE index_name = %s ORDER BY chunk_id'
+            ).format(table),
+            (index_name,),
+        )
+        while rows := cur.fetchmany(batch):
+            counts = tokenizer.count_batch([r[3] for r in rows])
+            for (doc, s, e, _), n in zip(rows, counts, strict=True):
+                total += 1
+                longest = max(longest, n)
+                if n > limit:
+                    over += 1
+                    if len(examples) < SAMPLE:
+                        examples.append(f"{doc}[{s}:{e}] {n} tokens")
+    metadata: dict[str, Any] = {
+        "chunks_checked": total,
+        "model_token_limit": int(limit),
+        "longest_chunk_tokens": int(longest),
+        "chunks_over_limit": over,
+        "share_truncated": float(over / total) if total else 0.0,
+        "truncation_allowed": bool(allow_truncation),
+    }
+    if examples:
+        metadata["examples"] = "; ".join(examples)
+    return over == 0 or allow_truncation, metadata
+
+
+def check_staged_embeddings(store: Any, index_name: str, dim: int) -> tuple[bool, dict]:
+    """Every staged chunk has exactly one staged vector, of the model's dimension."""
+    with store.connection() as conn:
+        chunks = conn.execute(
+            "SELECT count(*) FROM staged_chunks WHERE index_name = %s", (index_name,)
+        ).fetchone()[0]
+        missing = conn.execute(
+            "SELECT count(*) FROM staged_chunks c LEFT JOIN staged_embeddings e"
+            " ON e.index_name = c.index_name AND e.chunk_id = c.chunk_id"
+            " WHERE c.index_name = %s AND e.chunk_id IS NULL",
+            (index_name,),
+        ).fetchone()[0]
+        vectors, wrong_dim = conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE vector_dims(embedding) <> %s)"
+            " FROM staged_embeddings WHERE index_name = %s",
+            (dim, index_name),
+        ).fetchone()
+    metadata = {
+        "chunks": int(chunks),
+        "vectors": int(vectors),
+        "chunks_without_vector": int(missing),
+        "vectors_with_wrong_dims": int(wrong_dim),
+        "expected_dims": int(dim),
+    }
+    return missing == 0 and wrong_dim == 0 and vectors == chunks, metadata
+
+
+def check_published_embeddings(store: Any, index_name: str, dim: int) -> tuple[bool, dict]:
+    """Every published chunk has a vector of the model's dimension."""
+    with store.connection() as conn:
+        chunks, missing, wrong_dim = conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE embedding IS NULL),"
+            " count(*) FILTER (WHERE embedding IS NOT NULL AND vector_dims(embedding) <> %s)"
+            " FROM chunks WHERE index_name = %s",
+            (dim, index_name),
+        ).fetchone()
+    metadata = {
+        "chunks": int(chunks),
+        "chunks_without_vector": int(missing),
+        "vectors_with_wrong_dims": int(wrong_dim),
+        "expected_dims": int(dim),
+    }
+    return missing == 0 and wrong_dim == 0, metadata
+
+
+def check_bm25_counts(store: Any, index_name: str) -> tuple[bool, dict]:
+    """The BM25 index's document count equals the published chunk count."""
+    with store.connection() as conn:
+        chunks = conn.execute("SELECT count(*) FROM chunks WHERE index_name = %s", (index_name,)).fetchone()[
+            0
+        ]
+        row = conn.execute("SELECT n_docs FROM bm25_stats WHERE index_name = %s", (index_name,)).fetchone()
+        with_length = conn.execute(
+            "SELECT count(*) FROM chunks WHERE index_name = %s AND bm25_length > 0", (index_name,)
+        ).fetchone()[0]
+    n_docs = int(row[0]) if row else 0
+    metadata = {"chunks": int(chunks), "bm25_documents": n_docs, "chunks_with_terms": int(with_length)}
+    return n_docs == chunks, metadata
+
+
+def regression(
+    current: dict[str, float], previous: dict[str, float], tolerance: float = 0.01
+) -> tuple[bool, dict]:
+    """Compare evaluation metrics with the previous materialisation: any drop beyond `tolerance` fails."""
+    drops = {
+        key: float(current[key] - previous[key])
+        for key in sorted(current)
+        if key in previous and current[key] < previous[key] - tolerance
+    }
+    metadata: dict[str, Any] = {
+        "metrics_compared": len(set(current) & set(previous)),
+        "metrics_dropped": len(drops),
+        "tolerance": float(tolerance),
+    }
+    if drops:
+        metadata["drops"] = "; ".join(f"{k}: {v:+.4f}" for k, v in drops.items())
+        metadata["largest_drop"] = float(min(drops.values()))
+    return not drops, metadata

@@ -1,0 +1,68 @@
+"""The Dagster code location: `dagster dev -m orchestration.definitions`.
+
+Built from configs/indexes.yaml and configs/collections.yaml at load time. Loading imports no
+torch: models load inside runs (see orchestration.resources).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dagster import (
+    AssetSelection,
+    AutomationConditionSensorDefinition,
+    DefaultSensorStatus,
+    Definitions,
+    multiprocess_executor,
+)
+
+from assets.factory import build_all
+from orchestration.resources import EmbedderResource, PostgresResource, RerankerResource
+from orchestration.schedules import build_nightly_evaluation_schedule
+from orchestration.sensors import build_document_sensor
+from retrieval.config import load_collection_configs
+
+# Steps of a run in parallel (chunking one config while another embeds); pools cap embedding.
+MAX_CONCURRENT_STEPS = 2
+
+
+def build_definitions(
+    indexes_path: str | Path | None = None,
+    collections_path: str | Path | None = None,
+    *,
+    database_url: str | None = None,
+) -> Definitions:
+    """Everything Dagster shows: assets and checks per config, the sensor, schedule and resources."""
+    built = build_all(indexes_path, collections_path)
+    collections = load_collection_configs(collections_path)
+    assets = [a for c in built.values() for a in c.assets]
+    sensors = [
+        AutomationConditionSensorDefinition(
+            "chunkyard_automation",
+            target=AssetSelection.all(),
+            default_status=DefaultSensorStatus.RUNNING,
+            minimum_interval_seconds=30,
+            description="Runs evaluations and leaderboards (and anything downstream) after an index changes.",
+        )
+    ]
+    document_sensor = build_document_sensor(collections, {n: c.indexing_keys for n, c in built.items()})
+    if document_sensor is not None:
+        sensors.append(document_sensor)
+    schedule = build_nightly_evaluation_schedule(
+        [k for c in built.values() for k in c.evaluation_keys],
+        [c.leaderboard_key for c in built.values() if c.leaderboard_key is not None],
+    )
+    return Definitions(
+        assets=assets,
+        sensors=sensors,
+        schedules=[schedule] if schedule else [],
+        resources={
+            "postgres": PostgresResource(url=database_url),
+            "embedder": EmbedderResource(),
+            "reranker": RerankerResource(),
+        },
+        executor=multiprocess_executor.configured({"max_concurrent": MAX_CONCURRENT_STEPS}),
+    )
+
+
+defs = build_definitions()

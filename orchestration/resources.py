@@ -1,0 +1,121 @@
+"""Dagster resources: the Postgres store, embedding models and rerankers.
+
+Nothing heavy is imported here at module level: torch and sentence-transformers load in
+`setup_for_execution` (inside a run), never when the code location loads.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from dagster import ConfigurableResource, InitResourceContext
+from pydantic import PrivateAttr
+
+if TYPE_CHECKING:
+    from retrieval.embedder import Embedder
+    from retrieval.store import Store
+
+
+class PostgresResource(ConfigurableResource):
+    """chunkyard's database: `url` if given, else DATABASE_URL, else the embedded pgserver."""
+
+    url: str | None = None
+
+    def database_url(self) -> str:
+        from retrieval.db import database_url
+
+        return self.url or database_url()
+
+    def store(self) -> Store:
+        """A migrated `retrieval.store.Store` on this database."""
+        from retrieval.store import Store
+
+        store = Store(self.database_url())
+        store.migrate()
+        return store
+
+
+# One loaded model per (model, backend, quantisation, batch size, device) per process: a run's
+# assets share it instead of loading the weights once per asset.
+_EMBEDDERS: dict[tuple[Any, ...], Embedder] = {}
+_EMBEDDERS_LOCK = threading.Lock()
+
+
+def cached_embedder(
+    model: str,
+    backend: str = "torch",
+    quantize: str | None = None,
+    batch_size: int = 32,
+    device: str = "cpu",
+) -> Embedder:
+    """The process-wide Embedder for these settings (loaded on first use)."""
+    key = (model, backend, quantize, batch_size, device)
+    with _EMBEDDERS_LOCK:
+        if key not in _EMBEDDERS:
+            from retrieval.embedder import Embedder
+
+            _EMBEDDERS[key] = Embedder(
+                model, backend=backend, quantize=quantize, batch_size=batch_size, device=device
+            )
+        return _EMBEDDERS[key]
+
+
+class EmbedderResource(ConfigurableResource):
+    """Embedding models. Index configs name their model; these fields are the run-wide defaults.
+
+    `model` may be a known name (all-MiniLM-L6-v2) or a local directory. `backend`, `batch_size`
+    and `device` apply unless an index config's `embedder:` section overrides them.
+    """
+
+    model: str = "all-MiniLM-L6-v2"
+    backend: str = "torch"
+    batch_size: int = 32
+    device: str = "cpu"
+    preload: bool = False
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        # The heavy imports happen here, inside the run, never at code-location load.
+        import sentence_transformers  # noqa: F401
+        import torch  # noqa: F401
+
+        if self.preload:
+            self.get()
+
+    def get(self, model: str | None = None, **overrides: Any) -> Embedder:
+        """The Embedder for `model` (default: this resource's), with config overrides applied."""
+        settings = {"backend": self.backend, "batch_size": self.batch_size, "device": self.device}
+        settings.update(
+            {k: v for k, v in overrides.items() if k in ("backend", "quantize", "batch_size", "device")}
+        )
+        return cached_embedder(model or self.model, **settings)
+
+    def for_config(self, config: Any) -> Embedder:
+        """The Embedder an `IndexConfig` asks for (its `embedding_model` and `embedder:` options)."""
+        return self.get(config.embedding_model, **(config.embedder or {}))
+
+
+class RerankerResource(ConfigurableResource):
+    """Cross-encoder / LLM rerankers for search and evaluation; off unless a config asks for one."""
+
+    model: str | None = None
+    device: str = "cpu"
+    batch_size: int = 32
+    _rerankers: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    def get(self, spec: dict[str, Any] | str | None = None) -> Any:
+        """The reranker a config's `rerank:` section names, or None when reranking is off."""
+        if not spec and not self.model:
+            return None
+        if isinstance(spec, dict) and not spec.get("model") and not spec.get("kind") and not self.model:
+            return None
+        from retrieval import rerank as rerank_module
+
+        key = repr(sorted(spec.items())) if isinstance(spec, dict) else str(spec or self.model)
+        if key not in self._rerankers:
+            options = dict(spec) if isinstance(spec, dict) else {"model": spec or self.model}
+            options.setdefault("model", self.model)
+            options.setdefault("device", self.device)
+            options.setdefault("batch_size", self.batch_size)
+            self._rerankers[key] = rerank_module.build_reranker(options)
+        return self._rerankers[key]
