@@ -1,0 +1,411 @@
+"""BM25 (rank-bm25 `BM25Okapi` semantics) over an inverted index persisted in Postgres.
+
+Scoring, identical to `rank_bm25.BM25Okapi(k1, b, epsilon).get_scores` on the same tokens:
+
+    idf(t)   = ln(N - df + 0.5) - ln(df + 0.5), and when negative: epsilon * mean idf over the vocabulary
+    score(d) = sum over query tokens q (repeats count again) of
+               idf(q) * tf(q, d) * (k1 + 1) / (tf(q, d) + k1 * (1 - b + b * len(d) / avgdl))
+
+Postgres holds postings (term, chunk, tf, doc length), document frequencies and corpus stats
+(N, total length, vocabulary size, sum of raw idf); they are updated incrementally at publish.
+`MemoryBm25` is a compact in-memory copy (scipy sparse) for services and evaluation sweeps.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import threading
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from psycopg import sql
+
+DEFAULT_PARAMS = {"k1": 1.5, "b": 0.75, "epsilon": 0.25}
+
+# Small stopword lists (function words only), so stemming and stopping stay predictable.
+_ENGLISH_STOPWORDS_TEXT = """a an and are as at be been but by for from had has have he her his i if in into is it its
+    itself me my no not of on or our she so such than that the their theirs them then there these
+    they this those to too was we were what when where which while who whom why will with would you
+    your yours do does did doing am being having can could should shall may might must over under
+    again further once here all any both each few more most other some own same only very just
+    about above after before below between during through until up down out off against because"""
+ENGLISH_STOPWORDS = frozenset(_ENGLISH_STOPWORDS_TEXT.split())
+_SPANISH_STOPWORDS_TEXT = """a al algo algunas algunos ante antes como con contra cual cuando de del desde donde durante
+    e el ella ellas ellos en entre era erais eran eras eres es esa esas ese eso esos esta estaba
+    estaban estado estais estamos estan estar estas este esto estos estoy fue fueron fui fuimos ha
+    han has hasta hay la las le les lo los mas me mi mis mucho muchos muy nada ni no nos nosotros
+    o os otra otras otro otros para pero poco por porque que quien quienes se sea sean ser si sido
+    sin sobre sois somos son soy su sus tambien te tenemos tener tengo ti tiene tienen todo todos
+    tu tus un una uno unos vosotros y ya yo él ésta éste más qué sí también está están"""
+SPANISH_STOPWORDS = frozenset(_SPANISH_STOPWORDS_TEXT.split())
+
+_LANGUAGES = {
+    "english": ENGLISH_STOPWORDS,
+    "spanish": SPANISH_STOPWORDS,
+}
+ANALYZERS = ("standard", "english", "spanish")
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def _is_cjk(ch: str) -> bool:
+    code = ord(ch)
+    return (
+        0x4E00 <= code <= 0x9FFF  # CJK unified ideographs
+        or 0x3400 <= code <= 0x4DBF  # extension A
+        or 0x20000 <= code <= 0x2A6DF  # extension B
+        or 0xF900 <= code <= 0xFAFF  # compatibility ideographs
+        or 0x3040 <= code <= 0x30FF  # hiragana, katakana
+        or 0x31F0 <= code <= 0x31FF  # katakana extensions
+        or 0xAC00 <= code <= 0xD7AF  # hangul syllables
+        or 0x1100 <= code <= 0x11FF  # hangul jamo
+    )
+
+
+def _cjk_bigrams(run: str) -> list[str]:
+    if len(run) == 1:
+        return [run]
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+class AnalyzerConfigError(ValueError):
+    """A `bm25.analyzer` setting is invalid; the message names it."""
+
+
+class Analyzer:
+    """Text -> BM25 terms: lowercase unicode words; optional stopwords + snowball stemmer; CJK bigrams.
+
+    Words mixing CJK and other scripts are split at the script boundary; each CJK run becomes
+    overlapping character bigrams (a lone CJK character stays a unigram), since CJK text has no spaces.
+    """
+
+    def __init__(self, language: str | None = None, *, stopwords: bool = True, stem: bool = True) -> None:
+        if language in (None, "", "standard", "none"):
+            language = None
+        elif language not in _LANGUAGES:
+            raise AnalyzerConfigError(
+                f"bm25.analyzer: unknown language {language!r}; expected one of {ANALYZERS}"
+            )
+        self.language = language
+        self.stopwords = _LANGUAGES[language] if (language and stopwords) else frozenset()
+        self._stemmer = None
+        if language and stem:
+            import snowballstemmer
+
+            self._stemmer = snowballstemmer.stemmer(language)
+        self._stem = functools.lru_cache(maxsize=200_000)(self._stem_uncached)
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self.language or "standard"
+
+    def _stem_uncached(self, word: str) -> str:
+        return self._stemmer.stemWord(word) if self._stemmer else word
+
+    def __call__(self, text: str) -> list[str]:
+        return self.analyze(text)
+
+    def analyze(self, text: str) -> list[str]:
+        terms: list[str] = []
+        text = unicodedata.normalize("NFKC", text).lower()
+        for match in _WORD.finditer(text):
+            word = match.group()
+            if not any(_is_cjk(ch) for ch in word):
+                self._add_word(word, terms)
+                continue
+            run: list[str] = []
+            cjk_run = False
+            for ch in word:
+                is_cjk = _is_cjk(ch)
+                if run and is_cjk != cjk_run:
+                    self._flush(run, cjk_run, terms)
+                    run = []
+                run.append(ch)
+                cjk_run = is_cjk
+            if run:
+                self._flush(run, cjk_run, terms)
+        return terms
+
+    def _flush(self, run: list[str], cjk: bool, terms: list[str]) -> None:
+        if cjk:
+            terms.extend(_cjk_bigrams("".join(run)))
+        else:
+            self._add_word("".join(run), terms)
+
+    def _add_word(self, word: str, terms: list[str]) -> None:
+        if word in self.stopwords:
+            return
+        if self._stemmer is not None:
+            with self._lock:
+                word = self._stem(word)
+        terms.append(word)
+
+
+def build_analyzer(bm25_config: dict[str, Any] | None = None) -> Analyzer:
+    """The analyzer an index config's `bm25:` block asks for (`analyzer: english` or a mapping)."""
+    spec = (bm25_config or {}).get("analyzer", "standard")
+    if isinstance(spec, str) or spec is None:
+        return Analyzer(spec)
+    if isinstance(spec, dict):
+        unknown = set(spec) - {"language", "stopwords", "stem"}
+        if unknown:
+            raise AnalyzerConfigError(f"bm25.analyzer: unknown field(s) {sorted(unknown)}")
+        return Analyzer(
+            spec.get("language"),
+            stopwords=bool(spec.get("stopwords", True)),
+            stem=bool(spec.get("stem", True)),
+        )
+    raise AnalyzerConfigError(f"bm25.analyzer: expected a name or a mapping, got {type(spec).__name__}")
+
+
+@dataclass(frozen=True)
+class Bm25Params:
+    k1: float = 1.5
+    b: float = 0.75
+    epsilon: float = 0.25
+
+    @classmethod
+    def from_config(cls, bm25_config: dict[str, Any] | None) -> Bm25Params:
+        cfg = bm25_config or {}
+        params = cls(
+            k1=float(cfg.get("k1", DEFAULT_PARAMS["k1"])),
+            b=float(cfg.get("b", DEFAULT_PARAMS["b"])),
+            epsilon=float(cfg.get("epsilon", DEFAULT_PARAMS["epsilon"])),
+        )
+        if params.k1 < 0 or not 0 <= params.b <= 1:
+            raise AnalyzerConfigError(f"bm25: need k1 >= 0 and 0 <= b <= 1, got k1={params.k1}, b={params.b}")
+        return params
+
+
+@dataclass(frozen=True)
+class CorpusStats:
+    n_docs: int
+    total_length: int
+    vocab_size: int
+    idf_sum: float
+
+    @property
+    def avgdl(self) -> float:
+        return self.total_length / self.n_docs if self.n_docs else 0.0
+
+    def epsilon_idf(self, epsilon: float) -> float:
+        """rank-bm25's floor for negative idf: epsilon times the mean raw idf over the vocabulary."""
+        return epsilon * (self.idf_sum / self.vocab_size) if self.vocab_size else 0.0
+
+    def idf(self, df: int, epsilon: float) -> float:
+        value = math.log(self.n_docs - df + 0.5) - math.log(df + 0.5)
+        return self.epsilon_idf(epsilon) if value < 0 else value
+
+
+def load_stats(conn: Any, index_name: str) -> CorpusStats | None:
+    row = conn.execute(
+        "SELECT n_docs, total_length, vocab_size, idf_sum FROM bm25_stats WHERE index_name = %s",
+        (index_name,),
+    ).fetchone()
+    if row is None:
+        return None
+    return CorpusStats(int(row[0]), int(row[1]), int(row[2]), float(row[3]))
+
+
+def refresh_stats(conn: Any, index_name: str, chunks_partition: str) -> CorpusStats:
+    """Recompute N, total length, vocabulary size and the raw idf sum (inside the publish transaction)."""
+    n_docs, total_length = conn.execute(
+        sql.SQL("SELECT count(*), coalesce(sum(bm25_length), 0) FROM {}").format(
+            sql.Identifier(chunks_partition)
+        )
+    ).fetchone()
+    vocab_size, idf_sum = conn.execute(
+        "SELECT count(*), coalesce(sum(ln(%s - df + 0.5) - ln(df + 0.5)), 0)"
+        " FROM bm25_terms WHERE index_name = %s",
+        (int(n_docs), index_name),
+    ).fetchone()
+    conn.execute(
+        "INSERT INTO bm25_stats (index_name, n_docs, total_length, vocab_size, idf_sum)"
+        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (index_name) DO UPDATE SET n_docs = excluded.n_docs,"
+        " total_length = excluded.total_length, vocab_size = excluded.vocab_size, idf_sum = excluded.idf_sum",
+        (index_name, int(n_docs), int(total_length), int(vocab_size), float(idf_sum)),
+    )
+    return CorpusStats(int(n_docs), int(total_length), int(vocab_size), float(idf_sum))
+
+
+def query_weights(
+    conn: Any, index_name: str, terms: list[str], params: Bm25Params, stats: CorpusStats
+) -> dict[str, float]:
+    """idf(term) x (times the term occurs in the query), for query terms present in the index."""
+    counts = Counter(terms)
+    if not counts or stats.n_docs == 0:
+        return {}
+    rows = conn.execute(
+        "SELECT term, df FROM bm25_terms WHERE index_name = %s AND term = ANY(%s)",
+        (index_name, list(counts)),
+    ).fetchall()
+    return {term: counts[term] * stats.idf(int(df), params.epsilon) for term, df in rows}
+
+
+def sql_top_k(
+    conn: Any,
+    index_name: str,
+    postings_partition: str,
+    chunks_partition: str,
+    terms: list[str],
+    params: Bm25Params,
+    k: int,
+    *,
+    filters: dict[str, Any] | None = None,
+) -> list[tuple[str, float]]:
+    """Top-k (chunk_id, score) by BM25 from the persisted postings; only chunks matching a term."""
+    from psycopg.types.json import Jsonb
+
+    stats = load_stats(conn, index_name)
+    if stats is None or stats.n_docs == 0:
+        return []
+    weights = query_weights(conn, index_name, terms, params, stats)
+    if not weights:
+        return []
+    k1, b, avgdl = params.k1, params.b, stats.avgdl
+    filter_sql = sql.SQL("")
+    args: dict[str, Any] = {
+        "terms": list(weights),
+        "weights": list(weights.values()),
+        "k1": k1,
+        "k1p1": k1 + 1,
+        "b": b,
+        "avgdl": avgdl,
+        "k": k,
+    }
+    if filters:
+        filter_sql = sql.SQL(" JOIN {} c ON c.chunk_id = p.chunk_id AND c.metadata @> %(filters)s").format(
+            sql.Identifier(chunks_partition)
+        )
+        args["filters"] = Jsonb(filters)
+    query = sql.SQL(
+        "SELECT p.chunk_id,"
+        " sum(w.weight * (p.tf * %(k1p1)s / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * p.doc_len / %(avgdl)s))))"
+        " AS score"
+        " FROM unnest(%(terms)s::text[], %(weights)s::float8[]) AS w(term, weight)"
+        " JOIN {} p ON p.term = w.term{}"
+        " GROUP BY p.chunk_id ORDER BY score DESC, p.chunk_id LIMIT %(k)s"
+    ).format(sql.Identifier(postings_partition), filter_sql)
+    return [(r[0], float(r[1])) for r in conn.execute(query, args).fetchall()]
+
+
+class MemoryBm25:
+    """An in-memory copy of one index's BM25 postings: a (chunks x terms) scipy CSC matrix.
+
+    Loaded from Postgres in one pass; `version` is the index version it reflects, so a caller
+    can reload when the published version moves on. Scores equal `sql_top_k` and rank-bm25.
+    """
+
+    def __init__(
+        self,
+        chunk_ids: list[str],
+        term_ids: dict[str, int],
+        matrix: Any,
+        df: np.ndarray,
+        stats: CorpusStats,
+        params: Bm25Params,
+        version: int,
+    ) -> None:
+        self.chunk_ids = chunk_ids
+        self.term_ids = term_ids
+        self.matrix = matrix  # tf-saturation part per (chunk, term), without idf
+        self.df = df
+        self.stats = stats
+        self.params = params
+        self.version = version
+
+    @classmethod
+    def load(cls, conn: Any, index_name: str, params: Bm25Params) -> MemoryBm25:
+        from scipy import sparse
+
+        with conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            row = conn.execute(
+                "SELECT partition, version FROM indexes WHERE name = %s", (index_name,)
+            ).fetchone()
+            if row is None:
+                raise KeyError(f"unknown index {index_name!r}")
+            from retrieval.store import partition_names
+
+            parts = partition_names(index_name)
+            version = int(row[1])
+            stats = load_stats(conn, index_name) or CorpusStats(0, 0, 0, 0.0)
+            chunk_ids = [
+                r[0]
+                for r in conn.execute(
+                    sql.SQL("SELECT chunk_id FROM {} ORDER BY chunk_id").format(
+                        sql.Identifier(parts["chunks"])
+                    )
+                )
+            ]
+            terms = conn.execute(
+                "SELECT term, df FROM bm25_terms WHERE index_name = %s ORDER BY term", (index_name,)
+            ).fetchall()
+            term_ids = {t: i for i, (t, _) in enumerate(terms)}
+            df = np.array([d for _, d in terms], dtype=np.int64)
+            chunk_pos = {c: i for i, c in enumerate(chunk_ids)}
+            rows_idx: list[int] = []
+            cols_idx: list[int] = []
+            tfs: list[int] = []
+            lens: list[int] = []
+            with conn.cursor() as cur:
+                cur.execute(
+                    sql.SQL("SELECT chunk_id, term, tf, doc_len FROM {}").format(
+                        sql.Identifier(parts["postings"])
+                    )
+                )
+                for chunk_id, term, tf, doc_len in cur:
+                    rows_idx.append(chunk_pos[chunk_id])
+                    cols_idx.append(term_ids[term])
+                    tfs.append(tf)
+                    lens.append(doc_len)
+        tf_arr = np.asarray(tfs, dtype=np.float64)
+        len_arr = np.asarray(lens, dtype=np.float64)
+        avgdl = stats.avgdl or 1.0
+        saturation = (
+            tf_arr * (params.k1 + 1) / (tf_arr + params.k1 * (1 - params.b + params.b * len_arr / avgdl))
+        )
+        matrix = sparse.csc_matrix(
+            (saturation, (np.asarray(rows_idx, dtype=np.int64), np.asarray(cols_idx, dtype=np.int64))),
+            shape=(len(chunk_ids), len(term_ids)),
+        )
+        return cls(chunk_ids, term_ids, matrix, df, stats, params, version)
+
+    def idf(self, term_index: int) -> float:
+        return self.stats.idf(int(self.df[term_index]), self.params.epsilon)
+
+    def scores(self, terms: list[str]) -> np.ndarray:
+        """Scores of every chunk (in `chunk_ids` order), as rank-bm25's `get_scores`."""
+        score = np.zeros(len(self.chunk_ids), dtype=np.float64)
+        for term in terms:  # repeats count again, as in rank-bm25
+            j = self.term_ids.get(term)
+            if j is None:
+                continue
+            start, end = self.matrix.indptr[j], self.matrix.indptr[j + 1]
+            score[self.matrix.indices[start:end]] += self.idf(j) * self.matrix.data[start:end]
+        return score
+
+    def top_k(self, terms: list[str], k: int, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
+        """Top-k (chunk_id, score) among chunks matching at least one term (optionally a subset)."""
+        score = self.scores(terms)
+        matched = np.zeros(len(score), dtype=bool)
+        for term in set(terms):
+            j = self.term_ids.get(term)
+            if j is not None:
+                matched[self.matrix.indices[self.matrix.indptr[j] : self.matrix.indptr[j + 1]]] = True
+        if allowed is not None:
+            matched &= allowed
+        candidates = np.flatnonzero(matched)
+        if candidates.size == 0:
+            return []
+        if candidates.size > k:
+            part = np.argpartition(-score[candidates], k - 1)[:k]
+            candidates = candidates[part]
+        order = sorted(candidates.tolist(), key=lambda i: (-score[i], self.chunk_ids[i]))
+        return [(self.chunk_ids[i], float(score[i])) for i in order[:k]]

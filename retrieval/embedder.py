@@ -1,0 +1,207 @@
+"""Sentence embeddings from a local model (torch or ONNX backend), plus contextual token vectors.
+
+Heavy imports (torch, sentence_transformers) happen in `__init__`, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chunking.models import DEFAULT_MODEL, resolve_model_path
+
+BACKENDS = ("torch", "onnx")
+QUANTIZATIONS = (None, "int8")
+
+
+class EmbedderConfigError(ValueError):
+    """An embedder option is invalid; the message names the option."""
+
+
+def _onnx_cache_dir(model_path: str, quantize: str | None) -> Path:
+    """Where the offline ONNX export of a local model lives (under CHUNKYARD_HOME)."""
+    from retrieval.db import chunkyard_home
+
+    digest = hashlib.sha256(model_path.encode()).hexdigest()[:12]
+    name = f"{Path(model_path).name}-{digest}-{quantize or 'fp32'}"
+    return chunkyard_home() / "models" / "onnx" / name
+
+
+class Embedder:
+    """An embedding model: `embed` (normalised float32 sentence vectors) and `embed_tokens`.
+
+    `model_id` is the embedding cache key: it names the model, backend and quantisation, since
+    vectors from different backends/quantisations are not interchangeable bit for bit.
+    """
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        backend: str = "torch",
+        quantize: str | None = None,
+        batch_size: int = 32,
+        device: str = "cpu",
+        threads: int | None = None,
+    ) -> None:
+        if backend not in BACKENDS:
+            raise EmbedderConfigError(f"embedder.backend: unknown {backend!r}; expected one of {BACKENDS}")
+        if quantize not in QUANTIZATIONS:
+            raise EmbedderConfigError(
+                f"embedder.quantize: unknown {quantize!r}; expected one of {QUANTIZATIONS}"
+            )
+        if quantize and backend != "onnx":
+            raise EmbedderConfigError("embedder.quantize: int8 quantisation needs backend: onnx")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise EmbedderConfigError(f"embedder.batch_size: must be a positive integer, got {batch_size!r}")
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.model_name = model
+        self.backend = backend
+        self.quantize = quantize
+        self.batch_size = batch_size
+        self.device = device
+        self.model_path = resolve_model_path(model)
+        self._lock = threading.Lock()
+        if backend == "torch":
+            self._model = SentenceTransformer(self.model_path, device=device, local_files_only=True)
+        else:
+            self._model = self._load_onnx(SentenceTransformer)
+        dimension = (
+            getattr(self._model, "get_embedding_dimension", None)
+            or self._model.get_sentence_embedding_dimension
+        )
+        self.dim: int = int(dimension())
+        self.max_seq_length: int = int(self._model.max_seq_length)
+        suffix = "" if backend == "torch" else f"@{backend}" + (f"-{quantize}" if quantize else "")
+        self.model_id: str = f"{model}{suffix}"
+        self._tokenizer = None
+
+    def _load_onnx(self, sentence_transformer_cls: Any) -> Any:
+        """Export the local model to ONNX once (offline), optionally int8-quantise, then load it."""
+        export_dir = _onnx_cache_dir(self.model_path, None)
+        if not (export_dir / "onnx" / "model.onnx").is_file():
+            export_dir.mkdir(parents=True, exist_ok=True)
+            exported = sentence_transformer_cls(
+                self.model_path, device=self.device, backend="onnx", local_files_only=True
+            )
+            exported.save_pretrained(str(export_dir))
+        if not self.quantize:
+            return sentence_transformer_cls(
+                str(export_dir), device=self.device, backend="onnx", local_files_only=True
+            )
+        quantized_file = export_dir / "onnx" / "model_qint8_avx2.onnx"
+        if not quantized_file.is_file():
+            from sentence_transformers import export_dynamic_quantized_onnx_model
+
+            base = sentence_transformer_cls(
+                str(export_dir), device=self.device, backend="onnx", local_files_only=True
+            )
+            export_dynamic_quantized_onnx_model(base, "avx2", str(export_dir))
+        return sentence_transformer_cls(
+            str(export_dir),
+            device=self.device,
+            backend="onnx",
+            local_files_only=True,
+            model_kwargs={"file_name": "onnx/model_qint8_avx2.onnx"},
+        )
+
+    @property
+    def tokenizer(self):
+        """The model's tokenizer as a `chunking.tokenizers.ModelTokenizer` (counts incl. specials)."""
+        if self._tokenizer is None:
+            from chunking.tokenizers import get_tokenizer
+
+            self._tokenizer = get_tokenizer("model", self.model_name)
+        return self._tokenizer
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """L2-normalised float32 vectors, shape (len(texts), dim)."""
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a list of strings, not a single string")
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            vectors = self._model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def embed_tokens(self, text: str) -> tuple[list[tuple[int, int]], np.ndarray]:
+        """Char spans of the model's tokens in `text` and their contextual vectors (special tokens dropped).
+
+        Text longer than the model limit is truncated: only the first `max_seq_length` tokens
+        (including [CLS]/[SEP]) are seen, so spans cover a prefix of `text`.
+        """
+        import torch
+
+        hf_tokenizer = self._model.tokenizer
+        encoded = hf_tokenizer(
+            [text],
+            truncation=True,
+            max_length=self.max_seq_length,
+            return_offsets_mapping=True,
+            return_special_tokens_mask=True,
+            return_tensors="pt",
+        )
+        offsets = encoded.pop("offset_mapping")[0].tolist()
+        special = encoded.pop("special_tokens_mask")[0].tolist()
+        features = {k: v.to(self.device) for k, v in encoded.items()}
+        with self._lock, torch.no_grad():
+            output = self._model[0](features)
+        token_vectors = output["token_embeddings"][0]
+        if hasattr(token_vectors, "detach"):
+            token_vectors = token_vectors.detach().cpu().numpy()
+        token_vectors = np.asarray(token_vectors, dtype=np.float32)
+        spans: list[tuple[int, int]] = []
+        keep: list[int] = []
+        for i, ((start, end), is_special) in enumerate(zip(offsets, special, strict=True)):
+            if is_special or end <= start:
+                continue
+            spans.append((int(start), int(end)))
+            keep.append(i)
+        return spans, token_vectors[keep]
+
+    def __repr__(self) -> str:
+        return f"Embedder({self.model_id!r}, dim={self.dim}, max_seq_length={self.max_seq_length})"
+
+
+_shared: dict[tuple, Embedder] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_embedder(model: str = DEFAULT_MODEL, **options: Any) -> Embedder:
+    """One Embedder per (model, options) per process: models are large and slow to load."""
+    allowed = {"backend", "quantize", "batch_size", "device", "threads"}
+    unknown = set(options) - allowed
+    if unknown:
+        raise EmbedderConfigError(f"embedder: unknown option(s) {sorted(unknown)}; allowed {sorted(allowed)}")
+    key = (model, tuple(sorted(options.items())))
+    with _shared_lock:
+        if key not in _shared:
+            _shared[key] = Embedder(model, **options)
+        return _shared[key]
+
+
+def embedder_for_config(config: Any) -> Embedder:
+    """The shared Embedder an IndexConfig (or its `as_dict()`) asks for."""
+    if isinstance(config, dict):
+        model = config.get("embedding_model", DEFAULT_MODEL)
+        options = dict(config.get("embedder") or {})
+    else:
+        model = config.embedding_model
+        options = dict(config.embedder or {})
+    if os.environ.get("CHUNKYARD_EMBEDDER_BACKEND"):
+        options["backend"] = os.environ["CHUNKYARD_EMBEDDER_BACKEND"]
+    return shared_embedder(model, **options)

@@ -1,0 +1,173 @@
+"""Versioned schema migrations: each runs once, in order, recorded in `schema_migrations`.
+
+Chunk rows and BM25 postings are list-partitioned by index (one partition per index, created by
+the store when an index is registered), so each index has its own HNSW graph.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (
+        1,
+        "documents, indexes, chunks, embedding cache, evaluations",
+        """
+CREATE TABLE IF NOT EXISTS documents (
+    collection  text NOT NULL,
+    doc_id      text NOT NULL,
+    path        text,
+    sha256      text NOT NULL,
+    text        text NOT NULL,
+    mime_type   text NOT NULL DEFAULT 'text/plain',
+    title       text NOT NULL DEFAULT '',
+    metadata    jsonb NOT NULL DEFAULT '{}'::jsonb,
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (collection, doc_id)
+);
+CREATE TABLE IF NOT EXISTS document_failures (
+    collection  text NOT NULL,
+    path        text NOT NULL,
+    reason      text NOT NULL,
+    recorded_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (collection, path)
+);
+CREATE TABLE IF NOT EXISTS indexes (
+    name         text PRIMARY KEY,
+    collection   text NOT NULL,
+    config_name  text NOT NULL,
+    config       jsonb NOT NULL,
+    config_hash  text NOT NULL,
+    partition    text NOT NULL UNIQUE,
+    model_id     text,
+    dim          integer,
+    version      integer NOT NULL DEFAULT 0,
+    published_at timestamptz,
+    created_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS chunks (
+    index_name   text NOT NULL,
+    chunk_id     text NOT NULL,
+    doc_id       text NOT NULL,
+    start        integer NOT NULL,
+    "end"        integer NOT NULL,
+    text         text NOT NULL,
+    embed_text   text NOT NULL,
+    token_count  integer NOT NULL DEFAULT 0,
+    content_hash text NOT NULL,
+    metadata     jsonb NOT NULL DEFAULT '{}'::jsonb,
+    parent_id    text,
+    bm25_length  integer NOT NULL DEFAULT 0,
+    embedding    vector,
+    PRIMARY KEY (index_name, chunk_id)
+) PARTITION BY LIST (index_name);
+CREATE INDEX IF NOT EXISTS chunks_doc_idx ON chunks (index_name, doc_id);
+CREATE TABLE IF NOT EXISTS index_documents (
+    index_name text NOT NULL,
+    doc_id     text NOT NULL,
+    sha256     text NOT NULL,
+    PRIMARY KEY (index_name, doc_id)
+);
+CREATE TABLE IF NOT EXISTS embedding_cache (
+    model_id     text NOT NULL,
+    content_hash text NOT NULL,
+    embedding    vector NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (model_id, content_hash)
+);
+CREATE TABLE IF NOT EXISTS evaluations (
+    id            bigserial PRIMARY KEY,
+    index_name    text NOT NULL,
+    dataset       text NOT NULL,
+    index_version integer,
+    metrics       jsonb NOT NULL,
+    created_at    timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS evaluations_index_idx ON evaluations (index_name, created_at DESC);
+""",
+    ),
+    (
+        2,
+        "BM25 inverted index: postings (partitioned by index), document frequencies, corpus stats",
+        """
+CREATE TABLE IF NOT EXISTS bm25_postings (
+    index_name text NOT NULL,
+    term       text NOT NULL,
+    chunk_id   text NOT NULL,
+    tf         integer NOT NULL,
+    doc_len    integer NOT NULL,
+    PRIMARY KEY (index_name, term, chunk_id)
+) PARTITION BY LIST (index_name);
+CREATE INDEX IF NOT EXISTS bm25_postings_chunk_idx ON bm25_postings (index_name, chunk_id);
+CREATE TABLE IF NOT EXISTS bm25_terms (
+    index_name text NOT NULL,
+    term       text NOT NULL,
+    df         integer NOT NULL,
+    PRIMARY KEY (index_name, term)
+);
+CREATE TABLE IF NOT EXISTS bm25_stats (
+    index_name   text PRIMARY KEY,
+    n_docs       bigint NOT NULL,
+    total_length bigint NOT NULL,
+    vocab_size   bigint NOT NULL,
+    idf_sum      double precision NOT NULL
+);
+""",
+    ),
+    (
+        3,
+        "staging area: chunks, vectors, term frequencies and removals waiting for publish",
+        """
+CREATE TABLE IF NOT EXISTS staged_runs (
+    index_name   text PRIMARY KEY,
+    config_hash  text NOT NULL,
+    full_rebuild boolean NOT NULL DEFAULT false,
+    model_id     text,
+    report       jsonb NOT NULL DEFAULT '{}'::jsonb,
+    staged_at    timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS staged_chunks (
+    index_name   text NOT NULL,
+    chunk_id     text NOT NULL,
+    doc_id       text NOT NULL,
+    start        integer NOT NULL,
+    "end"        integer NOT NULL,
+    text         text NOT NULL,
+    embed_text   text NOT NULL,
+    token_count  integer NOT NULL DEFAULT 0,
+    content_hash text NOT NULL,
+    metadata     jsonb NOT NULL DEFAULT '{}'::jsonb,
+    parent_id    text,
+    PRIMARY KEY (index_name, chunk_id)
+);
+CREATE TABLE IF NOT EXISTS staged_embeddings (
+    index_name text NOT NULL,
+    chunk_id   text NOT NULL,
+    embedding  vector NOT NULL,
+    PRIMARY KEY (index_name, chunk_id)
+);
+CREATE TABLE IF NOT EXISTS staged_bm25 (
+    index_name text NOT NULL,
+    chunk_id   text NOT NULL,
+    term       text NOT NULL,
+    tf         integer NOT NULL
+);
+CREATE INDEX IF NOT EXISTS staged_bm25_index_idx ON staged_bm25 (index_name);
+CREATE TABLE IF NOT EXISTS staged_bm25_lengths (
+    index_name text NOT NULL,
+    chunk_id   text NOT NULL,
+    length     integer NOT NULL,
+    PRIMARY KEY (index_name, chunk_id)
+);
+CREATE TABLE IF NOT EXISTS staged_removals (
+    index_name text NOT NULL,
+    doc_id     text NOT NULL,
+    PRIMARY KEY (index_name, doc_id)
+);
+CREATE TABLE IF NOT EXISTS staged_documents (
+    index_name text NOT NULL,
+    doc_id     text NOT NULL,
+    sha256     text NOT NULL,
+    PRIMARY KEY (index_name, doc_id)
+);
+""",
+    ),
+]
