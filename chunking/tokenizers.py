@@ -9,11 +9,115 @@ from __future__ import annotations
 
 import functools
 import re
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from chunking.models import DEFAULT_MODEL, resolve_model_path
+
+
+@dataclass(frozen=True)
+class TokenUnits:
+    """A document's tokenization as arrays: the unit of all chunk arithmetic.
+
+    A unit is the smallest run of tokens that ends on a character boundary (one token
+    for ASCII text; several byte tokens for one emoji in cl100k). `starts`/`ends` are
+    character offsets (non-overlapping, increasing; gaps are possible, e.g. whitespace
+    between words), `cum[i]` is the number of tokens in units `[0, i)`.
+    """
+
+    starts: np.ndarray
+    ends: np.ndarray
+    cum: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    @property
+    def total(self) -> int:
+        return int(self.cum[-1])
+
+    def first_unit_ending_after(self, offset: int) -> int:
+        return int(np.searchsorted(self.ends, offset, side="right"))
+
+    def units_starting_before(self, offset: int) -> int:
+        return int(np.searchsorted(self.starts, offset, side="left"))
+
+    def count(self, start: int, end: int) -> int:
+        """Tokens of the document tokenization that overlap `[start, end)`."""
+        i = int(np.searchsorted(self.ends, start, side="right"))
+        j = int(np.searchsorted(self.starts, end, side="left"))
+        return int(self.cum[j] - self.cum[i]) if j > i else 0
+
+    def counts(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Vectorised `count` for many spans."""
+        i = np.searchsorted(self.ends, starts, side="right")
+        j = np.searchsorted(self.starts, ends, side="left")
+        return np.maximum(self.cum[j] - self.cum[np.minimum(i, j)], 0)
+
+    def estimate(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Token counts of spans as if each span were tokenized on its own.
+
+        Like `counts`, plus one token for each edge that cuts a unit (re-tokenizing the
+        remainder of a cut token, e.g. "schlumberger" without its leading space, costs
+        one more token than the document's " schl").
+        """
+        n = len(self.starts)
+        i = np.searchsorted(self.ends, starts, side="right")
+        j = np.searchsorted(self.starts, ends, side="left")
+        base = np.maximum(self.cum[j] - self.cum[np.minimum(i, j)], 0)
+        if n == 0:
+            return base
+        has = j > i
+        partial_start = has & (self.starts[np.minimum(i, n - 1)] < starts)
+        partial_end = has & (self.ends[np.maximum(j - 1, 0)] > ends)
+        return base + partial_start + partial_end
+
+    @classmethod
+    def from_spans(cls, spans: list[tuple[int, int]], weights: np.ndarray | None = None) -> TokenUnits:
+        if not spans:
+            empty = np.zeros(0, dtype=np.int64)
+            return cls(empty, empty, np.zeros(1, dtype=np.int64))
+        arr = np.asarray(spans, dtype=np.int64)
+        w = np.ones(len(arr), dtype=np.int64) if weights is None else weights
+        cum = np.zeros(len(arr) + 1, dtype=np.int64)
+        np.cumsum(w, out=cum[1:])
+        return cls(arr[:, 0].copy(), arr[:, 1].copy(), cum)
+
+
+def _units_from_token_ends(char_ends: np.ndarray) -> TokenUnits:
+    """Group tokens whose (snapped) end does not advance into the preceding unit."""
+    n = len(char_ends)
+    if n == 0:
+        return TokenUnits.from_spans([])
+    prev = np.empty(n, dtype=np.int64)
+    prev[0] = 0
+    prev[1:] = char_ends[:-1]
+    keep = char_ends > prev
+    if keep.all():
+        cum = np.arange(n + 1, dtype=np.int64)
+        return TokenUnits(prev, char_ends, cum)
+    idx = np.flatnonzero(keep)
+    ends = char_ends[idx]
+    starts = prev[idx]
+    # a kept token absorbs the following tokens that did not advance the char offset
+    cum = np.zeros(len(idx) + 1, dtype=np.int64)
+    cum[1:] = np.append(idx[1:], n)  # the first unit also absorbs any leading empty tokens
+    return TokenUnits(starts, ends, cum)
+
+
+def token_units(tokenizer: Tokenizer, text: str) -> TokenUnits:
+    """Tokenize once; fast path when the tokenizer provides `units`."""
+    units = getattr(tokenizer, "units", None)
+    if units is not None:
+        return units(text)
+    return TokenUnits.from_spans(tokenizer.spans(text))
+
+
+def special_token_overhead(tokenizer: Tokenizer) -> int:
+    """Tokens a model adds to every input ([CLS], [SEP]); 0 for plain tokenizers."""
+    return int(getattr(tokenizer, "special_tokens", 0))
 
 
 class Tokenizer(Protocol):
@@ -35,6 +139,10 @@ class CharTokenizer:
     def spans(self, text: str) -> list[tuple[int, int]]:
         return [(i, i + 1) for i in range(len(text))]
 
+    def units(self, text: str) -> TokenUnits:
+        n = len(text)
+        return TokenUnits(np.arange(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64), np.arange(n + 1, dtype=np.int64))
+
 
 _WORD = re.compile(r"\S+")
 
@@ -50,6 +158,9 @@ class WordTokenizer:
     def spans(self, text: str) -> list[tuple[int, int]]:
         return [m.span() for m in _WORD.finditer(text)]
 
+    def units(self, text: str) -> TokenUnits:
+        return TokenUnits.from_spans(self.spans(text))
+
 
 class TiktokenTokenizer:
     """OpenAI cl100k_base from the offline package (plain `cl100k_base` needs the network)."""
@@ -59,6 +170,34 @@ class TiktokenTokenizer:
 
         self.name = "cl100k"
         self._enc = tiktoken.get_encoding(encoding)
+        self._byte_lengths: np.ndarray | None = None
+
+    def _token_byte_lengths(self) -> np.ndarray:
+        """Byte length of every token id, built once: spans without decoding tokens."""
+        if self._byte_lengths is None:
+            table = np.zeros(self._enc.n_vocab, dtype=np.int64)
+            for token_bytes, rank in self._enc._mergeable_ranks.items():
+                table[rank] = len(token_bytes)
+            self._byte_lengths = table
+        return self._byte_lengths
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """Token ids as a numpy array; special-token text is encoded as ordinary text."""
+        return self._enc.encode_to_numpy(text, allowed_special=set(), disallowed_special=()).astype(np.int64)
+
+    def units(self, text: str) -> TokenUnits:
+        ids = self.encode_array(text)
+        if len(ids) == 0:
+            return TokenUnits.from_spans([])
+        byte_ends = np.cumsum(self._token_byte_lengths()[ids])
+        if text.isascii():
+            char_ends = byte_ends
+        else:
+            encoded = text.encode("utf-8", "surrogatepass")
+            is_char_start = (np.frombuffer(encoded, dtype=np.uint8) & 0xC0) != 0x80
+            char_index_of_byte = np.cumsum(is_char_start)
+            char_ends = np.maximum.accumulate(char_index_of_byte[byte_ends - 1])
+        return _units_from_token_ends(char_ends.astype(np.int64))
 
     def count(self, text: str) -> int:
         return len(self._enc.encode_ordinary(text))
@@ -107,6 +246,14 @@ class ModelTokenizer:
     def count_batch(self, texts: list[str]) -> list[int]:
         encs = self._tok.encode_batch(texts, add_special_tokens=False)
         return [len(e.ids) + self.special_tokens for e in encs]
+
+    def units(self, text: str) -> TokenUnits:
+        offsets = self._tok.encode(text, add_special_tokens=False).offsets
+        if not offsets:
+            return TokenUnits.from_spans([])
+        arr = np.asarray(offsets, dtype=np.int64)
+        ends = np.maximum.accumulate(arr[:, 1])
+        return _units_from_token_ends(ends)
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         offsets = self._tok.encode(text, add_special_tokens=False).offsets

@@ -1,0 +1,1 @@
+"""Benchmarks: throughput and latency measurements written to benchmarks/results/."""

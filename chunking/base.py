@@ -1,0 +1,241 @@
+"""Shared machinery of every strategy: spans in, exact chunks out.
+
+A strategy only decides *where* to cut (`Piece` spans, character offsets into the
+document). Everything else is common: the chunk text is always the document slice,
+token counts come from one tokenization of the whole document, overlap is span
+arithmetic on the base pieces, and context enrichment only changes `embed_text`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from chunking.tokenizers import Tokenizer, TokenUnits, special_token_overhead, token_units
+from chunking.types import Chunk, Document, as_document
+
+
+class ChunkerConfigError(ValueError):
+    """A chunker spec is invalid; the message names the bad field."""
+
+
+@dataclass
+class Piece:
+    """A span chosen by a strategy, plus strategy-specific metadata."""
+
+    start: int
+    end: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+    embed_prefix: str = ""
+
+
+class DocText:
+    """A document being chunked, tokenized at most once (lazily)."""
+
+    def __init__(self, doc: Document, tokenizer: Tokenizer) -> None:
+        self.doc = doc
+        self.text = doc.text
+        self.tokenizer = tokenizer
+        self._units: TokenUnits | None = None
+
+    @property
+    def units(self) -> TokenUnits:
+        if self._units is None:
+            self._units = token_units(self.tokenizer, self.text)
+        return self._units
+
+
+def trim_span(text: str, start: int, end: int) -> tuple[int, int]:
+    """Shrink a span so it neither starts nor ends with whitespace (like `str.strip`)."""
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def window_pieces(units: TokenUnits, start: int, end: int, budget: int) -> list[tuple[int, int]]:
+    """Cut `[start, end)` into consecutive windows of at most `budget` tokens on unit boundaries."""
+    i = units.first_unit_ending_after(start)
+    j_end = units.units_starting_before(end)
+    if j_end <= i:
+        return [(start, end)] if end > start else []
+    cum = units.cum
+    out: list[tuple[int, int]] = []
+    cur_start = start
+    while i < j_end:
+        j = int(np.searchsorted(cum, cum[i] + budget, side="right")) - 1
+        j = min(max(j, i + 1), j_end)
+        cut = end if j >= j_end else int(units.ends[j - 1])
+        if cut > cur_start:
+            out.append((cur_start, cut))
+        cur_start = cut
+        i = j
+    if cur_start < end and out:
+        out[-1] = (out[-1][0], end)
+    return out
+
+
+def extend_overlap(pieces: list[Piece], units: TokenUnits, overlap: int, text_len: int) -> list[Piece]:
+    """Overlap as span arithmetic: extend each base piece forward by `overlap` tokens.
+
+    Base pieces are cut at `size - overlap`, so an extended piece stays within `size`.
+    A piece whose extension is contained in the previous one is dropped, which makes
+    token windows identical to a stride of `size - overlap` (LangChain/Chroma).
+    """
+    if overlap <= 0 or not pieces:
+        return pieces
+    cum = units.cum
+    out: list[Piece] = []
+    for p in pieces:
+        j = units.units_starting_before(p.end)
+        # j: first unit starting at/after p.end -> units [j, k) are added
+        k = int(np.searchsorted(cum, cum[j] + overlap, side="right")) - 1
+        new_end = p.end
+        if k > j:
+            new_end = max(p.end, min(int(units.ends[k - 1]), text_len))
+        if out and out[-1].start <= p.start and new_end <= out[-1].end:
+            continue
+        out.append(Piece(p.start, new_end, {**p.metadata, "overlap_end": p.end}, p.embed_prefix))
+    return out
+
+
+def refined_counts(dt: DocText, starts: np.ndarray, ends: np.ndarray, overhead: int) -> np.ndarray:
+    """Token counts of spans (without special tokens), exact at the edges.
+
+    The interior comes from the document tokenization; an edge that cuts a token is
+    re-encoded locally (the cut token plus a few following ones) because BPE/WordPiece
+    may need more tokens for a word that lost its leading space.
+    """
+    units = dt.units
+    n_units = len(units.starts)
+    i = np.searchsorted(units.ends, starts, side="right")
+    j = np.searchsorted(units.starts, ends, side="left")
+    counts = np.maximum(units.cum[j] - units.cum[np.minimum(i, j)], 0)
+    if n_units == 0:
+        return counts
+    partial_start = (j > i) & (units.starts[np.minimum(i, n_units - 1)] < starts)
+    partial_end = (j > i) & (units.ends[np.maximum(j - 1, 0)] > ends)
+    todo = np.flatnonzero(partial_start | partial_end)
+    if len(todo) == 0:
+        return counts
+    text, count, cum = dt.text, dt.tokenizer.count, units.cum
+    edge = 4
+    for t in todo.tolist():
+        s, e, a, b = int(starts[t]), int(ends[t]), int(i[t]), int(j[t])
+        if b - a <= 2 * edge + 1:
+            counts[t] = count(text[s:e]) - overhead
+            continue
+        if partial_start[t]:
+            k = a + edge
+            counts[t] += count(text[s : int(units.ends[k - 1])]) - overhead - int(cum[k] - cum[a])
+        if partial_end[t]:
+            k = b - edge
+            counts[t] += count(text[int(units.starts[k]) : e]) - overhead - int(cum[b] - cum[k])
+    return counts
+
+
+ContextStep = Callable[[Document, list[Chunk]], None]
+
+
+class BaseChunker:
+    """Common implementation of `chunking.Chunker`; subclasses implement `pieces`."""
+
+    strategy = "base"
+    trims_whitespace = True
+
+    def __init__(
+        self,
+        *,
+        tokenizer: Tokenizer,
+        size: int,
+        overlap: int = 0,
+        config_key: str = "",
+        context: Iterable[ContextStep] = (),
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.size = size
+        self.overlap = overlap
+        self.config_key = config_key
+        self.context_steps = list(context)
+        self.overhead = special_token_overhead(tokenizer)
+        self.budget = max(1, size - self.overhead)
+        self.base_budget = max(1, self.budget - overlap)
+
+    # -- to implement -------------------------------------------------------------------
+    def pieces(self, dt: DocText) -> list[Piece]:
+        raise NotImplementedError
+
+    # -- public API ---------------------------------------------------------------------
+    def chunk(self, document: Document | str) -> list[Chunk]:
+        doc = as_document(document)
+        if not doc.text or doc.text.isspace():
+            return []
+        dt = DocText(doc, self.tokenizer)
+        pieces = self.pieces(dt)
+        chunks = self.finish(dt, pieces)
+        for step in self.context_steps:
+            step(doc, chunks)
+        return chunks
+
+    def chunk_batch(self, documents: Iterable[Document | str]) -> list[list[Chunk]]:
+        return [self.chunk(d) for d in documents]
+
+    # -- helpers ------------------------------------------------------------------------
+    def limit_for(self, piece: Piece) -> int:
+        return self.budget
+
+    def enforce_limit(self, dt: DocText, pieces: list[Piece]) -> tuple[list[Piece], list[int]]:
+        """Count every piece (exact edges) and re-cut the rare piece that is over its limit."""
+        for _ in range(4):
+            starts = np.fromiter((p.start for p in pieces), dtype=np.int64, count=len(pieces))
+            ends = np.fromiter((p.end for p in pieces), dtype=np.int64, count=len(pieces))
+            counts = refined_counts(dt, starts, ends, self.overhead).tolist()
+            over = [k for k, p in enumerate(pieces) if counts[k] > self.limit_for(p)]
+            if not over:
+                return pieces, counts
+            fixed: list[Piece] = []
+            over_set = set(over)
+            for k, p in enumerate(pieces):
+                if k not in over_set:
+                    fixed.append(p)
+                    continue
+                limit = self.limit_for(p)
+                margin = max(1, min(8, limit // 4))
+                for s, e in window_pieces(dt.units, p.start, p.end, max(1, limit - margin)):
+                    s, e = trim_span(dt.text, s, e)
+                    if e > s:
+                        fixed.append(Piece(s, e, {**p.metadata, "recut": True}, p.embed_prefix))
+            pieces = fixed
+        return pieces, counts
+
+    def finish(self, dt: DocText, pieces: list[Piece]) -> list[Chunk]:
+        text = dt.text
+        chunks: list[Chunk] = []
+        if not pieces:
+            return chunks
+        pieces, counts = self.enforce_limit(dt, pieces)
+        for p, n_tokens in zip(pieces, counts, strict=True):
+            if p.end <= p.start:
+                continue
+            chunk_text = text[p.start : p.end]
+            if chunk_text.isspace():
+                continue
+            meta = {"strategy": self.strategy, **p.metadata}
+            chunks.append(
+                Chunk(
+                    doc_id=dt.doc.id,
+                    start=p.start,
+                    end=p.end,
+                    text=chunk_text,
+                    token_count=int(n_tokens) + self.overhead,
+                    metadata=meta,
+                    embed_text=(p.embed_prefix + chunk_text) if p.embed_prefix else chunk_text,
+                    config_key=self.config_key,
+                )
+            )
+        return chunks
+

@@ -1,0 +1,327 @@
+"""The fast strategies: `token`, `recursive` and `sentence`.
+
+All three tokenize the document once and cut with token-index arithmetic on the
+resulting `TokenUnits`; no piece is ever re-encoded.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from chunking.base import BaseChunker, DocText, Piece, extend_overlap, refined_counts, trim_span, window_pieces
+from chunking.tokenizers import TokenUnits
+
+
+class TokenChunker(BaseChunker):
+    """Fixed windows of `size` tokens; `overlap` tokens shared by consecutive windows.
+
+    Equivalent on spans to LangChain's `TokenTextSplitter` (windows start every
+    `size - overlap` tokens; the last window is the first that reaches the end).
+    """
+
+    strategy = "token"
+
+    def pieces(self, dt: DocText) -> list[Piece]:
+        base = [Piece(s, e) for s, e in window_pieces(dt.units, 0, len(dt.text), self.base_budget)]
+        return extend_overlap(base, dt.units, self.overlap, len(dt.text))
+
+
+# ---------------------------------------------------------------------------------------
+# recursive
+
+RECURSIVE_PRESETS: dict[str, dict[str, Any]] = {
+    # paragraph, line, sentence ends, clause, word, token
+    "default": {
+        "separators": ["\n\n", "\n", ". ", "? ", "! ", "; ", ", ", " ", ""],
+        "keep_separator": "end",
+        "is_regex": False,
+    },
+    "markdown": {
+        "separators": [
+            r"\n#{1,6} ",
+            r"```\n",
+            r"\n\*\*\*+\n",
+            r"\n---+\n",
+            r"\n___+\n",
+            r"\n\n",
+            r"\n",
+            r"(?<=[.!?]) ",
+            " ",
+            "",
+        ],
+        "keep_separator": "start",
+        "is_regex": True,
+    },
+    "python": {
+        "separators": ["\nclass ", "\ndef ", "\n    def ", "\n\tdef ", "\n\n", "\n", " ", ""],
+        "keep_separator": "start",
+        "is_regex": False,
+    },
+    "code": {
+        "separators": [
+            "\nclass ",
+            "\nfunction ",
+            "\nfunc ",
+            "\nfn ",
+            "\npub fn ",
+            "\ninterface ",
+            "\nconst ",
+            "\nexport ",
+            "\nif ",
+            "\nfor ",
+            "\nwhile ",
+            "\n\n",
+            "\n",
+            " ",
+            "",
+        ],
+        "keep_separator": "start",
+        "is_regex": False,
+    },
+    "cjk": {
+        "separators": ["\n\n", "\n", "。", "！", "？", "；", "，", "、", ". ", "! ", "? ", " ", ""],
+        "keep_separator": "end",
+        "is_regex": False,
+    },
+    # Chroma's report: RecursiveCharacterTextSplitter(separators=[...], cl100k length function);
+    # LangChain keeps a separator at the start of the following piece.
+    "chroma": {
+        "separators": ["\n\n", "\n", ".", "?", "!", " ", ""],
+        "keep_separator": "start",
+        "is_regex": False,
+    },
+}
+
+
+class RecursiveChunker(BaseChunker):
+    """LangChain-style recursive splitting with exact spans and one tokenization.
+
+    Splits on the first separator present, keeps pieces shorter than `size`, recurses
+    into longer ones with the remaining separators, and merges neighbouring pieces up
+    to `size` tokens. Overlap follows LangChain's merge: a new chunk starts with as many
+    trailing pieces of the previous one as fit in `overlap` tokens. The empty separator
+    means token units (never a cut inside a token).
+    """
+
+    strategy = "recursive"
+
+    def __init__(
+        self,
+        *,
+        separators: list[str],
+        keep_separator: str = "end",
+        is_regex: bool = False,
+        preset: str = "",
+        **kw: Any,
+    ) -> None:
+        super().__init__(**kw)
+        self.separators = list(separators)
+        self.keep_separator = keep_separator
+        self.preset = preset
+        self._patterns = [
+            None if s == "" else re.compile(s if is_regex else re.escape(s)) for s in self.separators
+        ]
+
+    def pieces(self, dt: DocText) -> list[Piece]:
+        spans = self.split_span(dt, 0, len(dt.text))
+        meta = {"preset": self.preset} if self.preset else {}
+        return [Piece(s, e, dict(meta)) for s, e in spans]
+
+    # The recursion works on (start, end) spans of the document; `level` indexes separators.
+    def split_span(self, dt: DocText, start: int, end: int, budget: int | None = None) -> list[tuple[int, int]]:
+        budget = self.budget if budget is None else budget
+        out: list[tuple[int, int]] = []
+        self._split(dt, start, end, 0, budget, out)
+        return out
+
+    def _boundaries(self, dt: DocText, start: int, end: int, level: int) -> tuple[list[int], int]:
+        """Cut points of `[start, end)` by the first separator at or after `level` that occurs."""
+        text = dt.text
+        for lv in range(level, len(self._patterns)):
+            pattern = self._patterns[lv]
+            if pattern is None:
+                return self._unit_boundaries(dt.units, start, end), len(self._patterns)
+            if self.keep_separator == "end":
+                cuts = [m.end() for m in pattern.finditer(text, start, end) if m.end() > m.start()]
+            else:
+                cuts = [m.start() for m in pattern.finditer(text, start, end) if m.end() > m.start()]
+            if cuts:
+                inner = [c for c in cuts if start < c < end]
+                return [start, *inner, end], lv + 1
+        return [start, end], len(self._patterns)
+
+    @staticmethod
+    def _unit_boundaries(units: TokenUnits, start: int, end: int) -> list[int]:
+        i = units.first_unit_ending_after(start)
+        j = units.units_starting_before(end)
+        inner = units.starts[i:j]
+        inner = inner[(inner > start) & (inner < end)]
+        return [start, *inner.tolist(), end]
+
+    def _split(self, dt: DocText, start: int, end: int, level: int, budget: int, out: list) -> None:
+        cuts, next_level = self._boundaries(dt, start, end, level)
+        arr = np.asarray(cuts, dtype=np.int64)
+        lengths = refined_counts(dt, arr[:-1], arr[1:], 0).tolist()
+        good: list[tuple[int, int, int]] = []
+        for k, n in enumerate(lengths):
+            a, b = cuts[k], cuts[k + 1]
+            if b <= a:
+                continue
+            if n < budget or (n <= budget and next_level >= len(self._patterns)):
+                good.append((a, b, n))
+                continue
+            if good:
+                self._merge(dt.text, good, budget, out)
+                good = []
+            if next_level >= len(self._patterns):
+                s, e = trim_span(dt.text, a, b)
+                if e > s:
+                    out.append((s, e))
+            else:
+                self._split(dt, a, b, next_level, budget, out)
+        if good:
+            self._merge(dt.text, good, budget, out)
+
+    def _merge(self, text: str, splits: list[tuple[int, int, int]], budget: int, out: list) -> None:
+        """LangChain's `_merge_splits` on spans; pieces are contiguous so a join is a span."""
+        overlap = self.overlap
+        current: list[tuple[int, int, int]] = []
+        head = 0  # index of the first live element of `current`
+        total = 0
+        for piece in splits:
+            n = piece[2]
+            if total + n > budget and len(current) > head:
+                s, e = trim_span(text, current[head][0], current[-1][1])
+                if e > s:
+                    out.append((s, e))
+                while total > overlap or (total + n > budget and total > 0):
+                    total -= current[head][2]
+                    head += 1
+            current.append(piece)
+            total += n
+        if len(current) > head:
+            s, e = trim_span(text, current[head][0], current[-1][1])
+            if e > s:
+                out.append((s, e))
+
+
+# ---------------------------------------------------------------------------------------
+# sentence
+
+_ABBREVIATIONS = frozenset(
+    "mr mrs ms dr prof sr jr st vs etc e.g i.e fig figs no nos vol al approx dept est inc ltd co corp "
+    "jan feb mar apr jun jul aug sep sept oct nov dec u.s u.k ph.d sra srta dra".split()
+)
+
+# A sentence ends at: Latin terminal punctuation (plus closing quotes/brackets) followed by
+# whitespace; CJK / Arabic / Devanagari terminal punctuation anywhere (no space needed);
+# a line break; or right before an inverted Spanish mark that follows terminal punctuation.
+_SENTENCE_END = re.compile(
+    r"""
+    [.!?…]+[\"'”’»)\]]*(?:\s+|$)            # Latin-script sentence end + following space
+    | [。！？｡؟۔।॥]+[\"'”’」』）)\]]*\s*     # CJK, Arabic, Urdu, Devanagari: no space needed
+    | [.!?…]+(?=[¿¡])                        # "…fin.¿Qué?" : inverted mark opens the next one
+    | \r?\n(?:[ \t]*\r?\n)*                   # line breaks
+    """,
+    re.VERBOSE,
+)
+
+
+def sentence_spans(text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+    """Trimmed sentence spans of `text[start:end]` (constructive: from regex match ends)."""
+    end = len(text) if end is None else end
+    spans: list[tuple[int, int]] = []
+    cur = start
+    for m in _SENTENCE_END.finditer(text, start, end):
+        cut = m.end()
+        if cut <= cur:
+            continue
+        punct = text[m.start()]
+        if punct == "." and _is_abbreviation(text, cur, m.start(), cut, end):
+            continue
+        s, e = trim_span(text, cur, cut)
+        if e > s:
+            spans.append((s, e))
+        cur = cut
+    if cur < end:
+        s, e = trim_span(text, cur, end)
+        if e > s:
+            spans.append((s, e))
+    return spans
+
+
+def _is_abbreviation(text: str, sent_start: int, dot: int, cut: int, end: int) -> bool:
+    """`Dr. Smith`, `e.g. this`, `J. Doe`, `3.5` are not sentence ends."""
+    # next non-space char lowercase -> not a sentence end
+    if cut < end:
+        nxt = text[cut]
+        if nxt.islower() or nxt.isdigit() or nxt in ",;:":
+            return True
+    w = dot
+    while w > sent_start and not text[w - 1].isspace() and dot - w < 12:
+        w -= 1
+    word = text[w:dot].lower()
+    if not word:
+        return False
+    if word in _ABBREVIATIONS:
+        return True
+    return len(word) == 1 and word.isalpha()
+
+
+def pack_spans(
+    units: TokenUnits, spans: list[tuple[int, int]], budget: int, text: str | None = None
+) -> list[tuple[int, int]]:
+    """Greedily pack consecutive spans into chunks of at most `budget` tokens.
+
+    A span longer than `budget` is cut into token windows on its own.
+    """
+    if not spans:
+        return []
+    arr = np.asarray(spans, dtype=np.int64)
+    first_unit = np.searchsorted(units.ends, arr[:, 0], side="right")
+    after_unit = np.searchsorted(units.starts, arr[:, 1], side="left")
+    cum = units.cum
+    end_cum = cum[after_unit]
+    start_cum = cum[np.minimum(first_unit, after_unit)]
+    # +1 for an edge that cuts a token (see TokenUnits.estimate)
+    n_units = len(units.starts)
+    if n_units:
+        partial_start = (units.starts[np.minimum(first_unit, n_units - 1)] < arr[:, 0]).astype(np.int64)
+        partial_end = (units.ends[np.maximum(after_unit - 1, 0)] > arr[:, 1]).astype(np.int64)
+    else:
+        partial_start = partial_end = np.zeros(len(arr), dtype=np.int64)
+    end_need = end_cum + partial_end
+    start_need = start_cum - partial_start
+    out: list[tuple[int, int]] = []
+    i, n = 0, len(spans)
+    while i < n:
+        if end_need[i] - start_need[i] > budget:
+            out.extend(window_pieces(units, spans[i][0], spans[i][1], budget - 2))
+            i += 1
+            continue
+        # last j with end_need[j] - start_need[i] <= budget (end_cum is non-decreasing)
+        j = int(np.searchsorted(end_cum, start_need[i] + budget, side="right")) - 1
+        j = max(j, i)
+        while j > i and end_need[j] - start_need[i] > budget:
+            j -= 1
+        out.append((spans[i][0], spans[j][1]))
+        i = j + 1
+    if text is not None:
+        out = [trim_span(text, s, e) for s, e in out]
+        out = [(s, e) for s, e in out if e > s]
+    return out
+
+
+class SentenceChunker(BaseChunker):
+    """Whole sentences packed up to `size` tokens; an over-long sentence is cut by tokens."""
+
+    strategy = "sentence"
+
+    def pieces(self, dt: DocText) -> list[Piece]:
+        spans = sentence_spans(dt.text)
+        packed = pack_spans(dt.units, spans, self.base_budget, dt.text)
+        base = [Piece(s, e) for s, e in packed]
+        return extend_overlap(base, dt.units, self.overlap, len(dt.text))

@@ -1,0 +1,295 @@
+"""`build_chunker(spec)`: the `chunker:` mapping of an index config -> a Chunker.
+
+Every field is validated here, and an error names the field and what was expected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from chunking.base import BaseChunker, ChunkerConfigError
+from chunking.models import DEFAULT_MODEL
+from chunking.tokenizers import get_tokenizer
+
+STRATEGIES: tuple[str, ...] = (
+    "token",
+    "recursive",
+    "sentence",
+    "markdown",
+    "html",
+    "code",
+    "semantic",
+    "cluster",
+    "hierarchical",
+    "late",
+    "adaptive",
+    "llm",
+)
+
+COMMON_FIELDS = {"strategy", "size", "overlap", "tokenizer", "model", "context"}
+
+# Strategy -> its own fields (besides the common ones) with their defaults.
+STRATEGY_FIELDS: dict[str, dict[str, Any]] = {
+    "token": {},
+    "recursive": {"preset": "default", "separators": None, "keep_separator": None, "is_regex": None},
+    "sentence": {},
+    "markdown": {"preset": "markdown"},
+    "html": {"strip_tags": True},
+    "code": {"language": None},
+    "semantic": {
+        "threshold_type": "percentile",
+        "threshold": None,
+        "buffer": 1,
+        "min_size": 0,
+    },
+    "cluster": {"piece_size": 50},
+    "hierarchical": {"parent_size": 1024, "base": "recursive"},
+    "late": {"base": "sentence", "window": None},
+    "adaptive": {},
+    "llm": {"max_sentences": 60},
+}
+
+THRESHOLD_DEFAULTS = {"percentile": 95.0, "standard_deviation": 3.0, "interquartile": 1.5, "gradient": 95.0}
+TOKENIZERS = ("model", "cl100k", "chars", "words")
+
+
+def _require_int(spec: dict, key: str, default: Any, *, minimum: int = 1) -> int:
+    value = spec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ChunkerConfigError(f"chunker.{key}: expected an integer, got {value!r}")
+    if value < minimum:
+        raise ChunkerConfigError(f"chunker.{key}: must be >= {minimum}, got {value}")
+    return value
+
+
+def resolve_overlap(spec: dict, size: int) -> int:
+    """`overlap` is an int (tokens) or a float in [0, 1) (fraction of `size`)."""
+    value = spec.get("overlap", 0)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ChunkerConfigError(f"chunker.overlap: expected tokens (int) or a fraction (float), got {value!r}")
+    if isinstance(value, float):
+        if not 0.0 <= value < 1.0:
+            raise ChunkerConfigError(f"chunker.overlap: a fraction must be in [0, 1), got {value}")
+        return int(round(value * size))
+    if value < 0 or value >= size:
+        raise ChunkerConfigError(f"chunker.overlap: must be >= 0 and < size ({size}), got {value}")
+    return value
+
+
+def build_chunker(
+    spec: dict[str, Any],
+    *,
+    config_key: str = "",
+    embedding_model: Any = None,
+    llm: Any = None,
+) -> BaseChunker:
+    """Build a chunker from a config mapping, e.g. `{strategy: recursive, size: 256}`."""
+    if not isinstance(spec, dict):
+        raise ChunkerConfigError(f"chunker: expected a mapping, got {type(spec).__name__}")
+    strategy = spec.get("strategy")
+    if strategy not in STRATEGIES:
+        raise ChunkerConfigError(f"chunker.strategy: unknown {strategy!r}; expected one of {', '.join(STRATEGIES)}")
+    allowed = COMMON_FIELDS | set(STRATEGY_FIELDS[strategy])
+    unknown = sorted(set(spec) - allowed)
+    if unknown:
+        raise ChunkerConfigError(
+            f"chunker.{unknown[0]}: not a field of strategy {strategy!r}; allowed: {', '.join(sorted(allowed))}"
+        )
+    size = _require_int(spec, "size", 256, minimum=8)
+    overlap = resolve_overlap(spec, size)
+    tokenizer_name = spec.get("tokenizer", "model")
+    if tokenizer_name not in TOKENIZERS:
+        raise ChunkerConfigError(f"chunker.tokenizer: unknown {tokenizer_name!r}; expected one of {', '.join(TOKENIZERS)}")
+    model = spec.get("model", DEFAULT_MODEL)
+    if not isinstance(model, str) or not model:
+        raise ChunkerConfigError(f"chunker.model: expected a model name, got {model!r}")
+    try:
+        tokenizer = get_tokenizer(tokenizer_name, model) if tokenizer_name == "model" else get_tokenizer(tokenizer_name)
+    except ValueError as exc:
+        raise ChunkerConfigError(f"chunker.model: {exc}") from exc
+    if size - getattr(tokenizer, "special_tokens", 0) - overlap < 4:
+        raise ChunkerConfigError(f"chunker.size: {size} leaves too few tokens after overlap and special tokens")
+
+    from chunking.context import build_context_steps
+
+    context = build_context_steps(spec.get("context"), llm=llm)
+    common = {"tokenizer": tokenizer, "size": size, "overlap": overlap, "config_key": config_key, "context": context}
+    options = {k: spec.get(k, d) for k, d in STRATEGY_FIELDS[strategy].items()}
+    builder = _BUILDERS[strategy]
+    return builder(common, options, spec, embedding_model, llm)
+
+
+# -- builders ---------------------------------------------------------------------------
+
+
+def _recursive_kwargs(options: dict, spec: dict) -> dict:
+    from chunking.basic import RECURSIVE_PRESETS
+
+    preset_name = options.get("preset") or "default"
+    if preset_name not in RECURSIVE_PRESETS:
+        raise ChunkerConfigError(
+            f"chunker.preset: unknown {preset_name!r}; expected one of {', '.join(RECURSIVE_PRESETS)}"
+        )
+    preset = RECURSIVE_PRESETS[preset_name]
+    separators = options.get("separators")
+    if separators is None:
+        separators = preset["separators"]
+    elif not isinstance(separators, list) or not all(isinstance(s, str) for s in separators) or not separators:
+        raise ChunkerConfigError(f"chunker.separators: expected a non-empty list of strings, got {separators!r}")
+    keep = options.get("keep_separator")
+    keep = preset["keep_separator"] if keep is None else keep
+    if keep is True:
+        keep = "start"
+    if keep not in ("start", "end"):
+        raise ChunkerConfigError(f"chunker.keep_separator: expected 'start' or 'end', got {keep!r}")
+    is_regex = options.get("is_regex")
+    is_regex = preset["is_regex"] if is_regex is None else is_regex
+    if not isinstance(is_regex, bool):
+        raise ChunkerConfigError(f"chunker.is_regex: expected true or false, got {is_regex!r}")
+    if is_regex:
+        import re
+
+        for s in separators:
+            try:
+                re.compile(s)
+            except re.error as exc:
+                raise ChunkerConfigError(f"chunker.separators: invalid regex {s!r}: {exc}") from exc
+    return {"separators": separators, "keep_separator": keep, "is_regex": is_regex, "preset": preset_name}
+
+
+def _token(common, options, spec, em, llm):
+    from chunking.basic import TokenChunker
+
+    return TokenChunker(**common)
+
+
+def _recursive(common, options, spec, em, llm):
+    from chunking.basic import RecursiveChunker
+
+    return RecursiveChunker(**_recursive_kwargs(options, spec), **common)
+
+
+def _sentence(common, options, spec, em, llm):
+    from chunking.basic import SentenceChunker
+
+    return SentenceChunker(**common)
+
+
+def _markdown(common, options, spec, em, llm):
+    from chunking.structured import MarkdownChunker
+
+    return MarkdownChunker(**common)
+
+
+def _html(common, options, spec, em, llm):
+    from chunking.structured import HtmlChunker
+
+    strip = options["strip_tags"]
+    if not isinstance(strip, bool):
+        raise ChunkerConfigError(f"chunker.strip_tags: expected true or false, got {strip!r}")
+    return HtmlChunker(strip_tags=strip, **common)
+
+
+def _code(common, options, spec, em, llm):
+    from chunking.code import CodeChunker
+
+    language = options["language"]
+    if language is not None and not isinstance(language, str):
+        raise ChunkerConfigError(f"chunker.language: expected a language name, got {language!r}")
+    return CodeChunker(language=language, **common)
+
+
+def _need_model(strategy: str, em: Any) -> None:
+    if em is None:
+        raise ChunkerConfigError(f"chunker.strategy: {strategy!r} needs an embedding_model (pass embedding_model=...)")
+
+
+def _semantic(common, options, spec, em, llm):
+    from chunking.semantic import SemanticChunker
+
+    _need_model("semantic", em)
+    kind = options["threshold_type"]
+    if kind not in THRESHOLD_DEFAULTS:
+        raise ChunkerConfigError(
+            f"chunker.threshold_type: unknown {kind!r}; expected one of {', '.join(THRESHOLD_DEFAULTS)}"
+        )
+    threshold = options["threshold"]
+    threshold = THRESHOLD_DEFAULTS[kind] if threshold is None else threshold
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+        raise ChunkerConfigError(f"chunker.threshold: expected a number, got {threshold!r}")
+    if kind in ("percentile", "gradient") and not 0 <= threshold <= 100:
+        raise ChunkerConfigError(f"chunker.threshold: a percentile must be in [0, 100], got {threshold}")
+    buffer = _require_int(options, "buffer", 1, minimum=0)
+    min_size = _require_int(options, "min_size", 0, minimum=0)
+    return SemanticChunker(
+        embedding_model=em, threshold_type=kind, threshold=float(threshold), buffer=buffer, min_size=min_size, **common
+    )
+
+
+def _cluster(common, options, spec, em, llm):
+    from chunking.semantic import ClusterChunker
+
+    _need_model("cluster", em)
+    piece_size = _require_int(options, "piece_size", 50, minimum=4)
+    if piece_size > common["size"]:
+        raise ChunkerConfigError(f"chunker.piece_size: {piece_size} must not exceed size {common['size']}")
+    return ClusterChunker(embedding_model=em, piece_size=piece_size, **common)
+
+
+def _hierarchical(common, options, spec, em, llm):
+    from chunking.hierarchical import HierarchicalChunker
+
+    parent_size = _require_int(options, "parent_size", 1024, minimum=8)
+    if parent_size <= common["size"]:
+        raise ChunkerConfigError(f"chunker.parent_size: {parent_size} must exceed size {common['size']}")
+    base = options["base"]
+    if base not in ("recursive", "sentence", "token"):
+        raise ChunkerConfigError(f"chunker.base: expected recursive, sentence or token, got {base!r}")
+    return HierarchicalChunker(parent_size=parent_size, base=base, **common)
+
+
+def _late(common, options, spec, em, llm):
+    from chunking.late import LateChunker
+
+    _need_model("late", em)
+    base = options["base"]
+    if base not in ("recursive", "sentence", "token"):
+        raise ChunkerConfigError(f"chunker.base: expected recursive, sentence or token, got {base!r}")
+    window = options["window"]
+    if window is not None:
+        window = _require_int(options, "window", 0, minimum=common["size"])
+    return LateChunker(embedding_model=em, base=base, window=window, **common)
+
+
+def _adaptive(common, options, spec, em, llm):
+    from chunking.adaptive import AdaptiveChunker
+
+    return AdaptiveChunker(**common)
+
+
+def _llm(common, options, spec, em, llm):
+    from chunking.llm import LLMChunker
+
+    if llm is None:
+        raise ChunkerConfigError("chunker.strategy: 'llm' needs an LLM client (pass llm=OpenAICompatibleClient(...))")
+    max_sentences = _require_int(options, "max_sentences", 60, minimum=2)
+    return LLMChunker(llm=llm, max_sentences=max_sentences, **common)
+
+
+_BUILDERS: dict[str, Callable[..., BaseChunker]] = {
+    "token": _token,
+    "recursive": _recursive,
+    "sentence": _sentence,
+    "markdown": _markdown,
+    "html": _html,
+    "code": _code,
+    "semantic": _semantic,
+    "cluster": _cluster,
+    "hierarchical": _hierarchical,
+    "late": _late,
+    "adaptive": _adaptive,
+    "llm": _llm,
+}
