@@ -122,20 +122,32 @@ def refined_counts(dt: DocText, starts: np.ndarray, ends: np.ndarray, overhead: 
     todo = np.flatnonzero(partial_start | partial_end)
     if len(todo) == 0:
         return counts
-    text, count, cum = dt.text, dt.tokenizer.count, units.cum
+    text, count = dt.text, dt.tokenizer.count
+    cum = units.cum
     edge = 4
-    for t in todo.tolist():
-        s, e, a, b = int(starts[t]), int(ends[t]), int(i[t]), int(j[t])
-        if b - a <= 2 * edge + 1:
-            counts[t] = count(text[s:e]) - overhead
+    t_list = todo.tolist()
+    s_list = starts[todo].tolist()
+    e_list = ends[todo].tolist()
+    a_list = i[todo].tolist()
+    b_list = j[todo].tolist()
+    ps_list = partial_start[todo].tolist()
+    pe_list = partial_end[todo].tolist()
+    # unit offsets we may need, fetched in one vectorised step
+    head_end = units.ends[np.minimum(i[todo] + edge, n_units) - 1].tolist()
+    tail_start = units.starts[np.maximum(j[todo] - edge, 0)].tolist()
+    head_cum = (cum[np.minimum(i[todo] + edge, n_units)] - cum[i[todo]]).tolist()
+    tail_cum = (cum[j[todo]] - cum[np.maximum(j[todo] - edge, 0)]).tolist()
+    out = counts.tolist()
+    for k, t in enumerate(t_list):
+        s, e = s_list[k], e_list[k]
+        if b_list[k] - a_list[k] <= 2 * edge + 1:
+            out[t] = count(text[s:e]) - overhead
             continue
-        if partial_start[t]:
-            k = a + edge
-            counts[t] += count(text[s : int(units.ends[k - 1])]) - overhead - int(cum[k] - cum[a])
-        if partial_end[t]:
-            k = b - edge
-            counts[t] += count(text[int(units.starts[k]) : e]) - overhead - int(cum[b] - cum[k])
-    return counts
+        if ps_list[k]:
+            out[t] += count(text[s : head_end[k]]) - overhead - head_cum[k]
+        if pe_list[k]:
+            out[t] += count(text[tail_start[k] : e]) - overhead - tail_cum[k]
+    return np.asarray(out, dtype=np.int64)
 
 
 ContextStep = Callable[[Document, list[Chunk]], None]
