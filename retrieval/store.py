@@ -46,6 +46,13 @@ class DocumentSync:
         }
 
 
+def as_array(vector: Any) -> np.ndarray:
+    """A pgvector value (pgvector.Vector or sequence) as a float32 numpy array."""
+    if hasattr(vector, "to_numpy"):
+        vector = vector.to_numpy()
+    return np.asarray(vector, dtype=np.float32)
+
+
 def partition_names(index_name: str) -> dict[str, str]:
     """Stable, short identifiers for an index's partitions and HNSW index (names can hold '/')."""
     digest = hashlib.sha256(index_name.encode("utf-8")).hexdigest()[:16]
@@ -331,15 +338,15 @@ class Store:
         """Vectors already computed for these content hashes by this model (backend included)."""
         wanted = list(dict.fromkeys(hashes))
         found: dict[str, np.ndarray] = {}
-        with self.connection() as conn:
+        with self.connection() as conn, conn.cursor(binary=True) as cur:
             for i in range(0, len(wanted), 10000):
-                rows = conn.execute(
+                rows = cur.execute(
                     "SELECT content_hash, embedding FROM embedding_cache"
                     " WHERE model_id = %s AND content_hash = ANY(%s)",
                     (model_id, wanted[i : i + 10000]),
                 ).fetchall()
                 for content_hash, vector in rows:
-                    found[content_hash] = np.asarray(vector, dtype=np.float32)
+                    found[content_hash] = as_array(vector)
         return found
 
     def cache_embeddings(self, model_id: str, vectors: dict[str, np.ndarray]) -> int:

@@ -1,0 +1,573 @@
+"""Search one published index: dense (HNSW), BM25, hybrid (RRF or weighted), MMR, rerank, parents.
+
+Every query reads inside one REPEATABLE READ snapshot, so dense and BM25 candidates come from the
+same index version even while a publish commits. Dense queries go to the index's own partition and
+order by the expression its HNSW index is built on, so the planner uses that graph.
+
+`retrieval.search(...)` (this module, called like a function) uses a lazily created default Searcher.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from retrieval import bm25 as bm25_lib
+from retrieval.store import Store, as_array, partition_names, split_index_name
+
+MODES = ("dense", "bm25", "hybrid", "hybrid_weighted")
+MAX_K = 1000
+HNSW_MAX_EF = 1000  # pgvector's upper bound for hnsw.ef_search
+
+
+class SearchError(ValueError):
+    """Bad search input (unknown mode, k out of range, bad filters): the message names the field."""
+
+
+class IndexNotFoundError(LookupError):
+    """The index does not exist or was never published."""
+
+
+@dataclass
+class SearchResult:
+    """One chunk: its exact span in its document, text, metadata and per-stage scores."""
+
+    chunk_id: str
+    doc_id: str
+    start: int
+    end: int
+    text: str
+    metadata: dict[str, Any]
+    scores: dict[str, float]
+    rank: int
+    parent: dict[str, Any] | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    index: str = ""
+    index_version: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SearchResult:
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class _IndexHandle:
+    name: str
+    version: int
+    dim: int
+    config: dict[str, Any]
+    chunks: str
+    postings: str
+    bm25_params: bm25_lib.Bm25Params
+    analyzer: bm25_lib.Analyzer
+
+
+def _validate(query: str, k: int, mode: str, filters: Any) -> None:
+    if not isinstance(query, str) or not query.strip():
+        raise SearchError("query: must be a non-empty string")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise SearchError(f"k: must be an integer between 1 and {MAX_K}, got {k!r}")
+    if mode not in MODES:
+        raise SearchError(f"mode: unknown {mode!r}; expected one of {MODES}")
+    if filters is not None and not isinstance(filters, dict):
+        raise SearchError("filters: must be a JSON object matched against chunk metadata (containment)")
+
+
+class Searcher:
+    """Queries published indexes. `embedder_for` is an Embedder or `index_name -> Embedder`.
+
+    Options: `ef_search` (HNSW candidate list, raised to the number of candidates when needed),
+    `bm25_backend` ("sql": score from the postings in Postgres; "memory": a scipy copy per index,
+    reloaded when the index version changes; both return rank-bm25's scores).
+    """
+
+    def __init__(
+        self,
+        store: Store | None = None,
+        embedder_for: Callable[[str], Any] | Any | None = None,
+        *,
+        ef_search: int = 100,
+        bm25_backend: str = "sql",
+        rerank_candidates: int = 20,
+    ) -> None:
+        if bm25_backend not in ("sql", "memory"):
+            raise SearchError(f"bm25_backend: unknown {bm25_backend!r}; expected 'sql' or 'memory'")
+        self.store = store or Store()
+        self._embedder_for = embedder_for
+        self.ef_search = int(ef_search)
+        self.bm25_backend = bm25_backend
+        self.rerank_candidates = int(rerank_candidates)
+        self._handles: dict[str, _IndexHandle] = {}
+        self._memory: dict[str, bm25_lib.MemoryBm25] = {}
+        self._rerankers: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    # -- resolution --------------------------------------------------------------------------
+
+    def embedder(self, index_name: str, config: dict[str, Any] | None = None) -> Any:
+        if self._embedder_for is None:
+            from retrieval.embedder import embedder_for_config
+
+            return embedder_for_config(config or {})
+        if callable(self._embedder_for) and not hasattr(self._embedder_for, "embed"):
+            return self._embedder_for(index_name)
+        return self._embedder_for
+
+    def _handle(self, conn: Any, index: str) -> _IndexHandle:
+        name = split_index_name(index)
+        row = conn.execute("SELECT version, dim, config FROM indexes WHERE name = %s", (name,)).fetchone()
+        if row is None:
+            raise IndexNotFoundError(f"index {name!r} does not exist; known: {self._known(conn)}")
+        version, dim, config = int(row[0]), row[1], row[2]
+        if version == 0 or not dim:
+            raise IndexNotFoundError(f"index {name!r} has not been published yet")
+        cached = self._handles.get(name)
+        if cached is not None and cached.version == version:
+            return cached
+        parts = partition_names(name)
+        bm25_config = config.get("bm25") or {}
+        handle = _IndexHandle(
+            name=name,
+            version=version,
+            dim=int(dim),
+            config=config,
+            chunks=parts["chunks"],
+            postings=parts["postings"],
+            bm25_params=bm25_lib.Bm25Params.from_config(bm25_config),
+            analyzer=bm25_lib.build_analyzer(bm25_config),
+        )
+        self._handles[name] = handle
+        return handle
+
+    @staticmethod
+    def _known(conn: Any) -> list[str]:
+        return [r[0] for r in conn.execute("SELECT name FROM indexes WHERE version > 0 ORDER BY name")]
+
+    def index_config(self, index: str) -> dict[str, Any]:
+        with self.store.connection() as conn:
+            return self._handle(conn, index).config
+
+    # -- public API --------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        index: str = "recursive-256",
+        k: int = 5,
+        mode: str = "hybrid",
+        *,
+        rerank: Any = None,
+        filters: dict[str, Any] | None = None,
+        include_parent: bool = False,
+        mmr: float | None = None,
+        candidates: int | None = None,
+        rrf_k: int | None = None,
+        weight: float | None = None,
+        ef_search: int | None = None,
+    ) -> list[SearchResult]:
+        """Top-k chunks of `index` for `query`. See the module docstring for the modes."""
+        return self.search_batch(
+            [query],
+            index,
+            k,
+            mode,
+            rerank=rerank,
+            filters=filters,
+            include_parent=include_parent,
+            mmr=mmr,
+            candidates=candidates,
+            rrf_k=rrf_k,
+            weight=weight,
+            ef_search=ef_search,
+        )[0]
+
+    def search_batch(
+        self,
+        queries: Sequence[str],
+        index: str = "recursive-256",
+        k: int = 5,
+        mode: str = "hybrid",
+        *,
+        rerank: Any = None,
+        filters: dict[str, Any] | None = None,
+        include_parent: bool = False,
+        mmr: float | None = None,
+        candidates: int | None = None,
+        rrf_k: int | None = None,
+        weight: float | None = None,
+        ef_search: int | None = None,
+    ) -> list[list[SearchResult]]:
+        """Like `search` for many queries; all query vectors are computed in one embedding call."""
+        if isinstance(queries, str):
+            raise SearchError("queries: expected a list of strings, not a single string")
+        for query in queries:
+            _validate(query, k, mode, filters)
+        if mmr is not None and not (isinstance(mmr, int | float) and 0.0 <= float(mmr) <= 1.0):
+            raise SearchError(f"mmr: lambda must be between 0 and 1, got {mmr!r}")
+        if not queries:
+            return []
+        with self.store.connection() as conn:
+            handle = self._handle(conn, index)
+        hybrid_cfg = handle.config.get("hybrid") or {}
+        n_candidates = int(candidates or hybrid_cfg.get("candidates", 50))
+        if not 1 <= n_candidates <= MAX_K:
+            raise SearchError(f"candidates: must be between 1 and {MAX_K}, got {n_candidates}")
+        rrf_k_value = float(rrf_k if rrf_k is not None else hybrid_cfg.get("rrf_k", 60))
+        weight_value = float(weight if weight is not None else hybrid_cfg.get("weight", 0.5))
+        if not 0.0 <= weight_value <= 1.0:
+            raise SearchError(f"weight: dense weight must be between 0 and 1, got {weight_value}")
+        reranker = self._reranker(rerank)
+        pool = max(k, self.rerank_candidates if reranker is not None else k)
+        if mmr is not None:
+            pool = max(pool, min(n_candidates, MAX_K), 2 * k)
+        first_stage = pool if mode in ("dense", "bm25") else max(pool, n_candidates)
+
+        needs_vectors = mode != "bm25" or mmr is not None
+        query_vectors: np.ndarray | None = None
+        embed_ms = 0.0
+        if needs_vectors:
+            started = time.perf_counter()
+            query_vectors = np.asarray(self.embedder(handle.name, handle.config).embed(list(queries)))
+            embed_ms = (time.perf_counter() - started) * 1000 / len(queries)
+            if query_vectors.shape[1] != handle.dim:
+                raise SearchError(
+                    f"index {handle.name!r} holds {handle.dim}-dim vectors but the query embedder gives "
+                    f"{query_vectors.shape[1]}"
+                )
+
+        results: list[list[SearchResult]] = []
+        for qi, query in enumerate(queries):
+            total_started = time.perf_counter()
+            timings = {"embed_ms": embed_ms} if needs_vectors else {}
+            qvec = query_vectors[qi] if query_vectors is not None else None
+            with self.store.connection() as conn, conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                handle = self._handle(conn, index)
+                dense: list[tuple[str, float]] = []
+                lexical: list[tuple[str, float]] = []
+                if mode != "bm25":
+                    started = time.perf_counter()
+                    n = first_stage if mode == "dense" else max(first_stage, n_candidates)
+                    dense = self._dense(conn, handle, qvec, n, filters, ef_search)
+                    timings["dense_ms"] = (time.perf_counter() - started) * 1000
+                if mode != "dense":
+                    started = time.perf_counter()
+                    n = first_stage if mode == "bm25" else max(first_stage, n_candidates)
+                    lexical = self._bm25(conn, handle, query, n, filters)
+                    timings["bm25_ms"] = (time.perf_counter() - started) * 1000
+                started = time.perf_counter()
+                fused = _fuse(mode, dense, lexical, rrf_k_value, weight_value)
+                timings["fuse_ms"] = (time.perf_counter() - started) * 1000
+                started = time.perf_counter()
+                ranked = fused[: first_stage if (reranker is not None or mmr is not None) else k]
+                rows = self._rows(conn, handle, [cid for cid, _ in ranked], with_vectors=mmr is not None)
+                timings["fetch_ms"] = (time.perf_counter() - started) * 1000
+            hits = [(cid, scores) for cid, scores in ranked if cid in rows]
+            if mmr is not None and qvec is not None:
+                started = time.perf_counter()
+                hits = _mmr(hits, rows, qvec, float(mmr), max(k, pool if reranker else k))
+                timings["mmr_ms"] = (time.perf_counter() - started) * 1000
+            if reranker is not None:
+                started = time.perf_counter()
+                hits = hits[:pool]
+                rerank_scores = reranker.score(query, [rows[cid]["text"] for cid, _ in hits])
+                for (_, scores), value in zip(hits, rerank_scores, strict=True):
+                    scores["rerank"] = float(value)
+                hits = sorted(hits, key=lambda h: -h[1]["rerank"])
+                timings["rerank_ms"] = (time.perf_counter() - started) * 1000
+            hits = hits[:k]
+            out = []
+            for rank, (cid, scores) in enumerate(hits, start=1):
+                row = rows[cid]
+                out.append(
+                    SearchResult(
+                        chunk_id=cid,
+                        doc_id=row["doc_id"],
+                        start=row["start"],
+                        end=row["end"],
+                        text=row["text"],
+                        metadata=row["metadata"],
+                        scores=scores,
+                        rank=rank,
+                        index=handle.name,
+                        index_version=handle.version,
+                    )
+                )
+            if include_parent and out:
+                started = time.perf_counter()
+                self._attach_parents(handle, out, rows)
+                timings["parent_ms"] = (time.perf_counter() - started) * 1000
+            timings["total_ms"] = (time.perf_counter() - total_started) * 1000 + timings.get("embed_ms", 0.0)
+            for result in out:
+                result.timings = {key: round(value, 3) for key, value in timings.items()}
+            results.append(out)
+        return results
+
+    # -- stages ------------------------------------------------------------------------------
+
+    def _dense(
+        self,
+        conn: Any,
+        handle: _IndexHandle,
+        qvec: np.ndarray,
+        n: int,
+        filters: dict[str, Any] | None,
+        ef_search: int | None,
+    ) -> list[tuple[str, float]]:
+        """Nearest chunks by cosine via the partition's HNSW index; exact scan if a filter starves it."""
+        ef = min(HNSW_MAX_EF, max(int(ef_search or self.ef_search), n))
+        conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(ef)))
+        vector_type = sql.SQL("vector({})").format(sql.Literal(handle.dim))
+        where = sql.SQL(" WHERE metadata @> %(filters)s") if filters else sql.SQL("")
+        params: dict[str, Any] = {"q": np.asarray(qvec, dtype=np.float32), "n": n}
+        if filters:
+            params["filters"] = Jsonb(filters)
+        query = sql.SQL(
+            "SELECT chunk_id, (embedding::{t}) <=> %(q)s::{t} AS distance FROM {part}{where}"
+            " ORDER BY (embedding::{t}) <=> %(q)s::{t} LIMIT %(n)s"
+        ).format(t=vector_type, part=sql.Identifier(handle.chunks), where=where)
+        rows = conn.execute(query, params).fetchall()
+        if len(rows) < n:
+            # HNSW's candidate list can run dry (a selective filter, or n > ef): count what exists and
+            # fall back to an exact scan so k rows come back whenever k rows match.
+            available = conn.execute(
+                sql.SQL("SELECT count(*) FROM {part}{where}").format(
+                    part=sql.Identifier(handle.chunks), where=where
+                ),
+                params,
+            ).fetchone()[0]
+            if available > len(rows):
+                exact = sql.SQL(
+                    "SELECT chunk_id, embedding <=> %(q)s::{t} AS distance FROM {part}{where}"
+                    " ORDER BY 2 LIMIT %(n)s"
+                ).format(t=vector_type, part=sql.Identifier(handle.chunks), where=where)
+                rows = conn.execute(exact, params).fetchall()
+        return [(cid, 1.0 - float(distance)) for cid, distance in rows]
+
+    def _bm25(
+        self, conn: Any, handle: _IndexHandle, query: str, n: int, filters: dict[str, Any] | None
+    ) -> list[tuple[str, float]]:
+        terms = handle.analyzer.analyze(query)
+        if not terms:
+            return []
+        if self.bm25_backend == "memory" and not filters:
+            memory = self._memory_index(handle)
+            if memory is not None:
+                return memory.top_k(terms, n)
+        return bm25_lib.sql_top_k(
+            conn, handle.name, handle.postings, handle.chunks, terms, handle.bm25_params, n, filters=filters
+        )
+
+    def _memory_index(self, handle: _IndexHandle) -> bm25_lib.MemoryBm25 | None:
+        """The in-memory BM25 copy at exactly `handle.version`, (re)loaded when the version moved on."""
+        with self._lock:
+            memory = self._memory.get(handle.name)
+            if memory is None or memory.version < handle.version:
+                with self.store.connection() as conn:
+                    memory = bm25_lib.MemoryBm25.load(conn, handle.name, handle.bm25_params)
+                self._memory[handle.name] = memory
+        return memory if memory.version == handle.version else None
+
+    def _rows(
+        self, conn: Any, handle: _IndexHandle, chunk_ids: list[str], *, with_vectors: bool = False
+    ) -> dict[str, dict[str, Any]]:
+        if not chunk_ids:
+            return {}
+        columns = sql.SQL('chunk_id, doc_id, start, "end", text, metadata, parent_id')
+        if with_vectors:
+            columns = columns + sql.SQL(", embedding")
+        rows = conn.execute(
+            sql.SQL("SELECT {} FROM {} WHERE chunk_id = ANY(%s)").format(
+                columns, sql.Identifier(handle.chunks)
+            ),
+            (chunk_ids,),
+        ).fetchall()
+        out = {}
+        for row in rows:
+            out[row[0]] = {
+                "doc_id": row[1],
+                "start": row[2],
+                "end": row[3],
+                "text": row[4],
+                "metadata": row[5] or {},
+                "parent_id": row[6],
+                "embedding": as_array(row[7]) if with_vectors else None,
+            }
+        return out
+
+    def _attach_parents(
+        self, handle: _IndexHandle, results: list[SearchResult], rows: dict[str, dict[str, Any]]
+    ) -> None:
+        """Parent spans of hierarchical chunks: a stored parent chunk, or `parent_start/end` in metadata."""
+        parent_ids = {rows[r.chunk_id]["parent_id"] for r in results if rows[r.chunk_id]["parent_id"]}
+        collection = handle.name.split("/", 1)[0]
+        with self.store.connection() as conn:
+            parents = self._rows(conn, handle, sorted(parent_ids)) if parent_ids else {}
+            for result in results:
+                parent_id = rows[result.chunk_id]["parent_id"]
+                if parent_id and parent_id in parents:
+                    p = parents[parent_id]
+                    result.parent = {
+                        "chunk_id": parent_id,
+                        "doc_id": p["doc_id"],
+                        "start": p["start"],
+                        "end": p["end"],
+                        "text": p["text"],
+                    }
+                    continue
+                meta = result.metadata
+                start, end = meta.get("parent_start"), meta.get("parent_end")
+                if isinstance(start, int) and isinstance(end, int) and 0 <= start <= end:
+                    row = conn.execute(
+                        "SELECT substr(text, %s, %s) FROM documents WHERE collection = %s AND doc_id = %s",
+                        (start + 1, end - start, collection, result.doc_id),
+                    ).fetchone()
+                    if row is not None:
+                        result.parent = {
+                            "chunk_id": parent_id,
+                            "doc_id": result.doc_id,
+                            "start": start,
+                            "end": end,
+                            "text": row[0],
+                        }
+
+    def _reranker(self, rerank: Any) -> Any:
+        if rerank is None or rerank is False:
+            return None
+        if hasattr(rerank, "score"):
+            return rerank
+        if not isinstance(rerank, str) or not rerank.strip():
+            raise SearchError("rerank: expected a reranker name ('maxsim', 'cross-encoder:<path>') or object")
+        with self._lock:
+            if rerank not in self._rerankers:
+                from retrieval.rerank import build_reranker
+
+                self._rerankers[rerank] = build_reranker(rerank, embedder=self._default_embedder())
+            return self._rerankers[rerank]
+
+    def _default_embedder(self) -> Any:
+        if self._embedder_for is not None and hasattr(self._embedder_for, "embed"):
+            return self._embedder_for
+        return None
+
+
+def _fuse(
+    mode: str,
+    dense: list[tuple[str, float]],
+    lexical: list[tuple[str, float]],
+    rrf_k: float,
+    weight: float,
+) -> list[tuple[str, dict[str, float]]]:
+    """Merge ranked lists into one ranking with every stage's score kept per chunk."""
+    scores: dict[str, dict[str, float]] = {}
+    for rank, (cid, value) in enumerate(dense, start=1):
+        scores.setdefault(cid, {})["dense"] = value
+        scores[cid]["dense_rank"] = rank
+    for rank, (cid, value) in enumerate(lexical, start=1):
+        scores.setdefault(cid, {})["bm25"] = value
+        scores[cid]["bm25_rank"] = rank
+    if mode == "dense":
+        key = "dense"
+    elif mode == "bm25":
+        key = "bm25"
+    elif mode == "hybrid":
+        key = "rrf"
+        for entry in scores.values():
+            entry["rrf"] = sum(1.0 / (rrf_k + entry[r]) for r in ("dense_rank", "bm25_rank") if r in entry)
+    else:
+        key = "weighted"
+        dense_norm = _min_max(dict(dense))
+        bm25_norm = _min_max(dict(lexical))
+        for cid, entry in scores.items():
+            entry["weighted"] = weight * dense_norm.get(cid, 0.0) + (1 - weight) * bm25_norm.get(cid, 0.0)
+    order = sorted(scores, key=lambda cid: (-scores[cid][key], cid))
+    return [(cid, scores[cid]) for cid in order]
+
+
+def _min_max(values: dict[str, float]) -> dict[str, float]:
+    if not values:
+        return {}
+    low, high = min(values.values()), max(values.values())
+    if math.isclose(high, low):
+        return {cid: 1.0 for cid in values}
+    return {cid: (v - low) / (high - low) for cid, v in values.items()}
+
+
+def _mmr(
+    hits: list[tuple[str, dict[str, float]]],
+    rows: dict[str, dict[str, Any]],
+    qvec: np.ndarray,
+    lam: float,
+    k: int,
+) -> list[tuple[str, dict[str, float]]]:
+    """Maximal marginal relevance: relevance to the query minus similarity to what is already picked."""
+    if not hits:
+        return hits
+    vectors = np.stack([rows[cid]["embedding"] for cid, _ in hits])
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
+    relevance = vectors @ (qvec / max(np.linalg.norm(qvec), 1e-12))
+    chosen: list[int] = []
+    redundancy = np.full(len(hits), -np.inf)
+    remaining = set(range(len(hits)))
+    while remaining and len(chosen) < k:
+        best = max(
+            remaining,
+            key=lambda i: (lam * relevance[i] - (1 - lam) * (redundancy[i] if chosen else 0.0), -i),
+        )
+        chosen.append(best)
+        remaining.discard(best)
+        redundancy = np.maximum(redundancy, vectors @ vectors[best])
+    out = []
+    for i in chosen:
+        cid, scores = hits[i]
+        scores["mmr"] = float(lam * relevance[i])
+        out.append((cid, scores))
+    return out
+
+
+# -- module-level `retrieval.search(...)` --------------------------------------------------------
+
+_default: Searcher | None = None
+_default_lock = threading.Lock()
+
+
+def default_searcher() -> Searcher:
+    """A Searcher on `retrieval.db.database_url()`, created on first use."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Searcher(Store())
+        return _default
+
+
+def search(
+    query: str, index: str = "recursive-256", k: int = 5, mode: str = "hybrid", **kwargs: Any
+) -> list[SearchResult]:
+    """In-process search with the default Searcher (same signature and results as `Client.search`)."""
+    return default_searcher().search(query, index, k, mode, **kwargs)
+
+
+class _CallableModule(types.ModuleType):
+    """Lets `retrieval.search(...)` call `search` while `retrieval.search.Searcher` stays importable."""
+
+    def __call__(
+        self, query: str, index: str = "recursive-256", k: int = 5, mode: str = "hybrid", **kwargs: Any
+    ) -> list[SearchResult]:
+        return search(query, index, k, mode, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
