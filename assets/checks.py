@@ -196,3 +196,22 @@ def regression(
         metadata["drops"] = "; ".join(f"{k}: {v:+.4f}" for k, v in drops.items())
         metadata["largest_drop"] = float(min(drops.values()))
     return not drops, metadata
+
+
+def staged_documents(store: Any, index_name: str) -> dict[str, list[str]]:
+    """Which documents this run re-chunked (staged chunks) and which it removes (staged removals)."""
+    with store.connection() as conn:
+        chunked = [
+            r[0]
+            for r in conn.execute(
+                "SELECT DISTINCT doc_id FROM staged_chunks WHERE index_name = %s ORDER BY doc_id",
+                (index_name,),
+            )
+        ]
+        removed = [
+            r[0]
+            for r in conn.execute(
+                "SELECT doc_id FROM staged_removals WHERE index_name = %s ORDER BY doc_id", (index_name,)
+            )
+        ]
+    return {"chunked": chunked, "removed": removed}

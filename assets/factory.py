@@ -10,7 +10,6 @@ this run's staged rows) and show up as asset checks in the UI.
 Nothing heavy is imported at module level: the code location loads without torch.
 """
 
-
 import base64
 import time
 from collections.abc import Sequence
@@ -330,8 +329,13 @@ def build_index_assets(
         report = stage_chunks(store, spec, embedding_model=model)
         tokenizer = get_tokenizer("model", config.embedding_model)
         limit = _model_token_limit(config, embedder, model)
+        staged = checks.staged_documents(store, spec.name)
         return MaterializeResult(
-            metadata=_metadata_values(report.as_metadata()),
+            metadata={
+                **_metadata_values(report.as_metadata()),
+                "rechunked_documents": _id_list(staged["chunked"]),
+                "removed_documents": _id_list(staged["removed"]),
+            },
             check_results=[
                 _check(
                     keys["chunks"],
@@ -375,8 +379,12 @@ def build_index_assets(
         store = postgres.store()
         model = embedder.for_config(config)
         report = stage_embeddings(store, spec, model)
+        staged = checks.staged_documents(store, spec.name)
         return MaterializeResult(
-            metadata=_metadata_values(report.as_metadata()),
+            metadata={
+                **_metadata_values(report.as_metadata()),
+                "embedded_documents": _id_list(staged["chunked"]),
+            },
             check_results=[
                 _check(
                     keys["embeddings"],
