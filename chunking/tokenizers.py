@@ -50,6 +50,9 @@ class TokenUnits:
         j = int(np.searchsorted(self.starts, end, side="left"))
         return int(self.cum[j] - self.cum[i]) if j > i else 0
 
+    def estimate_one(self, start: int, end: int) -> int:
+        return int(self.estimate(np.asarray([start]), np.asarray([end]))[0])
+
     def counts(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """Vectorised `count` for many spans."""
         i = np.searchsorted(self.ends, starts, side="right")

@@ -1,0 +1,48 @@
+"""`hierarchical`: small child chunks are indexed, each knowing its larger parent.
+
+Parents are cut first (at `parent_size` tokens), then children inside each parent
+(at `size`), so a child never straddles two parents. Each child carries
+`metadata["parent_id"]` (the parent's stable chunk id) and the parent span
+(`parent_start`, `parent_end`), which search can return to the generator instead of
+the child.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chunking.base import BaseChunker, DocText, Piece, extend_overlap
+from chunking.basic import RECURSIVE_PRESETS, RecursiveChunker, pack_spans, sentence_spans
+from chunking.base import window_pieces
+from chunking.types import make_chunk_id
+
+
+class HierarchicalChunker(BaseChunker):
+    strategy = "hierarchical"
+
+    def __init__(self, *, parent_size: int = 1024, base: str = "recursive", **kw: Any) -> None:
+        super().__init__(**kw)
+        self.parent_size = parent_size
+        self.base = base
+        common = {"tokenizer": self.tokenizer, "overlap": 0, "config_key": self.config_key}
+        self._parents = RecursiveChunker(**RECURSIVE_PRESETS["default"], preset="default", size=parent_size, **common)
+        self._children = RecursiveChunker(**RECURSIVE_PRESETS["default"], preset="default", size=self.size, **common)
+
+    def _split(self, dt: DocText, start: int, end: int, budget: int, splitter: RecursiveChunker) -> list[tuple[int, int]]:
+        if self.base == "recursive":
+            return splitter.split_span(dt, start, end, budget)
+        if self.base == "sentence":
+            return pack_spans(dt.units, sentence_spans(dt.text, start, end), budget, dt.text)
+        return window_pieces(dt.units, start, end, budget)
+
+    def pieces(self, dt: DocText) -> list[Piece]:
+        out: list[Piece] = []
+        parent_budget = self._parents.budget
+        for ps, pe in self._split(dt, 0, len(dt.text), parent_budget, self._parents):
+            parent_id = make_chunk_id(dt.doc.id, self.config_key + "#parent", ps, pe)
+            meta = {"parent_id": parent_id, "parent_start": ps, "parent_end": pe}
+            children = [Piece(s, e, dict(meta)) for s, e in self._split(dt, ps, pe, self.base_budget, self._children)]
+            # overlap stays inside the parent
+            extended = extend_overlap(children, dt.units, self.overlap, pe)
+            out.extend(Piece(p.start, min(p.end, pe), p.metadata) for p in extended)
+        return out

@@ -1,0 +1,84 @@
+"""`late`: late chunking (Günther et al., arXiv 2409.04701).
+
+The document is embedded *before* it is chunked: the model reads a long window of
+text, and each chunk's vector is the mean of the contextual token vectors inside the
+chunk's span, so a chunk "knows" its surroundings (e.g. what "it" refers to). Chunk
+boundaries come from a base strategy (`sentence`, `recursive` or `token`) at `size`
+tokens; consecutive chunks are grouped into windows that fit the model's input limit
+(`window` tokens, default: the model's `max_seq_length`). A chunk whose tokens were cut
+off by the model (window longer than the model really accepts) starts the next window.
+The vector is stored in `chunk.embedding`; the indexer uses it instead of embedding
+`embed_text`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from chunking.base import BaseChunker, DocText, Piece
+from chunking.basic import RECURSIVE_PRESETS, RecursiveChunker, SentenceChunker, TokenChunker
+from chunking.types import Chunk
+
+
+class LateChunker(BaseChunker):
+    strategy = "late"
+
+    def __init__(self, *, embedding_model: Any, base: str = "sentence", window: int | None = None, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.embedding_model = embedding_model
+        self.base = base
+        self.window = window
+        common = {"tokenizer": self.tokenizer, "size": self.size, "overlap": self.overlap, "config_key": self.config_key}
+        if base == "recursive":
+            self._base = RecursiveChunker(**RECURSIVE_PRESETS["default"], preset="default", **common)
+        elif base == "token":
+            self._base = TokenChunker(**common)
+        else:
+            self._base = SentenceChunker(**common)
+
+    def pieces(self, dt: DocText) -> list[Piece]:
+        return [Piece(p.start, p.end, {**p.metadata, "late_base": self.base}) for p in self._base.pieces(dt)]
+
+    def window_limit(self) -> int:
+        limit = self.window or int(getattr(self.embedding_model, "max_seq_length", 512))
+        return max(1, limit - self.overhead)
+
+    def finish(self, dt: DocText, pieces: list[Piece]) -> list[Chunk]:
+        chunks = super().finish(dt, pieces)
+        self.embed_late(dt, chunks)
+        return chunks
+
+    def embed_late(self, dt: DocText, chunks: list[Chunk]) -> None:
+        """Set `chunk.embedding` for every chunk from windows of contextual token vectors."""
+        text = dt.text
+        limit = self.window_limit()
+        i = 0
+        window_id = 0
+        while i < len(chunks):
+            # greedy window of consecutive chunks whose span fits the limit
+            j = i + 1
+            while j < len(chunks) and dt.units.estimate_one(chunks[i].start, chunks[j].end) <= limit:
+                j += 1
+            w_start, w_end = chunks[i].start, chunks[j - 1].end
+            spans, vectors = self.embedding_model.embed_tokens(text[w_start:w_end])
+            vectors = np.asarray(vectors, dtype=np.float32)
+            token_spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2) + w_start
+            done = i
+            for k in range(i, j):
+                c = chunks[k]
+                mask = (token_spans[:, 0] < c.end) & (token_spans[:, 1] > c.start)
+                if not mask.any():
+                    break  # the model truncated the window before this chunk
+                vec = vectors[mask].mean(axis=0)
+                c.embedding = (vec / max(float(np.linalg.norm(vec)), 1e-12)).astype(np.float32)
+                c.metadata["late_window"] = window_id
+                done = k + 1
+            if done == i:  # not even the first chunk got tokens: embed it on its own
+                vec = np.asarray(self.embedding_model.embed([chunks[i].text]), dtype=np.float32)[0]
+                chunks[i].embedding = vec
+                chunks[i].metadata["late_window"] = window_id
+                done = i + 1
+            i = done
+            window_id += 1

@@ -1,0 +1,179 @@
+"""Embedding-driven strategies: `semantic` (Kamradt) and `cluster` (Chroma's cluster chunker).
+
+Both use the injected `embedding_model.embed`; spans are still exact document slices
+and the size limit still holds (over-long groups are re-packed by sentences/tokens).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from chunking.base import BaseChunker, DocText, Piece, extend_overlap
+from chunking.basic import RECURSIVE_PRESETS, RecursiveChunker, pack_spans, sentence_spans
+
+
+def breakpoint_threshold(distances: np.ndarray, kind: str, amount: float) -> tuple[np.ndarray, float]:
+    """Scores and the threshold above which a distance becomes a breakpoint.
+
+    percentile: the `amount`-th percentile of distances; standard_deviation: mean +
+    amount * std; interquartile: mean + amount * IQR; gradient: the `amount`-th
+    percentile of the gradient of the distances (cuts where the distance jumps).
+    """
+    if kind == "percentile":
+        return distances, float(np.percentile(distances, amount))
+    if kind == "standard_deviation":
+        return distances, float(np.mean(distances) + amount * np.std(distances))
+    if kind == "interquartile":
+        q1, q3 = np.percentile(distances, [25, 75])
+        return distances, float(np.mean(distances) + amount * (q3 - q1))
+    if kind == "gradient":
+        scores = np.gradient(distances) if len(distances) > 1 else distances
+        return scores, float(np.percentile(scores, amount))
+    raise ValueError(f"threshold_type: unknown {kind!r}")
+
+
+class SemanticChunker(BaseChunker):
+    """Kamradt's semantic chunking: cut where neighbouring sentence windows drift apart.
+
+    Each sentence is embedded together with `buffer` sentences on either side; the
+    cosine distance between consecutive windows is compared with the threshold.
+    Groups larger than `size` are re-packed by sentences; groups smaller than
+    `min_size` tokens are merged into the next one.
+    """
+
+    strategy = "semantic"
+
+    def __init__(
+        self,
+        *,
+        embedding_model: Any,
+        threshold_type: str = "percentile",
+        threshold: float = 95.0,
+        buffer: int = 1,
+        min_size: int = 0,
+        **kw: Any,
+    ) -> None:
+        super().__init__(**kw)
+        self.embedding_model = embedding_model
+        self.threshold_type = threshold_type
+        self.threshold = threshold
+        self.buffer = buffer
+        self.min_size = min_size
+
+    def pieces(self, dt: DocText) -> list[Piece]:
+        text = dt.text
+        sentences = sentence_spans(text)
+        if not sentences:
+            return []
+        # sentences longer than the budget are cut into token windows first
+        sentences = [w for s in sentences for w in pack_spans(dt.units, [s], self.base_budget, text)]
+        if len(sentences) < 3:
+            groups = [(0, len(sentences))]
+        else:
+            b = self.buffer
+            windows = [
+                text[sentences[max(0, k - b)][0] : sentences[min(len(sentences) - 1, k + b)][1]]
+                for k in range(len(sentences))
+            ]
+            vectors = np.asarray(self.embedding_model.embed(windows), dtype=np.float32)
+            vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+            distances = 1.0 - np.sum(vectors[:-1] * vectors[1:], axis=1)
+            scores, limit = breakpoint_threshold(distances, self.threshold_type, self.threshold)
+            cuts = [k + 1 for k in np.flatnonzero(scores > limit).tolist()]
+            bounds = [0, *cuts, len(sentences)]
+            groups = [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+        groups = self._merge_small(dt, sentences, groups)
+        out: list[Piece] = []
+        for gi, (a, b) in enumerate(groups):
+            for s, e in pack_spans(dt.units, sentences[a:b], self.base_budget, text):
+                out.append(Piece(s, e, {"semantic_group": gi}))
+        return extend_overlap(out, dt.units, self.overlap, len(text))
+
+    def _merge_small(self, dt: DocText, sentences, groups):
+        if self.min_size <= 0 or len(groups) < 2:
+            return groups
+        merged: list[tuple[int, int]] = []
+        for a, b in groups:
+            if merged and dt.units.estimate_one(sentences[merged[-1][0]][0], sentences[merged[-1][1] - 1][1]) < self.min_size:
+                merged[-1] = (merged[-1][0], b)
+            else:
+                merged.append((a, b))
+        return merged
+
+
+class ClusterChunker(BaseChunker):
+    """Chroma's ClusterSemanticChunker, with exact spans and a hard token limit.
+
+    The document is first split recursively into pieces of about `piece_size` tokens
+    (Chroma's separators). Pieces are embedded; the pairwise cosine similarity matrix,
+    shifted by its mean off-diagonal value, scores a chunk as the sum of its sub-matrix.
+    Dynamic programming picks the segmentation with the largest total score, with at
+    most `size // piece_size` pieces and at most `size` tokens per chunk.
+    """
+
+    strategy = "cluster"
+
+    def __init__(self, *, embedding_model: Any, piece_size: int = 50, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.embedding_model = embedding_model
+        self.piece_size = piece_size
+        common = {"tokenizer": self.tokenizer, "size": piece_size, "overlap": 0, "config_key": self.config_key}
+        self._splitter = RecursiveChunker(**RECURSIVE_PRESETS["chroma"], preset="chroma", **common)
+
+    def pieces(self, dt: DocText) -> list[Piece]:
+        text = dt.text
+        spans = self._splitter.split_span(dt, 0, len(text), self._splitter.budget)
+        if not spans:
+            return []
+        if len(spans) == 1:
+            return [Piece(spans[0][0], spans[0][1], {"pieces": 1})]
+        vectors = np.asarray(self.embedding_model.embed([text[s:e] for s, e in spans]), dtype=np.float32)
+        vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        sim = vectors @ vectors.T
+        n = len(spans)
+        sim = sim - float(np.mean(sim[np.triu_indices(n, k=1)]))
+        np.fill_diagonal(sim, 0.0)
+        arr = np.asarray(spans, dtype=np.int64)
+        max_pieces = max(1, self.size // self.piece_size)
+        segments = optimal_segmentation(
+            sim, max_pieces, dt.units, arr[:, 0], arr[:, 1], self.base_budget
+        )
+        out = [Piece(int(arr[a, 0]), int(arr[b - 1, 1]), {"pieces": b - a}) for a, b in segments]
+        return extend_overlap(out, dt.units, self.overlap, len(text))
+
+
+def optimal_segmentation(
+    sim: np.ndarray, max_pieces: int, units, starts: np.ndarray, ends: np.ndarray, budget: int
+) -> list[tuple[int, int]]:
+    """Segments `[a, b)` maximising the summed within-segment similarity (O(n * max_pieces)).
+
+    A segment is allowed if it has at most `max_pieces` pieces and its span fits the
+    token budget; a single piece is always allowed.
+    """
+    n = sim.shape[0]
+    # 2-D prefix sums: block sum of sim[a:b, a:b] in O(1)
+    prefix = np.zeros((n + 1, n + 1), dtype=np.float64)
+    prefix[1:, 1:] = np.cumsum(np.cumsum(sim, axis=0), axis=1)
+    best = np.full(n + 1, -np.inf)
+    best[0] = 0.0
+    choice = np.zeros(n + 1, dtype=np.int64)
+    for b in range(1, n + 1):
+        lo = max(0, b - max_pieces)
+        a_range = np.arange(lo, b)
+        block = prefix[b, b] - prefix[a_range, b] - prefix[b, a_range] + prefix[a_range, a_range]
+        fits = units.estimate(starts[a_range], np.full(len(a_range), ends[b - 1])) <= budget
+        fits[-1] = True  # a single piece always fits
+        total = np.where(fits, best[a_range] + block, -np.inf)
+        k = int(np.argmax(total))
+        best[b] = total[k]
+        choice[b] = a_range[k]
+    segments: list[tuple[int, int]] = []
+    b = n
+    while b > 0:
+        a = int(choice[b])
+        segments.append((a, b))
+        b = a
+    segments.reverse()
+    return segments
