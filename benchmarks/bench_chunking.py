@@ -57,7 +57,9 @@ def build_methods(size: int) -> list[tuple[str, str, Callable[[str], object]]]:
         return len(enc.encode_ordinary(text))
 
     ours_token = build_chunker({"strategy": "token", "size": size, "tokenizer": "cl100k"})
-    ours_recursive = build_chunker({"strategy": "recursive", "size": size, "tokenizer": "cl100k", "preset": "chroma"})
+    ours_recursive = build_chunker(
+        {"strategy": "recursive", "size": size, "tokenizer": "cl100k", "preset": "chroma"}
+    )
     ours_recursive_default = build_chunker({"strategy": "recursive", "size": size, "tokenizer": "cl100k"})
     ours_sentence = build_chunker({"strategy": "sentence", "size": size, "tokenizer": "cl100k"})
     lc_recursive = RecursiveCharacterTextSplitter(

@@ -1,8 +1,8 @@
 """chunkyard's chunking library: every strategy, exact spans, sizes in the chosen tokenizer.
 
-    from chunking import build_chunker
-    chunker = build_chunker({"strategy": "recursive", "size": 256, "tokenizer": "cl100k"})
-    chunks = chunker.chunk(document)   # chunk.text == document.text[chunk.start:chunk.end]
+from chunking import build_chunker
+chunker = build_chunker({"strategy": "recursive", "size": 256, "tokenizer": "cl100k"})
+chunks = chunker.chunk(document)   # chunk.text == document.text[chunk.start:chunk.end]
 """
 
 from __future__ import annotations

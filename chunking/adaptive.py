@@ -30,7 +30,9 @@ _TURN = re.compile(
     re.IGNORECASE,
 )
 _JSON_ROLE = re.compile(r"\"role\"\s*:\s*\"(?:user|assistant|system)\"")
-_SPEAKER_LINE = re.compile(r"^[ \t]*(?:user|assistant|human|ai|system|customer|agent)[ \t]*:", re.IGNORECASE | re.MULTILINE)
+_SPEAKER_LINE = re.compile(
+    r"^[ \t]*(?:user|assistant|human|ai|system|customer|agent)[ \t]*:", re.IGNORECASE | re.MULTILINE
+)
 
 
 def route(doc_text: str, mime_type: str, doc: Any) -> str:
@@ -57,7 +59,12 @@ class AdaptiveChunker(BaseChunker):
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
-        common = {"tokenizer": self.tokenizer, "size": self.size, "overlap": self.overlap, "config_key": self.config_key}
+        common = {
+            "tokenizer": self.tokenizer,
+            "size": self.size,
+            "overlap": self.overlap,
+            "config_key": self.config_key,
+        }
         self._routes = {
             "html": HtmlChunker(**common),
             "code": CodeChunker(**common),
@@ -67,10 +74,7 @@ class AdaptiveChunker(BaseChunker):
 
     def pieces(self, dt: DocText) -> list[Piece]:
         target = route(dt.text, dt.doc.mime_type, dt.doc)
-        if target == "chat":
-            pieces = self._chat_pieces(dt)
-        else:
-            pieces = self._routes[target].pieces(dt)
+        pieces = self._chat_pieces(dt) if target == "chat" else self._routes[target].pieces(dt)
         for p in pieces:
             p.metadata["routed_to"] = target
         return pieces
@@ -99,4 +103,6 @@ class AdaptiveChunker(BaseChunker):
             else:
                 spans.extend(pack_spans(dt.units, sentence_spans(text, a, b), self.base_budget, text))
         packed = pack_spans(dt.units, spans, self.base_budget, text)
-        return extend_overlap([Piece(s, e, {"turns": True}) for s, e in packed], dt.units, self.overlap, len(text))
+        return extend_overlap(
+            [Piece(s, e, {"turns": True}) for s, e in packed], dt.units, self.overlap, len(text)
+        )

@@ -250,4 +250,3 @@ class BaseChunker:
                 )
             )
         return chunks
-

@@ -11,7 +11,15 @@ from typing import Any
 
 import numpy as np
 
-from chunking.base import BaseChunker, DocText, Piece, extend_overlap, refined_counts, trim_span, window_pieces
+from chunking.base import (
+    BaseChunker,
+    DocText,
+    Piece,
+    extend_overlap,
+    refined_counts,
+    trim_span,
+    window_pieces,
+)
 from chunking.tokenizers import TokenUnits
 
 
@@ -131,7 +139,9 @@ class RecursiveChunker(BaseChunker):
         return [Piece(s, e, dict(meta)) for s, e in spans]
 
     # The recursion works on (start, end) spans of the document; `level` indexes separators.
-    def split_span(self, dt: DocText, start: int, end: int, budget: int | None = None) -> list[tuple[int, int]]:
+    def split_span(
+        self, dt: DocText, start: int, end: int, budget: int | None = None
+    ) -> list[tuple[int, int]]:
         budget = self.budget if budget is None else budget
         out: list[tuple[int, int]] = []
         self._split(dt, start, end, 0, budget, out)
@@ -212,8 +222,51 @@ class RecursiveChunker(BaseChunker):
 # sentence
 
 _ABBREVIATIONS = frozenset(
-    "mr mrs ms dr prof sr jr st vs etc e.g i.e fig figs no nos vol al approx dept est inc ltd co corp "
-    "jan feb mar apr jun jul aug sep sept oct nov dec u.s u.k ph.d sra srta dra".split()
+    [
+        "mr",
+        "mrs",
+        "ms",
+        "dr",
+        "prof",
+        "sr",
+        "jr",
+        "st",
+        "vs",
+        "etc",
+        "e.g",
+        "i.e",
+        "fig",
+        "figs",
+        "no",
+        "nos",
+        "vol",
+        "al",
+        "approx",
+        "dept",
+        "est",
+        "inc",
+        "ltd",
+        "co",
+        "corp",
+        "jan",
+        "feb",
+        "mar",
+        "apr",
+        "jun",
+        "jul",
+        "aug",
+        "sep",
+        "sept",
+        "oct",
+        "nov",
+        "dec",
+        "u.s",
+        "u.k",
+        "ph.d",
+        "sra",
+        "srta",
+        "dra",
+    ]
 )
 
 # A sentence ends at: Latin terminal punctuation (plus closing quotes/brackets) followed by

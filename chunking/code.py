@@ -148,14 +148,18 @@ class CodeChunker(BaseChunker):
             used += n
         return "\n".join(lines) + "\n\n" if lines else ""
 
-    def _class_pieces(self, dt, node: ast.ClassDef, start: int, end: int, prefix: str, node_span) -> list[Piece]:
+    def _class_pieces(
+        self, dt, node: ast.ClassDef, start: int, end: int, prefix: str, node_span
+    ) -> list[Piece]:
         meta = {"language": "python", "kind": "class", "symbol": node.name}
         s, e = trim_span(dt.text, start, end)
         if e <= s:
             return []
         if dt.units.estimate_one(s, e) <= self.base_budget:
             return [Piece(s, e, meta, prefix)]
-        methods = [n for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)]
+        methods = [
+            n for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        ]
         header_end = node_span(methods[0])[0] if methods else end
         signature = self._class_signature(dt.text, node, node_span)
         out: list[Piece] = []

@@ -74,7 +74,9 @@ def build_context_steps(spec: Any, *, llm: Any = None) -> list[ContextStep]:
         raise ChunkerConfigError(f"chunker.context: expected a mapping like {{headers: true}}, got {spec!r}")
     unknown = sorted(set(spec) - set(CONTEXT_FIELDS))
     if unknown:
-        raise ChunkerConfigError(f"chunker.context.{unknown[0]}: unknown; expected one of {', '.join(CONTEXT_FIELDS)}")
+        raise ChunkerConfigError(
+            f"chunker.context.{unknown[0]}: unknown; expected one of {', '.join(CONTEXT_FIELDS)}"
+        )
     steps: list[ContextStep] = []
     neighbours = spec.get("neighbours", 0)
     if isinstance(neighbours, bool) or not isinstance(neighbours, int) or neighbours < 0:
@@ -91,9 +93,13 @@ def build_context_steps(spec: Any, *, llm: Any = None) -> list[ContextStep]:
         raise ChunkerConfigError(f"chunker.context.llm: expected true or false, got {use_llm!r}")
     max_chars = spec.get("llm_max_doc_chars", 20000)
     if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 100:
-        raise ChunkerConfigError(f"chunker.context.llm_max_doc_chars: expected an integer >= 100, got {max_chars!r}")
+        raise ChunkerConfigError(
+            f"chunker.context.llm_max_doc_chars: expected an integer >= 100, got {max_chars!r}"
+        )
     if use_llm:
         if llm is None:
-            raise ChunkerConfigError("chunker.context.llm: needs an LLM client (pass llm=OpenAICompatibleClient(...))")
+            raise ChunkerConfigError(
+                "chunker.context.llm: needs an LLM client (pass llm=OpenAICompatibleClient(...))"
+            )
         steps.append(make_llm_step(llm, max_chars))
     return steps

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from chunking.base import BaseChunker, DocText, Piece, extend_overlap
+from chunking.base import BaseChunker, DocText, Piece, extend_overlap, window_pieces
 from chunking.basic import RECURSIVE_PRESETS, RecursiveChunker, pack_spans, sentence_spans
-from chunking.base import window_pieces
 from chunking.types import make_chunk_id
 
 
@@ -25,10 +24,16 @@ class HierarchicalChunker(BaseChunker):
         self.parent_size = parent_size
         self.base = base
         common = {"tokenizer": self.tokenizer, "overlap": 0, "config_key": self.config_key}
-        self._parents = RecursiveChunker(**RECURSIVE_PRESETS["default"], preset="default", size=parent_size, **common)
-        self._children = RecursiveChunker(**RECURSIVE_PRESETS["default"], preset="default", size=self.size, **common)
+        self._parents = RecursiveChunker(
+            **RECURSIVE_PRESETS["default"], preset="default", size=parent_size, **common
+        )
+        self._children = RecursiveChunker(
+            **RECURSIVE_PRESETS["default"], preset="default", size=self.size, **common
+        )
 
-    def _split(self, dt: DocText, start: int, end: int, budget: int, splitter: RecursiveChunker) -> list[tuple[int, int]]:
+    def _split(
+        self, dt: DocText, start: int, end: int, budget: int, splitter: RecursiveChunker
+    ) -> list[tuple[int, int]]:
         if self.base == "recursive":
             return splitter.split_span(dt, start, end, budget)
         if self.base == "sentence":
@@ -41,7 +46,9 @@ class HierarchicalChunker(BaseChunker):
         for ps, pe in self._split(dt, 0, len(dt.text), parent_budget, self._parents):
             parent_id = make_chunk_id(dt.doc.id, self.config_key + "#parent", ps, pe)
             meta = {"parent_id": parent_id, "parent_start": ps, "parent_end": pe}
-            children = [Piece(s, e, dict(meta)) for s, e in self._split(dt, ps, pe, self.base_budget, self._children)]
+            children = [
+                Piece(s, e, dict(meta)) for s, e in self._split(dt, ps, pe, self.base_budget, self._children)
+            ]
             # overlap stays inside the parent
             extended = extend_overlap(children, dt.units, self.overlap, pe)
             out.extend(Piece(p.start, min(p.end, pe), p.metadata) for p in extended)

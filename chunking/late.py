@@ -25,12 +25,19 @@ from chunking.types import Chunk
 class LateChunker(BaseChunker):
     strategy = "late"
 
-    def __init__(self, *, embedding_model: Any, base: str = "sentence", window: int | None = None, **kw: Any) -> None:
+    def __init__(
+        self, *, embedding_model: Any, base: str = "sentence", window: int | None = None, **kw: Any
+    ) -> None:
         super().__init__(**kw)
         self.embedding_model = embedding_model
         self.base = base
         self.window = window
-        common = {"tokenizer": self.tokenizer, "size": self.size, "overlap": self.overlap, "config_key": self.config_key}
+        common = {
+            "tokenizer": self.tokenizer,
+            "size": self.size,
+            "overlap": self.overlap,
+            "config_key": self.config_key,
+        }
         if base == "recursive":
             self._base = RecursiveChunker(**RECURSIVE_PRESETS["default"], preset="default", **common)
         elif base == "token":

@@ -50,15 +50,21 @@ class OpenAICompatibleClient:
         messages.append({"role": "user", "content": prompt})
         body = {"model": self.model, "messages": messages, "temperature": self.temperature}
         try:
-            response = httpx.post(f"{self.base_url}/chat/completions", json=body, headers=headers, timeout=self.timeout)
+            response = httpx.post(
+                f"{self.base_url}/chat/completions", json=body, headers=headers, timeout=self.timeout
+            )
         except httpx.HTTPError as exc:
             raise LLMError(f"LLM endpoint {self.base_url} unreachable: {exc}") from exc
         if response.status_code != 200:
-            raise LLMError(f"LLM endpoint {self.base_url} answered HTTP {response.status_code}: {response.text[:200]}")
+            raise LLMError(
+                f"LLM endpoint {self.base_url} answered HTTP {response.status_code}: {response.text[:200]}"
+            )
         try:
             return str(response.json()["choices"][0]["message"]["content"])
         except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise LLMError(f"LLM endpoint {self.base_url}: unexpected response shape: {response.text[:200]}") from exc
+            raise LLMError(
+                f"LLM endpoint {self.base_url}: unexpected response shape: {response.text[:200]}"
+            ) from exc
 
 
 SYSTEM_PROMPT = (
@@ -87,7 +93,9 @@ class LLMChunker(BaseChunker):
 
     def pieces(self, dt: DocText) -> list[Piece]:
         text = dt.text
-        sentences = [w for s in sentence_spans(text) for w in pack_spans(dt.units, [s], self.base_budget, text)]
+        sentences = [
+            w for s in sentence_spans(text) for w in pack_spans(dt.units, [s], self.base_budget, text)
+        ]
         if not sentences:
             return []
         starts = {0}

@@ -69,7 +69,9 @@ def resolve_overlap(spec: dict, size: int) -> int:
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ChunkerConfigError(f"chunker.overlap: expected tokens (int) or a fraction (float), got {value!r}")
+        raise ChunkerConfigError(
+            f"chunker.overlap: expected tokens (int) or a fraction (float), got {value!r}"
+        )
     if isinstance(value, float):
         if not 0.0 <= value < 1.0:
             raise ChunkerConfigError(f"chunker.overlap: a fraction must be in [0, 1), got {value}")
@@ -91,7 +93,9 @@ def build_chunker(
         raise ChunkerConfigError(f"chunker: expected a mapping, got {type(spec).__name__}")
     strategy = spec.get("strategy")
     if strategy not in STRATEGIES:
-        raise ChunkerConfigError(f"chunker.strategy: unknown {strategy!r}; expected one of {', '.join(STRATEGIES)}")
+        raise ChunkerConfigError(
+            f"chunker.strategy: unknown {strategy!r}; expected one of {', '.join(STRATEGIES)}"
+        )
     allowed = COMMON_FIELDS | set(STRATEGY_FIELDS[strategy])
     unknown = sorted(set(spec) - allowed)
     if unknown:
@@ -102,21 +106,35 @@ def build_chunker(
     overlap = resolve_overlap(spec, size)
     tokenizer_name = spec.get("tokenizer", "model")
     if tokenizer_name not in TOKENIZERS:
-        raise ChunkerConfigError(f"chunker.tokenizer: unknown {tokenizer_name!r}; expected one of {', '.join(TOKENIZERS)}")
+        raise ChunkerConfigError(
+            f"chunker.tokenizer: unknown {tokenizer_name!r}; expected one of {', '.join(TOKENIZERS)}"
+        )
     model = spec.get("model", DEFAULT_MODEL)
     if not isinstance(model, str) or not model:
         raise ChunkerConfigError(f"chunker.model: expected a model name, got {model!r}")
     try:
-        tokenizer = get_tokenizer(tokenizer_name, model) if tokenizer_name == "model" else get_tokenizer(tokenizer_name)
+        tokenizer = (
+            get_tokenizer(tokenizer_name, model)
+            if tokenizer_name == "model"
+            else get_tokenizer(tokenizer_name)
+        )
     except ValueError as exc:
         raise ChunkerConfigError(f"chunker.model: {exc}") from exc
     if size - getattr(tokenizer, "special_tokens", 0) - overlap < 4:
-        raise ChunkerConfigError(f"chunker.size: {size} leaves too few tokens after overlap and special tokens")
+        raise ChunkerConfigError(
+            f"chunker.size: {size} leaves too few tokens after overlap and special tokens"
+        )
 
     from chunking.context import build_context_steps
 
     context = build_context_steps(spec.get("context"), llm=llm)
-    common = {"tokenizer": tokenizer, "size": size, "overlap": overlap, "config_key": config_key, "context": context}
+    common = {
+        "tokenizer": tokenizer,
+        "size": size,
+        "overlap": overlap,
+        "config_key": config_key,
+        "context": context,
+    }
     options = {k: spec.get(k, d) for k, d in STRATEGY_FIELDS[strategy].items()}
     builder = _BUILDERS[strategy]
     return builder(common, options, spec, embedding_model, llm)
@@ -137,8 +155,12 @@ def _recursive_kwargs(options: dict, spec: dict) -> dict:
     separators = options.get("separators")
     if separators is None:
         separators = preset["separators"]
-    elif not isinstance(separators, list) or not all(isinstance(s, str) for s in separators) or not separators:
-        raise ChunkerConfigError(f"chunker.separators: expected a non-empty list of strings, got {separators!r}")
+    elif (
+        not isinstance(separators, list) or not all(isinstance(s, str) for s in separators) or not separators
+    ):
+        raise ChunkerConfigError(
+            f"chunker.separators: expected a non-empty list of strings, got {separators!r}"
+        )
     keep = options.get("keep_separator")
     keep = preset["keep_separator"] if keep is None else keep
     if keep is True:
@@ -204,7 +226,9 @@ def _code(common, options, spec, em, llm):
 
 def _need_model(strategy: str, em: Any) -> None:
     if em is None:
-        raise ChunkerConfigError(f"chunker.strategy: {strategy!r} needs an embedding_model (pass embedding_model=...)")
+        raise ChunkerConfigError(
+            f"chunker.strategy: {strategy!r} needs an embedding_model (pass embedding_model=...)"
+        )
 
 
 def _semantic(common, options, spec, em, llm):
@@ -225,7 +249,12 @@ def _semantic(common, options, spec, em, llm):
     buffer = _require_int(options, "buffer", 1, minimum=0)
     min_size = _require_int(options, "min_size", 0, minimum=0)
     return SemanticChunker(
-        embedding_model=em, threshold_type=kind, threshold=float(threshold), buffer=buffer, min_size=min_size, **common
+        embedding_model=em,
+        threshold_type=kind,
+        threshold=float(threshold),
+        buffer=buffer,
+        min_size=min_size,
+        **common,
     )
 
 
@@ -274,7 +303,9 @@ def _llm(common, options, spec, em, llm):
     from chunking.llm import LLMChunker
 
     if llm is None:
-        raise ChunkerConfigError("chunker.strategy: 'llm' needs an LLM client (pass llm=OpenAICompatibleClient(...))")
+        raise ChunkerConfigError(
+            "chunker.strategy: 'llm' needs an LLM client (pass llm=OpenAICompatibleClient(...))"
+        )
     max_sentences = _require_int(options, "max_sentences", 60, minimum=2)
     return LLMChunker(llm=llm, max_sentences=max_sentences, **common)
 

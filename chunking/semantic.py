@@ -96,7 +96,11 @@ class SemanticChunker(BaseChunker):
             return groups
         merged: list[tuple[int, int]] = []
         for a, b in groups:
-            if merged and dt.units.estimate_one(sentences[merged[-1][0]][0], sentences[merged[-1][1] - 1][1]) < self.min_size:
+            if (
+                merged
+                and dt.units.estimate_one(sentences[merged[-1][0]][0], sentences[merged[-1][1] - 1][1])
+                < self.min_size
+            ):
                 merged[-1] = (merged[-1][0], b)
             else:
                 merged.append((a, b))
@@ -119,7 +123,12 @@ class ClusterChunker(BaseChunker):
         super().__init__(**kw)
         self.embedding_model = embedding_model
         self.piece_size = piece_size
-        common = {"tokenizer": self.tokenizer, "size": piece_size, "overlap": 0, "config_key": self.config_key}
+        common = {
+            "tokenizer": self.tokenizer,
+            "size": piece_size,
+            "overlap": 0,
+            "config_key": self.config_key,
+        }
         self._splitter = RecursiveChunker(**RECURSIVE_PRESETS["chroma"], preset="chroma", **common)
 
     def pieces(self, dt: DocText) -> list[Piece]:
@@ -137,9 +146,7 @@ class ClusterChunker(BaseChunker):
         np.fill_diagonal(sim, 0.0)
         arr = np.asarray(spans, dtype=np.int64)
         max_pieces = max(1, self.size // self.piece_size)
-        segments = optimal_segmentation(
-            sim, max_pieces, dt.units, arr[:, 0], arr[:, 1], self.base_budget
-        )
+        segments = optimal_segmentation(sim, max_pieces, dt.units, arr[:, 0], arr[:, 1], self.base_budget)
         out = [Piece(int(arr[a, 0]), int(arr[b - 1, 1]), {"pieces": b - a}) for a, b in segments]
         return extend_overlap(out, dt.units, self.overlap, len(text))
 

@@ -104,7 +104,12 @@ class MarkdownChunker(_StructuredChunker):
         for ls, le in iter_lines(text):
             if fence is not None:
                 m = _FENCE.match(text, ls, le)
-                if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not text[m.end() : le].strip():
+                if (
+                    m
+                    and m.group(1)[0] == fence[0]
+                    and len(m.group(1)) >= len(fence)
+                    and not text[m.end() : le].strip()
+                ):
                     fence = None
                     close_block(le)
                 continue
@@ -145,8 +150,41 @@ class MarkdownChunker(_StructuredChunker):
 # html
 
 _BLOCK_TAGS = frozenset(
-    "p div section article aside header footer nav main li ul ol dl dt dd blockquote figure figcaption "
-    "form fieldset details summary address hr br h1 h2 h3 h4 h5 h6 pre table".split()
+    [
+        "p",
+        "div",
+        "section",
+        "article",
+        "aside",
+        "header",
+        "footer",
+        "nav",
+        "main",
+        "li",
+        "ul",
+        "ol",
+        "dl",
+        "dt",
+        "dd",
+        "blockquote",
+        "figure",
+        "figcaption",
+        "form",
+        "fieldset",
+        "details",
+        "summary",
+        "address",
+        "hr",
+        "br",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "pre",
+        "table",
+    ]
 )
 _ATOMIC_TAGS = frozenset({"pre", "table", "script", "style"})
 _HEADING_TAGS = {f"h{i}": i for i in range(1, 7)}

@@ -144,7 +144,11 @@ class CharTokenizer:
 
     def units(self, text: str) -> TokenUnits:
         n = len(text)
-        return TokenUnits(np.arange(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64), np.arange(n + 1, dtype=np.int64))
+        return TokenUnits(
+            np.arange(n, dtype=np.int64),
+            np.arange(1, n + 1, dtype=np.int64),
+            np.arange(n + 1, dtype=np.int64),
+        )
 
 
 _WORD = re.compile(r"\S+")
