@@ -30,8 +30,14 @@ def default_dagster_home() -> Path:
 
 
 def dagster_postgres_url(database_url: str, schema: str = DAGSTER_SCHEMA) -> str:
-    """The database URL with `search_path` set to Dagster's schema (libpq `options`)."""
+    """The database URL for dagster-postgres: psycopg2 driver, `search_path` = Dagster's schema.
+
+    The driver is named explicitly: SQLAlchemy 2.1 defaults `postgresql://` to psycopg 3, whose
+    server-side parameters break dagster-postgres' `NOTIFY run_events, %(id)s`.
+    """
     parts = urlsplit(database_url)
+    if parts.scheme in ("postgresql", "postgres", "postgresql+psycopg"):
+        parts = parts._replace(scheme="postgresql+psycopg2")
     query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "options"]
     query.append(("options", f"-csearch_path={schema}"))
     return urlunsplit(parts._replace(query=urlencode(query)))

@@ -1,0 +1,123 @@
+"""Definitions: load without torch, config-driven code versions, the generated Dagster instance."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO_ROOT
+from tests.dagster_helpers import INDEXES, unique_name, write_project
+
+
+def test_code_location_loads_without_torch() -> None:
+    code = (
+        "import sys\n"
+        "import orchestration.definitions as d\n"
+        "heavy = sorted(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+        "assert d.defs.resolve_asset_graph().get_all_asset_keys()\n"
+        "print('ok')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("ok")
+
+
+def test_project_graph_names_groups_and_descriptions() -> None:
+    from orchestration.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    for kind in ("chunks", "embeddings", "bm25", "index", "evaluation"):
+        assert f"demo/recursive_256/{kind}" in keys
+        assert f"demo/token_256/{kind}" in keys
+    assert {"demo/documents", "demo/leaderboard"} <= keys
+    node = graph.get(
+        next(k for k in graph.get_all_asset_keys() if k.to_user_string() == "demo/token_256/chunks")
+    )
+    assert node.group_name == "demo__token_256"
+    assert "256-token windows" in node.description
+    emb = graph.get(
+        next(k for k in graph.get_all_asset_keys() if k.to_user_string() == "demo/token_256/embeddings")
+    )
+    assert emb.pools == {"embedding"}
+    assert defs.resolve_sensor_def("document_update_sensor") is not None
+    schedule = defs.resolve_schedule_def("nightly_evaluation")
+    assert schedule.default_status.value == "STOPPED"
+
+
+def _versions(indexes_path: Path, collections_path: Path) -> dict[str, str]:
+    from assets.factory import build_all
+
+    built = build_all(indexes_path, collections_path)
+    return {
+        key.to_user_string(): assets_def.code_versions_by_key[key]
+        for collection in built.values()
+        for assets_def in collection.assets
+        for key in assets_def.keys
+    }
+
+
+def test_editing_one_config_changes_only_its_code_versions(tmp_path: Path) -> None:
+    collection = unique_name("v")
+    _, indexes_path, collections_path = write_project(tmp_path, collection, eval_set=[])
+    before = _versions(indexes_path, collections_path)
+
+    edited = yaml.safe_load(indexes_path.read_text())
+    edited["indexes"]["token-48"]["chunker"]["size"] = 40
+    indexes_path.write_text(yaml.safe_dump(edited))
+    after = _versions(indexes_path, collections_path)
+
+    changed = sorted(k for k in before if before[k] != after[k])
+    assert changed == sorted(
+        f"{collection}/token_48/{kind}" for kind in ("chunks", "embeddings", "bm25", "index", "evaluation")
+    )
+    # A description edit does not change what is built: nothing goes stale.
+    edited["indexes"]["recursive-48"]["description"] = "reworded"
+    indexes_path.write_text(yaml.safe_dump(edited))
+    assert _versions(indexes_path, collections_path) == after
+    # The BM25 parameters of one config only touch that config's BM25 and what follows it.
+    edited["indexes"]["recursive-48"]["bm25"] = {**INDEXES["defaults"]["bm25"], "k1": 1.2}
+    indexes_path.write_text(yaml.safe_dump(edited))
+    bm25_changed = sorted(k for k, v in _versions(indexes_path, collections_path).items() if after[k] != v)
+    assert bm25_changed == sorted(
+        f"{collection}/recursive_48/{kind}" for kind in ("bm25", "index", "evaluation")
+    )
+
+
+def test_generated_instance_uses_postgres_storage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str
+) -> None:
+    from dagster import DagsterInstance, asset, materialize
+
+    from orchestration.instance import ensure_instance
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    monkeypatch.setenv("DATABASE_URL", pg_url)
+    home = ensure_instance(pg_url)
+    config = yaml.safe_load((home / "dagster.yaml").read_text())
+    assert "search_path" in config["storage"]["postgres"]["postgres_url"]
+    assert config["concurrency"]["pools"]["default_limit"] == 1
+
+    @asset
+    def probe() -> int:
+        return 1
+
+    with DagsterInstance.get() as instance:
+        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        result = materialize([probe], instance=instance)
+        assert result.success
+        assert instance.get_run_by_id(result.run_id) is not None
+    # Regenerating leaves a file the user took over (marker removed) alone.
+    custom = "storage: {}\n"
+    (home / "dagster.yaml").write_text(custom)
+    ensure_instance(pg_url)
+    assert (home / "dagster.yaml").read_text() == custom
