@@ -1,0 +1,154 @@
+"""The asset graph on a real database with the real model: full materialisation, bad input, checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from dagster import AssetSelection, DagsterEventType, instance_for_test, materialize
+
+from tests.dagster_helpers import DOCS, check_results, ids, materializations, unique_name, write_project
+
+QUESTIONS = [
+    {
+        "id": "q1",
+        "question": "Which words does BM25 score highly?",
+        "references": [{"doc": "alpha.md", "text": "BM25 scores rare words such as zyxomorphic highly."}],
+    },
+    {
+        "id": "q2",
+        "question": "How does the sensor notice changes?",
+        "references": [{"doc": "beta.md", "text": "The sensor hashes file contents to notice changes."}],
+    },
+    {
+        "id": "q3",
+        "question": "What measures whether the right span is near the top?",
+        "references": [{"doc": "gamma.txt", "text": "Hit rate at five and reciprocal rank measure"}],
+    },
+    {
+        "id": "q4",
+        "question": "Do readers ever see half an index?",
+        "references": [{"doc": "beta.md", "text": "readers never see half an index"}],
+    },
+]
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str) -> str:
+    monkeypatch.setenv("DATABASE_URL", pg_url)
+    monkeypatch.setenv("CHUNKYARD_HOME", str(tmp_path / "home"))
+    return pg_url
+
+
+def _materialize_all(defs, instance, keys=None):
+    selection = AssetSelection.assets(*keys) if keys else AssetSelection.all()
+    return materialize(list(defs.assets), instance=instance, resources=defs.resources, selection=selection)
+
+
+def test_full_graph_materialises_with_checks_evaluation_and_leaderboard(tmp_path: Path, env: str) -> None:
+    from orchestration.definitions import build_definitions
+
+    collection = unique_name("a")
+    _, indexes_path, collections_path = write_project(tmp_path, collection, eval_set=QUESTIONS)
+    defs = build_definitions(indexes_path, collections_path, database_url=env)
+    with instance_for_test() as instance:
+        result = _materialize_all(defs, instance)
+        assert result.success
+        meta = materializations(result)
+        assert meta[f"{collection}/documents"]["documents_added"] == len(DOCS)
+        for config in ("token_48", "recursive_48"):
+            prefix = f"{collection}/{config}"
+            assert meta[f"{prefix}/chunks"]["chunks_staged"] > 0
+            assert meta[f"{prefix}/index"]["chunks_total"] == meta[f"{prefix}/chunks"]["chunks_staged"]
+            evaluation = meta[f"{prefix}/evaluation"]
+            floats = {k: v for k, v in evaluation.items() if isinstance(v, float)}
+            assert any(k.startswith("dense/") for k in floats) and any(k.startswith("bm25/") for k in floats)
+            assert all(0.0 <= v <= 1.0 for k, v in floats.items() if "hit" in k or "mrr" in k)
+            assert evaluation["questions"] == len(QUESTIONS)
+        board = meta[f"{collection}/leaderboard"]
+        assert "token-48" in board["leaderboard"] and "recursive-48" in board["leaderboard"]
+        assert Path(board["chart_path"]).is_file()
+        checks = check_results(result)
+        assert len(checks) == 2 * (3 + 1 + 3 + 1)
+        failed = {k: c.metadata for k, c in checks.items() if not c.passed}
+        assert not failed
+
+        # Second run: nothing changed, nothing embedded, evaluation unchanged -> no regression warning.
+        again = _materialize_all(defs, instance)
+        assert again.success
+        meta2 = materializations(again)
+        for config in ("token_48", "recursive_48"):
+            emb = meta2[f"{collection}/{config}/embeddings"]
+            assert emb["embeddings_computed"] == 0
+        regression = check_results(again)[f"{collection}/token_48/evaluation:no_regression"]
+        assert regression.passed and regression.metadata["metrics_compared"].value > 0
+
+
+def test_bad_files_are_reported_and_the_rest_is_indexed(tmp_path: Path, env: str) -> None:
+    from orchestration.definitions import build_definitions
+
+    collection = unique_name("b")
+    docs = {**DOCS, "empty.md": "", "latin1.txt": "caf\xe9 cr\xe8me".encode("latin-1")}
+    _, indexes_path, collections_path = write_project(tmp_path, collection, docs=docs, configs=["token-48"])
+    defs = build_definitions(indexes_path, collections_path, database_url=env)
+    with instance_for_test() as instance:
+        result = _materialize_all(defs, instance)
+        assert result.success
+        meta = materializations(result)[f"{collection}/documents"]
+        assert meta["documents_added"] == len(DOCS) and meta["documents_failed"] == 2
+        table = meta["failures"]
+        assert "| `empty.md` | empty file |" in table
+        assert "`latin1.txt` | not valid UTF-8: byte 0xe9 at offset 3" in table
+        warnings = [
+            e.message
+            for e in instance.all_logs(result.run_id)
+            if e.level >= 30 and e.dagster_event is None and e.message
+        ]
+        assert any("empty.md: empty file" in w for w in warnings)
+        assert any("latin1.txt: not valid UTF-8" in w for w in warnings)
+        chunked = ids(materializations(result)[f"{collection}/token_48/chunks"]["rechunked_documents"])
+        assert chunked == sorted(DOCS)
+
+
+def test_missing_folder_is_reported_and_keeps_the_index(tmp_path: Path, env: str) -> None:
+    from orchestration.definitions import build_definitions
+
+    collection = unique_name("m")
+    docs_dir, indexes_path, collections_path = write_project(tmp_path, collection, configs=["token-48"])
+    defs = build_definitions(indexes_path, collections_path, database_url=env)
+    with instance_for_test() as instance:
+        assert _materialize_all(defs, instance).success
+        moved = docs_dir.rename(tmp_path / "elsewhere")
+        result = _materialize_all(defs, instance)
+        assert result.success  # the run goes on
+        meta = materializations(result)
+        docs_meta = meta[f"{collection}/documents"]
+        assert "documents folder not found" in docs_meta["failures"]
+        assert docs_meta["documents_deleted"] == 0 and docs_meta["documents_unchanged"] == len(DOCS)
+        assert meta[f"{collection}/token_48/index"]["documents_total"] == len(DOCS)
+        assert any(
+            "documents folder not found" in (e.message or "") for e in instance.all_logs(result.run_id)
+        )
+        moved.rename(docs_dir)
+
+
+def test_two_folders_one_missing_indexes_the_other(tmp_path: Path, env: str) -> None:
+    from orchestration.definitions import build_definitions
+
+    collection = unique_name("f")
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "n.md").write_text("# Notes\n\nA second folder of the same collection.\n")
+    _, indexes_path, collections_path = write_project(
+        tmp_path, collection, configs=["token-48"], folders=[str(other), str(tmp_path / "absent")]
+    )
+    defs = build_definitions(indexes_path, collections_path, database_url=env)
+    with instance_for_test() as instance:
+        result = _materialize_all(defs, instance)
+        assert result.success
+        meta = materializations(result)
+        assert meta[f"{collection}/documents"]["documents_added"] == 1
+        assert ids(meta[f"{collection}/token_48/chunks"]["rechunked_documents"]) == ["notes/n.md"]
+        assert "`absent` | documents folder not found" in meta[f"{collection}/documents"]["failures"]
+        step_failures = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE]
+        assert step_failures == []
