@@ -1,0 +1,83 @@
+"""Shared helpers for the retrieval tests (no tests here): tiny specs, a paragraph chunker, a store."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from chunking.types import Chunk, Document
+from retrieval.config import IndexConfig, IndexSpec
+
+_PARAGRAPH = re.compile(r"[^\n]+(?:\n(?!\n)[^\n]*)*")
+
+
+class ParagraphChunker:
+    """One chunk per paragraph (blank-line separated), spans from regex matches (constructive).
+
+    `vector_for(text)`, when given, sets `chunk.embedding` as late chunking would, so tests can
+    exercise the precomputed-vector path without running the model.
+    """
+
+    def __init__(self, config_key: str, vector_for: Callable[[str], np.ndarray] | None = None) -> None:
+        self.config_key = config_key
+        self.vector_for = vector_for
+
+    def chunk(self, document: Document) -> list[Chunk]:
+        chunks = []
+        for match in _PARAGRAPH.finditer(document.text):
+            start, end = match.span()
+            text = document.text[start:end]
+            chunk = Chunk(
+                document.id,
+                start,
+                end,
+                text,
+                token_count=len(text.split()),
+                metadata={"paragraph": len(chunks)},
+                config_key=self.config_key,
+            )
+            if self.vector_for is not None:
+                chunk.embedding = self.vector_for(text)
+            chunks.append(chunk)
+        return chunks
+
+    def chunk_batch(self, documents: Iterable[Document]) -> list[list[Chunk]]:
+        return [self.chunk(d) for d in documents]
+
+
+def make_spec(
+    collection: str | None = None,
+    name: str = "para",
+    *,
+    bm25: dict | None = None,
+    hybrid: dict | None = None,
+    chunker: dict | None = None,
+) -> IndexSpec:
+    """A spec in a fresh collection (tests share one database, so names must not collide)."""
+    config = IndexConfig(
+        name=name,
+        chunker=chunker or {"strategy": "paragraph-test"},
+        bm25=bm25 if bm25 is not None else {"k1": 1.5, "b": 0.75, "epsilon": 0.25, "analyzer": "standard"},
+        hybrid=hybrid or {"fusion": "rrf", "rrf_k": 60, "candidates": 50},
+    )
+    return IndexSpec(collection or f"c{uuid.uuid4().hex[:10]}", config)
+
+
+def random_unit_vector_for(dim: int = 384, seed_salt: str = "") -> Callable[[str], np.ndarray]:
+    """A deterministic pseudo-embedding per text (hash-seeded), for tests that need many vectors fast."""
+
+    def vector_for(text: str) -> np.ndarray:
+        seed = hash_text(seed_salt + text)
+        vector = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+        return vector / np.linalg.norm(vector)
+
+    return vector_for
+
+
+def hash_text(text: str) -> int:
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little")
