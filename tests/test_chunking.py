@@ -14,7 +14,7 @@ import yaml
 from chunking import STRATEGIES, Chunk, ChunkerConfigError, Document, build_chunker, get_tokenizer
 from chunking.llm import LLMError, OpenAICompatibleClient
 from tests.conftest import CHROMA_DIR, requires_chroma
-from tests.fake_models import FakeEmbeddingModel
+from tests.test_chunking_fakes import FakeEmbeddingModel
 
 REPO = Path(__file__).resolve().parent.parent
 
