@@ -11,6 +11,7 @@ Nothing heavy is imported at module level: the code location loads without torch
 """
 
 import base64
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -490,10 +491,10 @@ def build_index_assets(
         store = postgres.store()
         report, dataset_name, n_questions = run_evaluation(store, collection, spec, embedder)
         metrics = {k: float(v) for k, v in report.as_metadata().items() if isinstance(v, int | float)}
-        store.record_evaluation(spec.name, dataset_name, report.metrics)
+        store.record_evaluation(spec.name, dataset_name, metrics)
         previous = _previous_float_metadata(context, keys["evaluation"])
         regression = (
-            checks.regression(metrics, previous, REGRESSION_TOLERANCE)
+            checks.regression(_quality(metrics), _quality(previous), REGRESSION_TOLERANCE)
             if previous
             else (True, {"metrics_compared": 0, "note": "first evaluation: nothing to compare"})
         )
@@ -573,8 +574,10 @@ def run_evaluation(
     from retrieval.search import Searcher
 
     questions, dataset_name = collection_questions(store, collection)
-    searcher = Searcher(store, lambda model: embedder.get(model))
-    report = evaluate_index(searcher, spec, questions, modes=EVALUATION_MODES, k=EVALUATION_K)
+    searcher = Searcher(store, embedder.for_config(spec.config))
+    report = evaluate_index(
+        searcher, spec, questions, modes=EVALUATION_MODES, k=EVALUATION_K, dataset=dataset_name, store=store
+    )
     return report, dataset_name, len(questions)
 
 
@@ -594,7 +597,6 @@ def build_leaderboard_asset(collection: CollectionConfig, specs: Sequence[IndexS
     )
     def leaderboard(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
         from evaluation.reports import leaderboard as build_leaderboard
-
         from retrieval.db import chunkyard_home
 
         store = postgres.store()
@@ -619,16 +621,79 @@ def build_leaderboard_asset(collection: CollectionConfig, specs: Sequence[IndexS
     return leaderboard
 
 
-def collect_reports(store: Any, specs: Sequence[IndexSpec]) -> list[Any]:
-    """The latest stored evaluation of each index, as reports the leaderboard accepts."""
-    from evaluation.runner import EvaluationReport
+_QUALITY = re.compile(
+    r"^[a-z_+:-]+/(hit_at|mrr_at|recall_at|precision_at|iou_at|chroma_precision_at|"
+    r"chroma_iou_at|budget_recall)_?\d+$"
+)
 
+
+def _quality(metrics: dict[str, float]) -> dict[str, float]:
+    """The higher-is-better means (`dense/hit_at_5`, ...): what a regression is measured on."""
+    return {k: v for k, v in metrics.items() if _QUALITY.match(k)}
+
+
+@dataclass
+class _StoredEstimate:
+    values: dict[str, float]
+
+    def as_dict(self) -> dict[str, float]:
+        return self.values
+
+
+@dataclass
+class _StoredSummary:
+    overall: dict[str, _StoredEstimate]
+
+
+@dataclass
+class StoredReport:
+    """An evaluation as recorded in the store (flat `mode/metric[_ci_low|_ci_high]` floats), in the
+    shape `evaluation.reports.leaderboard` reads: so the leaderboard comes from the database, not
+    from objects passed between processes."""
+
+    index: str
+    config: str
+    dataset: str
+    k: int
+    n_questions: int
+    summaries: dict[str, _StoredSummary]
+    cost: dict[str, float]
+    latency: dict[str, dict[str, float]]
+
+    @classmethod
+    def from_flat(cls, index: str, dataset: str, flat: dict[str, float], k: int) -> "StoredReport":
+        n = int(flat.get("questions", 0))
+        summaries: dict[str, _StoredSummary] = {}
+        cost: dict[str, float] = {}
+        latency: dict[str, dict[str, float]] = {}
+        for key, value in flat.items():
+            if "/" not in key:
+                continue
+            group, name = key.split("/", 1)
+            if group == "cost":
+                cost[name] = value
+            elif name.startswith("latency_"):
+                latency.setdefault(group, {})[name.removeprefix("latency_")] = value
+            elif not name.endswith(("_ci_low", "_ci_high")):
+                estimate = {
+                    "mean": value,
+                    "ci_low": flat.get(f"{key}_ci_low", value),
+                    "ci_high": flat.get(f"{key}_ci_high", value),
+                    "n": n,
+                }
+                summaries.setdefault(group, _StoredSummary({})).overall[name] = _StoredEstimate(estimate)
+        return cls(index, index.split("/", 1)[-1], dataset, k, n, summaries, cost, latency)
+
+
+def collect_reports(store: Any, specs: Sequence[IndexSpec]) -> list[StoredReport]:
+    """The latest stored evaluation of each index (indexes never evaluated are left out)."""
     reports = []
     for spec in specs:
         latest = store.latest_evaluation(spec.name)
         if latest is None:
             continue
-        reports.append(EvaluationReport.from_stored(spec.name, latest))
+        flat = {k: float(v) for k, v in (latest.get("metrics") or {}).items() if isinstance(v, int | float)}
+        reports.append(StoredReport.from_flat(spec.name, latest.get("dataset", ""), flat, EVALUATION_K))
     return reports
 
 
