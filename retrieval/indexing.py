@@ -245,10 +245,10 @@ def stage_chunks(
                                 chunk.parent_id,
                             )
                         )
-                        if chunk.embedding is not None:
-                            vector = np.asarray(chunk.embedding, dtype=np.float32)
-                            norm = float(np.linalg.norm(vector))
-                            vectors.append((index_name, chunk_id, vector / norm if norm else vector))
+                        if chunk.embedding is not None:  # late chunking: stored as computed
+                            vectors.append(
+                                (index_name, chunk_id, np.asarray(chunk.embedding, dtype=np.float32))
+                            )
                 with cur.copy(
                     'COPY staged_chunks (index_name, chunk_id, doc_id, start, "end", text, embed_text,'
                     " token_count, content_hash, metadata, parent_id) FROM STDIN (FORMAT BINARY)"
@@ -439,6 +439,18 @@ def publish(store: Store, spec: Any) -> PublishReport:
             raise IndexingError(
                 f"publish: {index_name!r} was staged with another config; re-run stage_chunks"
             )
+        staged_chunks, staged_removals = conn.execute(
+            "SELECT (SELECT count(*) FROM staged_chunks WHERE index_name = %s),"
+            " (SELECT count(*) FROM staged_removals WHERE index_name = %s)",
+            (index_name, index_name),
+        ).fetchone()
+        if version > 0 and not full_rebuild and staged_chunks == 0 and staged_removals == 0:
+            # nothing changed: keep the version (caches keyed on it stay valid), just clear staging
+            _clear_staging(conn, index_name)
+            report.version = version
+            report.chunks_total, report.documents_total = _sizes(conn, index_name, chunks_t)
+            report.seconds = round(time.perf_counter() - started, 3)
+            return report
         missing_vectors, missing_terms = conn.execute(
             "SELECT count(*) FILTER (WHERE e.chunk_id IS NULL), count(*) FILTER (WHERE l.chunk_id IS NULL)"
             " FROM staged_chunks s"

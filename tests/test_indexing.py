@@ -1,0 +1,238 @@
+"""Incremental staging and atomic publish, against real Postgres, the real model and real chunkers."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from chunking.types import Document
+from retrieval import indexing
+from retrieval.config import IndexConfig, IndexSpec
+from retrieval.search import Searcher
+from retrieval.store import Store, as_array
+from tests.test_indexing_support import ParagraphChunker, make_spec, random_unit_vector_for
+
+DOCS = {
+    "guide.md": "# Guide\n\nchunkyard turns folders into indexes.\n\nEach index has its own HNSW graph.",
+    "bm25.md": "BM25 scores come from postings stored in Postgres.\n\nThey equal rank-bm25 scores.",
+    "deploy.md": "Deploy with docker compose.\n\nThe service answers POST /v1/search.",
+}
+
+
+@pytest.fixture(scope="module")
+def store(pg_url: str) -> Store:
+    store = Store(pg_url)
+    store.migrate()
+    return store
+
+
+def _docs(texts: dict[str, str]) -> list[Document]:
+    return [Document(doc_id, text, metadata={"path": doc_id}) for doc_id, text in texts.items()]
+
+
+def _stored_chunks(store: Store, index_name: str) -> list[tuple]:
+    with store.connection() as conn:
+        return conn.execute(
+            'SELECT doc_id, start, "end", text FROM chunks WHERE index_name = %s ORDER BY doc_id, start',
+            (index_name,),
+        ).fetchall()
+
+
+@pytest.mark.parametrize("strategy", ["token", "recursive"])
+def test_build_index_with_the_real_chunker_stores_exact_spans(store, embedder, strategy) -> None:
+    spec = IndexSpec(
+        f"real-{strategy}",
+        IndexConfig(
+            name=f"{strategy}-12",
+            chunker={"strategy": strategy, "size": 12, "overlap": 0, "tokenizer": "model"},
+        ),
+    )
+    docs = _docs(DOCS)
+    store.sync_documents(spec.collection, docs, [])
+    report = indexing.build_index(store, spec, embedder)
+    meta = report.as_metadata()
+    assert meta["documents_added"] == 3 and meta["chunks_inserted"] == meta["chunks_total"] > 3
+    assert meta["embeddings_computed"] + meta["embeddings_reused"] == meta["chunks_inserted"]
+    assert all(isinstance(v, int | float | str) for v in meta.values())
+    by_id = {d.id: d.text for d in docs}
+    rows = _stored_chunks(store, spec.name)
+    assert len(rows) == meta["chunks_total"]
+    for doc_id, start, end, text in rows:
+        assert by_id[doc_id][start:end] == text
+    info = store.index_info(spec.name)
+    assert info["version"] == 1 and info["dim"] == 384 and info["document_count"] == 3
+
+
+def test_incremental_staging_embeds_only_what_changed(store, embedder) -> None:
+    spec = make_spec()
+    chunker = ParagraphChunker(spec.config.config_hash)
+    texts = dict(DOCS)
+    store.sync_documents(spec.collection, _docs(texts), [])
+    first = indexing.build_index(store, spec, embedder, chunker=chunker)
+    assert first.version == 1 and first.chunks_inserted == 7
+
+    # nothing changed: zero embeddings computed, nothing published, the version stays
+    sync = store.sync_documents(spec.collection, _docs(texts), [])
+    assert sync.unchanged == sorted(texts) or sorted(sync.unchanged) == sorted(texts)
+    stage = indexing.stage_chunks(store, spec, chunker=chunker)
+    assert (stage.documents_unchanged, stage.chunks_staged, stage.chunks_kept) == (3, 0, 7)
+    embed = indexing.stage_embeddings(store, spec, embedder)
+    assert embed.embeddings_computed == 0
+    indexing.stage_bm25(store, spec)
+    again = indexing.publish(store, spec)
+    assert again.version == 1 and not again.published
+
+    # one paragraph edited, one document deleted, one added
+    texts["guide.md"] = texts["guide.md"].replace("its own HNSW graph", "its own partition")
+    del texts["deploy.md"]
+    texts["new.md"] = "A new document.\n\nchunkyard turns folders into indexes."  # 2nd paragraph is cached
+    sync = store.sync_documents(spec.collection, _docs(texts), [])
+    assert (sync.changed, sync.deleted, sync.added) == (["guide.md"], ["deploy.md"], ["new.md"])
+    stage = indexing.stage_chunks(store, spec, chunker=chunker)
+    assert (stage.documents_changed, stage.documents_deleted, stage.documents_added) == (1, 1, 1)
+    assert (stage.chunks_staged, stage.chunks_to_delete, stage.chunks_kept) == (5, 5, 2)
+    embed = indexing.stage_embeddings(store, spec, embedder)
+    # guide.md: 2 of 3 paragraphs unchanged (cache), 1 new; new.md: 1 new, 1 identical to a cached text
+    assert (embed.embeddings_computed, embed.embeddings_reused) == (2, 3)
+    indexing.stage_bm25(store, spec)
+    published = indexing.publish(store, spec)
+    assert published.version == 2 and published.chunks_total == 7 and published.documents_total == 3
+    assert {r[0] for r in _stored_chunks(store, spec.name)} == {"guide.md", "bm25.md", "new.md"}
+    results = Searcher(store, embedder).search("partition", spec.name, k=1, mode="bm25")
+    assert results[0].doc_id == "guide.md" and "partition" in results[0].text
+
+
+def test_embedding_cache_is_shared_across_indexes(store, embedder) -> None:
+    texts = {"x.md": "Shared paragraph one.\n\nShared paragraph two."}
+    for name in ("cache-a", "cache-b"):
+        spec = make_spec(collection="cache-shared", name=name)
+        store.sync_documents(spec.collection, _docs(texts), [])
+        report = indexing.build_index(
+            store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash)
+        )
+        if name == "cache-b":
+            assert report.staged["embeddings_computed"] == 0 and report.staged["embeddings_reused"] == 2
+
+
+def test_precomputed_vectors_are_stored_as_is(store, embedder) -> None:
+    spec = make_spec()
+    vector_for = random_unit_vector_for(seed_salt="late")
+    store.sync_documents(spec.collection, _docs({"a.md": "late one\n\nlate two"}), [])
+    report = indexing.build_index(
+        store,
+        spec,
+        embedder,
+        chunker=ParagraphChunker(spec.config.config_hash, vector_for=lambda t: 3 * vector_for(t)),
+    )
+    assert report.staged["embeddings_precomputed"] == 2 and report.staged["embeddings_computed"] == 0
+    with store.connection() as conn, conn.cursor(binary=True) as cur:
+        rows = cur.execute(
+            "SELECT text, embedding FROM chunks WHERE index_name = %s", (spec.name,)
+        ).fetchall()
+    for text, vector in rows:
+        np.testing.assert_allclose(as_array(vector), 3 * vector_for(text), rtol=1e-6)
+
+
+def test_publish_refuses_incomplete_staging(store, embedder) -> None:
+    spec = make_spec()
+    store.sync_documents(spec.collection, _docs(DOCS), [])
+    indexing.stage_chunks(store, spec, chunker=ParagraphChunker(spec.config.config_hash))
+    with pytest.raises(indexing.IndexingError, match="stage_embeddings"):
+        indexing.publish(store, spec)
+    indexing.stage_embeddings(store, spec, embedder)
+    with pytest.raises(indexing.IndexingError, match="stage_bm25"):
+        indexing.publish(store, spec)
+    assert store.index_info(spec.name)["version"] == 0  # nothing published, nothing lost
+    indexing.stage_bm25(store, spec)
+    assert indexing.publish(store, spec).version == 1
+
+
+def test_config_change_rebuilds_everything(store, embedder) -> None:
+    spec = make_spec(name="rebuild")
+    store.sync_documents(spec.collection, _docs(DOCS), [])
+    indexing.build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
+    changed = make_spec(collection=spec.collection, name="rebuild", bm25={"analyzer": "english"})
+    assert changed.config.config_hash != spec.config.config_hash
+    stage = indexing.stage_chunks(store, changed, chunker=ParagraphChunker(changed.config.config_hash))
+    assert stage.full_rebuild and stage.documents_added == 3 and stage.chunks_to_delete == 7
+    indexing.stage_embeddings(store, changed, embedder)
+    indexing.stage_bm25(store, changed)
+    report = indexing.publish(store, changed)
+    assert report.version == 2 and report.chunks_total == 7 and report.chunks_deleted == 7
+    assert store.index_info(spec.name)["config_hash"] == changed.config.config_hash
+
+
+def test_readers_see_the_old_or_the_new_index_never_a_mix(store, embedder) -> None:
+    """A reader hammering hybrid search while a full re-index publishes: every answer is one generation."""
+    spec = make_spec(hybrid={"fusion": "rrf", "rrf_k": 60, "candidates": 400})
+    n_docs, n_paragraphs = 40, 10
+
+    def corpus(generation: str) -> list[Document]:
+        return [
+            Document(
+                f"d{i:02d}",
+                "\n\n".join(
+                    f"generation {generation} document {i} paragraph {j}" for j in range(n_paragraphs)
+                ),
+            )
+            for i in range(n_docs)
+        ]
+
+    vector_for = random_unit_vector_for()
+    chunker = ParagraphChunker(spec.config.config_hash, vector_for=vector_for)
+    store.sync_documents(spec.collection, corpus("alpha"), [])
+    indexing.build_index(store, spec, embedder, chunker=chunker)
+
+    store.sync_documents(spec.collection, corpus("beta"), [])
+    indexing.stage_chunks(store, spec, chunker=chunker)
+    indexing.stage_embeddings(store, spec, embedder)
+    indexing.stage_bm25(store, spec)
+
+    searcher = Searcher(store, embedder)
+    observations: list[tuple[set[str], int, int]] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                results = searcher.search("generation document paragraph", spec.name, k=400, mode="hybrid")
+                generations = {r.text.split()[1] for r in results}
+                observations.append((generations, len(results), results[0].index_version))
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    time.sleep(0.3)
+    report = indexing.publish(store, spec)
+    time.sleep(0.3)
+    stop.set()
+    thread.join(timeout=30)
+    assert not errors, errors
+    assert report.version == 2 and report.chunks_inserted == report.chunks_deleted == n_docs * n_paragraphs
+    assert all(len(gens) == 1 and count == 400 for gens, count, _ in observations), observations
+    seen = [(next(iter(gens)), version) for gens, _, version in observations]
+    assert ("alpha", 1) in seen and ("beta", 2) in seen
+    first_beta = next(i for i, (gen, _) in enumerate(seen) if gen == "beta")
+    assert all(gen == "beta" for gen, _ in seen[first_beta:])  # never back to the old version
+
+
+def test_memory_bm25_reloads_when_the_version_moves(store, embedder) -> None:
+    spec = make_spec()
+    chunker = ParagraphChunker(spec.config.config_hash)
+    texts = {"a.md": "apples and pears", "c.md": "plums", "d.md": "cherries", "e.md": "grapes"}
+    store.sync_documents(spec.collection, _docs(texts), [])
+    indexing.build_index(store, spec, embedder, chunker=chunker)
+    searcher = Searcher(store, embedder, bm25_backend="memory")
+    sql_searcher = Searcher(store, embedder)
+    assert [r.doc_id for r in searcher.search("pears", spec.name, mode="bm25")] == ["a.md"]
+    store.sync_documents(spec.collection, _docs({**texts, "b.md": "pears pears pears"}), [])
+    indexing.build_index(store, spec, embedder, chunker=chunker)
+    memory = searcher.search("pears", spec.name, mode="bm25")
+    in_sql = sql_searcher.search("pears", spec.name, mode="bm25")
+    assert [r.doc_id for r in memory] == [r.doc_id for r in in_sql] == ["b.md", "a.md"]
+    assert [r.scores["bm25"] for r in memory] == pytest.approx([r.scores["bm25"] for r in in_sql], rel=1e-12)
