@@ -49,6 +49,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         resources=defs.resources,
         selection=AssetSelection.assets(*keys),
         tags={"chunkyard/trigger": "demo"},
+        # Step-by-step DEBUG events stay in the event log (see `chunkyard ui`); warnings print here.
+        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
         raise_on_error=False,
     )
     summary = _run_summary(result)
@@ -61,8 +63,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
     _print(f"Documents: {summary['documents']}")
     _print(
-        f"Embeddings: {summary['computed']} computed, {summary['reused']} reused from the cache"
-        + (" (nothing re-embedded)" if summary["computed"] == 0 and summary["reused"] else "")
+        f"Chunks (all configs): {summary['staged']} new or changed, {summary['kept']} kept unchanged "
+        "(neither re-chunked nor re-embedded)"
+    )
+    _print(
+        f"Embeddings: {summary['computed']} computed, {summary['reused']} reused from the embedding cache"
+        + (", nothing re-embedded" if summary["computed"] == 0 else "")
     )
     board = summary.get("leaderboard")
     if board:
@@ -75,7 +81,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _run_summary(result) -> dict:
     """Counts and the leaderboard from a run's materialisation metadata."""
-    summary: dict = {"computed": 0, "reused": 0, "documents": "", "failures": []}
+    summary: dict = {"computed": 0, "reused": 0, "staged": 0, "kept": 0, "documents": "", "failures": []}
     for event in result.all_events:
         if event.is_step_failure:
             error = event.event_specific_data.error  # type: ignore[union-attr]
@@ -85,7 +91,10 @@ def _run_summary(result) -> dict:
         materialization = event.step_materialization_data.materialization
         key = materialization.asset_key.path
         meta = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
-        if key[-1] == "embeddings":
+        if key[-1] == "chunks":
+            summary["staged"] += int(meta.get("chunks_staged", 0) or 0)
+            summary["kept"] += int(meta.get("chunks_kept", 0) or 0)
+        elif key[-1] == "embeddings":
             summary["computed"] += int(meta.get("embeddings_computed", 0) or 0)
             summary["reused"] += int(meta.get("embeddings_reused", 0) or 0)
         elif key[-1] == "documents":
