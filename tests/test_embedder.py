@@ -1,0 +1,63 @@
+"""Embedder: the real local all-MiniLM-L6-v2 (torch backend), sentence and token vectors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from retrieval.embedder import Embedder, EmbedderConfigError
+
+
+def test_embed_returns_normalised_float32_vectors(embedder) -> None:
+    vectors = embedder.embed(["The cat sat on the mat.", "Postgres stores vectors.", ""])
+    assert vectors.shape == (3, embedder.dim) == (3, 384) and vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
+    again = embedder.embed(["Postgres stores vectors."])
+    np.testing.assert_allclose(again[0], vectors[1], atol=1e-5)
+    assert embedder.embed([]).shape == (0, 384)
+    with pytest.raises(TypeError, match="list"):
+        embedder.embed("not a list")  # type: ignore[arg-type]
+
+
+def test_embeddings_rank_a_paraphrase_above_an_unrelated_text(embedder) -> None:
+    query, paraphrase, unrelated = embedder.embed(
+        ["a cat sleeping on a carpet", "The feline rested upon the rug.", "Interest rates rose sharply."]
+    )
+    assert query @ paraphrase > query @ unrelated + 0.2
+
+
+def test_embed_tokens_gives_spans_and_contextual_vectors(embedder) -> None:
+    text = "Late chunking pools token vectors, naïvely."
+    spans, vectors = embedder.embed_tokens(text)
+    assert len(spans) == len(vectors) and vectors.shape[1] == 384
+    pieces = [text[s:e] for s, e in spans]
+    assert pieces[0] == "Late" and "".join(pieces) == text.replace(" ", "")
+    assert all(0 <= s < e <= len(text) for s, e in spans)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+    # the same word in another context gets another vector (contextual, not a lookup table)
+    _, other = embedder.embed_tokens("Late trains annoy commuters.")
+    assert not np.allclose(vectors[0], other[0])
+
+
+def test_embed_tokens_truncates_to_the_model_limit(embedder) -> None:
+    text = "word " * 1000
+    spans, vectors = embedder.embed_tokens(text)
+    assert len(spans) == embedder.max_seq_length - 2  # [CLS] and [SEP] dropped
+    assert spans[-1][1] < len(text)
+
+
+def test_model_id_tokenizer_and_limits(embedder) -> None:
+    assert embedder.model_id == "all-MiniLM-L6-v2"
+    assert embedder.max_seq_length == 256
+    assert embedder.tokenizer.count("hello world") == 4  # [CLS] hello world [SEP]
+
+
+def test_bad_options_are_clear_errors() -> None:
+    with pytest.raises(EmbedderConfigError, match="backend"):
+        Embedder(backend="tensorflow")
+    with pytest.raises(EmbedderConfigError, match="quantize"):
+        Embedder(quantize="int4")
+    with pytest.raises(EmbedderConfigError, match="onnx"):
+        Embedder(quantize="int8")
+    with pytest.raises(ValueError, match="not available locally"):
+        Embedder("no-such-model")

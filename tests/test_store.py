@@ -1,0 +1,92 @@
+"""Store: versioned migrations, document sync, embedding cache, evaluations (real Postgres)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from chunking.loaders import DocumentFailure
+from chunking.types import Document
+from retrieval.migrations import MIGRATIONS
+from retrieval.store import Store, partition_names, split_index_name
+from tests.test_indexing_support import make_spec
+
+
+@pytest.fixture(scope="module")
+def store(pg_url: str) -> Store:
+    store = Store(pg_url)
+    store.migrate()
+    return store
+
+
+def test_migrations_are_versioned_and_idempotent(store: Store) -> None:
+    assert store.migrate() == []  # already applied
+    assert store.schema_version() == max(v for v, _, _ in MIGRATIONS)
+    with store.connection() as conn:
+        versions = [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
+    assert versions == [v for v, _, _ in MIGRATIONS]
+
+
+def test_sync_documents_reports_added_changed_deleted_unchanged(store: Store) -> None:
+    collection = "sync-test"
+    first = store.sync_documents(collection, [Document("a", "alpha"), Document("b", "beta")], [])
+    assert (first.added, first.changed, first.deleted, first.unchanged) == (["a", "b"], [], [], [])
+    second = store.sync_documents(
+        collection, [Document("a", "alpha"), Document("c", "gamma", title="C", metadata={"k": 1})], []
+    )
+    assert (second.added, second.changed, second.deleted, second.unchanged) == (["c"], [], ["b"], ["a"])
+    third = store.sync_documents(collection, [Document("a", "alpha 2")], [DocumentFailure("c", "not UTF-8")])
+    assert third.changed == ["a"] and third.deleted == [] and len(third.failed) == 1  # c failed: kept
+    docs = {d.id: d for d in store.documents(collection)}
+    assert docs["a"].text == "alpha 2" and docs["c"].title == "C" and docs["c"].metadata == {"k": 1}
+    assert store.document_failures(collection) == [{"path": "c", "reason": "not UTF-8"}]
+    assert [d.id for d in store.documents(collection, ["c"])] == ["c"]
+
+
+def test_a_failed_folder_keeps_its_documents(store: Store) -> None:
+    collection = "sync-folder"
+    store.sync_documents(collection, [Document("guide/a.md", "a"), Document("b.md", "b")], [])
+    report = store.sync_documents(collection, [], [DocumentFailure("guide", "permission denied")])
+    assert report.deleted == ["b.md"]
+    assert [d.id for d in store.documents(collection)] == ["guide/a.md"]
+
+
+def test_duplicate_document_ids_are_rejected(store: Store) -> None:
+    with pytest.raises(ValueError, match="duplicate document id"):
+        store.sync_documents("dupes", [Document("a", "x"), Document("a", "y")], [])
+
+
+def test_embedding_cache_round_trip(store: Store) -> None:
+    rng = np.random.default_rng(0)
+    vectors = {f"h{i}": rng.standard_normal(8).astype(np.float32) for i in range(5)}
+    assert store.cache_embeddings("model-x", vectors) == 5
+    assert store.cache_embeddings("model-x", vectors) == 0  # already there
+    found = store.cached_embeddings("model-x", ["h0", "h3", "missing"])
+    assert set(found) == {"h0", "h3"}
+    np.testing.assert_array_equal(found["h3"], vectors["h3"])
+    assert store.cached_embeddings("model-y", ["h0"]) == {}  # keyed by model
+
+
+def test_index_registration_partitions_and_evaluations(store: Store) -> None:
+    spec = make_spec(name="registered")
+    info = store.ensure_index(spec)
+    assert info["version"] == 0 and info["config_hash"] == spec.config.config_hash
+    parts = partition_names(spec.name)
+    with store.connection() as conn:
+        tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+    assert {parts["chunks"], parts["postings"]} <= tables
+    assert store.ensure_index(spec)["name"] == spec.name  # idempotent
+    assert spec.name in [i["name"] for i in store.list_indexes()]
+    store.record_evaluation(spec.name, "demo", {"dense/hit_at_5": 0.5})
+    store.record_evaluation(spec.name, "demo", {"dense/hit_at_5": 0.75})
+    latest = store.latest_evaluation(spec.name)
+    assert latest["metrics"] == {"dense/hit_at_5": 0.75} and latest["index_version"] == 0
+    store.drop_index(spec.name)
+    assert store.index_info(spec.name) is None
+
+
+def test_index_names() -> None:
+    assert split_index_name("recursive-256") == "demo/recursive-256"
+    assert split_index_name("chroma_general/token-256") == "chroma_general/token-256"
+    with pytest.raises(ValueError, match="index"):
+        split_index_name("")
