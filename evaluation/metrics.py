@@ -211,6 +211,7 @@ def score_question(
     Keys use the literal k: `hit_at_5`, `mrr_at_5`, `recall_at_5`, `precision_at_5`,
     `iou_at_5`, `chroma_recall_at_5`, `chroma_precision_at_5`, `chroma_iou_at_5`,
     `recall_at_20`, `failure_rate_at_20`, `budget_recall_1024`, `budget_chunks_1024`, ...
+    and, with `token_counts`, `context_tokens_at_5` (tokens of the top k: what the LLM reads).
     """
     spans = [as_span(r) for r in retrieved]
     top = spans[:k]
@@ -237,6 +238,7 @@ def score_question(
     if token_counts is not None:
         if len(token_counts) != len(spans):
             raise ValueError(f"token_counts has {len(token_counts)} entries for {len(spans)} retrieved spans")
+        scores[f"context_tokens_at_{k}"] = float(sum(token_counts[:k]))
         for budget in budgets:
             taken = take_within_budget(token_counts, budget)
             within = spans[:taken]

@@ -127,6 +127,7 @@ def test_budget_recall_takes_chunks_in_rank_order_while_they_fit():
     assert scores["budget_recall_1024"] == pytest.approx(5 / 20)
     assert scores["budget_chunks_2048"] == 4.0
     assert scores["budget_recall_2048"] == pytest.approx(15 / 20)
+    assert scores["context_tokens_at_5"] == 1120.0
     with pytest.raises(ValueError, match="token_counts"):
         score_question(question, RETRIEVED, token_counts=[1])
 

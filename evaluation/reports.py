@@ -1,0 +1,277 @@
+"""The leaderboard: every (config, mode) of a collection side by side, as markdown, CSV, JSON and a chart."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evaluation.runner import EvaluationReport, format_estimate
+
+LEADERBOARD_METRICS = (
+    "hit_at_{k}",
+    "mrr_at_{k}",
+    "recall_at_{k}",
+    "precision_at_{k}",
+    "iou_at_{k}",
+    "chroma_precision_at_{k}",
+    "chroma_iou_at_{k}",
+    "recall_at_20",
+    "failure_rate_at_20",
+    "budget_recall_1024",
+    "budget_recall_2048",
+    "context_tokens_at_{k}",
+)
+COST_COLUMNS = (
+    "chunks",
+    "mean_chunk_tokens",
+    "tokens_embedded",
+    "overlap_overhead",
+    "share_over_model_limit",
+)
+# Metrics that are counts, not fractions (not shown as %).
+_RAW_METRICS = ("context_tokens_at_", "budget_chunks_")
+
+
+def _is_raw(name: str) -> bool:
+    return name.startswith(_RAW_METRICS)
+
+
+@dataclass
+class LeaderboardRow:
+    config: str
+    index: str
+    mode: str
+    dataset: str
+    k: int
+    n_questions: int
+    estimates: dict[str, dict[str, float]]  # metric -> {mean, ci_low, ci_high, n}
+    cost: dict[str, float] = field(default_factory=dict)
+    latency: dict[str, float] = field(default_factory=dict)
+
+    def value(self, metric: str) -> float:
+        return self.estimates.get(metric, {}).get("mean", math.nan)
+
+
+@dataclass
+class Leaderboard:
+    """Rows sorted by `sort_by` (recall@k by default), best first."""
+
+    rows: list[LeaderboardRow]
+    k: int
+    title: str = "Leaderboard"
+    sort_by: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def metric_names(self) -> list[str]:
+        present = {m for r in self.rows for m in r.estimates}
+        return [m.format(k=self.k) for m in LEADERBOARD_METRICS if m.format(k=self.k) in present]
+
+    def markdown(self) -> str:
+        names = self.metric_names()
+        lines = [f"## {self.title}", ""]
+        if self.rows:
+            r0 = self.rows[0]
+            lines.append(
+                f"Dataset `{r0.dataset}`, {r0.n_questions} questions, top {self.k}. Fractions in %, "
+                f"with 95% bootstrap confidence intervals over questions. Sorted by `{self.sort_by}`."
+            )
+            lines.append("")
+        header = ["config", "mode", *names, *COST_COLUMNS, "p95 ms"]
+        lines.append("| " + " | ".join(header) + " |")
+        lines.append("|" + "---|" * len(header))
+        for row in self.rows:
+            cells = [row.config, row.mode]
+            for name in names:
+                est = row.estimates.get(name)
+                if est is None:
+                    cells.append("–")
+                elif _is_raw(name):
+                    cells.append(f"{est['mean']:.0f}")
+                else:
+                    cells.append(format_estimate(_Est(est)))
+            for column in COST_COLUMNS:
+                value = row.cost.get(column)
+                if value is None:
+                    cells.append("–")
+                elif column in ("overlap_overhead", "share_over_model_limit"):
+                    cells.append(f"{100 * value:.1f}%")
+                elif column == "mean_chunk_tokens":
+                    cells.append(f"{value:.0f}")
+                else:
+                    cells.append(f"{value:,.0f}")
+            p95 = row.latency.get("p95_ms")
+            cells.append("–" if p95 is None or math.isnan(p95) else f"{p95:.1f}")
+            lines.append("| " + " | ".join(cells) + " |")
+        if self.notes:
+            lines.append("")
+            lines.extend(f"- {note}" for note in self.notes)
+        return "\n".join(lines) + "\n"
+
+    def records(self) -> list[dict[str, Any]]:
+        out = []
+        for row in self.rows:
+            record: dict[str, Any] = {
+                "config": row.config,
+                "index": row.index,
+                "mode": row.mode,
+                "dataset": row.dataset,
+                "k": row.k,
+                "n_questions": row.n_questions,
+            }
+            for name, est in row.estimates.items():
+                record[name] = est["mean"]
+                record[f"{name}_ci_low"] = est["ci_low"]
+                record[f"{name}_ci_high"] = est["ci_high"]
+            for name, value in row.cost.items():
+                record[f"cost_{name}"] = value
+            for name, value in row.latency.items():
+                record[f"latency_{name}"] = value
+            out.append(record)
+        return out
+
+    def csv(self) -> str:
+        records = self.records()
+        columns: list[str] = []
+        for record in records:
+            columns.extend(c for c in record if c not in columns)
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        for record in records:
+            writer.writerow({c: _csv_value(record.get(c)) for c in columns})
+        return buffer.getvalue()
+
+    def json(self) -> str:
+        return json.dumps(
+            {
+                "title": self.title,
+                "k": self.k,
+                "sort_by": self.sort_by,
+                "notes": self.notes,
+                "rows": self.records(),
+            },
+            indent=2,
+            sort_keys=False,
+            default=float,
+        )
+
+    def plot_png(self, path: str | Path) -> Path:
+        """Recall@k against the context tokens it costs (mean tokens of the top k), one point per
+        config and mode; budget recall at 1024/2048 tokens drawn at those x positions."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        recall_key, tokens_key = f"recall_at_{self.k}", f"context_tokens_at_{self.k}"
+        fig, ax = plt.subplots(figsize=(9, 6), dpi=110)
+        modes = sorted({r.mode for r in self.rows})
+        markers = dict(zip(modes, "osD^vP*X", strict=False))
+        for row in self.rows:
+            x, y = row.value(tokens_key), row.value(recall_key)
+            if math.isnan(x) or math.isnan(y):
+                continue
+            est = row.estimates[recall_key]
+            ax.errorbar(
+                x,
+                100 * y,
+                yerr=[[100 * (y - est["ci_low"])], [100 * (est["ci_high"] - y)]],
+                fmt=markers.get(row.mode, "o"),
+                capsize=2,
+                alpha=0.85,
+                label=f"{row.config} · {row.mode}",
+            )
+            for budget in (1024, 2048):
+                value = row.value(f"budget_recall_{budget}")
+                if not math.isnan(value):
+                    ax.scatter(
+                        [budget],
+                        [100 * value],
+                        marker=markers.get(row.mode, "o"),
+                        s=12,
+                        alpha=0.35,
+                        color="grey",
+                    )
+        ax.set_xlabel(
+            f"context tokens (cl100k): mean of the top {self.k}; grey: recall within a 1024/2048 budget"
+        )
+        ax.set_ylabel(f"recall@{self.k} (% of reference characters)")
+        ax.set_title(self.title)
+        ax.grid(alpha=0.3)
+        if len(self.rows) <= 24:
+            ax.legend(fontsize=7, loc="lower right", ncol=1 if len(self.rows) <= 12 else 2)
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
+        return path
+
+    def write(self, prefix: str | Path) -> list[Path]:
+        """`<prefix>.md`, `.csv`, `.json` and `.png`."""
+        prefix = Path(prefix)
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        written = []
+        for suffix, text in ((".md", self.markdown()), (".csv", self.csv()), (".json", self.json())):
+            target = prefix.with_name(prefix.name + suffix)
+            target.write_text(text, encoding="utf-8")
+            written.append(target)
+        written.append(self.plot_png(prefix.with_name(prefix.name + ".png")))
+        return written
+
+
+@dataclass
+class _Est:
+    """Adapter so `format_estimate` can format a stored {mean, ci_low, ci_high, n} mapping."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+
+    def __init__(self, d: dict[str, float]) -> None:
+        self.mean, self.low, self.high, self.n = d["mean"], d["ci_low"], d["ci_high"], int(d.get("n", 1))
+
+
+def _csv_value(value: Any) -> Any:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return value
+
+
+def leaderboard(
+    reports: Sequence[EvaluationReport],
+    *,
+    sort_by: str | None = None,
+    title: str = "Leaderboard",
+    notes: Sequence[str] = (),
+) -> Leaderboard:
+    """One row per (report, mode), best `sort_by` first (default recall@k)."""
+    if not reports:
+        return Leaderboard([], 5, title, sort_by or "recall_at_5", list(notes))
+    k = reports[0].k
+    sort_key = sort_by or f"recall_at_{k}"
+    rows = []
+    for report in reports:
+        for mode, summary in report.summaries.items():
+            rows.append(
+                LeaderboardRow(
+                    config=report.config,
+                    index=report.index,
+                    mode=mode,
+                    dataset=report.dataset,
+                    k=report.k,
+                    n_questions=report.n_questions,
+                    estimates={n: e.as_dict() for n, e in summary.overall.items()},
+                    cost=dict(report.cost),
+                    latency=dict(report.latency.get(mode, {})),
+                )
+            )
+    rows.sort(key=lambda r: -(r.value(sort_key) if not math.isnan(r.value(sort_key)) else -math.inf))
+    return Leaderboard(rows, k, title, sort_key, list(notes))

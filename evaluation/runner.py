@@ -1,0 +1,351 @@
+"""Score one published index on a question set, per retrieval mode, with its cost alongside.
+
+`evaluate_index` asks the Searcher exactly what a user would ask (same index, same modes), so
+the numbers describe what is served. Modes are the Searcher's (`dense`, `bm25`, `hybrid`,
+`hybrid_weighted`) plus `<mode>+rerank` (the index's configured reranker, default MaxSim).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from evaluation.datasets.types import Question
+from evaluation.metrics import DEFAULT_BUDGETS, FAILURE_K, Estimate, MetricSummary, score_questions
+
+DEFAULT_MODES = ("dense", "bm25", "hybrid")
+DEFAULT_DEPTH = 50  # results fetched per question for recall@20 and the context-budget recall
+DEFAULT_RERANKER = "maxsim"
+# Headline metrics shown in tables, in this order (with k substituted).
+TABLE_METRICS = (
+    "hit_at_{k}",
+    "mrr_at_{k}",
+    "recall_at_{k}",
+    "precision_at_{k}",
+    "iou_at_{k}",
+    "chroma_precision_at_{k}",
+    "chroma_iou_at_{k}",
+    "recall_at_20",
+    "budget_recall_1024",
+    "budget_recall_2048",
+)
+
+
+@dataclass
+class EvaluationReport:
+    """Quality per mode (means, CIs, per-corpus), cost of the index and query latency."""
+
+    index: str
+    config: str
+    dataset: str
+    k: int
+    modes: list[str]
+    n_questions: int
+    summaries: dict[str, MetricSummary]
+    cost: dict[str, float] = field(default_factory=dict)
+    latency: dict[str, dict[str, float]] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """`{mode: {metric: mean}}`."""
+        return {mode: summary.means() for mode, summary in self.summaries.items()}
+
+    def estimate(self, mode: str, metric: str) -> Estimate:
+        return self.summaries[mode].overall[metric]
+
+    def as_metadata(self) -> dict[str, float]:
+        """Flat float metadata for Dagster (`dense/hit_at_5`, `dense/hit_at_5_ci_low`, `cost/chunks`)."""
+        flat: dict[str, float] = {}
+        for mode, summary in self.summaries.items():
+            for name, est in summary.overall.items():
+                flat[f"{mode}/{name}"] = _finite(est.mean)
+                flat[f"{mode}/{name}_ci_low"] = _finite(est.low)
+                flat[f"{mode}/{name}_ci_high"] = _finite(est.high)
+            for name, value in self.latency.get(mode, {}).items():
+                flat[f"{mode}/latency_{name}"] = _finite(value)
+        for name, value in self.cost.items():
+            flat[f"cost/{name}"] = _finite(value)
+        flat["questions"] = float(self.n_questions)
+        return flat
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "config": self.config,
+            "dataset": self.dataset,
+            "k": self.k,
+            "modes": self.modes,
+            "n_questions": self.n_questions,
+            "metrics": {mode: s.as_dict() for mode, s in self.summaries.items()},
+            "cost": self.cost,
+            "latency": self.latency,
+            "settings": self.settings,
+        }
+
+    def json(self) -> str:
+        return json.dumps(self.as_dict(), indent=2, sort_keys=True, default=_json_default)
+
+    def table_metrics(self) -> list[str]:
+        names = [m.format(k=self.k) for m in TABLE_METRICS]
+        present = set().union(*(s.overall for s in self.summaries.values())) if self.summaries else set()
+        return [n for n in names if n in present]
+
+    def markdown(self) -> str:
+        """A table per mode (mean with 95% CI, in %), cost, latency and per-corpus recall."""
+        lines = [
+            f"### {self.index} on {self.dataset} ({self.n_questions} questions, k={self.k})",
+            "",
+        ]
+        names = self.table_metrics()
+        lines.append("| mode | " + " | ".join(names) + " |")
+        lines.append("|---|" + "---|" * len(names))
+        for mode, summary in self.summaries.items():
+            cells = [format_estimate(summary.overall[n]) for n in names]
+            lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+        lines.append("")
+        recall_key = f"recall_at_{self.k}"
+        corpora = sorted({c for s in self.summaries.values() for c in s.by_corpus})
+        if corpora:
+            lines.append(f"Per-corpus {recall_key} (%):")
+            lines.append("")
+            lines.append("| mode | " + " | ".join(corpora) + " |")
+            lines.append("|---|" + "---|" * len(corpora))
+            for mode, summary in self.summaries.items():
+                cells = [
+                    f"{100 * summary.by_corpus.get(c, {}).get(recall_key, math.nan):.1f}" for c in corpora
+                ]
+                lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+            lines.append("")
+        if self.cost:
+            lines.append("Cost: " + ", ".join(f"{k} {_fmt_number(v)}" for k, v in self.cost.items()))
+            lines.append("")
+        if self.latency:
+            parts = [
+                f"{mode} p50 {v['p50_ms']:.1f} ms / p95 {v['p95_ms']:.1f} ms"
+                for mode, v in self.latency.items()
+            ]
+            lines.append("Query latency: " + "; ".join(parts))
+            lines.append("")
+        return "\n".join(lines)
+
+
+def format_estimate(est: Estimate, *, scale: float = 100.0, digits: int = 1) -> str:
+    if est.n == 0 or math.isnan(est.mean):
+        return "–"
+    return f"{scale * est.mean:.{digits}f} [{scale * est.low:.{digits}f}, {scale * est.high:.{digits}f}]"
+
+
+def _fmt_number(value: float) -> str:
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:.3g}"
+    return f"{int(value):,}"
+
+
+def _finite(value: float) -> float:
+    return float(value) if value is not None and math.isfinite(value) else 0.0
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, Estimate):
+        return obj.as_dict()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def parse_mode(mode: str, default_reranker: str | None) -> tuple[str, str | None]:
+    """`hybrid+rerank` -> ("hybrid", reranker name); `dense+rerank:maxsim` names one explicitly."""
+    if "+" not in mode:
+        return mode, None
+    base, _, extra = mode.partition("+")
+    if extra == "rerank":
+        return base, default_reranker or DEFAULT_RERANKER
+    if extra.startswith("rerank:"):
+        return base, extra.split(":", 1)[1]
+    raise ValueError(f"mode {mode!r}: expected <mode>, <mode>+rerank or <mode>+rerank:<name>")
+
+
+def _reranker_name(spec: Any) -> str | None:
+    rerank = getattr(getattr(spec, "config", None), "rerank", None) or {}
+    if isinstance(rerank, dict):
+        return rerank.get("model") or rerank.get("name")
+    return str(rerank) if rerank else None
+
+
+class _TokenCounter:
+    """cl100k tokens of a result's text (the LLM's context cost), memoised per chunk id."""
+
+    def __init__(self) -> None:
+        from chunking.tokenizers import get_tokenizer
+
+        self._tokenizer = get_tokenizer("cl100k")
+        self._cache: dict[str, int] = {}
+
+    def __call__(self, result: Any) -> int:
+        key = getattr(result, "chunk_id", None) or f"{result.doc_id}:{result.start}:{result.end}"
+        if key not in self._cache:
+            self._cache[key] = self._tokenizer.count(result.text)
+        return self._cache[key]
+
+
+def evaluate_index(
+    searcher: Any,
+    spec: Any,
+    questions: Sequence[Question],
+    modes: Sequence[str] = DEFAULT_MODES,
+    k: int = 5,
+    *,
+    depth: int = DEFAULT_DEPTH,
+    min_overlap: int = 1,
+    budgets: Sequence[int] = DEFAULT_BUDGETS,
+    dataset: str = "",
+    store: Any = None,
+    build_seconds: float | None = None,
+    n_resamples: int = 2000,
+    seed: int = 0,
+    search_options: dict[str, Any] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> EvaluationReport:
+    """Evaluate `spec` (an IndexSpec, or an index name) through `searcher.search_batch`.
+
+    Each mode fetches `depth` results per question (recall@20 and the context-budget recall
+    need more than k); modes whose top k depends on the number requested (reranking, MMR)
+    are also asked for exactly k, so hit@k and MRR@k are what a user asking for k would get.
+    """
+    if not questions:
+        raise ValueError("evaluate_index: no questions to evaluate")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    index_name = spec if isinstance(spec, str) else spec.name
+    config_name = index_name.split("/", 1)[-1]
+    depth = max(depth, k, FAILURE_K)
+    texts = [q.text for q in questions]
+    counter = _TokenCounter()
+    options = dict(search_options or {})
+    summaries: dict[str, MetricSummary] = {}
+    latency: dict[str, dict[str, float]] = {}
+    for mode in modes:
+        if progress:
+            progress(mode)
+        base_mode, reranker = parse_mode(mode, _reranker_name(spec))
+        started = time.perf_counter()
+        deep = searcher.search_batch(texts, index_name, depth, base_mode, rerank=reranker, **options)
+        elapsed = time.perf_counter() - started
+        top_k_dependent = reranker is not None or options.get("mmr") is not None
+        if top_k_dependent:
+            started = time.perf_counter()
+            shallow = searcher.search_batch(texts, index_name, k, base_mode, rerank=reranker, **options)
+            elapsed = time.perf_counter() - started
+            retrievals = [
+                list(s[:k]) + [r for r in d if r.chunk_id not in {x.chunk_id for x in s[:k]}]
+                for s, d in zip(shallow, deep, strict=True)
+            ]
+        else:
+            retrievals = deep
+        summaries[mode] = score_questions(
+            questions,
+            retrievals,
+            k=k,
+            min_overlap=min_overlap,
+            token_counter=counter,
+            budgets=budgets,
+            n_resamples=n_resamples,
+            seed=seed,
+        )
+        per_query = [r[0].timings.get("total_ms") for r in retrievals if r and getattr(r[0], "timings", None)]
+        per_query = [t for t in per_query if t is not None]
+        latency[mode] = {
+            "mean_ms": 1000.0 * elapsed / len(texts),
+            "p50_ms": float(np.percentile(per_query, 50)) if per_query else math.nan,
+            "p95_ms": float(np.percentile(per_query, 95)) if per_query else math.nan,
+        }
+    cost = index_cost(store or getattr(searcher, "store", None), index_name, spec)
+    if build_seconds is not None:
+        cost["indexing_seconds"] = float(build_seconds)
+    return EvaluationReport(
+        index=index_name,
+        config=config_name,
+        dataset=dataset,
+        k=k,
+        modes=list(modes),
+        n_questions=len(questions),
+        summaries=summaries,
+        cost=cost,
+        latency=latency,
+        settings={
+            "depth": depth,
+            "min_overlap": min_overlap,
+            "budgets": list(budgets),
+            "bootstrap_resamples": n_resamples,
+            "seed": seed,
+            **options,
+        },
+    )
+
+
+def index_cost(store: Any, index_name: str, spec: Any = None) -> dict[str, float]:
+    """Chunks, tokens embedded, overlap overhead, share over the model limit and on-disk size.
+
+    Read from the published partition: `tokens_embedded` counts what the model sees (its own
+    tokenizer, capped at its input limit); `overlap_overhead` is the characters stored in
+    chunks over the characters of the documents they cover, minus one.
+    """
+    if store is None:
+        return {}
+    from psycopg import sql
+
+    from retrieval.store import partition_names
+
+    part = partition_names(index_name)["chunks"]
+    with store.connection() as conn:
+        exists = conn.execute("SELECT to_regclass(%s)", (part,)).fetchone()[0]
+        if exists is None:
+            return {}
+        rows = conn.execute(
+            sql.SQL('SELECT doc_id, start, "end", embed_text FROM {}').format(sql.Identifier(part))
+        ).fetchall()
+        size = conn.execute("SELECT pg_total_relation_size(%s)", (part,)).fetchone()[0]
+    if not rows:
+        return {"chunks": 0.0}
+    from chunking.tokenizers import get_tokenizer
+
+    model = getattr(getattr(spec, "config", None), "embedding_model", None) or "all-MiniLM-L6-v2"
+    tokenizer = get_tokenizer("model", model)
+    counts = tokenizer.count_batch([r[3] for r in rows])
+    limit = _model_limit(model)
+    by_doc: dict[str, list[tuple[int, int]]] = {}
+    stored = 0
+    for doc_id, start, end, _ in rows:
+        by_doc.setdefault(doc_id, []).append((start, end))
+        stored += end - start
+    from evaluation.metrics import merge_intervals
+
+    covered = sum(e - s for spans in by_doc.values() for s, e in merge_intervals(spans))
+    return {
+        "chunks": float(len(rows)),
+        "tokens_embedded": float(sum(min(c, limit) for c in counts)),
+        "tokens_total": float(sum(counts)),
+        "mean_chunk_tokens": float(np.mean(counts)),
+        "overlap_overhead": float(stored / covered - 1.0) if covered else 0.0,
+        "share_over_model_limit": float(np.mean([c > limit for c in counts])),
+        "index_bytes": float(size or 0),
+    }
+
+
+def _model_limit(model: str) -> int:
+    """The model's input limit in its own tokens, read from its sentence-transformers config."""
+    from pathlib import Path
+
+    from chunking.models import resolve_model_path
+
+    config = Path(resolve_model_path(model)) / "sentence_bert_config.json"
+    if config.is_file():
+        return int(json.loads(config.read_text()).get("max_seq_length", 512))
+    return 512
