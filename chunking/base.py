@@ -40,6 +40,7 @@ class DocText:
         self.text = doc.text
         self.tokenizer = tokenizer
         self._units: TokenUnits | None = None
+        self.edge_counts: dict[str, int] = {}  # memo of re-encoded edge regions
 
     @property
     def units(self) -> TokenUnits:
@@ -122,7 +123,15 @@ def refined_counts(dt: DocText, starts: np.ndarray, ends: np.ndarray, overhead: 
     todo = np.flatnonzero(partial_start | partial_end)
     if len(todo) == 0:
         return counts
-    text, count = dt.text, dt.tokenizer.count
+    text, raw_count = dt.text, dt.tokenizer.count
+    memo = dt.edge_counts
+
+    def count(region: str) -> int:
+        n = memo.get(region)
+        if n is None:
+            n = memo[region] = raw_count(region)
+        return n
+
     cum = units.cum
     edge = 4
     t_list = todo.tolist()

@@ -100,6 +100,7 @@ RECURSIVE_PRESETS: dict[str, dict[str, Any]] = {
         "separators": ["\n\n", "\n", ".", "?", "!", " ", ""],
         "keep_separator": "start",
         "is_regex": False,
+        "exact_lengths": True,
     },
 }
 
@@ -123,9 +124,14 @@ class RecursiveChunker(BaseChunker):
         keep_separator: str = "end",
         is_regex: bool = False,
         preset: str = "",
+        exact_lengths: bool = False,
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
+        # exact_lengths: count every piece as if encoded on its own (LangChain's length
+        # function, needed to reproduce its boundaries); otherwise the document tokenization
+        # plus one token per cut token edge, which is faster and almost always the same.
+        self.exact_lengths = exact_lengths
         self.separators = list(separators)
         self.keep_separator = keep_separator
         self.preset = preset
@@ -174,7 +180,10 @@ class RecursiveChunker(BaseChunker):
     def _split(self, dt: DocText, start: int, end: int, level: int, budget: int, out: list) -> None:
         cuts, next_level = self._boundaries(dt, start, end, level)
         arr = np.asarray(cuts, dtype=np.int64)
-        lengths = refined_counts(dt, arr[:-1], arr[1:], 0).tolist()
+        if self.exact_lengths:
+            lengths = refined_counts(dt, arr[:-1], arr[1:], 0).tolist()
+        else:
+            lengths = dt.units.estimate(arr[:-1], arr[1:]).tolist()
         good: list[tuple[int, int, int]] = []
         for k, n in enumerate(lengths):
             a, b = cuts[k], cuts[k + 1]

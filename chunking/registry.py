@@ -32,7 +32,13 @@ COMMON_FIELDS = {"strategy", "size", "overlap", "tokenizer", "model", "context"}
 # Strategy -> its own fields (besides the common ones) with their defaults.
 STRATEGY_FIELDS: dict[str, dict[str, Any]] = {
     "token": {},
-    "recursive": {"preset": "default", "separators": None, "keep_separator": None, "is_regex": None},
+    "recursive": {
+        "preset": "default",
+        "separators": None,
+        "keep_separator": None,
+        "is_regex": None,
+        "exact_lengths": None,
+    },
     "sentence": {},
     "markdown": {"preset": "markdown"},
     "html": {"strip_tags": True},
@@ -179,7 +185,17 @@ def _recursive_kwargs(options: dict, spec: dict) -> dict:
                 re.compile(s)
             except re.error as exc:
                 raise ChunkerConfigError(f"chunker.separators: invalid regex {s!r}: {exc}") from exc
-    return {"separators": separators, "keep_separator": keep, "is_regex": is_regex, "preset": preset_name}
+    exact = options.get("exact_lengths")
+    exact = preset.get("exact_lengths", False) if exact is None else exact
+    if not isinstance(exact, bool):
+        raise ChunkerConfigError(f"chunker.exact_lengths: expected true or false, got {exact!r}")
+    return {
+        "separators": separators,
+        "keep_separator": keep,
+        "is_regex": is_regex,
+        "preset": preset_name,
+        "exact_lengths": exact,
+    }
 
 
 def _token(common, options, spec, em, llm):
