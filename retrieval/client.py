@@ -1,0 +1,104 @@
+"""HTTP client for the query service, with the same `search` signature and results as in-process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from retrieval.search import IndexNotFoundError, SearchError, SearchResult
+
+
+class ServiceError(RuntimeError):
+    """The service failed (5xx) or could not be reached."""
+
+
+class AuthenticationError(PermissionError):
+    """The service wants an API key (401)."""
+
+
+class Client:
+    """`Client("http://127.0.0.1:8000", api_key=...).search("question", index="demo/recursive-256")`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"X-API-Key": api_key} if api_key else {}
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise ServiceError(f"{method} {path}: {exc}") from exc
+        if response.status_code < 400:
+            return response.json()
+        try:
+            detail = response.json().get("detail", response.text)
+        except ValueError:
+            detail = response.text
+        if response.status_code == 401:
+            raise AuthenticationError(str(detail))
+        if response.status_code == 404:
+            raise IndexNotFoundError(str(detail))
+        if response.status_code < 500:
+            raise SearchError(f"{response.status_code}: {detail}")
+        raise ServiceError(f"{method} {path}: HTTP {response.status_code}: {detail}")
+
+    def search(
+        self,
+        query: str,
+        index: str = "recursive-256",
+        k: int = 5,
+        mode: str = "hybrid",
+        *,
+        rerank: str | None = None,
+        filters: dict[str, Any] | None = None,
+        include_parent: bool = False,
+        mmr: float | None = None,
+        candidates: int | None = None,
+        rrf_k: int | None = None,
+        weight: float | None = None,
+        ef_search: int | None = None,
+    ) -> list[SearchResult]:
+        body: dict[str, Any] = {"query": query, "index": index, "k": k, "mode": mode}
+        optional = {
+            "rerank": rerank,
+            "filters": filters,
+            "mmr": mmr,
+            "candidates": candidates,
+            "rrf_k": rrf_k,
+            "weight": weight,
+            "ef_search": ef_search,
+        }
+        body.update({key: value for key, value in optional.items() if value is not None})
+        if include_parent:
+            body["include_parent"] = True
+        payload = self._request("POST", "/v1/search", json=body)
+        return [SearchResult.from_dict(item) for item in payload["results"]]
+
+    def indexes(self) -> list[dict[str, Any]]:
+        return self._request("GET", "/v1/indexes")
+
+    def ready(self) -> bool:
+        try:
+            self._request("GET", "/readyz")
+        except (ServiceError, SearchError):
+            return False
+        return True

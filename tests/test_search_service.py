@@ -1,0 +1,167 @@
+"""The HTTP service and client: contract, same results as in-process, 4xx (never 500) for bad input."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from chunking.types import Document
+from retrieval.client import AuthenticationError, Client
+from retrieval.indexing import build_index
+from retrieval.search import IndexNotFoundError, Searcher, SearchError
+from retrieval.service import create_app
+from retrieval.store import Store
+from tests.test_indexing_support import ParagraphChunker, make_spec
+
+PARAGRAPHS = [
+    "The feline rested upon the rug near the fireplace.",
+    "XQ_frobnicate_77 returns the pending depth of the ingestion queue.",
+    "Glaciers carve valleys as they slowly move downhill.",
+    "Postgres uses write-ahead logging to recover after a crash.",
+]
+
+
+@pytest.fixture(scope="module")
+def searcher(pg_url: str, embedder) -> Searcher:
+    store = Store(pg_url)
+    store.migrate()
+    return Searcher(store, embedder)
+
+
+@pytest.fixture(scope="module")
+def index_name(searcher: Searcher, embedder) -> str:
+    spec = make_spec(bm25={"analyzer": "english"})
+    docs = [
+        Document("a.md", "\n\n".join(PARAGRAPHS[:2]), metadata={"lang": "en"}),
+        Document("b.md", "\n\n".join(PARAGRAPHS[2:])),
+    ]
+    searcher.store.sync_documents(spec.collection, docs, [])
+    build_index(searcher.store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
+    return spec.name
+
+
+@pytest.fixture(scope="module")
+def http(searcher: Searcher) -> TestClient:
+    return TestClient(create_app(searcher, max_k=20, max_body_bytes=4096), raise_server_exceptions=False)
+
+
+def test_search_contract(http: TestClient, index_name: str) -> None:
+    response = http.post("/v1/search", json={"query": "XQ_frobnicate_77", "index": index_name, "k": 2})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["index"] == index_name and body["mode"] == "hybrid" and body["took_ms"] > 0
+    first = body["results"][0]
+    assert set(first) >= {
+        "chunk_id",
+        "doc_id",
+        "start",
+        "end",
+        "text",
+        "metadata",
+        "scores",
+        "rank",
+        "timings",
+    }
+    assert "XQ_frobnicate_77" in first["text"] and first["rank"] == 1 and "rrf" in first["scores"]
+    filtered = http.post(
+        "/v1/search", json={"query": "queue", "index": index_name, "k": 5, "filters": {"lang": "en"}}
+    ).json()
+    assert filtered["results"] and all(r["doc_id"] == "a.md" for r in filtered["results"])
+
+
+def test_indexes_health_and_readiness(http: TestClient, index_name: str) -> None:
+    assert http.get("/healthz").json() == {"status": "ok"}
+    ready = http.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["status"] == "ready"
+    listed = {i["name"]: i for i in http.get("/v1/indexes").json()}
+    assert listed[index_name]["version"] == 1 and listed[index_name]["chunk_count"] == 4
+    assert "/v1/search" in http.get("/openapi.json").json()["paths"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needle"),
+    [
+        ({"query": "", "index": "x"}, 422, "query"),
+        ({"index": "x"}, 422, "query"),
+        ({"query": "q", "k": 0}, 422, "k"),
+        ({"query": "q", "k": "five"}, 422, "k"),
+        ({"query": "q", "k": 50}, 400, "at most 20"),
+        ({"query": "q", "mode": "fuzzy"}, 422, "mode"),
+        ({"query": "q", "filters": ["a"]}, 422, "filters"),
+        ({"query": "q", "mmr": 3}, 422, "mmr"),
+        ({"query": "q", "unknown": 1}, 422, "unknown"),
+        ({"query": "q", "rerank": "cross-encoder:/etc"}, 400, "rerank"),
+        ({"query": "q", "index": "nowhere/none"}, 404, "does not exist"),
+        ({"query": "   ", "index": "INDEX"}, 400, "query"),
+        ({"query": "q" * 5000}, 413, "bytes"),
+    ],
+)
+def test_bad_input_is_a_4xx_naming_the_problem(
+    http: TestClient, index_name: str, body, status, needle
+) -> None:
+    body = {k: (index_name if v == "INDEX" else v) for k, v in body.items()}
+    body.setdefault("index", index_name)
+    response = http.post("/v1/search", json=body)
+    assert response.status_code == status, response.text
+    assert needle in response.text
+
+
+def test_malformed_json_is_a_4xx(http: TestClient) -> None:
+    response = http.post("/v1/search", content=b"{not json", headers={"content-type": "application/json"})
+    assert response.status_code == 422
+
+
+def test_api_key_is_required_when_configured(searcher: Searcher, index_name: str) -> None:
+    http = TestClient(create_app(searcher, api_key="s3cret"))
+    body = {"query": "glaciers", "index": index_name}
+    assert http.post("/v1/search", json=body).status_code == 401
+    assert http.post("/v1/search", json=body, headers={"X-API-Key": "wrong"}).status_code == 401
+    assert http.post("/v1/search", json=body, headers={"X-API-Key": "s3cret"}).status_code == 200
+    assert http.get("/v1/indexes", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+    assert http.get("/healthz").status_code == 200  # probes stay open
+
+
+@pytest.fixture(scope="module")
+def server_url(searcher: Searcher):
+    """The app under uvicorn on 127.0.0.1 (a real socket), for the HTTP client."""
+    import uvicorn
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(searcher, api_key="k"), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 20
+    while not server.started and time.time() < deadline:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_client_returns_the_same_results_as_in_process_search(
+    server_url: str, searcher: Searcher, index_name: str
+):
+    with Client(server_url, api_key="k") as client:
+        for mode in ("dense", "bm25", "hybrid", "hybrid_weighted"):
+            remote = client.search("a cat on a carpet, queue depth", index=index_name, k=3, mode=mode)
+            local = searcher.search("a cat on a carpet, queue depth", index_name, k=3, mode=mode)
+            assert [(r.chunk_id, r.doc_id, r.start, r.end, r.text, r.rank) for r in remote] == [
+                (r.chunk_id, r.doc_id, r.start, r.end, r.text, r.rank) for r in local
+            ]
+            for a, b in zip(remote, local, strict=True):
+                assert a.scores == pytest.approx(b.scores)
+        assert index_name in [i["name"] for i in client.indexes()]
+        with pytest.raises(IndexNotFoundError):
+            client.search("q", index="nowhere/none")
+        with pytest.raises(SearchError, match="mode"):
+            client.search("q", index=index_name, mode="fuzzy")
+    with Client(server_url) as anonymous, pytest.raises(AuthenticationError):
+        anonymous.search("q", index=index_name)
