@@ -104,15 +104,35 @@ class MaxSimReranker:
         return [float((query_tokens @ doc.T).max(axis=1).sum()) for doc in vectors[1:]]
 
 
-def build_reranker(name: str, *, embedder: Any = None) -> Reranker:
-    """`maxsim` or `cross-encoder:<local path or cached name>`."""
-    if name == "maxsim":
+def build_reranker(spec: str | dict[str, Any], *, embedder: Any = None) -> Reranker:
+    """A reranker from a name or a config's `rerank:` mapping.
+
+    Names: `maxsim`, `cross-encoder:<local path or cached name>`. Mappings:
+    `{kind: cross-encoder, model: <path>, batch_size, max_length, device}` or `{kind: maxsim}`
+    (a `model` without `kind` means a cross-encoder).
+    """
+    if isinstance(spec, dict):
+        unknown = set(spec) - {"kind", "model", "batch_size", "max_length", "device"}
+        if unknown:
+            raise RerankerConfigError(f"rerank: unknown field(s) {sorted(unknown)}")
+        kind = spec.get("kind") or ("maxsim" if spec.get("model") == "maxsim" else "cross-encoder")
+        if kind == "maxsim":
+            return MaxSimReranker(embedder)
+        if kind != "cross-encoder":
+            raise RerankerConfigError(f"rerank.kind: unknown {kind!r}; expected 'cross-encoder' or 'maxsim'")
+        if not spec.get("model"):
+            raise RerankerConfigError("rerank.model: a cross-encoder needs a model path or name")
+        options = {
+            key: spec[key] for key in ("batch_size", "max_length", "device") if spec.get(key) is not None
+        }
+        return CrossEncoderReranker(str(spec["model"]), **options)
+    if spec == "maxsim":
         return MaxSimReranker(embedder)
-    if name.startswith("cross-encoder:"):
-        target = name.split(":", 1)[1].strip()
+    if isinstance(spec, str) and spec.startswith("cross-encoder:"):
+        target = spec.split(":", 1)[1].strip()
         if not target:
             raise RerankerConfigError("rerank: 'cross-encoder:' needs a model path or name after the colon")
         return CrossEncoderReranker(target)
     raise RerankerConfigError(
-        f"rerank: unknown reranker {name!r}; expected 'maxsim' or 'cross-encoder:<path or name>'"
+        f"rerank: unknown reranker {spec!r}; expected 'maxsim' or 'cross-encoder:<path or name>'"
     )

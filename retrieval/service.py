@@ -197,3 +197,16 @@ def serve(host: str = "127.0.0.1", port: int = 8000, **app_options: Any) -> None
     import uvicorn
 
     uvicorn.run(create_app(**app_options), host=host, port=port)
+
+
+def __getattr__(name: str) -> Any:
+    """`retrieval.service:app` for uvicorn: the default app, created on first access."""
+    if name == "app":
+        global _app
+        if _app is None:
+            _app = create_app()
+        return _app
+    raise AttributeError(f"module 'retrieval.service' has no attribute {name!r}")
+
+
+_app: FastAPI | None = None

@@ -101,3 +101,12 @@ def test_unknown_rerankers_are_clear_errors(tmp_path) -> None:
         build_reranker("colbert-v9")
     with pytest.raises(RerankerConfigError, match="not available locally"):
         CrossEncoderReranker(str(tmp_path / "missing"))
+
+
+def test_rerankers_from_config_mappings(tiny_cross_encoder: str, embedder) -> None:
+    cross = build_reranker({"kind": "cross-encoder", "model": tiny_cross_encoder, "batch_size": 4})
+    assert isinstance(cross, CrossEncoderReranker) and cross.batch_size == 4
+    assert isinstance(build_reranker({"model": tiny_cross_encoder}), CrossEncoderReranker)
+    assert isinstance(build_reranker({"kind": "maxsim"}, embedder=embedder), MaxSimReranker)
+    with pytest.raises(RerankerConfigError, match="rerank.kind"):
+        build_reranker({"kind": "llm", "model": "x"})
