@@ -104,5 +104,5 @@ class AdaptiveChunker(BaseChunker):
                 spans.extend(pack_spans(dt.units, sentence_spans(text, a, b), self.base_budget, text))
         packed = pack_spans(dt.units, spans, self.base_budget, text)
         return extend_overlap(
-            [Piece(s, e, {"turns": True}) for s, e in packed], dt.units, self.overlap, len(text)
+            [Piece(s, e, {"turns": True}) for s, e in packed], dt.units, self.overlap, len(text), text
         )

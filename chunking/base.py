@@ -80,7 +80,9 @@ def window_pieces(units: TokenUnits, start: int, end: int, budget: int) -> list[
     return out
 
 
-def extend_overlap(pieces: list[Piece], units: TokenUnits, overlap: int, text_len: int) -> list[Piece]:
+def extend_overlap(
+    pieces: list[Piece], units: TokenUnits, overlap: int, text_len: int, text: str | None = None
+) -> list[Piece]:
     """Overlap as span arithmetic: extend each base piece forward by `overlap` tokens.
 
     Base pieces are cut at `size - overlap`, so an extended piece stays within `size`.
@@ -98,6 +100,8 @@ def extend_overlap(pieces: list[Piece], units: TokenUnits, overlap: int, text_le
         new_end = p.end
         if k > j:
             new_end = max(p.end, min(int(units.ends[k - 1]), text_len))
+            if text is not None:  # do not end on whitespace
+                new_end = max(p.end, trim_span(text, p.start, new_end)[1])
         if out and out[-1].start <= p.start and new_end <= out[-1].end:
             continue
         out.append(Piece(p.start, new_end, {**p.metadata, "overlap_end": p.end}, p.embed_prefix))

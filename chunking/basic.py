@@ -34,7 +34,7 @@ class TokenChunker(BaseChunker):
 
     def pieces(self, dt: DocText) -> list[Piece]:
         base = [Piece(s, e) for s, e in window_pieces(dt.units, 0, len(dt.text), self.base_budget)]
-        return extend_overlap(base, dt.units, self.overlap, len(dt.text))
+        return extend_overlap(base, dt.units, self.overlap, len(dt.text))  # windows stay untrimmed
 
 
 # ---------------------------------------------------------------------------------------
@@ -386,4 +386,4 @@ class SentenceChunker(BaseChunker):
         spans = sentence_spans(dt.text)
         packed = pack_spans(dt.units, spans, self.base_budget, dt.text)
         base = [Piece(s, e) for s, e in packed]
-        return extend_overlap(base, dt.units, self.overlap, len(dt.text))
+        return extend_overlap(base, dt.units, self.overlap, len(dt.text), dt.text)

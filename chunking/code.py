@@ -75,13 +75,15 @@ class CodeChunker(BaseChunker):
                     spans = self._python_fallback.split_span(dt, 0, len(dt.text), self.base_budget)
                     meta = {"language": "python", "parse_error": str(exc).splitlines()[0][:200]}
                     pieces = [Piece(s, e, dict(meta)) for s, e in spans]
-                    return extend_overlap(pieces, dt.units, self.overlap, len(dt.text))
+                    return extend_overlap(pieces, dt.units, self.overlap, len(dt.text), dt.text)
                 language = "unknown"
             else:
-                return extend_overlap(self._python_pieces(dt, tree), dt.units, self.overlap, len(dt.text))
+                return extend_overlap(
+                    self._python_pieces(dt, tree), dt.units, self.overlap, len(dt.text), dt.text
+                )
         spans = self._code_fallback.split_span(dt, 0, len(dt.text), self.base_budget)
         pieces = [Piece(s, e, {"language": language}) for s, e in spans]
-        return extend_overlap(pieces, dt.units, self.overlap, len(dt.text))
+        return extend_overlap(pieces, dt.units, self.overlap, len(dt.text), dt.text)
 
     # -- python --------------------------------------------------------------------------
     def _python_pieces(self, dt: DocText, tree: ast.Module) -> list[Piece]:

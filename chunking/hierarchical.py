@@ -50,6 +50,6 @@ class HierarchicalChunker(BaseChunker):
                 Piece(s, e, dict(meta)) for s, e in self._split(dt, ps, pe, self.base_budget, self._children)
             ]
             # overlap stays inside the parent
-            extended = extend_overlap(children, dt.units, self.overlap, pe)
+            extended = extend_overlap(children, dt.units, self.overlap, pe, dt.text)
             out.extend(Piece(p.start, min(p.end, pe), p.metadata) for p in extended)
         return out

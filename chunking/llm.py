@@ -112,4 +112,4 @@ class LLMChunker(BaseChunker):
         for gi, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
             for s, e in pack_spans(dt.units, sentences[a:b], self.base_budget, text):
                 out.append(Piece(s, e, {"llm_section": gi}))
-        return extend_overlap(out, dt.units, self.overlap, len(text))
+        return extend_overlap(out, dt.units, self.overlap, len(text), text)

@@ -89,7 +89,7 @@ class SemanticChunker(BaseChunker):
         for gi, (a, b) in enumerate(groups):
             for s, e in pack_spans(dt.units, sentences[a:b], self.base_budget, text):
                 out.append(Piece(s, e, {"semantic_group": gi}))
-        return extend_overlap(out, dt.units, self.overlap, len(text))
+        return extend_overlap(out, dt.units, self.overlap, len(text), text)
 
     def _merge_small(self, dt: DocText, sentences, groups):
         if self.min_size <= 0 or len(groups) < 2:
@@ -148,7 +148,7 @@ class ClusterChunker(BaseChunker):
         max_pieces = max(1, self.size // self.piece_size)
         segments = optimal_segmentation(sim, max_pieces, dt.units, arr[:, 0], arr[:, 1], self.base_budget)
         out = [Piece(int(arr[a, 0]), int(arr[b - 1, 1]), {"pieces": b - a}) for a, b in segments]
-        return extend_overlap(out, dt.units, self.overlap, len(text))
+        return extend_overlap(out, dt.units, self.overlap, len(text), text)
 
 
 def optimal_segmentation(

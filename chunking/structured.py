@@ -81,7 +81,7 @@ class _StructuredChunker(BaseChunker):
                     spans.extend(self._fallback.split_span(dt, s, e, budget))
             meta = {"heading_path": list(section.heading_path)}
             out.extend(Piece(s, e, dict(meta)) for s, e in pack_spans(units, spans, budget, dt.text))
-        return extend_overlap(out, units, self.overlap, len(dt.text))
+        return extend_overlap(out, units, self.overlap, len(dt.text), dt.text)
 
 
 class MarkdownChunker(_StructuredChunker):

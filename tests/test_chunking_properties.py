@@ -103,6 +103,8 @@ def test_invariants(case, text):
         assert tokenizer.count(c.text) <= spec["size"], (c.text, tokenizer.count(c.text))
         assert c.metadata["strategy"] == spec["strategy"]
         assert c.config_key == "p"
+        if spec["strategy"] != "token":
+            assert not c.text[0].isspace() and not c.text[-1].isspace()
     # no non-whitespace character is lost
     covered = bytearray(len(text))
     for c in chunks:
