@@ -1,0 +1,213 @@
+"""The evaluation runner, leaderboard and `chunkyard eval` driver on a real Postgres and the real model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chunking.types import Document
+from evaluation.benchmark import main as eval_main
+from evaluation.datasets import Question, Span, load_dataset
+from evaluation.metrics import score_question
+from evaluation.reports import leaderboard
+from evaluation.runner import evaluate_index, parse_mode
+from tests.conftest import CHROMA_DIR, requires_chroma
+
+PASSAGES = {
+    "tides.md": (
+        "Tides are caused mainly by the gravitational pull of the Moon on the oceans. "
+        "The Sun contributes a smaller effect, and spring tides happen when both align.\n\n"
+        "Neap tides occur when the Sun and Moon are at right angles, which weakens the bulge."
+    ),
+    "bread.md": (
+        "Sourdough bread rises because wild yeast and lactic acid bacteria ferment the dough. "
+        "A starter is fed with flour and water every day to keep the culture alive.\n\n"
+        "Baking at a high temperature with steam gives the loaf its crisp crust."
+    ),
+}
+
+
+def _span(doc: str, phrase: str) -> Span:
+    text = PASSAGES[doc]
+    start = text.index(phrase)  # test fixture only: the library never locates spans this way
+    return Span(doc, start, start + len(phrase))
+
+
+QUESTIONS = [
+    Question(
+        "q1", "What causes tides?", [_span("tides.md", "gravitational pull of the Moon")], corpus="tides"
+    ),
+    Question(
+        "q2",
+        "When do neap tides occur?",
+        [_span("tides.md", "Neap tides occur when the Sun and Moon are at right angles")],
+        corpus="tides",
+    ),
+    Question(
+        "q3",
+        "Why does sourdough rise?",
+        [_span("bread.md", "wild yeast and lactic acid bacteria ferment the dough")],
+        corpus="bread",
+    ),
+    Question(
+        "q4",
+        "How is a sourdough starter kept alive?",
+        [_span("bread.md", "fed with flour and water every day")],
+        corpus="bread",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def built_index(pg_url, embedder):
+    from retrieval.config import IndexConfig, IndexSpec
+    from retrieval.indexing import build_index
+    from retrieval.search import Searcher
+    from retrieval.store import Store
+
+    store = Store(pg_url)
+    store.migrate()
+    docs = [Document(doc_id, text) for doc_id, text in PASSAGES.items()]
+    store.sync_documents("evaltest", docs, [])
+    config = IndexConfig(
+        name="words-12", chunker={"strategy": "token", "size": 12, "overlap": 0, "tokenizer": "words"}
+    )
+    spec = IndexSpec("evaltest", config)
+    build_index(store, spec, embedder)
+    return store, spec, Searcher(store, embedder)
+
+
+def test_evaluate_index_every_mode_with_cost_and_latency(built_index):
+    store, spec, searcher = built_index
+    report = evaluate_index(
+        searcher,
+        spec,
+        QUESTIONS,
+        modes=("dense", "bm25", "hybrid", "hybrid+rerank"),
+        k=3,
+        dataset="tiny",
+        store=store,
+        n_resamples=200,
+    )
+    assert set(report.metrics) == {"dense", "bm25", "hybrid", "hybrid+rerank"}
+    for mode, values in report.metrics.items():
+        for name in (
+            "hit_at_3",
+            "mrr_at_3",
+            "recall_at_3",
+            "chroma_iou_at_3",
+            "recall_at_20",
+            "budget_recall_1024",
+        ):
+            assert 0.0 <= values[name] <= 1.0, (mode, name)
+        assert (
+            report.estimate(mode, "hit_at_3").low
+            <= values["hit_at_3"]
+            <= report.estimate(mode, "hit_at_3").high
+        )
+    # Two short documents: dense returns every chunk and 1024 tokens hold them all.
+    assert report.metrics["dense"]["budget_recall_1024"] == 1.0
+    # BM25 on word-for-word questions finds a relevant chunk for every question.
+    assert report.metrics["bm25"]["hit_at_3"] == 1.0
+    assert report.cost["chunks"] >= 6
+    assert report.cost["overlap_overhead"] == pytest.approx(0.0, abs=1e-9)
+    assert report.cost["share_over_model_limit"] == 0.0
+    assert report.latency["dense"]["p50_ms"] > 0
+    flat = report.as_metadata()
+    assert flat["dense/hit_at_3"] == report.metrics["dense"]["hit_at_3"]
+    assert "dense/hit_at_3_ci_low" in flat and "cost/chunks" in flat
+    assert all(isinstance(v, float) for v in flat.values())
+    text = report.markdown()
+    assert "| hybrid+rerank |" in text and "recall_at_3" in text
+    assert json.loads(report.json())["metrics"]["bm25"]["n_questions"] == 4
+
+
+def test_evaluate_index_matches_scoring_the_search_results_directly(built_index):
+    _, spec, searcher = built_index
+    report = evaluate_index(searcher, spec, QUESTIONS, modes=("dense",), k=2, n_resamples=100)
+    results = searcher.search_batch([q.text for q in QUESTIONS], spec.name, 50, "dense")
+    for question, retrieved in zip(QUESTIONS, results, strict=True):
+        expected = score_question(question, retrieved, k=2)
+        got = report.summaries["dense"].per_question[question.id]
+        for name in ("hit_at_2", "mrr_at_2", "recall_at_2", "chroma_precision_at_2", "iou_at_2"):
+            assert got[name] == pytest.approx(expected[name]), (question.id, name)
+
+
+def test_leaderboard_outputs(built_index, tmp_path):
+    store, spec, searcher = built_index
+    report = evaluate_index(
+        searcher, spec, QUESTIONS, modes=("dense", "bm25"), k=3, store=store, n_resamples=100
+    )
+    board = leaderboard([report], title="tiny")
+    assert board.rows[0].value("recall_at_3") >= board.rows[1].value("recall_at_3")
+    assert "| words-12 | bm25 |" in board.markdown()
+    assert board.csv().splitlines()[0].startswith("config,index,mode")
+    assert len(json.loads(board.json())["rows"]) == 2
+    written = board.write(tmp_path / "eval_tiny")
+    assert sorted(p.suffix for p in written) == [".csv", ".json", ".md", ".png"]
+    assert (tmp_path / "eval_tiny.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_parse_mode():
+    assert parse_mode("dense", None) == ("dense", None)
+    assert parse_mode("hybrid+rerank", None) == ("hybrid", "maxsim")
+    assert parse_mode("hybrid+rerank", "cross-encoder:/m") == ("hybrid", "cross-encoder:/m")
+    assert parse_mode("bm25+rerank:maxsim", None) == ("bm25", "maxsim")
+    with pytest.raises(ValueError, match="expected"):
+        parse_mode("dense+mmr", None)
+
+
+def test_chunkyard_eval_json_and_embedding_reuse(pg_url, tmp_path, capsys):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name, text in PASSAGES.items():
+        (docs / name).write_text(text, encoding="utf-8")
+    eval_set = tmp_path / "tiny.yaml"
+    eval_set.write_text(
+        "documents: docs\nquestions:\n"
+        "  - {id: a, question: 'What causes tides?', answers: [gravitational pull of the Moon]}\n"
+        "  - {id: b, question: 'Why does sourdough rise?', answers: [wild yeast]}\n",
+        encoding="utf-8",
+    )
+    argv = [
+        "--dataset",
+        str(eval_set),
+        "--config",
+        "token-256",
+        "--mode",
+        "dense",
+        "--database-url",
+        pg_url,
+        "--json",
+        "--no-progress",
+    ]
+    assert eval_main(argv) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["config"] == "token-256" and first["index"] == "eval-tiny/token-256"
+    assert set(first["ci95"]) >= {"recall", "precision", "iou", "hit_at_5", "mrr_at_5"}
+    assert first["hit_at_5"] == 1.0
+    assert eval_main(argv) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert second["embeddings_computed"] == 0  # nothing changed: nothing re-embedded
+    assert second["recall"] == first["recall"]
+    assert (
+        eval_main(["--dataset", str(eval_set), "--config", "no-such-config", "--database-url", pg_url]) == 2
+    )
+    assert "unknown index config" in capsys.readouterr().err
+
+
+@requires_chroma
+def test_chroma_general_metric_sanity_on_real_references(monkeypatch):
+    monkeypatch.setenv("CHUNKYARD_DATA", str(CHROMA_DIR.parent))
+    dataset = load_dataset("chroma_general")
+    lengths = {d.id: len(d.text) for d in dataset.documents}
+    for question in dataset.questions[::60]:
+        perfect = score_question(question, question.references, k=5)
+        assert perfect["recall_at_5"] == perfect["chroma_precision_at_5"] == perfect["chroma_iou_at_5"] == 1.0
+        whole = score_question(question, [Span(question.corpus, 0, lengths[question.corpus])], k=5)
+        assert whole["recall_at_5"] == 1.0
+        expected = sum(r.length for r in question.references) / lengths[question.corpus]
+        assert whole["chroma_precision_at_5"] == pytest.approx(expected)
+        elsewhere = [d for d in lengths if d != question.corpus][0]
+        assert score_question(question, [Span(elsewhere, 0, lengths[elsewhere])], k=5)["hit_at_5"] == 0.0
