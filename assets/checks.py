@@ -148,12 +148,15 @@ def check_staged_embeddings(store: Any, index_name: str, dim: int) -> tuple[bool
 def check_published_embeddings(store: Any, index_name: str, dim: int) -> tuple[bool, dict]:
     """Every published chunk has a vector of the model's dimension."""
     with store.connection() as conn:
-        chunks, missing, wrong_dim = conn.execute(
+        chunks, missing, wrong_dim, dims = conn.execute(
             "SELECT count(*), count(*) FILTER (WHERE embedding IS NULL),"
-            " count(*) FILTER (WHERE embedding IS NOT NULL AND vector_dims(embedding) <> %s)"
+            " count(*) FILTER (WHERE embedding IS NOT NULL AND %s > 0 AND vector_dims(embedding) <> %s),"
+            " count(DISTINCT vector_dims(embedding))"
             " FROM chunks WHERE index_name = %s",
-            (dim, index_name),
+            (dim, dim, index_name),
         ).fetchone()
+    if dims > 1:
+        wrong_dim = max(int(wrong_dim), 1)
     metadata = {
         "chunks": int(chunks),
         "chunks_without_vector": int(missing),

@@ -299,8 +299,12 @@ def build_index_assets(
             "metadata": meta,
         }
 
+    # Only strategies that embed while chunking need the model (and so torch) in this step.
+    chunk_resources = {"postgres", "embedder"} if _needs_model_for_chunking(config) else {"postgres"}
+
     @asset(
         **common("chunks"),
+        required_resource_keys=chunk_resources,
         deps=[documents_key(spec.collection)],
         automation_condition=_eager(),
         kinds={"python", "postgres"},
@@ -319,14 +323,13 @@ def build_index_assets(
             ),
         ],
     )
-    def chunks(
-        context: AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
-    ) -> MaterializeResult:
+    def chunks(context: AssetExecutionContext) -> MaterializeResult:
         from chunking.tokenizers import get_tokenizer
         from retrieval.indexing import stage_chunks
 
-        store = postgres.store()
-        model = embedder.for_config(config) if _needs_model_for_chunking(config) else None
+        store = context.resources.postgres.store()
+        embedder = getattr(context.resources, "embedder", None)
+        model = embedder.for_config(config) if embedder is not None else None
         report = stage_chunks(store, spec, embedding_model=model)
         tokenizer = get_tokenizer("model", config.embedding_model)
         limit = _model_token_limit(config, embedder, model)
@@ -427,17 +430,13 @@ def build_index_assets(
             ),
         ],
     )
-    def index(
-        context: AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
-    ) -> MaterializeResult:
+    def index(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
         from retrieval.indexing import publish
 
         store = postgres.store()
         report = publish(store, spec)
         info = store.index_info(spec.name) or {}
-        dim = int(info.get("dim") or 0)
-        if not dim:
-            dim = embedder.for_config(config).dim
+        dim = int(info.get("dim") or 0)  # 0: nothing published yet, any single dimension passes
         return MaterializeResult(
             metadata=_metadata_values(report.as_metadata()),
             check_results=[
@@ -513,7 +512,7 @@ def build_index_assets(
     return [*built, evaluation]
 
 
-def _model_token_limit(config: IndexConfig, embedder: EmbedderResource, model: Any) -> int:
+def _model_token_limit(config: IndexConfig, embedder: EmbedderResource | None, model: Any) -> int:
     """The embedding model's input limit in its own tokens (read from its config, no torch needed)."""
     if model is not None:
         return int(model.max_seq_length)
@@ -529,6 +528,11 @@ def _model_token_limit(config: IndexConfig, embedder: EmbedderResource, model: A
             for key in ("max_seq_length", "max_position_embeddings"):
                 if key in data:
                     return int(data[key])
+    if embedder is None:
+        raise ValueError(
+            f"index config {config.name}: cannot read the input limit of model {config.embedding_model!r} "
+            f"from {path} (no max_seq_length / max_position_embeddings)"
+        )
     return int(embedder.for_config(config).max_seq_length)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -127,12 +128,22 @@ def cmd_ui(args: argparse.Namespace) -> int:
     ]
     _print(f"Dagster UI on http://{args.host}:{args.port} (DAGSTER_HOME={home})")
     env = {**os.environ, "DAGSTER_HOME": str(home)}
-    # The embedded Postgres lives as long as this process: keep it running while dagster dev runs.
-    with subprocess.Popen(command, env=env) as process:
+    process = subprocess.Popen(command, env=env)
+
+    def stop(signum: int, frame: object) -> None:
+        # dagster dev shuts its webserver, daemon and code servers down cleanly on SIGINT.
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        stop(signal.SIGINT, None)
         try:
-            return process.wait()
-        except KeyboardInterrupt:
-            process.terminate()
+            return process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
             return process.wait()
 
 
