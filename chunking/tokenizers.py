@@ -152,6 +152,7 @@ class CharTokenizer:
 
 
 _WORD = re.compile(r"\S+")
+_SPACE = re.compile(r"\s")
 
 
 class WordTokenizer:
@@ -254,11 +255,28 @@ class ModelTokenizer:
         encs = self._tok.encode_batch(texts, add_special_tokens=False)
         return [len(e.ids) + self.special_tokens for e in encs]
 
+    # HF tokenizers slow down on very long strings; WordPiece never joins across
+    # whitespace, so encoding whitespace-separated segments gives the same tokens.
+    SEGMENT_CHARS = 2000
+
     def units(self, text: str) -> TokenUnits:
-        offsets = self._tok.encode(text, add_special_tokens=False).offsets
-        if not offsets:
+        bounds = [0]
+        while bounds[-1] + self.SEGMENT_CHARS < len(text):
+            m = _SPACE.search(text, bounds[-1] + self.SEGMENT_CHARS)
+            if m is None:
+                break
+            bounds.append(m.start())
+        bounds.append(len(text))
+        segments = [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+        encodings = self._tok.encode_batch(segments, add_special_tokens=False)
+        arrays = [
+            np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2) + a
+            for enc, a in zip(encodings, bounds, strict=False)
+            if len(enc.offsets)
+        ]
+        if not arrays:
             return TokenUnits.from_spans([])
-        arr = np.asarray(offsets, dtype=np.int64)
+        arr = np.concatenate(arrays)
         ends = np.maximum.accumulate(arr[:, 1])
         return _units_from_token_ends(ends)
 
