@@ -87,7 +87,8 @@ class Embedder:
     def _load_onnx(self, sentence_transformer_cls: Any) -> Any:
         """Export the local model to ONNX once (offline), optionally int8-quantise, then load it."""
         export_dir = _onnx_cache_dir(self.model_path, None)
-        if not (export_dir / "onnx" / "model.onnx").is_file():
+        fp32_file = "onnx/model.onnx"
+        if not (export_dir / fp32_file).is_file():
             export_dir.mkdir(parents=True, exist_ok=True)
             exported = sentence_transformer_cls(
                 self.model_path, device=self.device, backend="onnx", local_files_only=True
@@ -95,22 +96,31 @@ class Embedder:
             exported.save_pretrained(str(export_dir))
         if not self.quantize:
             return sentence_transformer_cls(
-                str(export_dir), device=self.device, backend="onnx", local_files_only=True
+                str(export_dir),
+                device=self.device,
+                backend="onnx",
+                local_files_only=True,
+                model_kwargs={"file_name": fp32_file},
             )
-        quantized_file = export_dir / "onnx" / "model_qint8_avx2.onnx"
-        if not quantized_file.is_file():
+        quantized = sorted((export_dir / "onnx").glob("model_*int8_avx2.onnx"))
+        if not quantized:
             from sentence_transformers import export_dynamic_quantized_onnx_model
 
             base = sentence_transformer_cls(
-                str(export_dir), device=self.device, backend="onnx", local_files_only=True
+                str(export_dir),
+                device=self.device,
+                backend="onnx",
+                local_files_only=True,
+                model_kwargs={"file_name": fp32_file},
             )
             export_dynamic_quantized_onnx_model(base, "avx2", str(export_dir))
+            quantized = sorted((export_dir / "onnx").glob("model_*int8_avx2.onnx"))
         return sentence_transformer_cls(
             str(export_dir),
             device=self.device,
             backend="onnx",
             local_files_only=True,
-            model_kwargs={"file_name": "onnx/model_qint8_avx2.onnx"},
+            model_kwargs={"file_name": f"onnx/{quantized[0].name}"},
         )
 
     @property

@@ -61,3 +61,20 @@ def test_bad_options_are_clear_errors() -> None:
         Embedder(quantize="int8")
     with pytest.raises(ValueError, match="not available locally"):
         Embedder("no-such-model")
+
+
+def test_onnx_backends_are_exported_offline_and_match_torch(embedder, tmp_path, monkeypatch) -> None:
+    """ONNX fp32 gives the torch vectors; int8 stays close (cosine > 0.97); both cached under CHUNKYARD_HOME."""
+    monkeypatch.setenv("CHUNKYARD_HOME", str(tmp_path))
+    texts = ["Postgres stores vectors with pgvector.", "Glaciers carve valleys as they move downhill. " * 8]
+    reference = embedder.embed(texts)
+    onnx = Embedder(backend="onnx")
+    assert onnx.model_id == "all-MiniLM-L6-v2@onnx" and onnx.dim == 384
+    np.testing.assert_allclose(onnx.embed(texts), reference, atol=1e-4)
+    assert list(tmp_path.glob("models/onnx/*/onnx/model.onnx"))
+    spans, vectors = onnx.embed_tokens("hello world")
+    assert spans == [(0, 5), (6, 11)] and vectors.shape == (2, 384)
+    int8 = Embedder(backend="onnx", quantize="int8")
+    assert int8.model_id == "all-MiniLM-L6-v2@onnx-int8"
+    cosines = (int8.embed(texts) * reference).sum(axis=1)
+    assert cosines.min() > 0.97
