@@ -139,40 +139,61 @@ class ClusterChunker(BaseChunker):
         if len(spans) == 1:
             return [Piece(spans[0][0], spans[0][1], {"pieces": 1})]
         vectors = np.asarray(self.embedding_model.embed([text[s:e] for s, e in spans]), dtype=np.float32)
-        vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        sim = vectors @ vectors.T
-        n = len(spans)
-        sim = sim - float(np.mean(sim[np.triu_indices(n, k=1)]))
-        np.fill_diagonal(sim, 0.0)
-        arr = np.asarray(spans, dtype=np.int64)
         max_pieces = max(1, self.size // self.piece_size)
-        segments = optimal_segmentation(sim, max_pieces, dt.units, arr[:, 0], arr[:, 1], self.base_budget)
+        band = banded_similarity(vectors, max_pieces)
+        arr = np.asarray(spans, dtype=np.int64)
+        segments = optimal_segmentation(band, max_pieces, dt.units, arr[:, 0], arr[:, 1], self.base_budget)
         out = [Piece(int(arr[a, 0]), int(arr[b - 1, 1]), {"pieces": b - a}) for a, b in segments]
         return extend_overlap(out, dt.units, self.overlap, len(text), text)
 
 
-def optimal_segmentation(
-    sim: np.ndarray, max_pieces: int, units, starts: np.ndarray, ends: np.ndarray, budget: int
-) -> list[tuple[int, int]]:
-    """Segments `[a, b)` maximising the summed within-segment similarity (O(n * max_pieces)).
+def banded_similarity(vectors: np.ndarray, max_pieces: int) -> np.ndarray:
+    """`band[i, d]` = cosine(piece i, piece i + d) minus the mean over all pairs, for d < max_pieces.
 
-    A segment is allowed if it has at most `max_pieces` pieces and its span fits the
-    token budget; a single piece is always allowed.
+    Only pairs that can share a chunk are computed (memory O(n * max_pieces)); the mean
+    over all n(n-1)/2 pairs comes from |sum v|^2 without the full matrix.
     """
-    n = sim.shape[0]
-    # 2-D prefix sums: block sum of sim[a:b, a:b] in O(1)
-    prefix = np.zeros((n + 1, n + 1), dtype=np.float64)
-    prefix[1:, 1:] = np.cumsum(np.cumsum(sim, axis=0), axis=1)
+    v = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    n = len(v)
+    total = v.sum(axis=0, dtype=np.float64)
+    pair_sum = (float(total @ total) - float(np.sum(v.astype(np.float64) ** 2))) / 2
+    mean = pair_sum / (n * (n - 1) / 2) if n > 1 else 0.0
+    band = np.zeros((n, max(1, max_pieces)), dtype=np.float64)
+    for d in range(1, max_pieces):
+        if d < n:
+            band[: n - d, d] = np.sum(v[: n - d] * v[d:], axis=1) - mean
+    return band
+
+
+def optimal_segmentation(
+    band: np.ndarray, max_pieces: int, units, starts: np.ndarray, ends: np.ndarray, budget: int
+) -> list[tuple[int, int]]:
+    """Segments `[a, b)` maximising the summed within-segment similarity.
+
+    A segment's score is the sum of its similarity sub-matrix (diagonal zero), i.e. twice
+    the sum of `band` over its pairs. A segment may hold at most `max_pieces` pieces and
+    must fit the token budget; a single piece always fits. O(n * max_pieces^2).
+    """
+    n = band.shape[0]
     best = np.full(n + 1, -np.inf)
     best[0] = 0.0
     choice = np.zeros(n + 1, dtype=np.int64)
+    block = np.zeros(max_pieces + 1)  # block[k] = score of the segment of the last k pieces ending at b
     for b in range(1, n + 1):
-        lo = max(0, b - max_pieces)
-        a_range = np.arange(lo, b)
-        block = prefix[b, b] - prefix[a_range, b] - prefix[b, a_range] + prefix[a_range, a_range]
-        fits = units.estimate(starts[a_range], np.full(len(a_range), ends[b - 1])) <= budget
-        fits[-1] = True  # a single piece always fits
-        total = np.where(fits, best[a_range] + block, -np.inf)
+        m = min(max_pieces, b)
+        # pairs (i, b-1) for i in [b-m, b-2]: their sums, accumulated from the nearest i outwards
+        new_block = np.zeros(m + 1)
+        added = 0.0
+        for k in range(2, m + 1):
+            i = b - k
+            added += 2.0 * band[i, b - 1 - i]
+            new_block[k] = block[k - 1] + added
+        block = new_block
+        a_range = np.arange(b - m, b)
+        sizes = b - a_range
+        fits = units.estimate(starts[a_range], np.full(m, ends[b - 1])) <= budget
+        fits[-1] = True
+        total = np.where(fits, best[a_range] + block[sizes], -np.inf)
         k = int(np.argmax(total))
         best[b] = total[k]
         choice[b] = a_range[k]

@@ -325,14 +325,30 @@ def test_semantic_breakpoints_follow_the_embedding_model():
 
 
 def test_cluster_dynamic_programming_respects_limits():
-    from chunking.semantic import optimal_segmentation
+    from chunking.semantic import banded_similarity, optimal_segmentation
     from chunking.tokenizers import TokenUnits
 
-    sim = np.array([[0, 1, -1, -1], [1, 0, -1, -1], [-1, -1, 0, 1], [-1, -1, 1, 0]], dtype=float)
+    # two topics: pieces 0-1 point one way, 2-3 another
+    vectors = np.array([[1, 0], [1, 0.1], [0, 1], [0.1, 1]], dtype=np.float32)
     units = TokenUnits.from_spans([(i, i + 1) for i in range(4)])
     starts, ends = np.arange(4), np.arange(1, 5)
-    assert optimal_segmentation(sim, 3, units, starts, ends, 10) == [(0, 2), (2, 4)]
-    assert optimal_segmentation(sim, 1, units, starts, ends, 10) == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    band = banded_similarity(vectors, 3)
+    full = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    sim = full @ full.T
+    assert np.isclose(band[0, 1], sim[0, 1] - sim[np.triu_indices(4, 1)].mean())
+    assert optimal_segmentation(band, 3, units, starts, ends, 10) == [(0, 2), (2, 4)]
+    assert optimal_segmentation(banded_similarity(vectors, 1), 1, units, starts, ends, 10) == [
+        (0, 1),
+        (1, 2),
+        (2, 3),
+        (3, 4),
+    ]
+    assert optimal_segmentation(band, 3, units, starts, ends, 1) == [
+        (0, 1),
+        (1, 2),
+        (2, 3),
+        (3, 4),
+    ]  # token budget
     chunker = build_chunker(
         {"strategy": "cluster", "size": 60, "piece_size": 12, "tokenizer": "cl100k"},
         embedding_model=FakeEmbeddingModel(),
