@@ -151,14 +151,41 @@ def refined_counts(dt: DocText, starts: np.ndarray, ends: np.ndarray, overhead: 
     head_cum = (cum[np.minimum(i[todo] + edge, n_units)] - cum[i[todo]]).tolist()
     tail_cum = (cum[j[todo]] - cum[np.maximum(j[todo] - edge, 0)]).tolist()
     out = counts.tolist()
+    # cl100k: when a cut leaves only newlines of the first token, or only punctuation of the
+    # last token right after a letter/digit, the pre-tokenizer pieces around the cut are the
+    # same as in the document, so only the cut token itself needs re-encoding (memoised).
+    shortcuts = getattr(dt.tokenizer, "name", "") == "cl100k"
+    first_unit_end = units.ends[i[todo]].tolist() if shortcuts else []
+    last_unit_start = units.starts[np.maximum(j[todo] - 1, 0)].tolist() if shortcuts else []
+    first_w = (cum[i[todo] + 1] - cum[i[todo]]).tolist() if shortcuts else []
+    last_w = (cum[j[todo]] - cum[np.maximum(j[todo] - 1, 0)]).tolist() if shortcuts else []
+    n_text = len(text)
     for k, t in enumerate(t_list):
         s, e = s_list[k], e_list[k]
+        ps, pe = ps_list[k], pe_list[k]
+        if shortcuts and b_list[k] - a_list[k] >= 2:
+            delta = 0
+            if ps:
+                ue = first_unit_end[k]
+                rest = text[s:ue]
+                if ue < n_text and not text[ue].isspace() and rest.strip("\r\n") == "":
+                    delta += count(rest) - first_w[k]
+                    ps = False
+            if pe:
+                us = last_unit_start[k]
+                rest = text[us:e]
+                if us > s and text[us - 1].isalnum() and not any(ch.isalnum() or ch.isspace() for ch in rest):
+                    delta += count(rest) - last_w[k]
+                    pe = False
+            out[t] += delta
+            if not ps and not pe:
+                continue
         if b_list[k] - a_list[k] <= 2 * edge + 1:
             out[t] = count(text[s:e]) - overhead
             continue
-        if ps_list[k]:
+        if ps:
             out[t] += count(text[s : head_end[k]]) - overhead - head_cum[k]
-        if pe_list[k]:
+        if pe:
             out[t] += count(text[tail_start[k] : e]) - overhead - tail_cum[k]
     return np.asarray(out, dtype=np.int64)
 
