@@ -65,6 +65,10 @@ def window_pieces(units: TokenUnits, start: int, end: int, budget: int) -> list[
     if j_end <= i:
         return [(start, end)] if end > start else []
     cum = units.cum
+    if cum[j_end] - cum[i] == j_end - i:  # every unit one token (e.g. ASCII text): no search needed
+        cut_units = np.arange(i + budget, j_end, budget)
+        cuts = [start, *units.ends[cut_units - 1].tolist(), end]
+        return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
     out: list[tuple[int, int]] = []
     cur_start = start
     while i < j_end:

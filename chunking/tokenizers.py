@@ -178,34 +178,35 @@ class TiktokenTokenizer:
 
         self.name = "cl100k"
         self._enc = tiktoken.get_encoding(encoding)
-        self._byte_lengths: np.ndarray | None = None
+        self._char_starts: np.ndarray | None = None
 
-    def _token_byte_lengths(self) -> np.ndarray:
-        """Byte length of every token id, built once: spans without decoding tokens."""
-        if self._byte_lengths is None:
+    def _token_char_starts(self) -> np.ndarray:
+        """For every token id, how many UTF-8 characters start inside its bytes.
+
+        The cumulative sum over a document's tokens is then the character offset where
+        each token ends (a token ending inside a multi-byte character counts that
+        character as started, i.e. its end snaps forward to the character's end).
+        Built once; no decoding per document.
+        """
+        if self._char_starts is None:
             table = np.zeros(self._enc.n_vocab, dtype=np.int64)
             for token_bytes, rank in self._enc._mergeable_ranks.items():
-                table[rank] = len(token_bytes)
-            self._byte_lengths = table
-        return self._byte_lengths
+                table[rank] = sum(1 for b in token_bytes if b & 0xC0 != 0x80)
+            self._char_starts = table
+        return self._char_starts
 
     def encode_array(self, text: str) -> np.ndarray:
         """Token ids as a numpy array; special-token text is encoded as ordinary text."""
-        return self._enc.encode_to_numpy(text, allowed_special=set(), disallowed_special=()).astype(np.int64)
+        try:
+            return self._enc.encode_to_numpy(text, allowed_special=set(), disallowed_special=())
+        except UnicodeEncodeError:  # lone surrogates: tiktoken's own fallback, one char -> U+FFFD
+            return np.asarray(self._enc.encode_ordinary(text), dtype=np.uint32)
 
     def units(self, text: str) -> TokenUnits:
         ids = self.encode_array(text)
         if len(ids) == 0:
             return TokenUnits.from_spans([])
-        byte_ends = np.cumsum(self._token_byte_lengths()[ids])
-        if text.isascii():
-            char_ends = byte_ends
-        else:
-            encoded = text.encode("utf-8", "surrogatepass")
-            is_char_start = (np.frombuffer(encoded, dtype=np.uint8) & 0xC0) != 0x80
-            char_index_of_byte = np.cumsum(is_char_start)
-            char_ends = np.maximum.accumulate(char_index_of_byte[byte_ends - 1])
-        return _units_from_token_ends(char_ends.astype(np.int64))
+        return _units_from_token_ends(np.cumsum(self._token_char_starts()[ids]))
 
     def count(self, text: str) -> int:
         return len(self._enc.encode_ordinary(text))
