@@ -283,10 +283,13 @@ _ABBREVIATIONS = frozenset(
 # a line break; or right before an inverted Spanish mark that follows terminal punctuation.
 _SENTENCE_END = re.compile(
     r"""
-    [.!?…]+[\"'”’»)\]]*(?:\s+|$)            # Latin-script sentence end + following space
+    (?=[.!?…。！？｡؟۔।॥\r\n])                # cheap first-character filter (lets the scanner skip)
+    (?:
+      [.!?…]+[\"'”’»)\]]*(?:\s+|$)            # Latin-script sentence end + following space
     | [。！？｡؟۔।॥]+[\"'”’」』）)\]]*\s*     # CJK, Arabic, Urdu, Devanagari: no space needed
     | [.!?…]+(?=[¿¡])                        # "…fin.¿Qué?" : inverted mark opens the next one
     | \r?\n(?:[ \t]*\r?\n)*                   # line breaks
+    )
     """,
     re.VERBOSE,
 )
@@ -322,12 +325,10 @@ def _is_abbreviation(text: str, sent_start: int, dot: int, cut: int, end: int) -
         nxt = text[cut]
         if nxt.islower() or nxt.isdigit() or nxt in ",;:":
             return True
-    w = dot
-    while w > sent_start and not text[w - 1].isspace() and dot - w < 12:
-        w -= 1
-    word = text[w:dot].lower()
-    if not word:
+    tail = text[max(sent_start, dot - 12) : dot]
+    if not tail or tail[-1].isspace():
         return False
+    word = tail.rsplit(None, 1)[-1].lower()
     if word in _ABBREVIATIONS:
         return True
     return len(word) == 1 and word.isalpha()
