@@ -1,0 +1,467 @@
+"""Query benchmark: load/build time, p50/p95 latency per mode, HNSW recall, BM25 vs rank-bm25.
+
+Corpus (real-derived, as issue 4 asks): the five Chroma corpora are cut into overlapping windows
+of the embedding model's tokens (default 64 tokens, stride 16: ~24k real chunks) and embedded
+with the real all-MiniLM-L6-v2 (ONNX fp32 backend: the same vectors as torch, faster; cached in
+the benchmark database's embedding cache so reruns skip it). The corpus is expanded to N chunks
+by copies: copy c of real chunk i gets the vector normalise(v_i + sigma * g) with g ~ N(0, I/dim)
+(sigma 0.25: cosine to the original ~0.97) and the text of chunk i with ~10% of its words dropped
+(a seeded choice), so BM25 statistics stay realistic too. Each copy of a corpus is one document
+whose text is its chunks joined by blank lines, so every span is exact.
+
+Everything is loaded through the real indexing path (stage_chunks with the vectors precomputed,
+stage_bm25, publish: binary COPY, one transaction, HNSW built after the load) into a separate
+embedded Postgres under CHUNKYARD_HOME/bench-pg (or CHUNKYARD_BENCH_DATABASE_URL).
+
+Queries: 200 real questions from Chroma's questions_df.csv (seeded sample). Latency is measured
+per query in-process (Searcher), query embedding included and also reported separately.
+Recall@10 of HNSW is against exact cosine search (numpy over the same stored vectors).
+rank-bm25 `BM25Okapi.get_scores` is timed on the same tokens; our scores are checked against it.
+
+    python -m benchmarks.bench_query [--sizes 100000,300000] [--questions 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
+CORPORA = ("state_of_the_union", "wikitexts", "chatlogs", "finance", "pubmed")
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("CHUNKYARD_DATA", REPO_ROOT.parent / "shared" / "datasets")) / "chroma_general"
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
+
+
+def load_questions(n: int, seed: int) -> list[str]:
+    with open(data_dir() / "questions_df.csv", encoding="utf-8", newline="") as handle:
+        questions = [row["question"] for row in csv.DictReader(handle)]
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(questions))[:n]
+    return [questions[i] for i in order]
+
+
+def base_chunks(size: int, overlap: int) -> list[tuple[str, str]]:
+    """(corpus, text) of real windows of `size` model tokens over the five corpora."""
+    from chunking import build_chunker
+    from chunking.types import Document
+
+    chunker = build_chunker({"strategy": "token", "size": size, "overlap": overlap, "tokenizer": "model"})
+    out = []
+    for corpus in CORPORA:
+        text = (data_dir() / f"{corpus}.md").read_text(encoding="utf-8")
+        for chunk in chunker.chunk(Document(corpus, text)):
+            if chunk.text.strip():
+                out.append((corpus, chunk.text))
+    return out
+
+
+def embed_base(store: Any, embedder: Any, texts: list[str]) -> np.ndarray:
+    """Real MiniLM vectors of the base chunks, from the embedding cache or computed (and cached)."""
+    from chunking.types import sha256_text
+
+    hashes = [sha256_text(t) for t in texts]
+    cached = store.cached_embeddings(embedder.model_id, hashes)
+    missing = [i for i, h in enumerate(hashes) if h not in cached]
+    log(f"base vectors: {len(texts) - len(missing)} cached, {len(missing)} to embed with {embedder.model_id}")
+    started = time.perf_counter()
+    for start in range(0, len(missing), 512):
+        batch = missing[start : start + 512]
+        vectors = embedder.embed([texts[i] for i in batch])
+        fresh = {hashes[i]: v for i, v in zip(batch, vectors, strict=True)}
+        store.cache_embeddings(embedder.model_id, fresh)
+        cached.update(fresh)
+        if start // 512 % 10 == 0:
+            done = start + len(batch)
+            rate = done / max(time.perf_counter() - started, 1e-9)
+            log(f"  embedded {done}/{len(missing)} ({rate:.1f} chunks/s)")
+    return np.stack([cached[h] for h in hashes]).astype(np.float32)
+
+
+class ExpandedCorpus:
+    """N chunks derived from the real ones: copies with perturbed vectors and word-dropped texts."""
+
+    def __init__(
+        self, base: list[tuple[str, str]], vectors: np.ndarray, n: int, sigma: float, seed: int
+    ) -> None:
+        self.base = base
+        self.base_vectors = vectors
+        self.n = n
+        self.copies = -(-n // len(base))
+        self.sigma = sigma
+        self.seed = seed
+
+    def documents_and_chunks(self, config_key: str) -> tuple[list[Any], dict[str, list[Any]], np.ndarray]:
+        """Documents (one per corpus copy), their chunks (vectors precomputed), all vectors in chunk order."""
+        from chunking.types import Chunk, Document
+
+        rng = np.random.default_rng(self.seed)
+        dim = self.base_vectors.shape[1]
+        documents: list[Any] = []
+        chunks_by_doc: dict[str, list[Any]] = {}
+        all_vectors = []
+        produced = 0
+        for copy in range(self.copies):
+            by_corpus: dict[str, list[tuple[str, np.ndarray]]] = {}
+            for i, (corpus, text) in enumerate(self.base):
+                if produced >= self.n:
+                    break
+                vector = self.base_vectors[i]
+                if copy > 0:
+                    words = text.split(" ")
+                    keep = rng.random(len(words)) >= 0.1
+                    keep[0] = True
+                    text = " ".join(w for w, k in zip(words, keep, strict=True) if k)
+                    vector = vector + self.sigma * rng.standard_normal(dim).astype(np.float32) / np.sqrt(dim)
+                    vector = vector / np.linalg.norm(vector)
+                by_corpus.setdefault(corpus, []).append((text, vector.astype(np.float32)))
+                produced += 1
+            for corpus, items in by_corpus.items():
+                doc_id = f"{corpus}@{copy}"
+                pieces, chunks, cursor = [], [], 0
+                for text, vector in items:
+                    start, end = cursor, cursor + len(text)
+                    chunk = Chunk(doc_id, start, end, text, token_count=0, config_key=config_key)
+                    chunk.embedding = vector
+                    chunks.append(chunk)
+                    all_vectors.append(vector)
+                    pieces.append(text)
+                    cursor = end + 2
+                documents.append(
+                    Document(doc_id, "\n\n".join(pieces), metadata={"corpus": corpus, "copy": copy})
+                )
+                chunks_by_doc[doc_id] = chunks
+        return documents, chunks_by_doc, np.stack(all_vectors)
+
+
+class PrecomputedChunker:
+    """Returns the chunks built with the documents (what a late chunker would hand the indexer)."""
+
+    def __init__(self, chunks_by_doc: dict[str, list[Any]]) -> None:
+        self.chunks_by_doc = chunks_by_doc
+
+    def chunk(self, document: Any) -> list[Any]:
+        return self.chunks_by_doc[document.id]
+
+    def chunk_batch(self, documents: Any) -> list[list[Any]]:
+        return [self.chunk(d) for d in documents]
+
+
+def build(
+    store: Any, embedder: Any, corpus: ExpandedCorpus, name: str
+) -> tuple[Any, dict[str, float], np.ndarray]:
+    from retrieval import indexing
+    from retrieval.config import IndexConfig, IndexSpec
+
+    spec = IndexSpec(
+        f"bench-{name}",
+        IndexConfig(
+            name=name,
+            chunker={"strategy": "bench-windows", "size": corpus.n},
+            bm25={"k1": 1.5, "b": 0.75, "epsilon": 0.25, "analyzer": "english"},
+            hybrid={"fusion": "rrf", "rrf_k": 60, "candidates": 50},
+        ),
+    )
+    store.drop_index(spec.name)
+    documents, chunks_by_doc, vectors = corpus.documents_and_chunks(spec.config.config_hash)
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    store.sync_documents(spec.collection, documents, [])
+    timings["documents_s"] = time.perf_counter() - started
+    for step, call in (
+        (
+            "stage_chunks_s",
+            lambda: indexing.stage_chunks(store, spec, chunker=PrecomputedChunker(chunks_by_doc)),
+        ),
+        ("stage_embeddings_s", lambda: indexing.stage_embeddings(store, spec, embedder)),
+        ("stage_bm25_s", lambda: indexing.stage_bm25(store, spec)),
+        ("publish_s", lambda: indexing.publish(store, spec)),
+    ):
+        t0 = time.perf_counter()
+        report = call()
+        timings[step] = time.perf_counter() - t0
+        log(
+            f"  {step}: {timings[step]:.1f}s {getattr(report, 'as_metadata', lambda: {})().get('chunks_total', '')}"
+        )
+    timings["total_s"] = sum(timings.values())
+    return spec, timings, vectors
+
+
+def measure(searcher: Any, spec: Any, questions: list[str], mode: str, **kwargs: Any) -> dict[str, float]:
+    totals, without_embedding = [], []
+    for question in questions:
+        t0 = time.perf_counter()
+        results = searcher.search(question, spec.name, k=10, mode=mode, **kwargs)
+        elapsed = (time.perf_counter() - t0) * 1000
+        totals.append(elapsed)
+        embed = results[0].timings.get("embed_ms", 0.0) if results else 0.0
+        without_embedding.append(elapsed - embed)
+    return {
+        "p50_ms": percentile(totals, 50),
+        "p95_ms": percentile(totals, 95),
+        "p50_ms_without_query_embedding": percentile(without_embedding, 50),
+        "p95_ms_without_query_embedding": percentile(without_embedding, 95),
+    }
+
+
+def run_size(
+    store: Any,
+    embedder: Any,
+    base: list[tuple[str, str]],
+    base_vectors: np.ndarray,
+    n: int,
+    args: Any,
+    questions: list[str],
+) -> dict[str, Any]:
+    from retrieval import bm25 as bm25_lib
+    from retrieval.search import Searcher
+
+    name = f"n{n}"
+    log(f"== {n} chunks: build")
+    corpus = ExpandedCorpus(base, base_vectors, n, args.sigma, args.seed)
+    spec, build_timings, _ = build(store, embedder, corpus, name)
+    out: dict[str, Any] = {"chunks": n, "build": build_timings}
+    info = store.index_info(spec.name)
+    out["index_info"] = {k: info[k] for k in ("chunk_count", "bm25_vocabulary", "document_count", "version")}
+    with store.connection() as conn:
+        size = conn.execute(
+            "SELECT pg_total_relation_size(%s), pg_relation_size(%s)",
+            (info["partition"], info["partition"] + "_hnsw"),
+        ).fetchone()
+    out["partition_bytes"], out["hnsw_bytes"] = int(size[0]), int(size[1])
+
+    # query vectors once (the same for every dense measurement and for exact search)
+    qvecs = embedder.embed(questions)
+    searcher = Searcher(store, embedder)
+    memory_searcher = Searcher(store, embedder, bm25_backend="memory")
+    t0 = time.perf_counter()
+    memory_searcher.search(questions[0], spec.name, k=10, mode="bm25")
+    out["bm25_memory_load_s"] = time.perf_counter() - t0
+
+    # recall@10 of HNSW vs exact cosine (numpy over the stored vectors, in corpus order)
+    with store.connection() as conn, conn.cursor(binary=True) as cur:
+        from psycopg import sql
+
+        from retrieval.store import as_array, partition_names
+
+        cur.execute(
+            sql.SQL("SELECT chunk_id, embedding FROM {}").format(
+                sql.Identifier(partition_names(spec.name)["chunks"])
+            )
+        )
+        stored_ids, stored = [], []
+        for cid, vec in cur:
+            stored_ids.append(cid)
+            stored.append(as_array(vec))
+    matrix = np.stack(stored)
+    exact_top = np.argsort(-(qvecs @ matrix.T), axis=1)[:, :10]
+    exact_sets = [{stored_ids[j] for j in row} for row in exact_top]
+    del matrix
+    out["dense"] = {}
+    for ef in args.ef_search:
+        recalls = []
+        latencies = []
+        for qi, question in enumerate(questions):
+            t0 = time.perf_counter()
+            results = searcher.search(question, spec.name, k=10, mode="dense", ef_search=ef)
+            latencies.append((time.perf_counter() - t0) * 1000 - results[0].timings.get("embed_ms", 0.0))
+            recalls.append(len({r.chunk_id for r in results} & exact_sets[qi]) / 10)
+        out["dense"][f"ef_search={ef}"] = {
+            "recall_at_10": float(np.mean(recalls)),
+            "p50_ms_without_query_embedding": percentile(latencies, 50),
+            "p95_ms_without_query_embedding": percentile(latencies, 95),
+        }
+        log(f"  dense ef={ef}: recall@10 {np.mean(recalls):.3f}, p95 {percentile(latencies, 95):.1f} ms")
+
+    searcher.ef_search = memory_searcher.ef_search = args.default_ef
+    out["latency"] = {
+        "dense": measure(searcher, spec, questions, "dense"),
+        "bm25 (Postgres postings)": measure(searcher, spec, questions, "bm25"),
+        "bm25 (in-memory copy)": measure(memory_searcher, spec, questions, "bm25"),
+        "hybrid (Postgres BM25)": measure(searcher, spec, questions, "hybrid"),
+        "hybrid (in-memory BM25)": measure(memory_searcher, spec, questions, "hybrid"),
+        "hybrid + rerank maxsim@20 (in-memory BM25)": measure(
+            memory_searcher, spec, questions[: args.rerank_questions], "hybrid", rerank="maxsim"
+        ),
+    }
+    for mode, numbers in out["latency"].items():
+        log(f"  {mode}: p50 {numbers['p50_ms']:.1f} ms, p95 {numbers['p95_ms']:.1f} ms")
+
+    # rank-bm25 on the same tokens: latency, and our scores against its scores
+    from rank_bm25 import BM25Okapi
+
+    analyzer = bm25_lib.build_analyzer(spec.config.bm25)
+    memory = memory_searcher._memory[spec.name]
+    texts_by_id = {}
+    with store.connection() as conn:
+        from psycopg import sql
+
+        from retrieval.store import partition_names
+
+        for cid, text in conn.execute(
+            sql.SQL("SELECT chunk_id, embed_text FROM {}").format(
+                sql.Identifier(partition_names(spec.name)["chunks"])
+            )
+        ):
+            texts_by_id[cid] = text
+    t0 = time.perf_counter()
+    oracle = BM25Okapi(
+        [analyzer.analyze(texts_by_id[cid]) for cid in memory.chunk_ids], k1=1.5, b=0.75, epsilon=0.25
+    )
+    out["rank_bm25_build_s"] = time.perf_counter() - t0
+    del texts_by_id
+    latencies, max_diff = [], 0.0
+    for question in questions[: args.rank_bm25_questions]:
+        tokens = analyzer.analyze(question)
+        t0 = time.perf_counter()
+        expected = oracle.get_scores(tokens)
+        latencies.append((time.perf_counter() - t0) * 1000)
+        max_diff = max(max_diff, float(np.max(np.abs(memory.scores(tokens) - expected))))
+    out["rank_bm25"] = {
+        "queries": len(latencies),
+        "p50_ms": percentile(latencies, 50),
+        "p95_ms": percentile(latencies, 95),
+        "max_abs_score_difference_vs_ours": max_diff,
+    }
+    log(f"  rank-bm25 get_scores: p50 {out['rank_bm25']['p50_ms']:.0f} ms; max |diff| {max_diff:.2e}")
+    del oracle
+    return out
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [
+        "# Query benchmark",
+        "",
+        f"Machine: {report['machine']}. Corpus: {report['base_chunks']} real chunks "
+        f"({report['base_size']} model tokens, stride {report['base_size'] - report['base_overlap']}) of the Chroma "
+        f"corpora, embedded with {report['embedder']}; expanded by perturbed copies (sigma {report['sigma']}). "
+        f"{report['questions']} real Chroma questions, k=10. Latency includes query embedding unless noted.",
+        "",
+    ]
+    sizes = report["sizes"]
+    header = "| | " + " | ".join(f"{s['chunks']:,} chunks" for s in sizes) + " |"
+    lines += [header, "|---" * (len(sizes) + 1) + "|"]
+
+    def row(label: str, values: list[str]) -> None:
+        lines.append(f"| {label} | " + " | ".join(values) + " |")
+
+    row("load + build total (s)", [f"{s['build']['total_s']:.0f}" for s in sizes])
+    for step in ("documents_s", "stage_chunks_s", "stage_bm25_s", "publish_s"):
+        row(f"  {step.replace('_s', '')} (s)", [f"{s['build'][step]:.1f}" for s in sizes])
+    row("partition size (MB)", [f"{s['partition_bytes'] / 1e6:.0f}" for s in sizes])
+    row("HNSW size (MB)", [f"{s['hnsw_bytes'] / 1e6:.0f}" for s in sizes])
+    for ef in sizes[0]["dense"]:
+        row(f"HNSW recall@10, {ef}", [f"{s['dense'][ef]['recall_at_10']:.3f}" for s in sizes])
+        row(
+            f"dense p50 / p95 ms (no query embedding), {ef}",
+            [
+                f"{s['dense'][ef]['p50_ms_without_query_embedding']:.1f} / {s['dense'][ef]['p95_ms_without_query_embedding']:.1f}"
+                for s in sizes
+            ],
+        )
+    for mode in sizes[0]["latency"]:
+        row(
+            f"{mode} p50 / p95 ms",
+            [f"{s['latency'][mode]['p50_ms']:.1f} / {s['latency'][mode]['p95_ms']:.1f}" for s in sizes],
+        )
+        row(
+            f"{mode} p50 / p95 ms without query embedding",
+            [
+                f"{s['latency'][mode]['p50_ms_without_query_embedding']:.1f} / "
+                f"{s['latency'][mode]['p95_ms_without_query_embedding']:.1f}"
+                for s in sizes
+            ],
+        )
+    row("BM25 in-memory copy load (s)", [f"{s['bm25_memory_load_s']:.1f}" for s in sizes])
+    row(
+        "rank-bm25 get_scores p50 / p95 ms",
+        [f"{s['rank_bm25']['p50_ms']:.0f} / {s['rank_bm25']['p95_ms']:.0f}" for s in sizes],
+    )
+    row(
+        "max abs score diff ours vs rank-bm25",
+        [f"{s['rank_bm25']['max_abs_score_difference_vs_ours']:.1e}" for s in sizes],
+    )
+    lines += ["", report.get("notes", "")]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", default="100000,300000", help="comma-separated chunk counts")
+    parser.add_argument("--questions", type=int, default=200)
+    parser.add_argument("--base-size", type=int, default=64)
+    parser.add_argument("--base-overlap", type=int, default=48)
+    parser.add_argument("--sigma", type=float, default=0.25)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ef-search", type=lambda s: [int(x) for x in s.split(",")], default=[40, 100, 200])
+    parser.add_argument("--default-ef", type=int, default=100)
+    parser.add_argument("--rerank-questions", type=int, default=50)
+    parser.add_argument("--rank-bm25-questions", type=int, default=10)
+    parser.add_argument(
+        "--max-base", type=int, default=0, help="use only the first N real chunks (smoke runs)"
+    )
+    parser.add_argument("--backend", default="onnx", help="embedder backend for the base vectors and queries")
+    args = parser.parse_args(argv)
+    if not (data_dir() / "questions_df.csv").is_file():
+        print(f"bench_query: Chroma data not found in {data_dir()}; set CHUNKYARD_DATA", file=sys.stderr)
+        return 2
+    os.environ.setdefault("CHUNKYARD_MAINTENANCE_WORK_MEM", "2GB")
+    from retrieval.db import chunkyard_home, embedded_database_url
+    from retrieval.embedder import Embedder
+    from retrieval.store import Store
+
+    url = os.environ.get("CHUNKYARD_BENCH_DATABASE_URL") or embedded_database_url(
+        chunkyard_home() / "bench-pg"
+    )
+    store = Store(url)
+    store.migrate()
+    embedder = Embedder(backend=args.backend, batch_size=64)
+    questions = load_questions(args.questions, args.seed)
+    log("chunking the Chroma corpora")
+    base = base_chunks(args.base_size, args.base_overlap)
+    if args.max_base:
+        base = base[: args.max_base]
+    log(f"{len(base)} real chunks")
+    base_vectors = embed_base(store, embedder, [t for _, t in base])
+    report: dict[str, Any] = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "embedder": embedder.model_id,
+        "base_chunks": len(base),
+        "base_size": args.base_size,
+        "base_overlap": args.base_overlap,
+        "sigma": args.sigma,
+        "questions": len(questions),
+        "sizes": [],
+    }
+    for n in [int(x) for x in args.sizes.split(",")]:
+        report["sizes"].append(run_size(store, embedder, base, base_vectors, n, args, questions))
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        (RESULTS_DIR / "query.json").write_text(json.dumps(report, indent=2))
+        (RESULTS_DIR / "query.md").write_text(markdown(report))
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
