@@ -236,3 +236,16 @@ def test_memory_bm25_reloads_when_the_version_moves(store, embedder) -> None:
     in_sql = sql_searcher.search("pears", spec.name, mode="bm25")
     assert [r.doc_id for r in memory] == [r.doc_id for r in in_sql] == ["b.md", "a.md"]
     assert [r.scores["bm25"] for r in memory] == pytest.approx([r.scores["bm25"] for r in in_sql], rel=1e-12)
+
+
+def test_late_chunking_vectors_come_from_the_chunker(store, embedder) -> None:
+    spec = IndexSpec(
+        "late-test",
+        IndexConfig(name="late", chunker={"strategy": "late", "size": 24, "tokenizer": "model"}),
+    )
+    store.sync_documents(spec.collection, _docs(DOCS), [])
+    report = indexing.build_index(store, spec, embedder).as_metadata()
+    assert report["chunks_total"] > 3
+    assert report["embeddings_precomputed"] == report["chunks_total"] and report["embeddings_computed"] == 0
+    results = Searcher(store, embedder).search("docker compose deployment", spec.name, k=1, mode="dense")
+    assert results[0].doc_id == "deploy.md"

@@ -223,3 +223,28 @@ def test_module_level_search_uses_the_default_searcher(monkeypatch, pg_url, text
     results = retrieval.search("XQ_frobnicate_77", index=text_index.name, k=2, mode="bm25")
     assert results and "XQ_frobnicate_77" in results[0].text
     assert retrieval.search.Searcher is Searcher
+
+
+def test_include_parent_returns_the_hierarchical_parent_span(store, embedder) -> None:
+    from retrieval.config import IndexConfig, IndexSpec
+
+    spec = IndexSpec(
+        "hier-test",
+        IndexConfig(
+            name="hier",
+            chunker={"strategy": "hierarchical", "size": 16, "parent_size": 48, "tokenizer": "model"},
+            bm25={"analyzer": "english"},
+        ),
+    )
+    text = "\n\n".join(TOPICS)
+    store.sync_documents(spec.collection, [Document("all.md", text)], [])
+    build_index(store, spec, embedder)
+    results = Searcher(store, embedder).search("waggle dance", spec.name, k=3, include_parent=True)
+    assert results and all(r.parent is not None for r in results)
+    for r in results:
+        assert r.parent["text"] == text[r.parent["start"] : r.parent["end"]]
+        assert (
+            r.parent["start"] <= r.start and r.end <= r.parent["end"] and len(r.parent["text"]) > len(r.text)
+        )
+        assert r.parent["chunk_id"] == r.metadata["parent_id"]
+    assert Searcher(store, embedder).search("waggle dance", spec.name, k=1)[0].parent is None
