@@ -295,6 +295,24 @@ def sql_top_k(
     return [(r[0], float(r[1])) for r in conn.execute(query, args).fetchall()]
 
 
+_COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
+
+
+def _binary_copy_int4_rows(data: bytes, n_fields: int) -> np.ndarray:
+    """Parse Postgres binary COPY output whose rows are `n_fields` non-null int4 columns."""
+    if not data.startswith(_COPY_SIGNATURE):
+        raise ValueError("not a Postgres binary COPY stream")
+    extension = int.from_bytes(data[15:19], "big")
+    body = data[19 + extension : len(data) - 2]  # header, then rows, then the -1 trailer
+    fields: list[tuple[str, str]] = [("count", ">i2")]
+    for i in range(n_fields):
+        fields += [(f"len{i}", ">i4"), (f"v{i}", ">i4")]
+    records = np.frombuffer(body, dtype=np.dtype(fields))
+    if records.size and (np.any(records["count"] != n_fields) or np.any(records["len0"] != 4)):
+        raise ValueError("unexpected row layout in binary COPY stream")
+    return records
+
+
 class MemoryBm25:
     """An in-memory copy of one index's BM25 postings: a (chunks x terms) scipy CSC matrix.
 
@@ -349,30 +367,34 @@ class MemoryBm25:
             ).fetchall()
             term_ids = {t: i for i, (t, _) in enumerate(terms)}
             df = np.array([d for _, d in terms], dtype=np.int64)
-            chunk_pos = {c: i for i, c in enumerate(chunk_ids)}
-            rows_idx: list[int] = []
-            cols_idx: list[int] = []
-            tfs: list[int] = []
-            lens: list[int] = []
-            with conn.cursor() as cur:
-                cur.execute(
-                    sql.SQL("SELECT chunk_id, term, tf, doc_len FROM {}").format(
-                        sql.Identifier(parts["postings"])
-                    )
-                )
-                for chunk_id, term, tf, doc_len in cur:
-                    rows_idx.append(chunk_pos[chunk_id])
-                    cols_idx.append(term_ids[term])
-                    tfs.append(tf)
-                    lens.append(doc_len)
-        tf_arr = np.asarray(tfs, dtype=np.float64)
-        len_arr = np.asarray(lens, dtype=np.float64)
+            # Postings as (term ordinal, chunk ordinal, tf, length): binary COPY of four int4 columns,
+            # parsed by numpy as fixed-size records, so millions of postings load without a Python
+            # object each.
+            query = sql.SQL(
+                "COPY (SELECT t.ti::int4, c.ci::int4, p.tf, p.doc_len FROM {postings} p"
+                " JOIN (SELECT chunk_id, row_number() OVER (ORDER BY chunk_id) - 1 AS ci FROM {chunks}) c"
+                " ON c.chunk_id = p.chunk_id"
+                " JOIN (SELECT term, row_number() OVER (ORDER BY term) - 1 AS ti FROM bm25_terms"
+                " WHERE index_name = {name}) t ON t.term = p.term) TO STDOUT (FORMAT BINARY)"
+            ).format(
+                postings=sql.Identifier(parts["postings"]),
+                chunks=sql.Identifier(parts["chunks"]),
+                name=sql.Literal(index_name),
+            )
+            buffer = bytearray()
+            with conn.cursor() as cur, cur.copy(query) as copy:
+                for block in copy:
+                    buffer += block
+        records = _binary_copy_int4_rows(bytes(buffer), 4)
+        cols_idx, rows_idx, tfs, lens = (records[f"v{i}"].astype(np.int64) for i in range(4))
+        tf_arr = tfs.astype(np.float64)
+        len_arr = lens.astype(np.float64)
         avgdl = stats.avgdl or 1.0
         saturation = (
             tf_arr * (params.k1 + 1) / (tf_arr + params.k1 * (1 - params.b + params.b * len_arr / avgdl))
         )
         matrix = sparse.csc_matrix(
-            (saturation, (np.asarray(rows_idx, dtype=np.int64), np.asarray(cols_idx, dtype=np.int64))),
+            (saturation, (rows_idx, cols_idx)),
             shape=(len(chunk_ids), len(term_ids)),
         )
         return cls(chunk_ids, term_ids, matrix, df, stats, params, version)
