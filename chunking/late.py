@@ -5,7 +5,9 @@ text, and each chunk's vector is the mean of the contextual token vectors inside
 chunk's span, so a chunk "knows" its surroundings (e.g. what "it" refers to). Chunk
 boundaries come from a base strategy (`sentence`, `recursive` or `token`) at `size`
 tokens; consecutive chunks are grouped into windows that fit the model's input limit
-(`window` tokens, default: the model's `max_seq_length`). A chunk whose tokens were cut
+(`window` tokens, default: the model's `max_seq_length`); every window after the first
+also reads `lookbehind` (a fraction of the window) of the preceding text as context,
+without pooling it, as in the paper's "long late chunking". A chunk whose tokens were cut
 off by the model (window longer than the model really accepts) starts the next window.
 The vector is stored in `chunk.embedding`; the indexer uses it instead of embedding
 `embed_text`.
@@ -26,12 +28,19 @@ class LateChunker(BaseChunker):
     strategy = "late"
 
     def __init__(
-        self, *, embedding_model: Any, base: str = "sentence", window: int | None = None, **kw: Any
+        self,
+        *,
+        embedding_model: Any,
+        base: str = "sentence",
+        window: int | None = None,
+        lookbehind: float = 0.25,
+        **kw: Any,
     ) -> None:
         super().__init__(**kw)
         self.embedding_model = embedding_model
         self.base = base
         self.window = window
+        self.lookbehind = lookbehind
         common = {
             "tokenizer": self.tokenizer,
             "size": self.size,
@@ -61,14 +70,22 @@ class LateChunker(BaseChunker):
         """Set `chunk.embedding` for every chunk from windows of contextual token vectors."""
         text = dt.text
         limit = self.window_limit()
+        units = dt.units
         i = 0
         window_id = 0
         while i < len(chunks):
-            # greedy window of consecutive chunks whose span fits the limit
+            # text before the window's first chunk is read as context only (long late chunking)
+            context_tokens = int(limit * self.lookbehind) if i > 0 else 0
+            w_start = chunks[i].start
+            if context_tokens:
+                first = units.first_unit_ending_after(chunks[i].start)
+                back = int(np.searchsorted(units.cum, units.cum[first] - context_tokens, side="left"))
+                w_start = min(int(units.starts[min(back, len(units.starts) - 1)]), chunks[i].start)
+            # greedy window of consecutive chunks that fits the limit together with the context
             j = i + 1
-            while j < len(chunks) and dt.units.estimate_one(chunks[i].start, chunks[j].end) <= limit:
+            while j < len(chunks) and units.estimate_one(w_start, chunks[j].end) <= limit:
                 j += 1
-            w_start, w_end = chunks[i].start, chunks[j - 1].end
+            w_end = chunks[j - 1].end
             spans, vectors = self.embedding_model.embed_tokens(text[w_start:w_end])
             vectors = np.asarray(vectors, dtype=np.float32)
             token_spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2) + w_start

@@ -51,7 +51,7 @@ STRATEGY_FIELDS: dict[str, dict[str, Any]] = {
     },
     "cluster": {"piece_size": 50},
     "hierarchical": {"parent_size": 1024, "base": "recursive"},
-    "late": {"base": "sentence", "window": None},
+    "late": {"base": "sentence", "window": None, "lookbehind": 0.25},
     "adaptive": {},
     "llm": {"max_sentences": 60},
 }
@@ -306,7 +306,10 @@ def _late(common, options, spec, em, llm):
     window = options["window"]
     if window is not None:
         window = _require_int(options, "window", 0, minimum=common["size"])
-    return LateChunker(embedding_model=em, base=base, window=window, **common)
+    lookbehind = options["lookbehind"]
+    if isinstance(lookbehind, bool) or not isinstance(lookbehind, int | float) or not 0 <= lookbehind < 1:
+        raise ChunkerConfigError(f"chunker.lookbehind: expected a fraction in [0, 1), got {lookbehind!r}")
+    return LateChunker(embedding_model=em, base=base, window=window, lookbehind=float(lookbehind), **common)
 
 
 def _adaptive(common, options, spec, em, llm):

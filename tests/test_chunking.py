@@ -383,6 +383,20 @@ def test_late_chunking_sets_embeddings_over_windows():
     check_spans(Document("doc", text), chunks)
     assert all(c.embedding is not None and abs(np.linalg.norm(c.embedding) - 1) < 1e-5 for c in chunks)
     assert len({c.metadata["late_window"] for c in chunks}) >= 4
+    # windows after the first read preceding text: the fake model sees words before the chunk
+    seen: list[str] = []
+
+    class Recording(FakeEmbeddingModel):
+        def embed_tokens(self, text):
+            seen.append(text)
+            return super().embed_tokens(text)
+
+    build_chunker(
+        {"strategy": "late", "size": 10, "tokenizer": "words"}, embedding_model=Recording(24)
+    ).chunk(text)
+    assert seen[0].startswith("word0 ") and not seen[1].startswith(chunks[1].text[:6])
+    with pytest.raises(ChunkerConfigError, match="chunker.lookbehind"):
+        build_chunker({"strategy": "late", "lookbehind": 1.5}, embedding_model=model)
 
 
 @pytest.mark.parametrize(
