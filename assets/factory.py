@@ -499,7 +499,7 @@ def build_index_assets(
         )
         return MaterializeResult(
             metadata={
-                **metrics,
+                **_headline(metrics),
                 "questions": n_questions,
                 "dataset": dataset_name,
                 "report": MetadataValue.md(report.markdown()),
@@ -626,9 +626,20 @@ def build_leaderboard_asset(collection: CollectionConfig, specs: Sequence[IndexS
 
 
 _QUALITY = re.compile(
-    r"^[a-z_+:-]+/(hit_at|mrr_at|recall_at|precision_at|iou_at|chroma_precision_at|"
+    r"^[a-z0-9_+:-]+/(hit_at|mrr_at|recall_at|precision_at|iou_at|chroma_precision_at|"
     r"chroma_iou_at|budget_recall)_?\d+$"
 )
+
+
+# Plotted per materialisation in the UI; the full set (CIs, budgets, latency) is in the store
+# and in the `report` markdown.
+HEADLINE = re.compile(
+    r"^[a-z0-9_+:-]+/(hit_at_\d+|mrr_at_\d+|recall_at_\d+|precision_at_\d+|iou_at_\d+)$|^cost/chunks$"
+)
+
+
+def _headline(metrics: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in metrics.items() if HEADLINE.match(k)}
 
 
 def _quality(metrics: dict[str, float]) -> dict[str, float]:

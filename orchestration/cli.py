@@ -128,23 +128,32 @@ def cmd_ui(args: argparse.Namespace) -> int:
     ]
     _print(f"Dagster UI on http://{args.host}:{args.port} (DAGSTER_HOME={home})")
     env = {**os.environ, "DAGSTER_HOME": str(home)}
-    process = subprocess.Popen(command, env=env)
+    # SIGINT may be ignored when started in the background; dagster dev needs it to shut down.
+    process = subprocess.Popen(command, env=env, preexec_fn=_default_sigint)
+    stopping: list[float] = []
 
     def stop(signum: int, frame: object) -> None:
         # dagster dev shuts its webserver, daemon and code servers down cleanly on SIGINT.
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
+        stopping.append(time.monotonic())
 
+    signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    try:
-        return process.wait()
-    except KeyboardInterrupt:
-        stop(signal.SIGINT, None)
+    while True:
         try:
-            return process.wait(timeout=30)
+            return process.wait(timeout=1)
         except subprocess.TimeoutExpired:
-            process.kill()
-            return process.wait()
+            if stopping and time.monotonic() - stopping[0] > UI_SHUTDOWN_SECONDS:
+                process.kill()
+                return process.wait()
+
+
+UI_SHUTDOWN_SECONDS = 30
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
