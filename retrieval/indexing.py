@@ -406,6 +406,16 @@ def stage_bm25(store: Store, spec: Any) -> Bm25StageReport:
     return report
 
 
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise IndexingError(f"{name}: expected an integer, got {value!r}") from exc
+
+
 def _maintenance_work_mem() -> str:
     return os.environ.get("CHUNKYARD_MAINTENANCE_WORK_MEM", "512MB")
 
@@ -571,8 +581,14 @@ def publish(store: Store, spec: Any) -> PublishReport:
             conn.execute(
                 sql.SQL(
                     "CREATE INDEX {} ON {} USING hnsw ((embedding::vector({})) vector_cosine_ops)"
-                    " WITH (m = 16, ef_construction = 64)"
-                ).format(sql.Identifier(parts["hnsw"]), chunks_t, sql.Literal(int(new_dim)))
+                    " WITH (m = {}, ef_construction = {})"
+                ).format(
+                    sql.Identifier(parts["hnsw"]),
+                    chunks_t,
+                    sql.Literal(int(new_dim)),
+                    sql.Literal(_env_int("CHUNKYARD_HNSW_M", 16)),
+                    sql.Literal(_env_int("CHUNKYARD_HNSW_EF_CONSTRUCTION", 64)),
+                )
             )
             report.hnsw_built = True
 

@@ -10,6 +10,7 @@ order by the expression its HNSW index is built on, so the planner uses that gra
 from __future__ import annotations
 
 import math
+import os
 import sys
 import threading
 import time
@@ -92,7 +93,8 @@ class Searcher:
 
     Options: `ef_search` (HNSW candidate list, raised to the number of candidates when needed),
     `bm25_backend` ("sql": score from the postings in Postgres; "memory": a scipy copy per index,
-    reloaded when the index version changes; both return rank-bm25's scores).
+    reloaded when the index version changes; both return rank-bm25's scores; default from
+    CHUNKYARD_BM25_BACKEND, else "sql").
     """
 
     def __init__(
@@ -101,9 +103,10 @@ class Searcher:
         embedder_for: Callable[[str], Any] | Any | None = None,
         *,
         ef_search: int = 100,
-        bm25_backend: str = "sql",
+        bm25_backend: str | None = None,
         rerank_candidates: int = 20,
     ) -> None:
+        bm25_backend = bm25_backend or os.environ.get("CHUNKYARD_BM25_BACKEND", "sql")
         if bm25_backend not in ("sql", "memory"):
             raise SearchError(f"bm25_backend: unknown {bm25_backend!r}; expected 'sql' or 'memory'")
         self.store = store or Store()
