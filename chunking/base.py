@@ -128,10 +128,25 @@ def refined_counts(dt: DocText, starts: np.ndarray, ends: np.ndarray, overhead: 
         return counts
     partial_start = (j > i) & (units.starts[np.minimum(i, n_units - 1)] < starts)
     partial_end = (j > i) & (units.ends[np.maximum(j - 1, 0)] > ends)
+    text, raw_count = dt.text, dt.tokenizer.count
+    if getattr(dt.tokenizer, "name", "") not in ("chars", "words"):
+        # a cut between two sub-word tokens of one word ("schl|umberger") re-tokenizes too
+        n_text = len(text)
+        partial_start |= np.fromiter(
+            (0 < p < n_text and text[p - 1].isalnum() and text[p].isalnum() for p in starts.tolist()),
+            dtype=bool,
+            count=len(starts),
+        )
+        partial_end |= np.fromiter(
+            (0 < p < n_text and text[p - 1].isalnum() and text[p].isalnum() for p in ends.tolist()),
+            dtype=bool,
+            count=len(ends),
+        )
+        partial_start &= j > i
+        partial_end &= j > i
     todo = np.flatnonzero(partial_start | partial_end)
     if len(todo) == 0:
         return counts
-    text, raw_count = dt.text, dt.tokenizer.count
     memo = dt.edge_counts
 
     def count(region: str) -> int:

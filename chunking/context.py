@@ -99,7 +99,7 @@ def build_context_steps(spec: Any, *, llm: Any = None) -> list[ContextStep]:
     if use_llm:
         if llm is None:
             raise ChunkerConfigError(
-                "chunker.context.llm: needs an LLM client (pass llm=OpenAICompatibleClient(...))"
+                "chunker.context.llm: needs an LLM endpoint (chunker.endpoint: {base_url, model}) or llm=OpenAICompatibleClient(...)"
             )
         steps.append(make_llm_step(llm, max_chars))
     return steps

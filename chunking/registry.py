@@ -27,7 +27,8 @@ STRATEGIES: tuple[str, ...] = (
     "llm",
 )
 
-COMMON_FIELDS = {"strategy", "size", "overlap", "tokenizer", "model", "context"}
+COMMON_FIELDS = {"strategy", "size", "overlap", "tokenizer", "model", "context", "endpoint"}
+ENDPOINT_FIELDS = {"base_url", "model", "api_key_env", "timeout"}
 
 # Strategy -> its own fields (besides the common ones) with their defaults.
 STRATEGY_FIELDS: dict[str, dict[str, Any]] = {
@@ -133,6 +134,8 @@ def build_chunker(
 
     from chunking.context import build_context_steps
 
+    if llm is None and spec.get("endpoint") is not None:
+        llm = client_from_endpoint(spec["endpoint"])
     context = build_context_steps(spec.get("context"), llm=llm)
     common = {
         "tokenizer": tokenizer,
@@ -144,6 +147,38 @@ def build_chunker(
     options = {k: spec.get(k, d) for k, d in STRATEGY_FIELDS[strategy].items()}
     builder = _BUILDERS[strategy]
     return builder(common, options, spec, embedding_model, llm)
+
+
+def client_from_endpoint(endpoint: Any) -> Any:
+    """`endpoint: {base_url, model, api_key_env, timeout}` -> an OpenAI-compatible client."""
+    from chunking.llm import OpenAICompatibleClient
+
+    if not isinstance(endpoint, dict):
+        raise ChunkerConfigError(
+            f"chunker.endpoint: expected a mapping with base_url and model, got {endpoint!r}"
+        )
+    unknown = sorted(set(endpoint) - ENDPOINT_FIELDS)
+    if unknown:
+        raise ChunkerConfigError(
+            f"chunker.endpoint.{unknown[0]}: unknown; expected {', '.join(sorted(ENDPOINT_FIELDS))}"
+        )
+    for key in ("base_url", "model"):
+        if not isinstance(endpoint.get(key), str) or not endpoint.get(key):
+            raise ChunkerConfigError(f"chunker.endpoint.{key}: required (a string)")
+    timeout = endpoint.get("timeout", 60.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise ChunkerConfigError(f"chunker.endpoint.timeout: expected seconds > 0, got {timeout!r}")
+    api_key_env = endpoint.get("api_key_env")
+    if api_key_env is not None and not isinstance(api_key_env, str):
+        raise ChunkerConfigError(
+            f"chunker.endpoint.api_key_env: expected an environment variable name, got {api_key_env!r}"
+        )
+    try:
+        return OpenAICompatibleClient(
+            endpoint["base_url"], endpoint["model"], api_key_env=api_key_env, timeout=float(timeout)
+        )
+    except ValueError as exc:
+        raise ChunkerConfigError(f"chunker.endpoint.base_url: {exc}") from exc
 
 
 # -- builders ---------------------------------------------------------------------------
@@ -323,7 +358,7 @@ def _llm(common, options, spec, em, llm):
 
     if llm is None:
         raise ChunkerConfigError(
-            "chunker.strategy: 'llm' needs an LLM client (pass llm=OpenAICompatibleClient(...))"
+            "chunker.endpoint: strategy 'llm' needs an LLM endpoint ({base_url, model}) or llm=OpenAICompatibleClient(...)"
         )
     max_sentences = _require_int(options, "max_sentences", 60, minimum=2)
     return LLMChunker(llm=llm, max_sentences=max_sentences, **common)

@@ -56,6 +56,13 @@ def test_strategies_listed_and_built():
         ({"strategy": "token", "context": {"headrs": True}}, "chunker.context.headrs"),
         ({"strategy": "token", "context": {"llm": True}}, "chunker.context.llm"),
         ({"strategy": "token", "model": "no-such-model"}, "chunker.model"),
+        ({"strategy": "llm"}, "chunker.endpoint"),
+        ({"strategy": "llm", "endpoint": {"base_url": "ftp://x", "model": "m"}}, "chunker.endpoint.base_url"),
+        ({"strategy": "llm", "endpoint": {"base_url": "http://x"}}, "chunker.endpoint.model"),
+        (
+            {"strategy": "llm", "endpoint": {"base_url": "http://x", "model": "m", "key": 1}},
+            "chunker.endpoint.key",
+        ),
     ],
 )
 def test_validation_names_the_field(spec, field):
