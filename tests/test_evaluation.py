@@ -211,3 +211,17 @@ def test_chroma_general_metric_sanity_on_real_references(monkeypatch):
         assert whole["chroma_precision_at_5"] == pytest.approx(expected)
         elsewhere = [d for d in lengths if d != question.corpus][0]
         assert score_question(question, [Span(elsewhere, 0, lengths[elsewhere])], k=5)["hit_at_5"] == 0.0
+
+
+def test_suggest_fusion_weight_uses_the_searcher(built_index):
+    from evaluation.tuning import suggest_fusion_weight
+
+    _, spec, searcher = built_index
+    suggestion = suggest_fusion_weight(searcher, spec.name, QUESTIONS, weights=(0.0, 0.5, 1.0), k=2)
+    assert set(suggestion.by_weight) == {0.0, 0.5, 1.0}
+    assert suggestion.weight in suggestion.by_weight
+    assert suggestion.by_weight[suggestion.weight] == max(suggestion.by_weight.values())
+    assert 0.0 <= suggestion.held_out <= 1.0 and len(suggestion.fold_weights) == 2
+    # Weight 1 ranks by the dense score alone: the same top k as dense retrieval.
+    dense = evaluate_index(searcher, spec, QUESTIONS, modes=("dense",), k=2, n_resamples=50)
+    assert suggestion.by_weight[1.0] == pytest.approx(dense.metrics["dense"]["recall_at_2"])
