@@ -37,21 +37,55 @@ EXTENSIONS = {
     ".rb": "ruby",
     ".sh": "shell",
     ".sql": "sql",
+    ".jsx": "javascript",
+    ".kt": "kotlin",
+    ".cs": "csharp",
+    ".php": "php",
+    ".swift": "swift",
+    ".scala": "scala",
+    ".r": "r",
+    ".lua": "lua",
+    ".bash": "shell",
+}
+
+
+CODE_LANGUAGES = frozenset(EXTENSIONS.values()) | {
+    "kotlin",
+    "csharp",
+    "php",
+    "swift",
+    "scala",
+    "r",
+    "lua",
+    "c++",
+    "shellscript",
+    "javascript",
+    "typescript",
 }
 
 
 def detect_language(doc: Document) -> str | None:
-    """Language from the document's mime type or file name (metadata `path`/`source`)."""
+    """Language of a source file, or None for prose.
+
+    From the loader's `metadata["language"]` (an extension such as `py`), the mime type
+    (`text/x-python`, `text/x-go`, `text/javascript`), or the file name (`metadata["path"]`
+    or the document id).
+    """
+    language = doc.metadata.get("language")
+    if isinstance(language, str) and language:
+        return EXTENSIONS.get("." + language.lower().lstrip("."), language.lower())
     mime = (doc.mime_type or "").lower()
     if mime in PYTHON_MIME:
         return "python"
-    for key in ("path", "source", "filename"):
-        name = str(doc.metadata.get(key, "") or doc.id)
-        for ext, lang in EXTENSIONS.items():
-            if name.lower().endswith(ext):
-                return lang
-    if mime.startswith("text/x-"):
+    if mime in ("text/javascript", "application/javascript"):
+        return "javascript"
+    if mime.startswith("text/x-") and mime[len("text/x-") :] in CODE_LANGUAGES:
         return mime[len("text/x-") :]
+    for key in ("path", "source", "filename"):
+        name = str(doc.metadata.get(key, "") or doc.id).lower()
+        for ext, lang in EXTENSIONS.items():
+            if name.endswith(ext):
+                return lang
     return None
 
 
