@@ -60,6 +60,7 @@ def trim_span(text: str, start: int, end: int) -> tuple[int, int]:
 
 def window_pieces(units: TokenUnits, start: int, end: int, budget: int) -> list[tuple[int, int]]:
     """Cut `[start, end)` into consecutive windows of at most `budget` tokens on unit boundaries."""
+    budget = max(1, budget)
     i = units.first_unit_ending_after(start)
     j_end = units.units_starting_before(end)
     if j_end <= i:
