@@ -152,7 +152,9 @@ class CharTokenizer:
 
 
 _WORD = re.compile(r"\S+")
-_SPACE = re.compile(r"\s")
+# where a WordPiece encoding may be split without changing tokens: whitespace, and CJK
+# ideographs (BERT's normaliser surrounds each with spaces)
+_SEGMENT_BREAK = re.compile(r"[\s\u4e00-\u9fff\u3400-\u4dbf\uf900-\ufaff]")
 
 
 class WordTokenizer:
@@ -257,13 +259,13 @@ class ModelTokenizer:
         return [len(e.ids) + self.special_tokens for e in encs]
 
     # HF tokenizers slow down on very long strings; WordPiece never joins across
-    # whitespace, so encoding whitespace-separated segments gives the same tokens.
+    # whitespace or CJK ideographs, so encoding segments cut there gives the same tokens.
     SEGMENT_CHARS = 2000
 
     def units(self, text: str) -> TokenUnits:
         bounds = [0]
         while bounds[-1] + self.SEGMENT_CHARS < len(text):
-            m = _SPACE.search(text, bounds[-1] + self.SEGMENT_CHARS)
+            m = _SEGMENT_BREAK.search(text, bounds[-1] + self.SEGMENT_CHARS)
             if m is None:
                 break
             bounds.append(m.start())
