@@ -156,6 +156,15 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def cmd_instance(args: argparse.Namespace) -> int:
+    """Write $DAGSTER_HOME/dagster.yaml for this database (containers run this before Dagster)."""
+    from orchestration.instance import ensure_instance
+
+    home = ensure_instance()
+    _print(f"Dagster instance: {home / 'dagster.yaml'}")
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -198,6 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--host", default="127.0.0.1")
     ui.add_argument("--port", type=int, default=3000)
 
+    sub.add_parser("instance", help="write $DAGSTER_HOME/dagster.yaml for DATABASE_URL (or the embedded DB)")
+
     serve = sub.add_parser("serve", help="start the query service")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
@@ -220,7 +231,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["eval"]:
         return cmd_eval(argparse.Namespace(command="eval"), argv[1:])
     args = parser.parse_args(argv)
-    handlers = {"demo": cmd_demo, "ui": cmd_ui, "serve": cmd_serve, "search": cmd_search}
+    handlers = {
+        "demo": cmd_demo,
+        "ui": cmd_ui,
+        "instance": cmd_instance,
+        "serve": cmd_serve,
+        "search": cmd_search,
+    }
     return handlers[args.command](args)
 
 

@@ -121,3 +121,30 @@ def test_generated_instance_uses_postgres_storage(
     (home / "dagster.yaml").write_text(custom)
     ensure_instance(pg_url)
     assert (home / "dagster.yaml").read_text() == custom
+
+
+def test_docker_compose_parses_and_wires_the_services() -> None:
+    """No Docker engine here: check the compose file's structure and that its commands exist."""
+    from orchestration.cli import build_parser
+
+    compose = yaml.safe_load((REPO_ROOT / "docker" / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert set(services) == {"postgres", "dagster-webserver", "dagster-daemon", "query"}
+    assert services["postgres"]["image"].startswith("pgvector/pgvector:pg16")
+    assert "healthcheck" in services["postgres"]
+    urls = {name: s["environment"]["DATABASE_URL"] for name, s in services.items() if name != "postgres"}
+    assert len(set(urls.values())) == 1 and "@postgres:5432/" in next(iter(urls.values()))
+    for name in ("dagster-webserver", "dagster-daemon", "query"):
+        service = services[name]
+        assert service["depends_on"]["postgres"]["condition"] == "service_healthy"
+        assert service["build"]["dockerfile"] == "docker/Dockerfile"
+    assert services["dagster-webserver"]["ports"] == ["3000:3000"]
+    assert services["query"]["ports"] == ["8000:8000"]
+    commands = " ".join(" ".join(s.get("command", [])) for s in services.values())
+    assert "-m orchestration.definitions" in commands
+    cli_commands = set(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    assert {"instance", "serve"} <= cli_commands
+    dockerfile = (REPO_ROOT / "docker" / "Dockerfile").read_text()
+    assert "torch==2.13.0" in dockerfile and "FROM python:3.11" in dockerfile
+    for path in ("chunking/", "retrieval/", "evaluation/", "assets/", "orchestration/", "configs/", "docs/"):
+        assert f"COPY {path}" in dockerfile
