@@ -467,7 +467,7 @@ def build_index_assets(
                 "evaluation",
                 {
                     "collection": spec.collection,
-                    "modes": EVALUATION_MODES,
+                    "modes": evaluation_modes(config),
                     "k": EVALUATION_K,
                     **index_settings(config, "evaluation"),
                 },
@@ -570,6 +570,15 @@ def collection_questions(store: Any, collection: CollectionConfig) -> tuple[list
     return list(load_eval_set(path, documents)), path.stem
 
 
+def evaluation_modes(config: IndexConfig) -> tuple[str, ...]:
+    """dense, bm25 and hybrid; plus `hybrid+rerank` when the config names a reranker."""
+    from orchestration.resources import RerankerResource
+
+    if RerankerResource.name_for(config.rerank):
+        return (*EVALUATION_MODES, "hybrid+rerank")
+    return EVALUATION_MODES
+
+
 def run_evaluation(
     store: Any, collection: CollectionConfig, spec: IndexSpec, embedder: EmbedderResource
 ) -> tuple[Any, str, int]:
@@ -580,7 +589,13 @@ def run_evaluation(
     questions, dataset_name = collection_questions(store, collection)
     searcher = Searcher(store, embedder.for_config(spec.config))
     report = evaluate_index(
-        searcher, spec, questions, modes=EVALUATION_MODES, k=EVALUATION_K, dataset=dataset_name, store=store
+        searcher,
+        spec,
+        questions,
+        modes=evaluation_modes(spec.config),
+        k=EVALUATION_K,
+        dataset=dataset_name,
+        store=store,
     )
     return report, dataset_name, len(questions)
 

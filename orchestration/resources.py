@@ -96,26 +96,28 @@ class EmbedderResource(ConfigurableResource):
 
 
 class RerankerResource(ConfigurableResource):
-    """Cross-encoder / LLM rerankers for search and evaluation; off unless a config asks for one."""
+    """Rerankers (`maxsim`, or `cross-encoder:<local path>`); off unless a config or `default` names one.
 
-    model: str | None = None
-    device: str = "cpu"
-    batch_size: int = 32
+    An index config's `rerank: {model: ...}` takes precedence over `default`. Cross-encoders load
+    from local files only.
+    """
+
+    default: str | None = None
     _rerankers: dict[str, Any] = PrivateAttr(default_factory=dict)
 
-    def get(self, spec: dict[str, Any] | str | None = None) -> Any:
-        """The reranker a config's `rerank:` section names, or None when reranking is off."""
-        if not spec and not self.model:
-            return None
-        if isinstance(spec, dict) and not spec.get("model") and not spec.get("kind") and not self.model:
-            return None
-        from retrieval import rerank as rerank_module
+    @staticmethod
+    def name_for(rerank: dict[str, Any] | str | None) -> str | None:
+        if isinstance(rerank, dict):
+            return rerank.get("model") or rerank.get("name")
+        return str(rerank) if rerank else None
 
-        key = repr(sorted(spec.items())) if isinstance(spec, dict) else str(spec or self.model)
-        if key not in self._rerankers:
-            options = dict(spec) if isinstance(spec, dict) else {"model": spec or self.model}
-            options.setdefault("model", self.model)
-            options.setdefault("device", self.device)
-            options.setdefault("batch_size", self.batch_size)
-            self._rerankers[key] = rerank_module.build_reranker(options)
-        return self._rerankers[key]
+    def get(self, rerank: dict[str, Any] | str | None = None, embedder: Any = None) -> Any:
+        """The reranker named by `rerank` (a config's `rerank:` section) or `default`; None if neither."""
+        name = self.name_for(rerank) or self.default
+        if not name:
+            return None
+        if name not in self._rerankers:
+            from retrieval.rerank import build_reranker
+
+            self._rerankers[name] = build_reranker(name, embedder=embedder)
+        return self._rerankers[name]
