@@ -8,6 +8,7 @@ arithmetic on the base pieces, and context enrichment only changes `embed_text`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -200,14 +201,64 @@ def refined_counts(dt: DocText, starts: np.ndarray, ends: np.ndarray, overhead: 
             out[t] += delta
             if not ps and not pe:
                 continue
-        if b_list[k] - a_list[k] <= 2 * edge + 1:
+        a, b = a_list[k], b_list[k]
+        if b - a <= 2 * edge + 1:
             out[t] = count(text[s:e]) - overhead
             continue
+        # The re-encoded region must end (start) outside any run of non-space characters,
+        # or BPE/WordPiece could still merge across it: widen it to the nearest whitespace.
+        head_idx, tail_idx = a + edge, b - edge
         if ps:
-            out[t] += count(text[s : head_end[k]]) - overhead - head_cum[k]
+            he = head_end[k]
+            if text[he - 1].isspace() or text[he].isspace():
+                head_region = (he, head_cum[k])
+            else:
+                found = _unit_after_space(units, text, he, min(e, he + _MAX_WORD))
+                head_idx = b if found is None or found >= b else found
+                head_region = (
+                    None if head_idx >= b else (int(units.starts[head_idx]), int(cum[head_idx] - cum[a]))
+                )
         if pe:
-            out[t] += count(text[tail_start[k] : e]) - overhead - tail_cum[k]
+            ts = tail_start[k]
+            if text[ts].isspace() or text[ts - 1].isspace():
+                tail_region = (ts, tail_cum[k])
+            else:
+                found = _unit_before_space(units, text, ts, max(s, ts - _MAX_WORD))
+                tail_idx = a if found is None or found <= a else found
+                tail_region = (
+                    None if tail_idx <= a else (int(units.starts[tail_idx]), int(cum[b] - cum[tail_idx]))
+                )
+        overlapping = (ps and head_idx >= (tail_idx if pe else b)) or (pe and tail_idx <= a)
+        if (ps and head_region is None) or (pe and tail_region is None) or overlapping:
+            out[t] = count(text[s:e]) - overhead  # a long word at an edge: count the whole span
+            continue
+        if ps:
+            out[t] += count(text[s : head_region[0]]) - overhead - head_region[1]
+        if pe:
+            out[t] += count(text[tail_region[0] : e]) - overhead - tail_region[1]
     return np.asarray(out, dtype=np.int64)
+
+
+_MAX_WORD = 64
+_SPACE_CHAR = re.compile(r"\s")
+
+
+def _unit_after_space(units: TokenUnits, text: str, pos: int, limit: int) -> int | None:
+    """Index of the first unit starting at or after the next whitespace in [pos, limit)."""
+    m = _SPACE_CHAR.search(text, pos, limit)
+    if m is None:
+        return None
+    return int(np.searchsorted(units.starts, m.start(), side="left"))
+
+
+def _unit_before_space(units: TokenUnits, text: str, pos: int, limit: int) -> int | None:
+    """Index of the unit holding the last whitespace before `pos` (not before `limit`)."""
+    p = pos - 1
+    while p >= limit and not text[p].isspace():
+        p -= 1
+    if p < limit:
+        return None
+    return int(np.searchsorted(units.ends, p, side="right"))
 
 
 ContextStep = Callable[[Document, list[Chunk]], None]
