@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from dagster import AssetSelection, DagsterEventType, instance_for_test, materialize
+from dagster import AssetCheckSeverity, AssetSelection, DagsterEventType, instance_for_test, materialize
 
 from tests.dagster_helpers import DOCS, check_results, ids, materializations, unique_name, write_project
 
@@ -82,6 +82,18 @@ def test_full_graph_materialises_with_checks_evaluation_and_leaderboard(tmp_path
             assert emb["embeddings_computed"] == 0
         regression = check_results(again)[f"{collection}/token_48/evaluation:no_regression"]
         assert regression.passed and regression.metadata["metrics_compared"].value > 0
+        assert regression.severity == AssetCheckSeverity.WARN
+
+
+def test_regression_check_flags_drops_beyond_tolerance() -> None:
+    from assets.checks import regression
+
+    previous = {"dense/hit_at_5": 0.90, "bm25/mrr_at_5": 0.60, "hybrid/recall_at_5": 0.70}
+    passed, meta = regression({**previous, "bm25/mrr_at_5": 0.595}, previous, tolerance=0.01)
+    assert passed and meta["metrics_dropped"] == 0
+    passed, meta = regression({**previous, "dense/hit_at_5": 0.80}, previous, tolerance=0.01)
+    assert not passed and meta["metrics_dropped"] == 1
+    assert meta["drops"] == "dense/hit_at_5: -0.1000" and meta["largest_drop"] == pytest.approx(-0.1)
 
 
 def test_bad_files_are_reported_and_the_rest_is_indexed(tmp_path: Path, env: str) -> None:
