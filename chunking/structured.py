@@ -22,6 +22,7 @@ _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n|$)")
 _ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t]*#*[ \t]*(?:\r\n|\r|\n)?$")
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 _TABLE_LINE = re.compile(r" {0,3}\|")
+_SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*(?:\r\n|\r|\n)?$")
 
 
 @dataclass
@@ -94,12 +95,20 @@ class MarkdownChunker(_StructuredChunker):
         fence: str | None = None
         block_start: int | None = None
         block_kind = ""  # "para" | "table" | "fence"
+        prev_line: tuple[int, int] | None = None  # the previous line if it alone opened a paragraph
 
         def close_block(end: int) -> None:
             nonlocal block_start, block_kind
             if block_start is not None and end > block_start:
                 sections[-1].blocks.append(Block(block_start, end, atomic=block_kind in ("fence", "table")))
             block_start, block_kind = None, ""
+
+        def open_section(start: int, level: int, title: str) -> None:
+            sections[-1].end = start
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            stack.append((level, title))
+            sections.append(Section(start, start, [t for _, t in stack]))
 
         for ls, le in iter_lines(text):
             if fence is not None:
@@ -122,25 +131,34 @@ class MarkdownChunker(_StructuredChunker):
             line_blank = text[ls:le].isspace() or ls == le
             if line_blank:
                 close_block(ls)
+                prev_line = None
                 continue
             h = _ATX.match(text, ls, le)
             if h:
                 close_block(ls)
-                sections[-1].end = ls
-                level = len(h.group(1))
-                title = (h.group(2) or "").strip()
-                while stack and stack[-1][0] >= level:
-                    stack.pop()
-                stack.append((level, title))
-                sections.append(Section(ls, ls, [t for _, t in stack]))
+                open_section(ls, len(h.group(1)), (h.group(2) or "").strip())
                 sections[-1].blocks.append(Block(ls, le))
+                prev_line = None
+                continue
+            u = _SETEXT.match(text, ls, le)
+            if u and prev_line is not None and block_kind == "para" and block_start == prev_line[0]:
+                # "Title\n=====" (level 1) or "Title\n-----" (level 2): the previous line is the heading
+                block_start, block_kind = None, ""
+                title_start, title_end = prev_line
+                open_section(
+                    title_start, 1 if u.group(1)[0] == "=" else 2, text[title_start:title_end].strip()
+                )
+                sections[-1].blocks.append(Block(title_start, le))
+                prev_line = None
                 continue
             is_table = _TABLE_LINE.match(text, ls, le) is not None
             kind = "table" if is_table else "para"
             if block_start is not None and block_kind != kind:
                 close_block(ls)
+            prev_line = None
             if block_start is None:
                 block_start, block_kind = ls, kind
+                prev_line = (ls, le)
         close_block(len(text))
         sections[-1].end = len(text)
         return [s for s in sections if s.blocks]

@@ -229,6 +229,14 @@ def test_markdown_heading_paths_and_atomic_blocks():
             assert "| b | 2 |" in c.text
 
 
+def test_markdown_setext_headings():
+    text = "Intro\n\nTitle One\n=========\n\nText one.\n\nSub Two\n-------\n\nMore text.\n\n---\n\nAfter the rule.\n"
+    chunks = build_chunker({"strategy": "markdown", "size": 64, "tokenizer": "cl100k"}).chunk(text)
+    check_spans(Document("doc", text), chunks)
+    assert [c.metadata["heading_path"] for c in chunks] == [[], ["Title One"], ["Title One", "Sub Two"]]
+    assert chunks[2].text.endswith("After the rule.")
+
+
 def test_markdown_small_size_splits_code_at_lines_only():
     chunker = build_chunker({"strategy": "markdown", "size": 12, "tokenizer": "cl100k"})
     chunks = chunker.chunk(MARKDOWN)
