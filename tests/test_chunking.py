@@ -36,6 +36,9 @@ def test_strategies_listed_and_built():
         chunker = build_chunker(spec, config_key="k", embedding_model=fake, llm=StaticLLM("1"))
         chunks = chunker.chunk(Document("d", "Hello world. " * 50))
         assert chunks and all(c.config_key == "k" and c.metadata["strategy"] == name for c in chunks)
+        for c in chunks:  # what the store persists: plain ints and JSON metadata
+            assert type(c.start) is int and type(c.end) is int and type(c.token_count) is int
+            json.dumps(c.metadata)
 
 
 @pytest.mark.parametrize(
