@@ -114,7 +114,10 @@ class ClusterChunker(BaseChunker):
     (Chroma's separators). Pieces are embedded; the pairwise cosine similarity matrix,
     shifted by its mean off-diagonal value, scores a chunk as the sum of its sub-matrix.
     Dynamic programming picks the segmentation with the largest total score, with at
-    most `size // piece_size` pieces and at most `size` tokens per chunk.
+    most `size // piece_size` pieces and at most `size` tokens per chunk. Differences from
+    Chroma's code: chunks are document spans (Chroma joins pieces with spaces), the token
+    limit is enforced, and a position no segment improves is not defaulted to a segment
+    starting at the first piece.
     """
 
     strategy = "cluster"
@@ -194,7 +197,7 @@ def optimal_segmentation(
         fits = units.estimate(starts[a_range], np.full(m, ends[b - 1])) <= budget
         fits[-1] = True
         total = np.where(fits, best[a_range] + block[sizes], -np.inf)
-        k = int(np.argmax(total))
+        k = m - 1 - int(np.argmax(total[::-1]))  # on ties the shortest segment wins, as in Chroma's loop
         best[b] = total[k]
         choice[b] = a_range[k]
     segments: list[tuple[int, int]] = []
