@@ -5,7 +5,8 @@ not timestamps, so touching a file without changing it does nothing and a restor
 with old mtimes is still noticed. Each tick that sees changes requests ONE run (the changed
 collections' documents + chunk/embedding/BM25/publish assets); its run key is a hash of the
 change set, so the same change never runs twice. Evaluations and leaderboards follow through
-their automation conditions.
+their automation conditions. The first tick (no cursor yet) requests a reconciling run tagged
+`initial_scan`: the documents asset then re-indexes only what differs from the database.
 """
 
 from __future__ import annotations
@@ -144,7 +145,9 @@ def build_document_sensor(
             )
         selection = [k for n in sorted(changed) for k in indexing_keys[n]]
         tags = {
-            "chunkyard/trigger": "document_update",
+            # The first tick has no cursor: it reconciles the folders with the store (cheap when
+            # nothing changed: unchanged documents are neither re-chunked nor re-embedded).
+            "chunkyard/trigger": "document_update" if context.cursor else "initial_scan",
             "chunkyard/collections": ",".join(sorted(changed)),
             "chunkyard/added": str(sum(len(c.added) for c in changed.values())),
             "chunkyard/modified": str(sum(len(c.modified) for c in changed.values())),

@@ -51,6 +51,7 @@ def test_sensor_reindexes_exactly_what_changed(project) -> None:
         assert len(first.run_requests) == 1
         request = first.run_requests[0]
         assert request.tags["chunkyard/added"] == "3"
+        assert request.tags["chunkyard/trigger"] == "initial_scan"
         # One run re-indexes: documents + chunks/embeddings/bm25/index; evaluation follows by automation.
         assert {k.to_user_string() for k in request.asset_selection} == {
             f"{collection}/documents",
@@ -78,6 +79,7 @@ def test_sensor_reindexes_exactly_what_changed(project) -> None:
         changed = _tick(defs, instance, cursor)
         assert len(changed.run_requests) == 1
         request = changed.run_requests[0]
+        assert request.tags["chunkyard/trigger"] == "document_update"
         assert (
             request.tags["chunkyard/added"],
             request.tags["chunkyard/modified"],
