@@ -62,6 +62,11 @@ def build_methods(size: int) -> list[tuple[str, str, Callable[[str], object]]]:
     )
     ours_recursive_default = build_chunker({"strategy": "recursive", "size": size, "tokenizer": "cl100k"})
     ours_sentence = build_chunker({"strategy": "sentence", "size": size, "tokenizer": "cl100k"})
+    ours_markdown = build_chunker({"strategy": "markdown", "size": size, "tokenizer": "cl100k"})
+    ours_hierarchical = build_chunker(
+        {"strategy": "hierarchical", "size": size, "parent_size": 4 * size, "tokenizer": "cl100k"}
+    )
+    ours_adaptive = build_chunker({"strategy": "adaptive", "size": size, "tokenizer": "cl100k"})
     lc_recursive = RecursiveCharacterTextSplitter(
         chunk_size=size, chunk_overlap=0, length_function=tiktoken_length, separators=CHROMA_SEPARATORS
     )
@@ -88,6 +93,10 @@ def build_methods(size: int) -> list[tuple[str, str, Callable[[str], object]]]:
         ("recursive", "semchunk (memoized per document)", semchunk_fresh),
         ("sentence", "chunkyard sentence", ours_sentence.chunk),
         ("sentence", "chonkie SentenceChunker", ch_sentence.chunk),
+        # strategies without an external baseline, for scale (no embedding model involved)
+        ("other", "chunkyard markdown", ours_markdown.chunk),
+        ("other", "chunkyard hierarchical (256 in 1024)", ours_hierarchical.chunk),
+        ("other", "chunkyard adaptive", ours_adaptive.chunk),
     ]
 
 
