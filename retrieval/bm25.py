@@ -278,18 +278,19 @@ def sql_top_k(
         "b": b,
         "avgdl": avgdl,
         "k": k,
+        "index": index_name,
     }
     if filters:
-        filter_sql = sql.SQL(" JOIN {} c ON c.chunk_id = p.chunk_id AND c.metadata @> %(filters)s").format(
-            sql.Identifier(chunks_partition)
-        )
+        filter_sql = sql.SQL(
+            " JOIN {} c ON c.index_name = %(index)s AND c.chunk_id = p.chunk_id AND c.metadata @> %(filters)s"
+        ).format(sql.Identifier(chunks_partition))
         args["filters"] = Jsonb(filters)
     query = sql.SQL(
         "SELECT p.chunk_id,"
         " sum(w.weight * (p.tf * %(k1p1)s / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * p.doc_len / %(avgdl)s))))"
         " AS score"
         " FROM unnest(%(terms)s::text[], %(weights)s::float8[]) AS w(term, weight)"
-        " JOIN {} p ON p.term = w.term{}"
+        " JOIN {} p ON p.index_name = %(index)s AND p.term = w.term{}"
         " GROUP BY p.chunk_id ORDER BY score DESC, p.chunk_id LIMIT %(k)s"
     ).format(sql.Identifier(postings_partition), filter_sql)
     return [(r[0], float(r[1])) for r in conn.execute(query, args).fetchall()]

@@ -491,25 +491,31 @@ def publish(store: Store, spec: Any) -> PublishReport:
         conn.execute("CREATE TEMP TABLE _removed (chunk_id text PRIMARY KEY) ON COMMIT DROP")
         conn.execute(
             sql.SQL(
-                "INSERT INTO _removed SELECT c.chunk_id FROM {} c"
-                " WHERE %s OR c.doc_id IN (SELECT doc_id FROM staged_removals WHERE index_name = %s)"
+                "INSERT INTO _removed SELECT c.chunk_id FROM {} c WHERE c.index_name = %s"
+                " AND (%s OR c.doc_id IN (SELECT doc_id FROM staged_removals WHERE index_name = %s))"
             ).format(chunks_t),
-            (bool(full_rebuild), index_name),
+            (index_name, bool(full_rebuild), index_name),
         )
         conn.execute(
             sql.SQL(
                 "UPDATE bm25_terms t SET df = t.df - d.n FROM (SELECT p.term, count(*) AS n FROM {} p"
-                " JOIN _removed r ON r.chunk_id = p.chunk_id GROUP BY p.term) d"
+                " JOIN _removed r ON r.chunk_id = p.chunk_id WHERE p.index_name = %s GROUP BY p.term) d"
                 " WHERE t.index_name = %s AND t.term = d.term"
             ).format(postings_t),
-            (index_name,),
+            (index_name, index_name),
         )
         conn.execute("DELETE FROM bm25_terms WHERE index_name = %s AND df <= 0", (index_name,))
         conn.execute(
-            sql.SQL("DELETE FROM {} p USING _removed r WHERE p.chunk_id = r.chunk_id").format(postings_t)
+            sql.SQL(
+                "DELETE FROM {} p USING _removed r WHERE p.index_name = %s AND p.chunk_id = r.chunk_id"
+            ).format(postings_t),
+            (index_name,),
         )
         deleted = conn.execute(
-            sql.SQL("DELETE FROM {} c USING _removed r WHERE c.chunk_id = r.chunk_id").format(chunks_t)
+            sql.SQL(
+                "DELETE FROM {} c USING _removed r WHERE c.index_name = %s AND c.chunk_id = r.chunk_id"
+            ).format(chunks_t),
+            (index_name,),
         )
         report.chunks_deleted = deleted.rowcount
         if full_rebuild:

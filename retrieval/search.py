@@ -394,10 +394,10 @@ class Searcher:
         if with_vectors:
             columns = columns + sql.SQL(", embedding")
         rows = conn.execute(
-            sql.SQL("SELECT {} FROM {} WHERE chunk_id = ANY(%s)").format(
+            sql.SQL("SELECT {} FROM {} WHERE index_name = %s AND chunk_id = ANY(%s)").format(
                 columns, sql.Identifier(handle.chunks)
             ),
-            (chunk_ids,),
+            (handle.name, chunk_ids),
         ).fetchall()
         out = {}
         for row in rows:
