@@ -4,7 +4,8 @@ Routing (first match wins), recorded in `metadata["routed_to"]`:
 
 1. mime type or file name says HTML, or the text starts like an HTML document -> `html`
 2. mime type or file name says code (Python via `ast`, others recursive) -> `code`
-3. a chat transcript (`User:`/`Assistant:` style turns or JSON `"role"` messages) -> `chat`:
+3. a chat transcript (`User:`/`Assistant:` style turns, or JSON / Python-repr messages with
+   a `role`) -> `chat`:
    turns are packed up to the size and only cut at turn boundaries; a turn longer than
    the size is split by sentences
 4. markdown (mime/extension, or ATX headings / code fences in the text) -> `markdown`
@@ -26,10 +27,10 @@ _MD_SIGNS = re.compile(r"^(?:#{1,6} \S|```|~~~|\s*[-*+] \S|\|.+\|\s*$)", re.MULT
 # a turn starts at "Speaker:" at line start, or at a JSON chat message object
 _TURN = re.compile(
     r"(?:^|(?<=\n))[ \t]*(?:user|assistant|system|human|ai|bot|customer|agent|q|a|speaker \w+|[A-Z][a-zA-Z]{1,20})[ \t]*:[ \t]"
-    r"|\{\s*\"(?:role|content|from|speaker)\"\s*:",
+    r"|\{\s*[\"'](?:role|content|from|speaker)[\"']\s*:",
     re.IGNORECASE,
 )
-_JSON_ROLE = re.compile(r"\"role\"\s*:\s*\"(?:user|assistant|system)\"")
+_JSON_ROLE = re.compile(r"[\"']role[\"']\s*:\s*[\"'](?:user|assistant|system)[\"']")
 _SPEAKER_LINE = re.compile(
     r"^[ \t]*(?:user|assistant|human|ai|system|customer|agent)[ \t]*:", re.IGNORECASE | re.MULTILINE
 )
