@@ -431,6 +431,10 @@ def test_late_chunking_sets_embeddings_over_windows():
             Document("c.json", '[{"content": "hi", "role": "user"}, {"content": "yo", "role": "assistant"}]'),
             "chat",
         ),
+        (
+            Document("c.md", "[{'content': 'hi', 'role': 'user'}, {'content': 'yo', 'role': 'assistant'}]"),
+            "chat",
+        ),
         (Document("p.txt", TOPICS), "prose"),
     ],
 )
