@@ -10,10 +10,10 @@ of ~1,400 characters), then, through the real Dagster assets on a fresh embedded
    re-chunked, vectors reused from the cache).
 
 Each run loads the embedding model afresh (the per-process model cache is cleared), as a new
-run process would; torch itself is imported once for the whole benchmark. Runs use the
-in-process executor so the numbers measure chunkyard's work, not process start-up.
+run process would. Measured twice: with the in-process executor (chunkyard's own work; torch is
+imported once) and with the multiprocess executor a deployed run uses (one process per step).
 
-    python -m benchmarks.bench_incremental [--docs 1000] [--config recursive-256]
+    python -m benchmarks.bench_incremental [--docs 1000] [--config recursive-256] [--executor both]
 
 Results: benchmarks/results/incremental.md (and .json).
 """
@@ -118,9 +118,21 @@ def step_seconds(result) -> dict[str, float]:
     return seconds
 
 
-def sensor_run(defs, instance, cursor: str | None) -> tuple[dict[str, Any], str]:
+def indexing_job():
+    """The asset job of the code location as configured by CHUNKYARD_CONFIGS (for run subprocesses)."""
+    from dagster import AssetSelection, Definitions, define_asset_job
+
+    from orchestration.definitions import build_definitions
+
+    job = define_asset_job("bench_indexing", selection=AssetSelection.all())
+    return Definitions.merge(build_definitions(), Definitions(jobs=[job])).resolve_job_def("bench_indexing")
+
+
+def sensor_run(
+    defs, instance, cursor: str | None, executor: str = "in_process"
+) -> tuple[dict[str, Any], str]:
     """Tick the document sensor and execute the run it requests; returns timings and the new cursor."""
-    from dagster import AssetSelection, build_sensor_context, materialize
+    from dagster import AssetSelection, build_sensor_context, execute_job, materialize, reconstructable
 
     import orchestration.resources as resources
 
@@ -133,13 +145,23 @@ def sensor_run(defs, instance, cursor: str | None) -> tuple[dict[str, Any], str]
         raise RuntimeError("the sensor requested no run")
     request = tick.run_requests[0]
     run_started = time.perf_counter()
-    result = materialize(
-        list(defs.assets),
-        instance=instance,
-        resources=defs.resources,
-        selection=AssetSelection.assets(*request.asset_selection),
-        tags=request.tags,
-    )
+    if executor == "multiprocess":
+        # What a deployed run does: the code location's multiprocess executor, one process per step.
+        result = execute_job(
+            reconstructable(indexing_job),
+            instance=instance,
+            asset_selection=list(request.asset_selection),
+            tags=request.tags,
+            run_config=request.run_config,  # the sensor picks in-process for small change sets
+        )
+    else:
+        result = materialize(
+            list(defs.assets),
+            instance=instance,
+            resources=defs.resources,
+            selection=AssetSelection.assets(*request.asset_selection),
+            tags=request.tags,
+        )
     run_seconds = time.perf_counter() - run_started
     if not result.success:
         raise RuntimeError("the run failed")
@@ -189,18 +211,19 @@ def rebuild_warm(defs, instance, store, index_name: str) -> dict[str, Any]:
     }
 
 
-def markdown(report: dict[str, Any]) -> str:
+EXECUTORS = {
+    "in_process": "in-process executor (`materialize`): chunkyard's own work",
+    "multiprocess": "deployed executor choice (`execute_job` with the sensor's run config): multiprocess "
+    "(one process per step) for the full index, in-process for a small change set",
+}
+
+
+def markdown_section(report: dict[str, Any]) -> list[str]:
     full, inc, warm = report["full"], report["incremental"], report.get("warm_rebuild")
     ratio = report["ratio"]
     steps = sorted(set(full["steps"]) | set(inc["steps"]))
     lines = [
-        "# Incremental re-indexing (sensor-triggered run after one document changed)",
-        "",
-        f"Collection: {report['documents']} documents ({report['corpus_chars']:,} characters) cut from the "
-        f"Chroma benchmark corpora; index config `{report['config']}` ({report['model']}); fresh embedded "
-        "Postgres 16 + pgvector; Dagster assets run in-process through `materialize` on a "
-        "dagster-postgres instance; the embedding model is reloaded for every run.",
-        f"Machine: {report['machine']}. Measured {report['measured_at']} by `python -m benchmarks.bench_incremental`.",
+        f"## {EXECUTORS[report['executor']]}",
         "",
         "| run | sensor tick s | run s | total s | documents re-chunked | chunks staged | embeddings computed | embeddings reused |",
         "|---|---|---|---|---|---|---|---|",
@@ -231,26 +254,36 @@ def markdown(report: dict[str, Any]) -> str:
         if warm:
             row += f" {warm['steps'].get(step, '-')} |"
         lines.append(row)
-    lines += [
+    lines.append("")
+    return lines
+
+
+def markdown(reports: list[dict[str, Any]]) -> str:
+    first = reports[0]
+    lines = [
+        "# Incremental re-indexing (sensor-triggered run after one document changed)",
         "",
+        f"Collection: {first['documents']} documents ({first['corpus_chars']:,} characters) cut from the "
+        f"Chroma benchmark corpora; index config `{first['config']}` ({first['model']}); a fresh embedded "
+        "Postgres 16 + pgvector and a dagster-postgres instance per executor; the real Dagster assets, "
+        "triggered by the document sensor; the embedding model is loaded afresh for every run.",
+        f"Machine: {first['machine']}. Measured {first['measured_at']} by `python -m benchmarks.bench_incremental`.",
+        "",
+    ]
+    for report in reports:
+        lines += markdown_section(report)
+    lines += [
         "What the incremental run still pays for regardless of the change: reading and hashing all "
         "documents, loading the embedding model, the integrity checks over the whole published index "
-        "(spans, vectors, BM25 counts) and the publish transaction. With the multiprocess executor of "
-        "a deployed run, each step additionally starts a Python process (several seconds), which this "
-        "in-process measurement leaves out on both sides.",
+        "(spans, vectors, BM25 counts) and the publish transaction; with the multiprocess executor also "
+        "one Python process start per step (the embedding step imports torch).",
         "",
     ]
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--docs", type=int, default=1000)
-    parser.add_argument("--config", default="recursive-256")
-    parser.add_argument("--no-warm", action="store_true", help="skip the warm-cache full rebuild")
-    parser.add_argument("--out", type=Path, default=RESULTS / "incremental.md")
-    args = parser.parse_args(argv)
-
+def measure(executor: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Full index, then one changed document, on a fresh database and corpus."""
     with tempfile.TemporaryDirectory(prefix="chunkyard-bench-") as tmp:
         root = Path(tmp)
         from retrieval.db import embedded_database_url
@@ -259,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["DATABASE_URL"] = url
         os.environ["CHUNKYARD_HOME"] = str(root / "home")
         os.environ["DAGSTER_HOME"] = str(root / "home" / "dagster")
+        os.environ["CHUNKYARD_CONFIGS"] = str(root)  # run subprocesses build the same definitions
         docs = build_corpus(args.docs, root / "docs")
         corpus_chars = sum(len(p.read_text(encoding="utf-8")) for p in docs)
         indexes_path, collections_path = write_configs(root, root / "docs", args.config)
@@ -269,24 +303,26 @@ def main(argv: list[str] | None = None) -> int:
 
         defs = build_definitions(indexes_path, collections_path, database_url=url)
         instance = get_instance(url)
-        print(f"{len(docs)} documents; full index ...", flush=True)
-        full, cursor = sensor_run(defs, instance, None)
+        print(f"[{executor}] {len(docs)} documents; full index ...", flush=True)
+        full, cursor = sensor_run(defs, instance, None, executor)
         print(f"  {full['total_seconds']:.1f} s", flush=True)
 
         target = docs[len(docs) // 2]
         target.write_text(target.read_text() + "\nOne appended sentence changes this document.\n")
-        print(f"changed {target.name}; incremental run ...", flush=True)
-        incremental, _ = sensor_run(defs, instance, cursor)
+        print(f"[{executor}] changed {target.name}; incremental run ...", flush=True)
+        incremental, _ = sensor_run(defs, instance, cursor, executor)
         print(f"  {incremental['total_seconds']:.1f} s", flush=True)
 
         warm = None
-        if not args.no_warm:
+        if not args.no_warm and executor == "in_process":
             print("full rebuild with a warm embedding cache ...", flush=True)
             warm = rebuild_warm(defs, instance, Store(url), f"bench/{args.config}")
             print(f"  {warm['run_seconds']:.1f} s", flush=True)
         instance.dispose()
+        os.environ.pop("CHUNKYARD_CONFIGS", None)
 
-    report = {
+    return {
+        "executor": executor,
         "documents": len(docs),
         "corpus_chars": corpus_chars,
         "config": args.config,
@@ -298,10 +334,22 @@ def main(argv: list[str] | None = None) -> int:
         "warm_rebuild": warm,
         "ratio": incremental["total_seconds"] / full["total_seconds"],
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--docs", type=int, default=1000)
+    parser.add_argument("--config", default="recursive-256")
+    parser.add_argument("--executor", choices=["in_process", "multiprocess", "both"], default="both")
+    parser.add_argument("--no-warm", action="store_true", help="skip the warm-cache full rebuild")
+    parser.add_argument("--out", type=Path, default=RESULTS / "incremental.md")
+    args = parser.parse_args(argv)
+    executors = ["in_process", "multiprocess"] if args.executor == "both" else [args.executor]
+    reports = [measure(executor, args) for executor in executors]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(markdown(report), encoding="utf-8")
-    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2, sort_keys=True, default=str))
-    print(markdown(report))
+    args.out.write_text(markdown(reports), encoding="utf-8")
+    args.out.with_suffix(".json").write_text(json.dumps(reports, indent=2, sort_keys=True, default=str))
+    print(markdown(reports))
     return 0
 
 

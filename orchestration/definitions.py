@@ -13,7 +13,7 @@ from dagster import (
     AutomationConditionSensorDefinition,
     DefaultSensorStatus,
     Definitions,
-    multiprocess_executor,
+    multi_or_in_process_executor,
 )
 
 from assets.factory import build_all
@@ -21,9 +21,6 @@ from orchestration.resources import EmbedderResource, PostgresResource, Reranker
 from orchestration.schedules import build_nightly_evaluation_schedule
 from orchestration.sensors import build_document_sensor
 from retrieval.config import load_collection_configs
-
-# Steps of a run in parallel (chunking one config while another embeds); pools cap embedding.
-MAX_CONCURRENT_STEPS = 2
 
 
 def build_definitions(
@@ -61,7 +58,10 @@ def build_definitions(
             "embedder": EmbedderResource(),
             "reranker": RerankerResource(),
         },
-        executor=multiprocess_executor.configured({"max_concurrent": MAX_CONCURRENT_STEPS}),
+        # Multiprocess by default (steps in parallel, one per CPU; the `embedding` pool caps the
+        # model-heavy steps). A run may ask for `execution: {config: {in_process: {}}}`: the
+        # document sensor does for small change sets, where process start-up would dominate.
+        executor=multi_or_in_process_executor,
     )
 
 

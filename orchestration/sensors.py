@@ -32,6 +32,10 @@ from retrieval.config import CollectionConfig
 
 SENSOR_NAME = "document_update_sensor"
 MINIMUM_INTERVAL_SECONDS = 30
+# Up to this many changed documents, the run executes its steps in one process: starting a
+# Python process per step (several seconds each) would cost more than the work itself.
+IN_PROCESS_MAX_CHANGED = 50
+IN_PROCESS_RUN_CONFIG = {"execution": {"config": {"in_process": {}}}}
 
 
 @dataclass
@@ -153,8 +157,14 @@ def build_document_sensor(
             "chunkyard/modified": str(sum(len(c.modified) for c in changed.values())),
             "chunkyard/deleted": str(sum(len(c.deleted) for c in changed.values())),
         }
+        n_changed = sum(len(c.added) + len(c.modified) + len(c.deleted) for c in changed.values())
+        small = n_changed <= IN_PROCESS_MAX_CHANGED
+        tags["chunkyard/executor"] = "in_process" if small else "multiprocess"
         request = RunRequest(
-            run_key=change_set_key(changed, previous, current), asset_selection=selection, tags=tags
+            run_key=change_set_key(changed, previous, current),
+            asset_selection=selection,
+            tags=tags,
+            run_config=IN_PROCESS_RUN_CONFIG if small else {},
         )
         return SensorResult(run_requests=[request], cursor=new_cursor)
 

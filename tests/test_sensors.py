@@ -38,6 +38,7 @@ def _run(defs, instance, request):
         resources=defs.resources,
         selection=AssetSelection.assets(*request.asset_selection),
         tags=request.tags,
+        run_config={k: v for k, v in request.run_config.items() if k != "execution"},
     )
     assert result.success
     return materializations(result), check_results(result)
@@ -80,6 +81,8 @@ def test_sensor_reindexes_exactly_what_changed(project) -> None:
         assert len(changed.run_requests) == 1
         request = changed.run_requests[0]
         assert request.tags["chunkyard/trigger"] == "document_update"
+        # A small change set runs its steps in one process (no per-step process start-up).
+        assert request.run_config == {"execution": {"config": {"in_process": {}}}}
         assert (
             request.tags["chunkyard/added"],
             request.tags["chunkyard/modified"],
