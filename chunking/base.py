@@ -74,7 +74,7 @@ def window_pieces(units: TokenUnits, start: int, end: int, budget: int) -> list[
     out: list[tuple[int, int]] = []
     cur_start = start
     while i < j_end:
-        j = int(np.searchsorted(cum, cum[i] + budget, side="right")) - 1
+        j = int(cum.searchsorted(cum[i] + budget, side="right")) - 1
         j = min(max(j, i + 1), j_end)
         cut = end if j >= j_end else int(units.ends[j - 1])
         if cut > cur_start:
@@ -102,7 +102,7 @@ def extend_overlap(
     for p in pieces:
         j = units.units_starting_before(p.end)
         # j: first unit starting at/after p.end -> units [j, k) are added
-        k = int(np.searchsorted(cum, cum[j] + overlap, side="right")) - 1
+        k = int(cum.searchsorted(cum[j] + overlap, side="right")) - 1
         new_end = p.end
         if k > j:
             new_end = max(p.end, min(int(units.ends[k - 1]), text_len))
@@ -123,8 +123,8 @@ def refined_counts(dt: DocText, starts: np.ndarray, ends: np.ndarray, overhead: 
     """
     units = dt.units
     n_units = len(units.starts)
-    i = np.searchsorted(units.ends, starts, side="right")
-    j = np.searchsorted(units.starts, ends, side="left")
+    i = units.ends.searchsorted(starts, side="right")
+    j = units.starts.searchsorted(ends, side="left")
     counts = np.maximum(units.cum[j] - units.cum[np.minimum(i, j)], 0)
     if n_units == 0:
         return counts
@@ -134,15 +134,11 @@ def refined_counts(dt: DocText, starts: np.ndarray, ends: np.ndarray, overhead: 
     if getattr(dt.tokenizer, "name", "") not in ("chars", "words"):
         # a cut between two sub-word tokens of one word ("schl|umberger") re-tokenizes too
         n_text = len(text)
-        partial_start |= np.fromiter(
-            (0 < p < n_text and text[p - 1].isalnum() and text[p].isalnum() for p in starts.tolist()),
-            dtype=bool,
-            count=len(starts),
+        partial_start |= np.array(
+            [0 < p < n_text and text[p - 1 : p + 1].isalnum() for p in starts.tolist()], dtype=bool
         )
-        partial_end |= np.fromiter(
-            (0 < p < n_text and text[p - 1].isalnum() and text[p].isalnum() for p in ends.tolist()),
-            dtype=bool,
-            count=len(ends),
+        partial_end |= np.array(
+            [0 < p < n_text and text[p - 1 : p + 1].isalnum() for p in ends.tolist()], dtype=bool
         )
         partial_start &= j > i
         partial_end &= j > i
@@ -248,7 +244,7 @@ def _unit_after_space(units: TokenUnits, text: str, pos: int, limit: int) -> int
     m = _SPACE_CHAR.search(text, pos, limit)
     if m is None:
         return None
-    return int(np.searchsorted(units.starts, m.start(), side="left"))
+    return int(units.starts.searchsorted(m.start(), side="left"))
 
 
 def _unit_before_space(units: TokenUnits, text: str, pos: int, limit: int) -> int | None:
@@ -258,7 +254,7 @@ def _unit_before_space(units: TokenUnits, text: str, pos: int, limit: int) -> in
         p -= 1
     if p < limit:
         return None
-    return int(np.searchsorted(units.ends, p, side="right"))
+    return int(units.ends.searchsorted(p, side="right"))
 
 
 ContextStep = Callable[[Document, list[Chunk]], None]
@@ -347,7 +343,7 @@ class BaseChunker:
             chunk_text = text[p.start : p.end]
             if chunk_text.isspace():
                 continue
-            meta = {"strategy": self.strategy, **p.metadata}
+            meta = {"strategy": self.strategy, **p.metadata} if p.metadata else {"strategy": self.strategy}
             chunks.append(
                 Chunk(
                     doc_id=dt.doc.id,

@@ -344,8 +344,8 @@ def pack_spans(
     if not spans:
         return []
     arr = np.asarray(spans, dtype=np.int64)
-    first_unit = np.searchsorted(units.ends, arr[:, 0], side="right")
-    after_unit = np.searchsorted(units.starts, arr[:, 1], side="left")
+    first_unit = units.ends.searchsorted(arr[:, 0], side="right")
+    after_unit = units.starts.searchsorted(arr[:, 1], side="left")
     cum = units.cum
     end_cum = cum[after_unit]
     start_cum = cum[np.minimum(first_unit, after_unit)]

@@ -79,7 +79,7 @@ class LateChunker(BaseChunker):
             w_start = chunks[i].start
             if context_tokens:
                 first = units.first_unit_ending_after(chunks[i].start)
-                back = int(np.searchsorted(units.cum, units.cum[first] - context_tokens, side="left"))
+                back = int(units.cum.searchsorted(units.cum[first] - context_tokens, side="left"))
                 w_start = min(int(units.starts[min(back, len(units.starts) - 1)]), chunks[i].start)
             # greedy window of consecutive chunks that fits the limit together with the context
             j = i + 1

@@ -39,15 +39,15 @@ class TokenUnits:
         return int(self.cum[-1])
 
     def first_unit_ending_after(self, offset: int) -> int:
-        return int(np.searchsorted(self.ends, offset, side="right"))
+        return int(self.ends.searchsorted(offset, side="right"))
 
     def units_starting_before(self, offset: int) -> int:
-        return int(np.searchsorted(self.starts, offset, side="left"))
+        return int(self.starts.searchsorted(offset, side="left"))
 
     def count(self, start: int, end: int) -> int:
         """Tokens of the document tokenization that overlap `[start, end)`."""
-        i = int(np.searchsorted(self.ends, start, side="right"))
-        j = int(np.searchsorted(self.starts, end, side="left"))
+        i = int(self.ends.searchsorted(start, side="right"))
+        j = int(self.starts.searchsorted(end, side="left"))
         return int(self.cum[j] - self.cum[i]) if j > i else 0
 
     def estimate_one(self, start: int, end: int) -> int:
@@ -55,8 +55,8 @@ class TokenUnits:
 
     def counts(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """Vectorised `count` for many spans."""
-        i = np.searchsorted(self.ends, starts, side="right")
-        j = np.searchsorted(self.starts, ends, side="left")
+        i = self.ends.searchsorted(starts, side="right")
+        j = self.starts.searchsorted(ends, side="left")
         return np.maximum(self.cum[j] - self.cum[np.minimum(i, j)], 0)
 
     def estimate(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -67,8 +67,8 @@ class TokenUnits:
         one more token than the document's " schl").
         """
         n = len(self.starts)
-        i = np.searchsorted(self.ends, starts, side="right")
-        j = np.searchsorted(self.starts, ends, side="left")
+        i = self.ends.searchsorted(starts, side="right")
+        j = self.starts.searchsorted(ends, side="left")
         base = np.maximum(self.cum[j] - self.cum[np.minimum(i, j)], 0)
         if n == 0:
             return base
