@@ -80,6 +80,7 @@ class BenchmarkResult:
     board: Leaderboard
     build_reports: dict[str, dict[str, Any]] = field(default_factory=dict)
     written: list[Path] = field(default_factory=list)
+    weight_suggestions: dict[str, Any] = field(default_factory=dict)
 
     def reproduction_markdown(self) -> str:
         """Our dense rows next to the report's all-MiniLM-L6-v2 rows (protocol chroma metrics)."""
@@ -106,11 +107,28 @@ class BenchmarkResult:
         ]
         return "\n".join(header + rows) + "\n"
 
+    def weights_markdown(self) -> str:
+        if not self.weight_suggestions:
+            return ""
+        lines = [
+            f"## Suggested `hybrid_weighted` dense weight (recall@{self.k}; 2-fold held-out)",
+            "",
+            "| index | best weight | recall at best | held-out recall | weights chosen per fold | recall by weight |",
+            "|---|---|---|---|---|---|",
+        ]
+        for index, sug in self.weight_suggestions.items():
+            by_weight = ", ".join(f"{w:g}: {100 * v:.1f}" for w, v in sug.by_weight.items())
+            lines.append(
+                f"| {index} | {sug.weight:g} | {100 * sug.by_weight[sug.weight]:.1f} | {100 * sug.held_out:.1f} | "
+                f"{', '.join(f'{w:g}' for w in sug.fold_weights)} | {by_weight} |"
+            )
+        return "\n".join(lines) + "\n"
+
     def markdown(self) -> str:
         parts = [self.board.markdown()]
-        reproduction = self.reproduction_markdown()
-        if reproduction:
-            parts.append(reproduction)
+        for extra in (self.reproduction_markdown(), self.weights_markdown()):
+            if extra:
+                parts.append(extra)
         return "\n".join(parts)
 
     def summary_records(self) -> list[dict[str, Any]]:
@@ -138,6 +156,9 @@ class BenchmarkResult:
                     ci[name] = [round(est.low, 6), round(est.high, 6)]
                 record["ci95"] = ci
                 build = self.build_reports.get(report.index, {})
+                suggestion = self.weight_suggestions.get(report.index)
+                if suggestion is not None:
+                    record["suggested_weight"] = suggestion.as_dict()
                 record["embeddings_computed"] = build.get("embeddings_computed")
                 record["embeddings_reused"] = build.get("embeddings_reused")
                 records.append(record)
@@ -179,6 +200,7 @@ def run_benchmark(
     n_resamples: int = 2000,
     show_progress: bool = True,
     record: bool = True,
+    suggest_weight: bool = False,
 ) -> BenchmarkResult:
     """Build (or reuse) and evaluate every requested config of the dataset's collection."""
     if protocol not in PROTOCOLS:
@@ -214,6 +236,7 @@ def run_benchmark(
     store.sync_documents(collection_name, data.documents, [])
     reports: list[EvaluationReport] = []
     builds: dict[str, dict[str, Any]] = {}
+    suggestions: dict[str, Any] = {}
     bar = tqdm(wanted, desc="configs", unit="config", file=sys.stderr, disable=not show_progress)
     for config_name in bar:
         config = all_configs[config_name]
@@ -266,6 +289,11 @@ def run_benchmark(
         steps.update()
         steps.close()
         reports.append(report)
+        if suggest_weight:
+            from evaluation.tuning import suggest_fusion_weight
+
+            steps.set_postfix_str("suggesting the fusion weight")
+            suggestions[spec.name] = suggest_fusion_weight(searcher, spec.name, questions, k=k)
         if record:
             store.record_evaluation(spec.name, data.name, report.as_metadata())
     bar.close()
@@ -278,7 +306,7 @@ def run_benchmark(
         )
     sort_by = f"chroma_recall_at_{k}" if protocol == "chroma" else f"recall_at_{k}"
     board = leaderboard(reports, sort_by=sort_by, title=title, notes=notes)
-    result = BenchmarkResult(data.name, protocol, collection_name, k, reports, board, builds)
+    result = BenchmarkResult(data.name, protocol, collection_name, k, reports, board, builds, [], suggestions)
     if output:
         result.written = board.write(output)
         Path(str(output) + ".md").write_text(result.markdown(), encoding="utf-8")
@@ -350,6 +378,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--squad-documents", choices=("paragraphs", "articles"), default="paragraphs")
     parser.add_argument("--limit-questions", type=int, help="evaluate only the first N questions")
+    parser.add_argument(
+        "--suggest-weight",
+        action="store_true",
+        help="also score hybrid_weighted at dense weights 0..1 and suggest one (2-fold held out)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
     return parser
@@ -383,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
             squad_documents=args.squad_documents,
             limit_questions=args.limit_questions,
             show_progress=not args.no_progress,
+            suggest_weight=args.suggest_weight,
         )
     except (BenchmarkError, DatasetError, ValueError) as exc:
         print(f"chunkyard eval: error: {exc}", file=sys.stderr)

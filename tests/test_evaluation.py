@@ -187,9 +187,10 @@ def test_chunkyard_eval_json_and_embedding_reuse(pg_url, tmp_path, capsys):
     assert first["config"] == "token-256" and first["index"] == "eval-tiny/token-256"
     assert set(first["ci95"]) >= {"recall", "precision", "iou", "hit_at_5", "mrr_at_5"}
     assert first["hit_at_5"] == 1.0
-    assert eval_main(argv) == 0
+    assert eval_main([*argv, "--suggest-weight"]) == 0
     second = json.loads(capsys.readouterr().out)
     assert second["embeddings_computed"] == 0  # nothing changed: nothing re-embedded
+    assert 0.0 <= second["suggested_weight"]["weight"] <= 1.0
     assert second["recall"] == first["recall"]
     assert (
         eval_main(["--dataset", str(eval_set), "--config", "no-such-config", "--database-url", pg_url]) == 2
