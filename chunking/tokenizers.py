@@ -208,7 +208,12 @@ class TiktokenTokenizer:
         ids = self.encode_array(text)
         if len(ids) == 0:
             return TokenUnits.from_spans([])
-        return _units_from_token_ends(np.cumsum(self._token_char_starts()[ids]))
+        chars_started = self._token_char_starts()[ids]
+        if chars_started.min() > 0:  # every token ends on a new character: units are tokens
+            bounds = np.zeros(len(ids) + 1, dtype=np.int64)
+            np.cumsum(chars_started, out=bounds[1:])
+            return TokenUnits(bounds[:-1], bounds[1:], np.arange(len(ids) + 1, dtype=np.int64))
+        return _units_from_token_ends(np.cumsum(chars_started))
 
     def count(self, text: str) -> int:
         return len(self._enc.encode_ordinary(text))
