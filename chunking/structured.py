@@ -55,10 +55,12 @@ def iter_lines(text: str, start: int = 0, end: int | None = None):
 class _StructuredChunker(BaseChunker):
     """Packs blocks of each section; over-long blocks are re-split."""
 
+    fallback_preset: dict[str, Any] = {**RECURSIVE_PRESETS["default"], "preset": "default"}
+
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         common = {"tokenizer": self.tokenizer, "size": self.size, "overlap": 0, "config_key": self.config_key}
-        self._fallback = RecursiveChunker(**RECURSIVE_PRESETS["default"], preset="default", **common)
+        self._fallback = RecursiveChunker(**self.fallback_preset, **common)
 
     def sections(self, dt: DocText) -> list[Section]:
         raise NotImplementedError
@@ -85,8 +87,26 @@ class _StructuredChunker(BaseChunker):
         return extend_overlap(out, units, self.overlap, len(dt.text), dt.text)
 
 
+# Inside a long markdown paragraph or list: list items first, then lines, sentences, words.
+_MARKDOWN_TEXT = {
+    "separators": [
+        r"\n\n",
+        r"\n(?=[ \t]*(?:[-*+]|\d{1,3}[.)])[ \t])",
+        r"\n",
+        r"(?<=[.!?])\s+",
+        r"(?<=[;,])\s+",
+        r"\s+",
+        "",
+    ],
+    "keep_separator": "end",
+    "is_regex": True,
+    "preset": "markdown-text",
+}
+
+
 class MarkdownChunker(_StructuredChunker):
     strategy = "markdown"
+    fallback_preset = _MARKDOWN_TEXT
 
     def sections(self, dt: DocText) -> list[Section]:
         text = dt.text
