@@ -232,6 +232,18 @@ def test_markdown_heading_paths_and_atomic_blocks():
             assert "| b | 2 |" in c.text
 
 
+def test_markdown_long_lists_split_between_items():
+    items = [
+        f"- **Item {i}.** Some explanation of item {i} that wraps\n  onto a second line of text."
+        for i in range(12)
+    ]
+    text = "# List\n\n" + "\n".join(items) + "\n"
+    chunks = build_chunker({"strategy": "markdown", "size": 64, "tokenizer": "cl100k"}).chunk(text)
+    check_spans(Document("doc", text), chunks)
+    assert len(chunks) > 2
+    assert all(c.text.startswith(("- **Item", "# List")) and c.text.endswith("line of text.") for c in chunks)
+
+
 def test_markdown_setext_headings():
     text = "Intro\n\nTitle One\n=========\n\nText one.\n\nSub Two\n-------\n\nMore text.\n\n---\n\nAfter the rule.\n"
     chunks = build_chunker({"strategy": "markdown", "size": 64, "tokenizer": "cl100k"}).chunk(text)
