@@ -421,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-base", type=int, default=0, help="use only the first N real chunks (smoke runs)"
     )
+    parser.add_argument("--append", action="store_true", help="add these sizes to the existing results file")
     parser.add_argument("--backend", default="onnx", help="embedder backend for the base vectors and queries")
     args = parser.parse_args(argv)
     if not (data_dir() / "questions_df.csv").is_file():
@@ -454,8 +455,15 @@ def main(argv: list[str] | None = None) -> int:
         "questions": len(questions),
         "sizes": [],
     }
+    previous = RESULTS_DIR / "query.json"
+    if args.append and previous.is_file():
+        report["sizes"] = json.loads(previous.read_text()).get("sizes", [])
     for n in [int(x) for x in args.sizes.split(",")]:
-        report["sizes"].append(run_size(store, embedder, base, base_vectors, n, args, questions))
+        load_before = os.getloadavg()[0]
+        result = run_size(store, embedder, base, base_vectors, n, args, questions)
+        result["load_average_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+        report["sizes"] = [s for s in report["sizes"] if s["chunks"] != n] + [result]
+        report["sizes"].sort(key=lambda s: s["chunks"])
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         (RESULTS_DIR / "query.json").write_text(json.dumps(report, indent=2))
         (RESULTS_DIR / "query.md").write_text(markdown(report))

@@ -279,6 +279,8 @@ def stage_chunks(
                             copy.write_row(row)
                 report.chunks_staged += len(rows)
                 report.chunks_precomputed_embeddings += len(vectors)
+        conn.execute("ANALYZE staged_chunks")
+        conn.execute("ANALYZE staged_embeddings")
         report.seconds = round(time.perf_counter() - started, 3)
         _merge_stage_report(conn, index_name, report.as_metadata())
     return report
@@ -358,6 +360,7 @@ def stage_embeddings(store: Store, spec: Any, embedder: Any) -> EmbeddingStageRe
             copy.set_types(["text", "text", "vector"])
             for chunk_id, content_hash, _ in pending:
                 copy.write_row((index_name, chunk_id, vectors[content_hash]))
+        cur.execute("ANALYZE staged_embeddings")
         report.seconds = round(time.perf_counter() - started, 3)
         _merge_stage_report(conn, index_name, report.as_metadata())
     return report
@@ -399,6 +402,8 @@ def stage_bm25(store: Store, spec: Any) -> Bm25StageReport:
                 copy.set_types(["text", "text", "int4"])
                 for row in lengths:
                     copy.write_row(row)
+        conn.execute("ANALYZE staged_bm25")
+        conn.execute("ANALYZE staged_bm25_lengths")
         report.chunks_analyzed = len(rows)
         report.distinct_terms_staged = len(terms_seen)
         report.seconds = round(time.perf_counter() - started, 3)
@@ -613,6 +618,7 @@ def publish(store: Store, spec: Any) -> PublishReport:
             ).fetchone()[0]
         )
     conn_analyze(store, parts["chunks"], report)
+    conn_analyze(store, parts["postings"], report)
     report.seconds = round(time.perf_counter() - started, 3)
     return report
 
