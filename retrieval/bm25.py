@@ -262,10 +262,24 @@ def sql_top_k(
     """Top-k (chunk_id, score) by BM25 from the persisted postings; only chunks matching a term."""
     from psycopg.types.json import Jsonb
 
-    stats = load_stats(conn, index_name)
-    if stats is None or stats.n_docs == 0:
+    counts = Counter(terms)
+    if not counts:
         return []
-    weights = query_weights(conn, index_name, terms, params, stats)
+    with conn.pipeline():  # stats and document frequencies in one round trip
+        stats_cursor = conn.execute(
+            "SELECT n_docs, total_length, vocab_size, idf_sum FROM bm25_stats WHERE index_name = %s",
+            (index_name,),
+        )
+        df_cursor = conn.execute(
+            "SELECT term, df FROM bm25_terms WHERE index_name = %s AND term = ANY(%s)",
+            (index_name, list(counts)),
+        )
+    stats_row = stats_cursor.fetchone()
+    df_rows = df_cursor.fetchall()
+    if stats_row is None or int(stats_row[0]) == 0:
+        return []
+    stats = CorpusStats(int(stats_row[0]), int(stats_row[1]), int(stats_row[2]), float(stats_row[3]))
+    weights = {term: counts[term] * stats.idf(int(df), params.epsilon) for term, df in df_rows}
     if not weights:
         return []
     k1, b, avgdl = params.k1, params.b, stats.avgdl

@@ -9,17 +9,19 @@ order by the expression its HNSW index is built on, so the planner uses that gra
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -130,9 +132,14 @@ class Searcher:
             return self._embedder_for(index_name)
         return self._embedder_for
 
-    def _handle(self, conn: Any, index: str) -> _IndexHandle:
+    def _handle(self, conn: Any, index: str, *, begin: bool = False) -> _IndexHandle:
+        """The index's published state; with `begin`, the snapshot's BEGIN rides in the same round trip."""
         name = split_index_name(index)
-        row = conn.execute("SELECT version, dim, config FROM indexes WHERE name = %s", (name,)).fetchone()
+        with conn.pipeline():
+            if begin:
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            cursor = conn.execute("SELECT version, dim, config FROM indexes WHERE name = %s", (name,))
+        row = cursor.fetchone()
         if row is None:
             raise IndexNotFoundError(f"index {name!r} does not exist; known: {self._known(conn)}")
         version, dim, config = int(row[0]), row[1], row[2]
@@ -257,9 +264,8 @@ class Searcher:
             total_started = time.perf_counter()
             timings = {"embed_ms": embed_ms} if needs_vectors else {}
             qvec = query_vectors[qi] if query_vectors is not None else None
-            with self.store.connection() as conn, conn.transaction():
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                handle = self._handle(conn, index)
+            with self.store.connection() as conn, _read_snapshot(conn):
+                handle = self._handle(conn, index, begin=True)
                 dense: list[tuple[str, float]] = []
                 lexical: list[tuple[str, float]] = []
                 if mode != "bm25":
@@ -277,7 +283,9 @@ class Searcher:
                 timings["fuse_ms"] = (time.perf_counter() - started) * 1000
                 started = time.perf_counter()
                 ranked = fused[: first_stage if (reranker is not None or mmr is not None) else k]
-                rows = self._rows(conn, handle, [cid for cid, _ in ranked], with_vectors=mmr is not None)
+                rows = self._rows(
+                    conn, handle, [cid for cid, _ in ranked], with_vectors=mmr is not None, commit=True
+                )
                 timings["fetch_ms"] = (time.perf_counter() - started) * 1000
             hits = [(cid, scores) for cid, scores in ranked if cid in rows]
             if mmr is not None and qvec is not None:
@@ -333,7 +341,6 @@ class Searcher:
     ) -> list[tuple[str, float]]:
         """Nearest chunks by cosine via the partition's HNSW index; exact scan if a filter starves it."""
         ef = min(HNSW_MAX_EF, max(int(ef_search or self.ef_search), n))
-        conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(ef)))
         vector_type = sql.SQL("vector({})").format(sql.Literal(handle.dim))
         where = sql.SQL(" WHERE metadata @> %(filters)s") if filters else sql.SQL("")
         params: dict[str, Any] = {"q": np.asarray(qvec, dtype=np.float32), "n": n}
@@ -343,7 +350,10 @@ class Searcher:
             "SELECT chunk_id, (embedding::{t}) <=> %(q)s::{t} AS distance FROM {part}{where}"
             " ORDER BY (embedding::{t}) <=> %(q)s::{t} LIMIT %(n)s"
         ).format(t=vector_type, part=sql.Identifier(handle.chunks), where=where)
-        rows = conn.execute(query, params).fetchall()
+        with conn.pipeline():  # one round trip for the setting and the query
+            conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(ef)))
+            cursor = conn.execute(query, params)
+        rows = cursor.fetchall()
         if len(rows) < n:
             # HNSW's candidate list can run dry (a selective filter, or n > ef): count what exists and
             # fall back to an exact scan so k rows come back whenever k rows match.
@@ -386,19 +396,32 @@ class Searcher:
         return memory if memory.version == handle.version else None
 
     def _rows(
-        self, conn: Any, handle: _IndexHandle, chunk_ids: list[str], *, with_vectors: bool = False
+        self,
+        conn: Any,
+        handle: _IndexHandle,
+        chunk_ids: list[str],
+        *,
+        with_vectors: bool = False,
+        commit: bool = False,
     ) -> dict[str, dict[str, Any]]:
+        """Chunk rows by id; with `commit`, the snapshot's COMMIT rides in the same round trip."""
         if not chunk_ids:
+            if commit:
+                conn.execute("COMMIT")
             return {}
         columns = sql.SQL('chunk_id, doc_id, start, "end", text, metadata, parent_id')
         if with_vectors:
             columns = columns + sql.SQL(", embedding")
-        rows = conn.execute(
-            sql.SQL("SELECT {} FROM {} WHERE index_name = %s AND chunk_id = ANY(%s)").format(
-                columns, sql.Identifier(handle.chunks)
-            ),
-            (handle.name, chunk_ids),
-        ).fetchall()
+        with conn.pipeline():
+            cursor = conn.execute(
+                sql.SQL("SELECT {} FROM {} WHERE index_name = %s AND chunk_id = ANY(%s)").format(
+                    columns, sql.Identifier(handle.chunks)
+                ),
+                (handle.name, chunk_ids),
+            )
+            if commit:
+                conn.execute("COMMIT")
+        rows = cursor.fetchall()
         out = {}
         for row in rows:
             out[row[0]] = {
@@ -466,6 +489,20 @@ class Searcher:
         if self._embedder_for is not None and hasattr(self._embedder_for, "embed"):
             return self._embedder_for
         return None
+
+
+@contextlib.contextmanager
+def _read_snapshot(conn: Any) -> Iterator[None]:
+    """A read-only REPEATABLE READ transaction whose BEGIN/COMMIT the caller pipelines with queries.
+
+    The caller sends `BEGIN ...` (see `_handle(begin=True)`) and `COMMIT` (see `_rows(commit=True)`);
+    this only makes sure an error or an early exit never leaves the pooled connection in a transaction.
+    """
+    try:
+        yield
+    finally:
+        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.execute("ROLLBACK")
 
 
 def _fuse(
