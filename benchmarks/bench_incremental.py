@@ -276,7 +276,9 @@ def markdown(reports: list[dict[str, Any]]) -> str:
         "What the incremental run still pays for regardless of the change: reading and hashing all "
         "documents, loading the embedding model, the integrity checks over the whole published index "
         "(spans, vectors, BM25 counts) and the publish transaction; with the multiprocess executor also "
-        "one Python process start per step (the embedding step imports torch).",
+        "one Python process start per step (the embedding step imports torch). Not measured on either "
+        "side: the run launcher starting a run's worker process (a few seconds per run in a deployment), "
+        "which would add the same constant to both runs.",
         "",
     ]
     return "\n".join(lines)
