@@ -102,7 +102,10 @@ class Browser:
         port = int(port_file.read_text().split()[0])
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as response:
             pages = [t for t in json.load(response) if t["type"] == "page"]
-        self.ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=64 * 1024 * 1024, open_timeout=20)
+        self._connection = connect(
+            pages[0]["webSocketDebuggerUrl"], max_size=64 * 1024 * 1024, open_timeout=20
+        )
+        self.ws = self._connection.__enter__()
         self.ids = itertools.count(1)
         self.call("Page.enable")
 
@@ -185,7 +188,7 @@ class Browser:
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
-            self.ws.close()
+            self._connection.__exit__(None, None, None)
         _stop_group(self.process, grace=5)
 
 
