@@ -267,7 +267,9 @@ def _needs_model_for_chunking(config: IndexConfig) -> bool:
 
 
 def _allows_truncation(config: IndexConfig) -> bool:
-    return bool(config.embedder.get("allow_truncation") or config.chunker.get("allow_truncation"))
+    """A config opts into model truncation with a top-level `allow_truncation: true` (when
+    retrieval.config's IndexConfig carries that field); until then every config is checked strictly."""
+    return bool(getattr(config, "allow_truncation", False))
 
 
 def _check(
