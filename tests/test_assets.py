@@ -164,3 +164,39 @@ def test_two_folders_one_missing_indexes_the_other(tmp_path: Path, env: str) -> 
         assert "`absent` | documents folder not found" in meta[f"{collection}/documents"]["failures"]
         step_failures = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE]
         assert step_failures == []
+
+
+def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: str) -> None:
+    from assets.checks import check_token_limit
+    from chunking.tokenizers import get_tokenizer
+    from orchestration.definitions import build_definitions
+    from retrieval.store import Store
+
+    collection = unique_name("l")
+    words = " ".join(f"word{i} alpha beta gamma" for i in range(200))  # ~800 words, far over 256 tokens
+    indexes = {
+        "indexes": {
+            "words-300": {"chunker": {"strategy": "token", "size": 300, "overlap": 0, "tokenizer": "words"}}
+        }
+    }
+    _, indexes_path, collections_path = write_project(
+        tmp_path, collection, docs={"long.txt": words}, indexes=indexes
+    )
+    defs = build_definitions(indexes_path, collections_path, database_url=env)
+    with instance_for_test() as instance:
+        result = _materialize_all(defs, instance)
+        assert result.success  # checks report; they do not stop the run
+        check = check_results(result)[f"{collection}/words_300/chunks:within_model_token_limit"]
+        assert not check.passed and check.severity == AssetCheckSeverity.ERROR
+        assert check.metadata["chunks_over_limit"].value >= 1
+        assert check.metadata["model_token_limit"].value == 256
+    # A config that allows truncation passes the same chunks and reports the truncated share.
+    passed, meta = check_token_limit(
+        Store(env),
+        f"{collection}/words-300",
+        get_tokenizer("model"),
+        256,
+        allow_truncation=True,
+        where="published",
+    )
+    assert passed and 0.0 < meta["share_truncated"] <= 1.0
