@@ -237,8 +237,16 @@ def run_size(
 
     name = f"n{n}"
     log(f"== {n} chunks: build")
-    corpus = ExpandedCorpus(base, base_vectors, n, args.sigma, args.seed)
-    spec, build_timings, _ = build(store, embedder, corpus, name)
+    existing = store.index_info(f"bench-{name}/{name}")
+    if args.reuse and existing and existing["chunk_count"] == n and n in args.previous_builds:
+        from retrieval.config import IndexConfig, IndexSpec
+
+        log("  reusing the index built by a previous run (build times from that run)")
+        spec = IndexSpec(f"bench-{name}", IndexConfig(**{k: v for k, v in existing["config"].items()}))
+        build_timings = args.previous_builds[n]
+    else:
+        corpus = ExpandedCorpus(base, base_vectors, n, args.sigma, args.seed)
+        spec, build_timings, _ = build(store, embedder, corpus, name)
     out: dict[str, Any] = {"chunks": n, "build": build_timings}
     info = store.index_info(spec.name)
     out["index_info"] = {k: info[k] for k in ("chunk_count", "bm25_vocabulary", "document_count", "version")}
@@ -421,6 +429,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-base", type=int, default=0, help="use only the first N real chunks (smoke runs)"
     )
+    parser.add_argument(
+        "--reuse", action="store_true", help="measure queries on indexes a previous run built (same sizes)"
+    )
     parser.add_argument("--append", action="store_true", help="add these sizes to the existing results file")
     parser.add_argument("--backend", default="onnx", help="embedder backend for the base vectors and queries")
     args = parser.parse_args(argv)
@@ -456,8 +467,10 @@ def main(argv: list[str] | None = None) -> int:
         "sizes": [],
     }
     previous = RESULTS_DIR / "query.json"
-    if args.append and previous.is_file():
-        report["sizes"] = json.loads(previous.read_text()).get("sizes", [])
+    previous_sizes = json.loads(previous.read_text()).get("sizes", []) if previous.is_file() else []
+    args.previous_builds = {entry["chunks"]: entry["build"] for entry in previous_sizes}
+    if args.append:
+        report["sizes"] = previous_sizes
     for n in [int(x) for x in args.sizes.split(",")]:
         load_before = os.getloadavg()[0]
         result = run_size(store, embedder, base, base_vectors, n, args, questions)
