@@ -228,7 +228,7 @@ def test_memory_bm25_reloads_when_the_version_moves(store, embedder) -> None:
     store.sync_documents(spec.collection, _docs(texts), [])
     indexing.build_index(store, spec, embedder, chunker=chunker)
     searcher = Searcher(store, embedder, bm25_backend="memory")
-    sql_searcher = Searcher(store, embedder)
+    sql_searcher = Searcher(store, embedder, bm25_backend="sql")
     assert [r.doc_id for r in searcher.search("pears", spec.name, mode="bm25")] == ["a.md"]
     store.sync_documents(spec.collection, _docs({**texts, "b.md": "pears pears pears"}), [])
     indexing.build_index(store, spec, embedder, chunker=chunker)

@@ -248,3 +248,15 @@ def test_include_parent_returns_the_hierarchical_parent_span(store, embedder) ->
         )
         assert r.parent["chunk_id"] == r.metadata["parent_id"]
     assert Searcher(store, embedder).search("waggle dance", spec.name, k=1)[0].parent is None
+
+
+def test_sql_and_in_memory_bm25_backends_agree(store, text_index, embedder) -> None:
+    in_sql = Searcher(store, embedder, bm25_backend="sql")
+    in_memory = Searcher(store, embedder, bm25_backend="memory")
+    for query in ("water sunlight sugar", "the queue depth", "XQ_frobnicate_77 glaciers"):
+        a = in_sql.search(query, text_index.name, k=5, mode="bm25")
+        b = in_memory.search(query, text_index.name, k=5, mode="bm25")
+        assert [r.chunk_id for r in a] == [r.chunk_id for r in b]
+        assert [r.scores["bm25"] for r in a] == pytest.approx([r.scores["bm25"] for r in b], rel=1e-12)
+    with pytest.raises(SearchError, match="bm25_backend"):
+        Searcher(store, embedder, bm25_backend="elastic")
