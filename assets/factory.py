@@ -490,7 +490,12 @@ def build_index_assets(
         context: AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
     ) -> MaterializeResult:
         store = postgres.store()
-        report, dataset_name, n_questions = run_evaluation(store, collection, spec, embedder)
+        report, dataset_name, n_questions, skipped = run_evaluation(store, collection, spec, embedder)
+        if skipped:
+            context.log.warning(
+                f"{spec.name}: {len(skipped)} question(s) skipped (their document is gone or their answer "
+                f"text was not found): {', '.join(skipped[:20])}"
+            )
         metrics = {k: float(v) for k, v in report.as_metadata().items() if isinstance(v, int | float)}
         store.record_evaluation(spec.name, dataset_name, metrics)
         previous = _previous_float_metadata(context, keys["evaluation"])
@@ -503,6 +508,7 @@ def build_index_assets(
             metadata={
                 **_headline(metrics),
                 "questions": n_questions,
+                "questions_skipped": len(skipped),
                 "dataset": dataset_name,
                 "report": MetadataValue.md(report.markdown()),
             },
@@ -554,22 +560,38 @@ def _previous_float_metadata(context: AssetExecutionContext, key: AssetKey) -> d
     return values
 
 
-def collection_questions(store: Any, collection: CollectionConfig) -> tuple[list[Any], str]:
-    """The collection's evaluation questions and the dataset's name."""
+_DOC_KEYS = ("doc", "doc_id", "document")
+
+
+def collection_questions(store: Any, collection: CollectionConfig) -> tuple[list[Any], str, list[str]]:
+    """The collection's evaluation questions, the dataset's name, and the ids of questions skipped
+    because they refer to a document the collection no longer has (deleted or failed to load)."""
     if collection.dataset:
         from evaluation.datasets import load_dataset
 
         dataset = load_dataset(collection.dataset)
-        return list(dataset.questions), dataset.name
+        return list(dataset.questions), dataset.name, []
     if not collection.eval_set:
-        return [], ""
-    from evaluation.datasets import load_eval_set
+        return [], "", []
+    from evaluation.datasets import read_records, resolve_records
 
     path = Path(collection.eval_set)
     if not path.is_absolute():
         path = project_root() / path
     documents = store.documents(collection.name)
-    return list(load_eval_set(path, documents)), path.stem
+    known = {d.id for d in documents}
+    records, _header = read_records(path)
+    kept, skipped = [], []
+    for number, record in enumerate(records):
+        entries = [record, *[r for r in record.get("references") or [] if isinstance(r, dict)]]
+        named = {str(e[k]) for e in entries for k in _DOC_KEYS if e.get(k) is not None}
+        if named - known:
+            skipped.append(str(record.get("id", f"record {number + 1}")))
+        else:
+            kept.append(record)
+    loaded = resolve_records(kept, documents, on_missing="skip", source=str(path))
+    skipped += list(loaded.missing)
+    return list(loaded.questions), path.stem, skipped
 
 
 def evaluation_modes(config: IndexConfig) -> tuple[str, ...]:
@@ -583,12 +605,17 @@ def evaluation_modes(config: IndexConfig) -> tuple[str, ...]:
 
 def run_evaluation(
     store: Any, collection: CollectionConfig, spec: IndexSpec, embedder: EmbedderResource
-) -> tuple[Any, str, int]:
+) -> tuple[Any, str, int, list[str]]:
     """Evaluate one published index on its collection's questions, every retrieval mode."""
     from evaluation.runner import evaluate_index
     from retrieval.search import Searcher
 
-    questions, dataset_name = collection_questions(store, collection)
+    questions, dataset_name, skipped = collection_questions(store, collection)
+    if not questions:
+        raise ValueError(
+            f"{spec.name}: no evaluable question in {collection.eval_set or collection.dataset} "
+            f"({len(skipped)} skipped: they refer to documents the collection no longer has)"
+        )
     searcher = Searcher(store, embedder.for_config(spec.config))
     report = evaluate_index(
         searcher,
@@ -599,7 +626,7 @@ def run_evaluation(
         dataset=dataset_name,
         store=store,
     )
-    return report, dataset_name, len(questions)
+    return report, dataset_name, len(questions), skipped
 
 
 def build_leaderboard_asset(collection: CollectionConfig, specs: Sequence[IndexSpec]) -> AssetsDefinition:

@@ -200,3 +200,22 @@ def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: s
         where="published",
     )
     assert passed and 0.0 < meta["share_truncated"] <= 1.0
+
+
+def test_evaluation_skips_questions_about_deleted_documents(tmp_path: Path, env: str) -> None:
+    from orchestration.definitions import build_definitions
+
+    collection = unique_name("q")
+    docs_dir, indexes_path, collections_path = write_project(
+        tmp_path, collection, eval_set=QUESTIONS, configs=["token-48"]
+    )
+    defs = build_definitions(indexes_path, collections_path, database_url=env)
+    with instance_for_test() as instance:
+        assert _materialize_all(defs, instance).success
+        (docs_dir / "gamma.txt").unlink()
+        result = _materialize_all(defs, instance)
+        assert result.success
+        evaluation = materializations(result)[f"{collection}/token_48/evaluation"]
+        assert evaluation["questions"] == len(QUESTIONS) - 1 and evaluation["questions_skipped"] == 1
+        warnings = [e.message for e in instance.all_logs(result.run_id) if e.level >= 30 and e.message]
+        assert any("1 question(s) skipped" in w and "q3" in w for w in warnings)
