@@ -119,6 +119,7 @@ class Searcher:
         self.rerank_candidates = int(rerank_candidates)
         self._handles: dict[str, _IndexHandle] = {}
         self._memory: dict[str, bm25_lib.MemoryBm25] = {}
+        self._reloading: set[str] = set()
         self._rerankers: dict[str, Any] = {}
         self._lock = threading.Lock()
 
@@ -387,14 +388,44 @@ class Searcher:
         )
 
     def _memory_index(self, handle: _IndexHandle) -> bm25_lib.MemoryBm25 | None:
-        """The in-memory BM25 copy at exactly `handle.version`, (re)loaded when the version moved on."""
+        """The in-memory BM25 copy at exactly `handle.version`, or None (the caller then uses SQL).
+
+        A missing or outdated copy is (re)loaded in a background thread, so a publish never
+        stalls queries: until the new copy is ready they are answered from the postings in Postgres.
+        """
+        memory = self._memory.get(handle.name)
+        if memory is not None and memory.version == handle.version:
+            return memory
+        if memory is None or memory.version < handle.version:
+            self._start_reload(handle.name)
+        return None
+
+    def _start_reload(self, index_name: str) -> None:
         with self._lock:
-            memory = self._memory.get(handle.name)
-            if memory is None or memory.version < handle.version:
-                with self.store.connection() as conn:
-                    memory = bm25_lib.MemoryBm25.load(conn, handle.name, handle.bm25_params)
-                self._memory[handle.name] = memory
-        return memory if memory.version == handle.version else None
+            if index_name in self._reloading:
+                return
+            self._reloading.add(index_name)
+        thread = threading.Thread(target=self._reload, args=(index_name,), daemon=True, name="bm25-reload")
+        thread.start()
+
+    def _reload(self, index_name: str) -> float:
+        started = time.perf_counter()
+        try:
+            with self.store.connection() as conn:
+                handle = self._handle(conn, index_name)
+                memory = bm25_lib.MemoryBm25.load(conn, handle.name, handle.bm25_params)
+            with self._lock:
+                current = self._memory.get(index_name)
+                if current is None or current.version < memory.version:
+                    self._memory[index_name] = memory
+        finally:
+            with self._lock:
+                self._reloading.discard(index_name)
+        return time.perf_counter() - started
+
+    def warm(self, index: str) -> float:
+        """Load the in-memory BM25 copy of `index` now (seconds taken); e.g. before serving traffic."""
+        return self._reload(split_index_name(index))
 
     def _rows(
         self,

@@ -229,11 +229,19 @@ def test_memory_bm25_reloads_when_the_version_moves(store, embedder) -> None:
     indexing.build_index(store, spec, embedder, chunker=chunker)
     searcher = Searcher(store, embedder, bm25_backend="memory")
     sql_searcher = Searcher(store, embedder, bm25_backend="sql")
+    searcher.warm(spec.name)
+    assert searcher._memory[spec.name].version == 1
     assert [r.doc_id for r in searcher.search("pears", spec.name, mode="bm25")] == ["a.md"]
     store.sync_documents(spec.collection, _docs({**texts, "b.md": "pears pears pears"}), [])
     indexing.build_index(store, spec, embedder, chunker=chunker)
+    stale = searcher.search("pears", spec.name, mode="bm25")  # answered from SQL while reloading
+    deadline = time.time() + 30
+    while searcher._memory[spec.name].version != 2 and time.time() < deadline:
+        time.sleep(0.05)
+    assert searcher._memory[spec.name].version == 2  # reloaded in the background
     memory = searcher.search("pears", spec.name, mode="bm25")
     in_sql = sql_searcher.search("pears", spec.name, mode="bm25")
+    assert [r.chunk_id for r in stale] == [r.chunk_id for r in in_sql]
     assert [r.doc_id for r in memory] == [r.doc_id for r in in_sql] == ["b.md", "a.md"]
     assert [r.scores["bm25"] for r in memory] == pytest.approx([r.scores["bm25"] for r in in_sql], rel=1e-12)
 

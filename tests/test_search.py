@@ -253,6 +253,7 @@ def test_include_parent_returns_the_hierarchical_parent_span(store, embedder) ->
 def test_sql_and_in_memory_bm25_backends_agree(store, text_index, embedder) -> None:
     in_sql = Searcher(store, embedder, bm25_backend="sql")
     in_memory = Searcher(store, embedder, bm25_backend="memory")
+    in_memory.warm(text_index.name)
     for query in ("water sunlight sugar", "the queue depth", "XQ_frobnicate_77 glaciers"):
         a = in_sql.search(query, text_index.name, k=5, mode="bm25")
         b = in_memory.search(query, text_index.name, k=5, mode="bm25")
