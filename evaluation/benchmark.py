@@ -201,6 +201,7 @@ def run_benchmark(
     show_progress: bool = True,
     record: bool = True,
     suggest_weight: bool = False,
+    bm25_backend: str = "sql",
 ) -> BenchmarkResult:
     """Build (or reuse) and evaluate every requested config of the dataset's collection."""
     if protocol not in PROTOCOLS:
@@ -271,7 +272,7 @@ def run_benchmark(
             "build_seconds": build_seconds,
         }
         steps.set_postfix_str(f"evaluating {len(questions)} questions")
-        searcher = Searcher(store, embedder)
+        searcher = Searcher(store, embedder, bm25_backend=bm25_backend)
         report = evaluate_index(
             searcher,
             spec,
@@ -417,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
             limit_questions=args.limit_questions,
             show_progress=not args.no_progress,
             suggest_weight=args.suggest_weight,
+            bm25_backend=args.bm25_backend,
         )
     except (BenchmarkError, DatasetError, ValueError) as exc:
         print(f"chunkyard eval: error: {exc}", file=sys.stderr)
