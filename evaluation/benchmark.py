@@ -380,6 +380,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--squad-documents", choices=("paragraphs", "articles"), default="paragraphs")
     parser.add_argument("--limit-questions", type=int, help="evaluate only the first N questions")
     parser.add_argument(
+        "--bm25-backend",
+        choices=("sql", "memory"),
+        default="sql",
+        help="Searcher BM25 scorer: postings in Postgres (the served default) or its in-memory copy "
+        "(same scores, faster for long evaluations)",
+    )
+    parser.add_argument(
         "--suggest-weight",
         action="store_true",
         help="also score hybrid_weighted at dense weights 0..1 and suggest one (2-fold held out)",
