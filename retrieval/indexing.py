@@ -617,13 +617,13 @@ def publish(store: Store, spec: Any) -> PublishReport:
                 "SELECT count(*) FROM index_documents WHERE index_name = %s", (index_name,)
             ).fetchone()[0]
         )
-    conn_analyze(store, parts["chunks"], report)
-    conn_analyze(store, parts["postings"], report)
+    _analyze_partition(store, parts["chunks"], report)
+    _analyze_partition(store, parts["postings"], report)
     report.seconds = round(time.perf_counter() - started, 3)
     return report
 
 
-def conn_analyze(store: Store, partition: str, report: PublishReport) -> None:
+def _analyze_partition(store: Store, partition: str, report: PublishReport) -> None:
     """Fresh planner statistics after big changes, so queries keep choosing the HNSW index."""
     if report.chunks_inserted + report.chunks_deleted == 0:
         return
