@@ -139,7 +139,7 @@ def sensor_run(
     resources._EMBEDDERS.clear()  # a new run process loads the model again
     sensor = defs.resolve_sensor_def("document_update_sensor")
     started = time.perf_counter()
-    tick = sensor(build_sensor_context(instance=instance, cursor=cursor, definitions=defs))
+    tick = sensor(build_sensor_context(instance=instance, cursor=cursor, resources=defs.resources))
     tick_seconds = time.perf_counter() - started
     if not tick.run_requests:
         raise RuntimeError("the sensor requested no run")

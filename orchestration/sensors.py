@@ -5,11 +5,9 @@ not timestamps, so touching a file without changing it does nothing and a restor
 with old mtimes is still noticed. Each tick that sees changes requests ONE run (the changed
 collections' documents + chunk/embedding/BM25/publish assets); its run key is a hash of the
 change set, so the same change never runs twice. Evaluations and leaderboards follow through
-their automation conditions. The first tick (no cursor yet) requests a reconciling run tagged
-`initial_scan`: the documents asset then re-indexes only what differs from the database.
+their automation conditions. The first tick (no cursor yet) compares the folders with the
+documents already in the database and requests a run (tagged `initial_scan`) only if they differ.
 """
-
-from __future__ import annotations
 
 import hashlib
 import json
@@ -28,6 +26,7 @@ from dagster import (
     sensor,
 )
 
+from orchestration.resources import PostgresResource
 from retrieval.config import CollectionConfig
 
 SENSOR_NAME = "document_update_sensor"
@@ -98,6 +97,34 @@ def change_set_key(changes: Mapping[str, FolderChanges], previous: Mapping, curr
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
+def baseline_from_store(
+    context: SensorEvaluationContext,
+    postgres: PostgresResource,
+    collection: CollectionConfig,
+    current: Mapping[str, str],
+) -> dict[str, str]:
+    """A cursor entry for a first tick, from the documents already stored: unchanged files count as
+    seen, changed ones as modified, stored documents without a file as deleted, the rest as added.
+    Without a reachable database every file counts as added."""
+    from assets.factory import load_collection_documents
+
+    try:
+        stored = postgres.store().document_hashes(collection.name)
+    except Exception as exc:  # the sensor must not die on a database hiccup: index everything
+        context.log.warning(f"{collection.name}: cannot read stored documents ({exc}); treating all as new")
+        return {}
+    if not stored:
+        return {}
+    documents, _failures, _usable = load_collection_documents(collection)
+    parsed = {d.id: d.sha256 for d in documents}
+    # Unchanged: the file's own hash (no change); stored but different or gone: a marker that makes
+    # it modified or deleted; not stored at all: absent (added).
+    return {
+        doc_id: current[doc_id] if doc_id in current and parsed.get(doc_id) == sha else "stored"
+        for doc_id, sha in stored.items()
+    }
+
+
 def _parse_cursor(cursor: str | None) -> dict[str, dict[str, str]] | None:
     if not cursor:
         return None
@@ -132,9 +159,17 @@ def build_document_sensor(
         default_status=default_status,
         asset_selection=targets,
     )
-    def document_update_sensor(context: SensorEvaluationContext) -> SensorResult | SkipReason:
-        previous = _parse_cursor(context.cursor) or {}
+    def document_update_sensor(
+        context: SensorEvaluationContext, postgres: PostgresResource
+    ) -> SensorResult | SkipReason:
         current = {n: snapshot(c) for n, c in watched.items()}
+        cursor = _parse_cursor(context.cursor)
+        if cursor is None:
+            # First tick: compare the folders with what the database already holds, so starting
+            # the UI after `chunkyard demo` does not re-run anything.
+            previous = {n: baseline_from_store(context, postgres, c, current[n]) for n, c in watched.items()}
+        else:
+            previous = cursor
         changes = {n: diff(previous.get(n, {}), current[n]) for n in watched}
         changed = {n: c for n, c in changes.items() if c}
         new_cursor = json.dumps(current, sort_keys=True)

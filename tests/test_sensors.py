@@ -25,7 +25,8 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str):
 
 def _tick(defs, instance, cursor: str | None):
     sensor = defs.resolve_sensor_def("document_update_sensor")
-    result = sensor(build_sensor_context(instance=instance, cursor=cursor, definitions=defs))
+    context = build_sensor_context(instance=instance, cursor=cursor, resources=defs.resources)
+    result = sensor(context)
     assert isinstance(result, SensorResult)
     return result
 
@@ -117,6 +118,21 @@ def test_sensor_reindexes_exactly_what_changed(project) -> None:
 
         # Another tick after the run: nothing left to do.
         assert _tick(defs, instance, changed.cursor).run_requests == []
+        # A sensor starting without a cursor (a new deployment, `chunkyard ui` after `chunkyard demo`)
+        # finds the folders equal to the database: no run.
+        fresh = _tick(defs, instance, None)
+        assert fresh.run_requests == [] and fresh.skip_reason is not None
+        # ... but a file changed while no sensor was watching is noticed.
+        (docs_dir / "alpha.md").write_text("# Alpha\n\nRewritten while nobody watched.\n")
+        (docs_dir / "delta.md").unlink()
+        fresh = _tick(defs, instance, None)
+        assert len(fresh.run_requests) == 1
+        tags = fresh.run_requests[0].tags
+        assert (tags["chunkyard/added"], tags["chunkyard/modified"], tags["chunkyard/deleted"]) == (
+            "0",
+            "1",
+            "1",
+        )
 
 
 def test_unchanged_rerun_recomputes_no_embedding(project) -> None:
