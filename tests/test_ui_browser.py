@@ -211,6 +211,12 @@ def test_dagster_ui_shows_graph_leaderboard_and_plots(tmp_path: Path, ui_env: di
     )
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     assert "Leaderboard" in demo.stdout
+    # A second run: nothing re-embedded, and the metric plots get a second point.
+    again = subprocess.run(
+        [*cli, "demo"], cwd=REPO_ROOT, env=ui_env, capture_output=True, text=True, timeout=600
+    )
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "Embeddings: 0 computed" in again.stdout
 
     port = _free_port()
     log = (tmp_path / "ui.log").open("w")
