@@ -266,12 +266,6 @@ def _needs_model_for_chunking(config: IndexConfig) -> bool:
     return str(config.chunker.get("strategy", "")).lower() in MODEL_CHUNKING_STRATEGIES
 
 
-def _allows_truncation(config: IndexConfig) -> bool:
-    """A config opts into model truncation with a top-level `allow_truncation: true` (when
-    retrieval.config's IndexConfig carries that field); until then every config is checked strictly."""
-    return bool(getattr(config, "allow_truncation", False))
-
-
 def _check(
     asset_key: AssetKey, name: str, result: tuple[bool, dict], severity=AssetCheckSeverity.ERROR
 ) -> AssetCheckResult:
@@ -357,7 +351,7 @@ def build_index_assets(
                     keys["chunks"],
                     "within_model_token_limit",
                     checks.check_token_limit(
-                        store, spec.name, tokenizer, limit, allow_truncation=_allows_truncation(config)
+                        store, spec.name, tokenizer, limit, allow_truncation=config.allow_truncation
                     ),
                 ),
             ],

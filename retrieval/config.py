@@ -64,6 +64,9 @@ class IndexConfig:
     hybrid: dict[str, Any] = field(default_factory=dict)
     rerank: dict[str, Any] = field(default_factory=dict)
     description: str = ""
+    # Chunks may exceed the embedding model's input limit (the model truncates them); the
+    # token-limit check then reports the truncated share instead of failing.
+    allow_truncation: bool = False
 
     @property
     def chunk_settings(self) -> dict[str, Any]:
@@ -87,6 +90,7 @@ class IndexConfig:
             "bm25": self.bm25,
             "hybrid": self.hybrid,
             "rerank": self.rerank,
+            "allow_truncation": self.allow_truncation,
         }
 
 
@@ -121,7 +125,16 @@ class IndexSpec:
         return f"{self.collection}/{self.config.name}"
 
 
-_INDEX_KEYS = {"chunker", "embedding_model", "embedder", "bm25", "hybrid", "rerank", "description"}
+_INDEX_KEYS = {
+    "chunker",
+    "embedding_model",
+    "embedder",
+    "bm25",
+    "hybrid",
+    "rerank",
+    "description",
+    "allow_truncation",
+}
 _COLLECTION_KEYS = {"folders", "include", "exclude", "dataset", "eval_set", "indexes", "description"}
 
 
@@ -155,8 +168,15 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
             hybrid=merged.get("hybrid") or {},
             rerank=merged.get("rerank") or {},
             description=merged.get("description", ""),
+            allow_truncation=_as_bool(merged.get("allow_truncation", False), f"{where}.allow_truncation"),
         )
     return configs
+
+
+def _as_bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: must be true or false, got {value!r}")
+    return value
 
 
 def load_collection_configs(path: str | Path | None = None) -> dict[str, CollectionConfig]:
