@@ -172,9 +172,12 @@ class Leaderboard:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         recall_key, tokens_key = f"recall_at_{self.k}", f"context_tokens_at_{self.k}"
-        fig, ax = plt.subplots(figsize=(9, 6), dpi=110)
+        fig, ax = plt.subplots(figsize=(11, 6.5), dpi=110)
         modes = sorted({r.mode for r in self.rows})
-        markers = dict(zip(modes, "osD^vP*X", strict=False))
+        configs = sorted({r.config for r in self.rows})
+        markers = dict(zip(modes, "osD^vP*X<>", strict=False))
+        palette = plt.get_cmap("tab20")
+        colors = {c: palette(i % 20) for i, c in enumerate(configs)}
         for row in self.rows:
             x, y = row.value(tokens_key), row.value(recall_key)
             if math.isnan(x) or math.isnan(y):
@@ -185,9 +188,9 @@ class Leaderboard:
                 100 * y,
                 yerr=[[100 * (y - est["ci_low"])], [100 * (est["ci_high"] - y)]],
                 fmt=markers.get(row.mode, "o"),
+                color=colors[row.config],
                 capsize=2,
                 alpha=0.85,
-                label=f"{row.config} · {row.mode}",
             )
             for budget in (1024, 2048):
                 value = row.value(f"budget_recall_{budget}")
@@ -196,20 +199,41 @@ class Leaderboard:
                         [budget],
                         [100 * value],
                         marker=markers.get(row.mode, "o"),
-                        s=12,
-                        alpha=0.35,
-                        color="grey",
+                        s=14,
+                        alpha=0.5,
+                        color=colors[row.config],
                     )
+        from matplotlib.lines import Line2D
+
+        config_handles = [Line2D([], [], color=colors[c], marker="o", linestyle="", label=c) for c in configs]
+        mode_handles = [
+            Line2D([], [], color="black", marker=markers[m], linestyle="", label=m) for m in modes
+        ]
+        first = ax.legend(
+            handles=config_handles,
+            title="config",
+            fontsize=7,
+            title_fontsize=8,
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+        )
+        ax.add_artist(first)
+        ax.legend(
+            handles=mode_handles,
+            title="mode",
+            fontsize=7,
+            title_fontsize=8,
+            loc="lower left",
+            bbox_to_anchor=(1.01, 0.0),
+        )
         ax.set_xlabel(
-            f"context tokens (cl100k): mean of the top {self.k}; grey: recall within a 1024/2048 budget"
+            f"context tokens (cl100k): mean of the top {self.k}; small markers at 1024/2048: recall within that budget"
         )
         ax.set_ylabel(f"recall@{self.k} (% of reference characters)")
         ax.set_title(self.title)
         ax.grid(alpha=0.3)
-        if len(self.rows) <= 24:
-            ax.legend(fontsize=7, loc="lower right", ncol=1 if len(self.rows) <= 12 else 2)
         fig.tight_layout()
-        fig.savefig(path)
+        fig.savefig(path, bbox_inches="tight")
         plt.close(fig)
         return path
 
