@@ -226,3 +226,62 @@ def test_suggest_fusion_weight_uses_the_searcher(built_index):
     # Weight 1 ranks by the dense score alone: the same top k as dense retrieval.
     dense = evaluate_index(searcher, spec, QUESTIONS, modes=("dense",), k=2, n_resamples=50)
     assert suggestion.by_weight[1.0] == pytest.approx(dense.metrics["dense"]["recall_at_2"])
+
+
+def test_interrupted_benchmark_resumes_from_cached_embeddings(pg_url, tmp_path, monkeypatch, embedder):
+    import retrieval.embedder
+    import retrieval.indexing
+    from evaluation.benchmark import run_benchmark
+
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "indexes.yaml").write_text(
+        "indexes:\n  words-8:\n    chunker: {strategy: token, size: 8, overlap: 0, tokenizer: words}\n",
+        encoding="utf-8",
+    )
+    (configs / "collections.yaml").write_text(
+        "collections:\n  resume-test:\n    dataset: resume.yaml\n    indexes: [words-8]\n", encoding="utf-8"
+    )
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    facts = [
+        f"Station {i} records the river level every {i + 2} minutes near bridge {i * 7}." for i in range(12)
+    ]
+    (docs / "stations.md").write_text(" ".join(facts), encoding="utf-8")
+    eval_set = tmp_path / "resume.yaml"
+    eval_set.write_text(
+        "documents: docs\nquestions:\n"
+        "  - {id: a, question: 'How often does station 3 record?', answers: [every 5 minutes]}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("CHUNKYARD_CONFIGS", str(configs))
+    monkeypatch.setattr(retrieval.indexing, "EMBED_BATCH", 4)
+    monkeypatch.setattr(retrieval.embedder, "embedder_for_config", lambda config: embedder)
+
+    class Interrupted(RuntimeError):
+        pass
+
+    real_embed = embedder.embed
+    calls = {"n": 0}
+
+    def embed_then_crash(texts):
+        calls["n"] += 1
+        if calls["n"] == 3:  # two batches of 4 are cached, then the run dies
+            raise Interrupted("simulated crash")
+        return real_embed(texts)
+
+    monkeypatch.setattr(embedder, "embed", embed_then_crash)
+    with pytest.raises(Interrupted):
+        run_benchmark(
+            str(eval_set), configs=["words-8"], modes=["dense"], database_url=pg_url, show_progress=False
+        )
+    monkeypatch.setattr(embedder, "embed", real_embed)
+    result = run_benchmark(
+        str(eval_set), configs=["words-8"], modes=["dense"], database_url=pg_url, show_progress=False
+    )
+    build = result.build_reports["eval-resume/words-8"]
+    total = build["embeddings_computed"] + build["embeddings_reused"]
+    assert total >= 12
+    assert build["embeddings_reused"] == 8  # the two batches embedded before the crash
+    assert build["embeddings_computed"] == total - 8
+    assert result.reports[0].n_questions == 1 and "dense" in result.reports[0].metrics
