@@ -259,7 +259,7 @@ def run_size(
 
     # query vectors once (the same for every dense measurement and for exact search)
     qvecs = embedder.embed(questions)
-    searcher = Searcher(store, embedder)
+    searcher = Searcher(store, embedder, bm25_backend="sql")
     memory_searcher = Searcher(store, embedder, bm25_backend="memory")
     out["bm25_memory_load_s"] = memory_searcher.warm(spec.name)
 
@@ -375,7 +375,12 @@ def markdown(report: dict[str, Any]) -> str:
         row(f"  {step.replace('_s', '')} (s)", [f"{s['build'][step]:.1f}" for s in sizes])
     row("partition size (MB)", [f"{s['partition_bytes'] / 1e6:.0f}" for s in sizes])
     row("HNSW size (MB)", [f"{s['hnsw_bytes'] / 1e6:.0f}" for s in sizes])
-    for ef in sizes[0]["dense"]:
+    efs = sorted({ef for s in sizes for ef in s["dense"]}, key=lambda e: int(e.split("=")[1]))
+    for ef in efs:
+        missing = {"recall_at_10": float("nan"), "p50_ms_without_query_embedding": float("nan")}
+        missing["p95_ms_without_query_embedding"] = float("nan")
+        for s in sizes:
+            s["dense"].setdefault(ef, missing)
         row(f"HNSW recall@10, {ef}", [f"{s['dense'][ef]['recall_at_10']:.3f}" for s in sizes])
         row(
             f"dense p50 / p95 ms (no query embedding), {ef}",
