@@ -172,7 +172,8 @@ class Leaderboard:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         recall_key, tokens_key = f"recall_at_{self.k}", f"context_tokens_at_{self.k}"
-        fig, ax = plt.subplots(figsize=(11, 6.5), dpi=110)
+        fig, ax = plt.subplots(figsize=(13, 6.5), dpi=110)
+        fig.subplots_adjust(left=0.07, right=0.74, bottom=0.1, top=0.93)
         modes = sorted({r.mode for r in self.rows})
         configs = sorted({r.config for r in self.rows})
         markers = dict(zip(modes, "osD^vP*X<>", strict=False))
@@ -232,8 +233,7 @@ class Leaderboard:
         ax.set_ylabel(f"recall@{self.k} (% of reference characters)")
         ax.set_title(self.title)
         ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(path, bbox_inches="tight")
+        fig.savefig(path)
         plt.close(fig)
         return path
 
