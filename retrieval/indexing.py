@@ -24,6 +24,7 @@ from retrieval.store import Store, partition_names
 
 EMBED_BATCH = 256  # texts per embedding + cache round trip (a crash loses at most one batch)
 CHUNK_DOC_BATCH = 64  # documents per chunker call
+HNSW_MAX_DIM = 2000  # pgvector's limit for an HNSW index on `vector`
 
 
 class IndexingError(RuntimeError):
@@ -584,7 +585,8 @@ def publish(store: Store, spec: Any) -> PublishReport:
         report.bm25_vocabulary = stats.vocab_size
 
         # 4. the per-partition HNSW graph on the vector cast to this index's dimension
-        if not hnsw_exists and stats.n_docs > 0 and new_dim:
+        # pgvector 0.6 indexes at most 2,000 dimensions (no halfvec): wider vectors are searched exactly.
+        if not hnsw_exists and stats.n_docs > 0 and new_dim and new_dim <= HNSW_MAX_DIM:
             conn.execute(
                 sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(_maintenance_work_mem()))
             )
