@@ -257,3 +257,12 @@ def test_late_chunking_vectors_come_from_the_chunker(store, embedder) -> None:
     assert report["embeddings_precomputed"] == report["chunks_total"] and report["embeddings_computed"] == 0
     results = Searcher(store, embedder).search("docker compose deployment", spec.name, k=1, mode="dense")
     assert results[0].doc_id == "deploy.md"
+
+
+def test_vectors_wider_than_hnsw_allows_are_published_without_a_graph(store, embedder) -> None:
+    spec = make_spec()
+    store.sync_documents(spec.collection, _docs({"w.md": "wide one\n\nwide two"}), [])
+    chunker = ParagraphChunker(spec.config.config_hash, vector_for=random_unit_vector_for(dim=2048))
+    report = indexing.build_index(store, spec, embedder, chunker=chunker)
+    assert report.published and not report.hnsw_built and report.chunks_total == 2
+    assert store.index_info(spec.name)["dim"] == 2048
