@@ -638,6 +638,7 @@ def build_leaderboard_asset(collection: CollectionConfig, specs: Sequence[IndexS
         metadata={"collection": name, "indexes": ", ".join(s.name for s in specs)},
     )
     def leaderboard(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
+        from evaluation.reports import SUMMARY_METRICS
         from evaluation.reports import leaderboard as build_leaderboard
         from retrieval.db import chunkyard_home
 
@@ -653,6 +654,8 @@ def build_leaderboard_asset(collection: CollectionConfig, specs: Sequence[IndexS
         return MaterializeResult(
             metadata={
                 "leaderboard": MetadataValue.md(board.markdown()),
+                "summary": MetadataValue.md(board.markdown(SUMMARY_METRICS, cost_columns=("chunks",))),
+                "markdown_path": MetadataValue.path(str(out_dir / "leaderboard.md")),
                 "chart": MetadataValue.md(f"![leaderboard chart](data:image/png;base64,{chart})"),
                 "chart_path": MetadataValue.path(str(png)),
                 "csv_path": MetadataValue.path(str(out_dir / "leaderboard.csv")),

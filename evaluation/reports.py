@@ -34,6 +34,8 @@ COST_COLUMNS = (
     "overlap_overhead",
     "share_over_model_limit",
 )
+# The short view printed by `chunkyard demo`: quality headline plus the fair-budget recall.
+SUMMARY_METRICS = ("hit_at_{k}", "mrr_at_{k}", "recall_at_{k}", "iou_at_{k}", "budget_recall_1024")
 # Metrics that are counts, not fractions (not shown as %).
 _RAW_METRICS = ("context_tokens_at_", "budget_chunks_")
 
@@ -68,12 +70,15 @@ class Leaderboard:
     sort_by: str = ""
     notes: list[str] = field(default_factory=list)
 
-    def metric_names(self) -> list[str]:
+    def metric_names(self, metrics: Sequence[str] = LEADERBOARD_METRICS) -> list[str]:
         present = {m for r in self.rows for m in r.estimates}
-        return [m.format(k=self.k) for m in LEADERBOARD_METRICS if m.format(k=self.k) in present]
+        return [m.format(k=self.k) for m in metrics if m.format(k=self.k) in present]
 
-    def markdown(self) -> str:
-        names = self.metric_names()
+    def markdown(
+        self, metrics: Sequence[str] = LEADERBOARD_METRICS, cost_columns: Sequence[str] = COST_COLUMNS
+    ) -> str:
+        """The table; `metrics`/`cost_columns` choose the columns (SUMMARY_METRICS for a terminal)."""
+        names = self.metric_names(metrics)
         lines = [f"## {self.title}", ""]
         if self.rows:
             r0 = self.rows[0]
@@ -82,7 +87,7 @@ class Leaderboard:
                 f"with 95% bootstrap confidence intervals over questions. Sorted by `{self.sort_by}`."
             )
             lines.append("")
-        header = ["config", "mode", *names, *COST_COLUMNS, "p95 ms"]
+        header = ["config", "mode", *names, *cost_columns, "p95 ms"]
         lines.append("| " + " | ".join(header) + " |")
         lines.append("|" + "---|" * len(header))
         for row in self.rows:
@@ -95,7 +100,7 @@ class Leaderboard:
                     cells.append(f"{est['mean']:.0f}")
                 else:
                     cells.append(format_estimate(_Est(est)))
-            for column in COST_COLUMNS:
+            for column in cost_columns:
                 value = row.cost.get(column)
                 if value is None:
                     cells.append("–")

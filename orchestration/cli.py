@@ -75,8 +75,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if board:
         _print()
         _print(board)
+        if summary.get("full_table"):
+            _print(f"\nAll metrics with cost: {summary['full_table']}")
         if summary.get("chart"):
-            _print(f"\nChart: {summary['chart']}")
+            _print(f"Chart: {summary['chart']}")
     return 0 if result.success else 1
 
 
@@ -104,8 +106,9 @@ def _run_summary(result) -> dict:
                 for k in ("added", "changed", "deleted", "unchanged", "failed")
             )
         elif key[-1] == "leaderboard":
-            summary["leaderboard"] = meta.get("leaderboard")
+            summary["leaderboard"] = meta.get("summary") or meta.get("leaderboard")
             summary["chart"] = meta.get("chart_path")
+            summary["full_table"] = meta.get("markdown_path")
     return summary
 
 
