@@ -125,6 +125,9 @@ class IndexSpec:
         return f"{self.collection}/{self.config.name}"
 
 
+# The search mode picks the fusion (`hybrid` = reciprocal rank fusion, `hybrid_weighted` = weighted
+# min-max-normalised scores); the config gives their parameters.
+_HYBRID_KEYS = {"rrf_k", "weight", "candidates"}
 _INDEX_KEYS = {
     "chunker",
     "embedding_model",
@@ -156,6 +159,12 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
         if unknown:
             raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)}; allowed {sorted(_INDEX_KEYS)}")
         merged = _deep_merge(defaults, entry)
+        unknown_hybrid = set(merged.get("hybrid") or {}) - _HYBRID_KEYS
+        if unknown_hybrid:
+            raise ConfigError(
+                f"{where}.hybrid: unknown field(s) {sorted(unknown_hybrid)}; allowed {sorted(_HYBRID_KEYS)} "
+                "(the search mode chooses the fusion: hybrid = RRF, hybrid_weighted = weighted scores)"
+            )
         chunker = merged.get("chunker")
         if not isinstance(chunker, dict) or "strategy" not in chunker:
             raise ConfigError(f"{where}.chunker: must be a mapping with a `strategy`")

@@ -13,7 +13,7 @@ INDEXES = {
         "embedding_model": "all-MiniLM-L6-v2",
         "embedder": {"backend": "torch", "batch_size": 32},
         "bm25": {"k1": 1.5, "b": 0.75, "epsilon": 0.25, "analyzer": "english"},
-        "hybrid": {"fusion": "rrf", "rrf_k": 60, "candidates": 50},
+        "hybrid": {"rrf_k": 60, "candidates": 50},
     },
     "indexes": {
         "token-48": {

@@ -167,7 +167,7 @@ def test_config_change_rebuilds_everything(store, embedder) -> None:
 
 def test_readers_see_the_old_or_the_new_index_never_a_mix(store, embedder) -> None:
     """A reader hammering hybrid search while a full re-index publishes: every answer is one generation."""
-    spec = make_spec(hybrid={"fusion": "rrf", "rrf_k": 60, "candidates": 400})
+    spec = make_spec(hybrid={"rrf_k": 60, "candidates": 400})
     n_docs, n_paragraphs = 40, 10
 
     def corpus(generation: str) -> list[Document]:
