@@ -654,11 +654,12 @@ def build_leaderboard_asset(collection: CollectionConfig, specs: Sequence[IndexS
         return MaterializeResult(
             metadata={
                 "leaderboard": MetadataValue.md(board.markdown()),
-                "summary": MetadataValue.md(board.markdown(SUMMARY_METRICS, cost_columns=("chunks",))),
-                "markdown_path": MetadataValue.path(str(out_dir / "leaderboard.md")),
                 "chart": MetadataValue.md(f"![leaderboard chart](data:image/png;base64,{chart})"),
                 "chart_path": MetadataValue.path(str(png)),
                 "csv_path": MetadataValue.path(str(out_dir / "leaderboard.csv")),
+                "markdown_path": MetadataValue.path(str(out_dir / "leaderboard.md")),
+                # The short view `chunkyard demo` prints.
+                "summary": MetadataValue.md(board.markdown(SUMMARY_METRICS, cost_columns=("chunks",))),
                 "indexes": len(specs),
             }
         )
