@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chunkyard-installed
 
-.PHONY: install demo test ui serve eval bench bench-chunking bench-query lint clean
+.PHONY: install demo test ui serve eval bench bench-chunking bench-query bench-embedder bench-incremental lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,13 +30,20 @@ serve: $(STAMP)
 eval: $(STAMP)
 	$(BIN)/chunkyard eval --dataset chroma_general --protocol chroma
 
-bench: bench-chunking bench-query
+# Benchmarks write their tables to benchmarks/results/ (bench-query at 1M chunks takes ~30 min here).
+bench: bench-chunking bench-embedder bench-incremental bench-query
 
 bench-chunking: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_chunking
 
 bench-query: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_query
+
+bench-embedder: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_embedder
+
+bench-incremental: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_incremental
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
