@@ -11,22 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evaluation.runner import EvaluationReport, format_estimate
+from evaluation.runner import TABLE_METRICS, EvaluationReport, format_estimate
 
-LEADERBOARD_METRICS = (
-    "hit_at_{k}",
-    "mrr_at_{k}",
-    "recall_at_{k}",
-    "precision_at_{k}",
-    "iou_at_{k}",
-    "chroma_precision_at_{k}",
-    "chroma_iou_at_{k}",
-    "recall_at_20",
-    "failure_rate_at_20",
-    "budget_recall_1024",
-    "budget_recall_2048",
-    "context_tokens_at_{k}",
-)
+# The runner's headline metrics, then the failure rate and the context the top k costs.
+LEADERBOARD_METRICS = (*TABLE_METRICS, "failure_rate_at_20", "context_tokens_at_{k}")
 COST_COLUMNS = (
     "chunks",
     "mean_chunk_tokens",
