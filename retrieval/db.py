@@ -25,8 +25,35 @@ def embedded_database_url(data_dir: str | Path | None = None) -> str:
     path.mkdir(parents=True, exist_ok=True)
     key = str(path.resolve())
     if key not in _servers:
-        _servers[key] = pgserver.get_server(key)
+        server = pgserver.get_server(key)
+        _apply_shared_buffers(server, os.environ.get("CHUNKYARD_PG_SHARED_BUFFERS"))
+        _servers[key] = server
     return _servers[key].get_uri()  # type: ignore[attr-defined]
+
+
+def _apply_shared_buffers(server: object, wanted: str | None) -> None:
+    """Give the embedded server the shared_buffers asked for (CHUNKYARD_PG_SHARED_BUFFERS).
+
+    pgserver starts Postgres with 128 MB of shared buffers; a million-chunk HNSW index (~2 GB)
+    then lives in the OS cache and every query copies pages in. The setting needs a restart, done
+    once, when it differs from the running value (connected clients of this server reconnect).
+    """
+    if not wanted:
+        return
+    from pgserver._commands import pg_ctl
+    from psycopg import sql
+
+    with psycopg.connect(server.get_uri(), autocommit=True) as conn:  # type: ignore[attr-defined]
+        try:
+            same = conn.execute(
+                "SELECT pg_size_bytes(current_setting('shared_buffers')) = pg_size_bytes(%s)", (wanted,)
+            ).fetchone()[0]
+        except psycopg.errors.InvalidParameterValue as error:
+            raise ValueError(f"CHUNKYARD_PG_SHARED_BUFFERS={wanted!r} is not a size: {error}") from None
+        if same:
+            return
+        conn.execute(sql.SQL("ALTER SYSTEM SET shared_buffers = {}").format(sql.Literal(wanted)))
+    pg_ctl(["-w", "restart"], pgdata=server.pgdata, user=server.system_user)  # type: ignore[attr-defined]
 
 
 def database_url() -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -90,3 +92,21 @@ def test_index_names() -> None:
     assert split_index_name("chroma_general/token-256") == "chroma_general/token-256"
     with pytest.raises(ValueError, match="index"):
         split_index_name("")
+
+
+def test_embedded_server_takes_the_shared_buffers_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CHUNKYARD_PG_SHARED_BUFFERS restarts the embedded server once with that size; nonsense is refused."""
+    import psycopg
+
+    from retrieval.db import embedded_database_url
+
+    monkeypatch.setenv("CHUNKYARD_PG_SHARED_BUFFERS", "256MB")
+    url = embedded_database_url(tmp_path / "pg-buffers")
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SHOW shared_buffers").fetchone()[0] == "256MB"
+
+    monkeypatch.setenv("CHUNKYARD_PG_SHARED_BUFFERS", "lots")
+    with pytest.raises(ValueError, match="CHUNKYARD_PG_SHARED_BUFFERS"):
+        embedded_database_url(tmp_path / "pg-buffers-bad")
