@@ -1,24 +1,35 @@
 """Query benchmark: load/build time, p50/p95 latency per mode, HNSW recall, BM25 vs rank-bm25.
 
 Corpus (real-derived, as issue 4 asks): the five Chroma corpora are cut into overlapping windows
-of the embedding model's tokens (default 64 tokens, stride 16: ~24k real chunks) and embedded
+of the embedding model's tokens (default 64 tokens, stride 16: ~23k real chunks) and embedded
 with the real all-MiniLM-L6-v2 (ONNX fp32 backend: the same vectors as torch, faster; cached in
 the benchmark database's embedding cache so reruns skip it). The corpus is expanded to N chunks
-by copies: copy c of real chunk i gets the vector normalise(v_i + sigma * g) with g ~ N(0, I/dim)
-(sigma 0.25: cosine to the original ~0.97) and the text of chunk i with ~10% of its words dropped
-(a seeded choice), so BM25 statistics stay realistic too. Each copy of a corpus is one document
-whose text is its chunks joined by blank lines, so every span is exact.
+by copies of the real chunks, two ways (`--expansion`):
+
+- `noise`: copy c of real chunk i gets normalise(v_i + sigma * g), g ~ N(0, I/dim) (sigma 0.25:
+  cosine to the original ~0.97). Every real chunk becomes a tight ball of ~N/23k near-ties in
+  random directions: the adversarial case for a graph index.
+- `mix`: copy c of real chunk i gets normalise((1 - t) * v_i + t * v_j), j one of i's 10 nearest
+  real chunks and t ~ U(0, 0.5): new points on the segments between related real passages, so the
+  expanded set keeps the real data's shape (what a bigger corpus on the same topics looks like).
+
+Either way the copy's text is chunk i's with ~10% of its words dropped (a seeded choice), so BM25
+statistics stay realistic too. Each copy of a corpus is one document whose text is its chunks
+joined by blank lines, so every span is exact.
 
 Everything is loaded through the real indexing path (stage_chunks with the vectors precomputed,
 stage_bm25, publish: binary COPY, one transaction, HNSW built after the load) into a separate
 embedded Postgres under CHUNKYARD_HOME/bench-pg (or CHUNKYARD_BENCH_DATABASE_URL).
 
-Queries: 200 real questions from Chroma's questions_df.csv (seeded sample). Latency is measured
-per query in-process (Searcher), query embedding included and also reported separately.
+Queries: 200 real questions from Chroma's questions_df.csv (seeded sample). Before measuring,
+each index gets warm-up traffic, as a running service would: the other 272 questions and 2,000
+real passages (seeded sample) as queries, dense at the largest ef_search and BM25; none of them
+is measured. Latency is measured per query in-process (Searcher), query embedding
+included and also reported separately.
 Recall@10 of HNSW is against exact cosine search (numpy over the same stored vectors).
 rank-bm25 `BM25Okapi.get_scores` is timed on the same tokens; our scores are checked against it.
 
-    python -m benchmarks.bench_query [--sizes 100000,300000] [--questions 200]
+    python -m benchmarks.bench_query [--sizes 100000,1000000] [--expansions noise,mix] [--reuse]
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 CORPORA = ("state_of_the_union", "wikitexts", "chatlogs", "finance", "pubmed")
+EXPANSIONS = ("noise", "mix")
 
 
 def data_dir() -> Path:
@@ -52,12 +64,12 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
-def load_questions(n: int, seed: int) -> list[str]:
+def load_questions(n: int, seed: int) -> tuple[list[str], list[str]]:
+    """A seeded sample of n questions to measure, and the remaining ones (used to warm up)."""
     with open(data_dir() / "questions_df.csv", encoding="utf-8", newline="") as handle:
         questions = [row["question"] for row in csv.DictReader(handle)]
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(questions))[:n]
-    return [questions[i] for i in order]
+    order = np.random.default_rng(seed).permutation(len(questions))
+    return [questions[i] for i in order[:n]], [questions[i] for i in order[n:]]
 
 
 def base_chunks(size: int, overlap: int) -> list[tuple[str, str]]:
@@ -97,25 +109,59 @@ def embed_base(store: Any, embedder: Any, texts: list[str]) -> np.ndarray:
     return np.stack([cached[h] for h in hashes]).astype(np.float32)
 
 
+def nearest_neighbours(vectors: np.ndarray, k: int, block: int = 2048) -> np.ndarray:
+    """Indices of each vector's k nearest others by cosine (exact, blockwise)."""
+    out = np.empty((len(vectors), k), dtype=np.int64)
+    for start in range(0, len(vectors), block):
+        sims = vectors[start : start + block] @ vectors.T
+        sims[np.arange(len(sims)), np.arange(start, start + len(sims))] = -np.inf
+        top = np.argpartition(-sims, k, axis=1)[:, :k]
+        order = np.argsort(-np.take_along_axis(sims, top, axis=1), axis=1)
+        out[start : start + block] = np.take_along_axis(top, order, axis=1)
+    return out
+
+
 class ExpandedCorpus:
     """N chunks derived from the real ones: copies with perturbed vectors and word-dropped texts."""
 
     def __init__(
-        self, base: list[tuple[str, str]], vectors: np.ndarray, n: int, sigma: float, seed: int
+        self,
+        base: list[tuple[str, str]],
+        vectors: np.ndarray,
+        n: int,
+        expansion: str,
+        sigma: float,
+        seed: int,
     ) -> None:
+        if expansion not in EXPANSIONS:
+            raise ValueError(f"expansion must be one of {EXPANSIONS}, got {expansion!r}")
         self.base = base
         self.base_vectors = vectors
         self.n = n
         self.copies = -(-n // len(base))
+        self.expansion = expansion
         self.sigma = sigma
         self.seed = seed
+        self.neighbours = nearest_neighbours(vectors, 10) if expansion == "mix" else None
+
+    def perturb(self, i: int, rng: np.random.Generator) -> np.ndarray:
+        """The vector of one copy of real chunk i."""
+        vector = self.base_vectors[i]
+        if self.expansion == "noise":
+            dim = vector.shape[0]
+            vector = vector + self.sigma * rng.standard_normal(dim).astype(np.float32) / np.sqrt(dim)
+        else:
+            j = self.neighbours[i][rng.integers(self.neighbours.shape[1])]
+            t = rng.uniform(0.0, 0.5)
+            vector = (1.0 - t) * vector + t * self.base_vectors[j]
+        return (vector / np.linalg.norm(vector)).astype(np.float32)
 
     def documents_and_chunks(self, config_key: str) -> tuple[list[Any], dict[str, list[Any]], np.ndarray]:
         """Documents (one per corpus copy), their chunks (vectors precomputed), all vectors in chunk order."""
         from chunking.types import Chunk, Document
 
         rng = np.random.default_rng(self.seed)
-        dim = self.base_vectors.shape[1]
+        copy_cosines: list[float] = []
         documents: list[Any] = []
         chunks_by_doc: dict[str, list[Any]] = {}
         all_vectors = []
@@ -131,8 +177,8 @@ class ExpandedCorpus:
                     keep = rng.random(len(words)) >= 0.1
                     keep[0] = True
                     text = " ".join(w for w, k in zip(words, keep, strict=True) if k)
-                    vector = vector + self.sigma * rng.standard_normal(dim).astype(np.float32) / np.sqrt(dim)
-                    vector = vector / np.linalg.norm(vector)
+                    vector = self.perturb(i, rng)
+                    copy_cosines.append(float(vector @ self.base_vectors[i]))
                 by_corpus.setdefault(corpus, []).append((text, vector.astype(np.float32)))
                 produced += 1
             for corpus, items in by_corpus.items():
@@ -150,6 +196,7 @@ class ExpandedCorpus:
                     Document(doc_id, "\n\n".join(pieces), metadata={"corpus": corpus, "copy": copy})
                 )
                 chunks_by_doc[doc_id] = chunks
+        self.copy_cosine_quartiles = [float(q) for q in np.percentile(copy_cosines or [1.0], [25, 50, 75])]
         return documents, chunks_by_doc, np.stack(all_vectors)
 
 
@@ -229,25 +276,36 @@ def run_size(
     base: list[tuple[str, str]],
     base_vectors: np.ndarray,
     n: int,
+    expansion: str,
     args: Any,
     questions: list[str],
+    warmup: list[str],
 ) -> dict[str, Any]:
     from retrieval import bm25 as bm25_lib
     from retrieval.search import Searcher
 
-    name = f"n{n}"
-    log(f"== {n} chunks: build")
+    name = variant_name(n, expansion, args)
+    log(f"== {name}: build")
     existing = store.index_info(f"bench-{name}/{name}")
-    if args.reuse and existing and existing["chunk_count"] == n and n in args.previous_builds:
+    if args.reuse and existing and existing["chunk_count"] == n and name in args.previous_builds:
         from retrieval.config import IndexConfig, IndexSpec
 
         log("  reusing the index built by a previous run (build times from that run)")
         spec = IndexSpec(f"bench-{name}", IndexConfig(**{k: v for k, v in existing["config"].items()}))
-        build_timings = args.previous_builds[n]
+        build_timings = args.previous_builds[name]
     else:
-        corpus = ExpandedCorpus(base, base_vectors, n, args.sigma, args.seed)
+        corpus = ExpandedCorpus(base, base_vectors, n, expansion, args.sigma, args.seed)
         spec, build_timings, _ = build(store, embedder, corpus, name)
-    out: dict[str, Any] = {"chunks": n, "build": build_timings}
+        build_timings["copy_cosine_to_original_quartiles"] = corpus.copy_cosine_quartiles
+    out: dict[str, Any] = {
+        "name": name,
+        "chunks": n,
+        "expansion": expansion,
+        "sigma": args.sigma if expansion == "noise" else None,
+        "hnsw_m": args.hnsw_m,
+        "hnsw_ef_construction": args.hnsw_ef_construction,
+        "build": build_timings,
+    }
     info = store.index_info(spec.name)
     out["index_info"] = {k: info[k] for k in ("chunk_count", "bm25_vocabulary", "document_count", "version")}
     with store.connection() as conn:
@@ -262,6 +320,10 @@ def run_size(
     searcher = Searcher(store, embedder, bm25_backend="sql")
     memory_searcher = Searcher(store, embedder, bm25_backend="memory")
     out["bm25_memory_load_s"] = memory_searcher.warm(spec.name)
+    log(f"  warm-up: {len(warmup)} queries, dense (ef_search={max(args.ef_search)}) and BM25")
+    for question in warmup:
+        searcher.search(question, spec.name, k=10, mode="dense", ef_search=max(args.ef_search))
+        memory_searcher.search(question, spec.name, k=10, mode="bm25")
 
     # recall@10 of HNSW vs exact cosine (numpy over the stored vectors, in corpus order)
     with store.connection() as conn, conn.cursor(binary=True) as cur:
@@ -353,18 +415,30 @@ def run_size(
     return out
 
 
+def column_label(entry: dict[str, Any]) -> str:
+    """'1,000,000 chunks, mix, m=16, efc=64' (older entries: noise, m=16, efc=64)."""
+    expansion = entry.get("expansion", "noise")
+    if expansion == "noise":
+        expansion += f" σ={entry.get('sigma') or 0.25}"
+    m, efc = entry.get("hnsw_m", 16), entry.get("hnsw_ef_construction", 64)
+    return f"{entry['chunks']:,} chunks, {expansion}, m={m}, efc={efc}"
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [
         "# Query benchmark",
         "",
         f"Machine: {report['machine']}. Corpus: {report['base_chunks']} real chunks "
         f"({report['base_size']} model tokens, stride {report['base_size'] - report['base_overlap']}) of the Chroma "
-        f"corpora, embedded with {report['embedder']}; expanded by perturbed copies (sigma {report['sigma']}). "
-        f"{report['questions']} real Chroma questions, k=10. Latency includes query embedding unless noted.",
+        f"corpora, embedded with {report['embedder']}; expanded by copies (`noise`: Gaussian perturbation; "
+        f"`mix`: interpolation towards a real neighbour; see the module docstring). "
+        f"{report['questions']} real Chroma questions, k=10, measured after a warm-up on the other questions. "
+        f"Postgres: shared_buffers {report.get('shared_buffers', '128MB')}, maintenance_work_mem "
+        f"{report.get('maintenance_work_mem', '2GB')} for the HNSW build. Latency includes query embedding unless noted.",
         "",
     ]
     sizes = report["sizes"]
-    header = "| | " + " | ".join(f"{s['chunks']:,} chunks" for s in sizes) + " |"
+    header = "| | " + " | ".join(column_label(s) for s in sizes) + " |"
     lines += [header, "|---" * (len(sizes) + 1) + "|"]
 
     def row(label: str, values: list[str]) -> None:
@@ -375,6 +449,13 @@ def markdown(report: dict[str, Any]) -> str:
         row(f"  {step.replace('_s', '')} (s)", [f"{s['build'][step]:.1f}" for s in sizes])
     row("partition size (MB)", [f"{s['partition_bytes'] / 1e6:.0f}" for s in sizes])
     row("HNSW size (MB)", [f"{s['hnsw_bytes'] / 1e6:.0f}" for s in sizes])
+    row(
+        "cosine of a copy to its real chunk (quartiles)",
+        [
+            " / ".join(f"{q:.3f}" for q in s["build"].get("copy_cosine_to_original_quartiles", [])) or "–"
+            for s in sizes
+        ],
+    )
     efs = sorted({ef for s in sizes for ef in s["dense"]}, key=lambda e: int(e.split("=")[1]))
     for ef in efs:
         missing = {"recall_at_10": float("nan"), "p50_ms_without_query_embedding": float("nan")}
@@ -415,18 +496,41 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def variant_name(n: int, expansion: str, args: Any) -> str:
+    """Index name of one benchmark variant: the size, then every non-default choice."""
+    name = f"n{n}"
+    if expansion != "noise":
+        name += f"-{expansion}"
+    if (args.hnsw_m, args.hnsw_ef_construction) != (16, 64):
+        name += f"-m{args.hnsw_m}-efc{args.hnsw_ef_construction}"
+    return name
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--sizes", default="100000,300000", help="comma-separated chunk counts")
+    parser.add_argument("--sizes", default="100000,1000000", help="comma-separated chunk counts")
     parser.add_argument("--questions", type=int, default=200)
     parser.add_argument("--base-size", type=int, default=64)
     parser.add_argument("--base-overlap", type=int, default=48)
-    parser.add_argument("--sigma", type=float, default=0.25)
+    parser.add_argument(
+        "--expansions",
+        type=lambda s: [x for x in s.split(",") if x],
+        default=list(EXPANSIONS),
+        help=f"comma-separated, from {EXPANSIONS}; each is built and measured at every size",
+    )
+    parser.add_argument("--sigma", type=float, default=0.25, help="noise expansion only")
+    parser.add_argument("--hnsw-m", type=int, default=16)
+    parser.add_argument("--hnsw-ef-construction", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--ef-search", type=lambda s: [int(x) for x in s.split(",")], default=[40, 100, 200])
+    parser.add_argument(
+        "--ef-search", type=lambda s: [int(x) for x in s.split(",")], default=[40, 100, 200, 400, 800]
+    )
     parser.add_argument("--default-ef", type=int, default=100)
+    parser.add_argument(
+        "--warmup-passages", type=int, default=2000, help="real passages run as warm-up queries per index"
+    )
     parser.add_argument("--rerank-questions", type=int, default=50)
     parser.add_argument("--rank-bm25-questions", type=int, default=10)
     parser.add_argument(
@@ -441,7 +545,11 @@ def main(argv: list[str] | None = None) -> int:
     if not (data_dir() / "questions_df.csv").is_file():
         print(f"bench_query: Chroma data not found in {data_dir()}; set CHUNKYARD_DATA", file=sys.stderr)
         return 2
-    os.environ.setdefault("CHUNKYARD_MAINTENANCE_WORK_MEM", "2GB")
+    # a 1M-chunk graph (~2 GB) must fit in memory while it is built, and stay in shared buffers after
+    os.environ.setdefault("CHUNKYARD_MAINTENANCE_WORK_MEM", "8GB")
+    os.environ.setdefault("CHUNKYARD_PG_SHARED_BUFFERS", "6GB")
+    os.environ["CHUNKYARD_HNSW_M"] = str(args.hnsw_m)
+    os.environ["CHUNKYARD_HNSW_EF_CONSTRUCTION"] = str(args.hnsw_ef_construction)
     from retrieval.db import chunkyard_home, embedded_database_url
     from retrieval.embedder import Embedder
     from retrieval.store import Store
@@ -452,12 +560,17 @@ def main(argv: list[str] | None = None) -> int:
     store = Store(url)
     store.migrate()
     embedder = Embedder(backend=args.backend, batch_size=64)
-    questions = load_questions(args.questions, args.seed)
+    questions, warmup = load_questions(args.questions, args.seed)
     log("chunking the Chroma corpora")
     base = base_chunks(args.base_size, args.base_overlap)
     if args.max_base:
         base = base[: args.max_base]
     log(f"{len(base)} real chunks")
+    # warm-up traffic: the questions not measured, then real passages as queries (none is measured)
+    picks = np.random.default_rng(args.seed + 1).choice(
+        len(base), size=min(args.warmup_passages, len(base)), replace=False
+    )
+    warmup += [base[i][1] for i in picks]
     base_vectors = embed_base(store, embedder, [t for _, t in base])
     report: dict[str, Any] = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
@@ -465,21 +578,28 @@ def main(argv: list[str] | None = None) -> int:
         "base_chunks": len(base),
         "base_size": args.base_size,
         "base_overlap": args.base_overlap,
-        "sigma": args.sigma,
         "questions": len(questions),
+        "shared_buffers": os.environ["CHUNKYARD_PG_SHARED_BUFFERS"],
+        "maintenance_work_mem": os.environ["CHUNKYARD_MAINTENANCE_WORK_MEM"],
         "sizes": [],
     }
     previous = RESULTS_DIR / "query.json"
     previous_sizes = json.loads(previous.read_text()).get("sizes", []) if previous.is_file() else []
-    args.previous_builds = {entry["chunks"]: entry["build"] for entry in previous_sizes}
+    args.previous_builds = {
+        entry.get("name", f"n{entry['chunks']}"): entry["build"] for entry in previous_sizes
+    }
     if args.append:
         report["sizes"] = previous_sizes
-    for n in [int(x) for x in args.sizes.split(",")]:
+    unknown = set(args.expansions) - set(EXPANSIONS)
+    if unknown:
+        parser.error(f"--expansions: unknown {sorted(unknown)}; choose from {EXPANSIONS}")
+    variants = [(int(x), e) for x in args.sizes.split(",") for e in args.expansions]
+    for n, expansion in variants:
         load_before = os.getloadavg()[0]
-        result = run_size(store, embedder, base, base_vectors, n, args, questions)
+        result = run_size(store, embedder, base, base_vectors, n, expansion, args, questions, warmup)
         result["load_average_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
-        report["sizes"] = [s for s in report["sizes"] if s["chunks"] != n] + [result]
-        report["sizes"].sort(key=lambda s: s["chunks"])
+        report["sizes"] = [s for s in report["sizes"] if s.get("name") != result["name"]] + [result]
+        report["sizes"].sort(key=lambda s: (s["chunks"], s["name"]))
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         (RESULTS_DIR / "query.json").write_text(json.dumps(report, indent=2))
         (RESULTS_DIR / "query.md").write_text(markdown(report))
