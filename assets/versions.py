@@ -30,7 +30,13 @@ SOURCES: dict[str, tuple[str, ...]] = {
     ),
     "bm25": ("retrieval/bm25.py", "retrieval/analyzer.py", "retrieval/indexing.py", "assets/factory.py"),
     "index": ("retrieval/indexing.py", "retrieval/store.py", "assets/factory.py", "assets/checks.py"),
-    "evaluation": ("evaluation/**/*.py", "retrieval/search.py", "retrieval/hybrid.py", "assets/factory.py"),
+    "evaluation": (
+        "evaluation/**/*.py",
+        "retrieval/search.py",
+        "retrieval/context.py",
+        "retrieval/hybrid.py",
+        "assets/factory.py",
+    ),
     "leaderboard": ("evaluation/reports.py", "assets/factory.py"),
 }
 
@@ -84,5 +90,6 @@ def index_settings(config: Any, kind: str) -> dict[str, Any]:
             "bm25": config.bm25,
             "hybrid": config.hybrid,
             "rerank": config.rerank,
+            "context_scoring": config.context_scoring,
         }
     raise ValueError(f"unknown index asset kind {kind!r}")

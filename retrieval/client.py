@@ -76,6 +76,8 @@ class Client:
         rrf_k: int | None = None,
         weight: float | None = None,
         ef_search: int | None = None,
+        context_weight: float | None = None,
+        context_neighbours: int | None = None,
     ) -> list[SearchResult]:
         body: dict[str, Any] = {"query": query, "index": index, "k": k, "mode": mode}
         optional = {
@@ -86,6 +88,8 @@ class Client:
             "rrf_k": rrf_k,
             "weight": weight,
             "ef_search": ef_search,
+            "context_weight": context_weight,
+            "context_neighbours": context_neighbours,
         }
         body.update({key: value for key, value in optional.items() if value is not None})
         if include_parent:

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from chunking.models import DEFAULT_MODEL
+from retrieval.context import ContextConfigError, ContextScoring
 
 
 class ConfigError(ValueError):
@@ -63,6 +64,9 @@ class IndexConfig:
     bm25: dict[str, Any] = field(default_factory=dict)
     hybrid: dict[str, Any] = field(default_factory=dict)
     rerank: dict[str, Any] = field(default_factory=dict)
+    # Query-time re-ranking of candidates with the text around them (`retrieval.context`); like
+    # `hybrid`, it does not change the chunks, so it is not part of the config hash.
+    context_scoring: dict[str, Any] = field(default_factory=dict)
     description: str = ""
     # Chunks may exceed the embedding model's input limit (the model truncates them); the
     # token-limit check then reports the truncated share instead of failing.
@@ -90,6 +94,7 @@ class IndexConfig:
             "bm25": self.bm25,
             "hybrid": self.hybrid,
             "rerank": self.rerank,
+            "context_scoring": self.context_scoring,
             "allow_truncation": self.allow_truncation,
         }
 
@@ -135,6 +140,7 @@ _INDEX_KEYS = {
     "bm25",
     "hybrid",
     "rerank",
+    "context_scoring",
     "description",
     "allow_truncation",
 }
@@ -165,6 +171,11 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
                 f"{where}.hybrid: unknown field(s) {sorted(unknown_hybrid)}; allowed {sorted(_HYBRID_KEYS)} "
                 "(the search mode chooses the fusion: hybrid = RRF, hybrid_weighted = weighted scores)"
             )
+        context_scoring = merged.get("context_scoring") or {}
+        try:
+            ContextScoring.from_config(context_scoring, where=f"{where}.context_scoring")
+        except ContextConfigError as exc:
+            raise ConfigError(str(exc)) from exc
         chunker = merged.get("chunker")
         if not isinstance(chunker, dict) or "strategy" not in chunker:
             raise ConfigError(f"{where}.chunker: must be a mapping with a `strategy`")
@@ -176,6 +187,7 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
             bm25=merged.get("bm25") or {},
             hybrid=merged.get("hybrid") or {},
             rerank=merged.get("rerank") or {},
+            context_scoring=context_scoring,
             description=merged.get("description", ""),
             allow_truncation=_as_bool(merged.get("allow_truncation", False), f"{where}.allow_truncation"),
         )

@@ -1,4 +1,4 @@
-"""Search one published index: dense (HNSW), BM25, hybrid (RRF or weighted), MMR, rerank, parents.
+"""Search one published index: dense (HNSW), BM25, hybrid (RRF or weighted), context, MMR, rerank, parents.
 
 Every query reads inside one REPEATABLE READ snapshot, so dense and BM25 candidates come from the
 same index version even while a publish commits. Dense queries go to the index's own partition and
@@ -10,7 +10,6 @@ order by the expression its HNSW index is built on, so the planner uses that gra
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import sys
 import threading
@@ -26,6 +25,14 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from retrieval import bm25 as bm25_lib
+from retrieval.context import (
+    ChunkLayout,
+    ContextConfigError,
+    ContextScoring,
+    fuse_with_context,
+    min_max,
+    score_contexts,
+)
 from retrieval.store import Store, as_array, partition_names, split_index_name
 
 MODES = ("dense", "bm25", "hybrid", "hybrid_weighted")
@@ -77,6 +84,7 @@ class _IndexHandle:
     postings: str
     bm25_params: bm25_lib.Bm25Params
     analyzer: bm25_lib.Analyzer
+    context: ContextScoring = field(default_factory=ContextScoring)
 
 
 def _validate(query: str, k: int, mode: str, filters: Any) -> None:
@@ -121,6 +129,7 @@ class Searcher:
         self._memory: dict[str, bm25_lib.MemoryBm25] = {}
         self._reloading: set[str] = set()
         self._rerankers: dict[str, Any] = {}
+        self._layouts: dict[str, ChunkLayout] = {}
         self._lock = threading.Lock()
 
     # -- resolution --------------------------------------------------------------------------
@@ -148,10 +157,14 @@ class Searcher:
         if version == 0 or not dim:
             raise IndexNotFoundError(f"index {name!r} has not been published yet")
         cached = self._handles.get(name)
-        if cached is not None and cached.version == version:
+        if cached is not None and cached.version == version and cached.config == config:
             return cached
         parts = partition_names(name)
         bm25_config = config.get("bm25") or {}
+        try:
+            context = ContextScoring.from_config(config.get("context_scoring"))
+        except ContextConfigError as exc:
+            raise SearchError(f"index {name!r}: {exc}") from exc
         handle = _IndexHandle(
             name=name,
             version=version,
@@ -161,6 +174,7 @@ class Searcher:
             postings=parts["postings"],
             bm25_params=bm25_lib.Bm25Params.from_config(bm25_config),
             analyzer=bm25_lib.build_analyzer(bm25_config),
+            context=context,
         )
         self._handles[name] = handle
         return handle
@@ -190,6 +204,8 @@ class Searcher:
         rrf_k: int | None = None,
         weight: float | None = None,
         ef_search: int | None = None,
+        context_weight: float | None = None,
+        context_neighbours: int | None = None,
     ) -> list[SearchResult]:
         """Top-k chunks of `index` for `query`. See the module docstring for the modes."""
         return self.search_batch(
@@ -205,6 +221,8 @@ class Searcher:
             rrf_k=rrf_k,
             weight=weight,
             ef_search=ef_search,
+            context_weight=context_weight,
+            context_neighbours=context_neighbours,
         )[0]
 
     def search_batch(
@@ -222,8 +240,14 @@ class Searcher:
         rrf_k: int | None = None,
         weight: float | None = None,
         ef_search: int | None = None,
+        context_weight: float | None = None,
+        context_neighbours: int | None = None,
     ) -> list[list[SearchResult]]:
-        """Like `search` for many queries; all query vectors are computed in one embedding call."""
+        """Like `search` for many queries; all query vectors are computed in one embedding call.
+
+        `context_weight` / `context_neighbours` override the index's `context_scoring` (see
+        `retrieval.context`): candidates are re-ranked with the score of the text around them.
+        """
         if isinstance(queries, str):
             raise SearchError("queries: expected a list of strings, not a single string")
         for query in queries:
@@ -242,11 +266,14 @@ class Searcher:
         weight_value = float(weight if weight is not None else hybrid_cfg.get("weight", 0.5))
         if not 0.0 <= weight_value <= 1.0:
             raise SearchError(f"weight: dense weight must be between 0 and 1, got {weight_value}")
+        context = self._context_settings(handle.context, context_weight, context_neighbours)
         reranker = self._reranker(rerank)
         pool = max(k, self.rerank_candidates if reranker is not None else k)
         if mmr is not None:
             pool = max(pool, min(n_candidates, MAX_K), 2 * k)
-        first_stage = pool if mode in ("dense", "bm25") else max(pool, n_candidates)
+        # Context re-ranking always sees the same candidates, so the top k does not depend on k.
+        single_list = mode in ("dense", "bm25") and not context.enabled
+        first_stage = pool if single_list else max(pool, n_candidates)
 
         needs_vectors = mode != "bm25" or mmr is not None
         query_vectors: np.ndarray | None = None
@@ -283,6 +310,12 @@ class Searcher:
                 started = time.perf_counter()
                 fused = _fuse(mode, dense, lexical, rrf_k_value, weight_value)
                 timings["fuse_ms"] = (time.perf_counter() - started) * 1000
+                if context.enabled and fused:
+                    started = time.perf_counter()
+                    fused = self._with_context(
+                        conn, handle, mode, fused, context, query, qvec, weight_value, rrf_k_value
+                    )
+                    timings["context_ms"] = (time.perf_counter() - started) * 1000
                 started = time.perf_counter()
                 ranked = fused[: first_stage if (reranker is not None or mmr is not None) else k]
                 rows = self._rows(
@@ -331,6 +364,59 @@ class Searcher:
         return results
 
     # -- stages ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _context_settings(
+        configured: ContextScoring, weight: float | None, neighbours: int | None
+    ) -> ContextScoring:
+        """The index's context scoring with any per-request override, validated."""
+        if weight is None and neighbours is None:
+            return configured
+        try:
+            return ContextScoring.checked(
+                configured.weight if weight is None else weight,
+                configured.span,
+                configured.neighbours if neighbours is None else neighbours,
+                where="context",
+            )
+        except ContextConfigError as exc:
+            raise SearchError(str(exc).replace("context.", "context_", 1)) from exc
+
+    def _layout(self, conn: Any, handle: _IndexHandle) -> ChunkLayout:
+        """The index's chunks in document order at exactly `handle.version` (loaded in the snapshot)."""
+        layout = self._layouts.get(handle.name)
+        if layout is None or layout.version != handle.version:
+            layout = ChunkLayout.load(conn, handle.chunks, handle.version)
+            with self._lock:
+                self._layouts[handle.name] = layout
+        return layout
+
+    def _with_context(
+        self,
+        conn: Any,
+        handle: _IndexHandle,
+        mode: str,
+        fused: list[tuple[str, dict[str, float]]],
+        context: ContextScoring,
+        query: str,
+        qvec: np.ndarray | None,
+        dense_weight: float,
+        rrf_k: float,
+    ) -> list[tuple[str, dict[str, float]]]:
+        evidence = score_contexts(
+            conn,
+            index_name=handle.name,
+            chunks_partition=handle.chunks,
+            postings_partition=handle.postings,
+            dim=handle.dim,
+            layout=self._layout(conn, handle),
+            settings=context,
+            candidates=[cid for cid, _ in fused],
+            terms=handle.analyzer.analyze(query) if mode != "dense" else None,
+            bm25_params=handle.bm25_params,
+            query_vector=qvec if mode != "bm25" else None,
+        )
+        return fuse_with_context(mode, fused, evidence, context, dense_weight=dense_weight, rrf_k=rrf_k)
 
     def _dense(
         self,
@@ -562,21 +648,12 @@ def _fuse(
             entry["rrf"] = sum(1.0 / (rrf_k + entry[r]) for r in ("dense_rank", "bm25_rank") if r in entry)
     else:
         key = "weighted"
-        dense_norm = _min_max(dict(dense))
-        bm25_norm = _min_max(dict(lexical))
+        dense_norm = min_max(dict(dense))
+        bm25_norm = min_max(dict(lexical))
         for cid, entry in scores.items():
             entry["weighted"] = weight * dense_norm.get(cid, 0.0) + (1 - weight) * bm25_norm.get(cid, 0.0)
     order = sorted(scores, key=lambda cid: (-scores[cid][key], cid))
     return [(cid, scores[cid]) for cid in order]
-
-
-def _min_max(values: dict[str, float]) -> dict[str, float]:
-    if not values:
-        return {}
-    low, high = min(values.values()), max(values.values())
-    if math.isclose(high, low):
-        return {cid: 1.0 for cid in values}
-    return {cid: (v - low) / (high - low) for cid, v in values.items()}
 
 
 def _mmr(

@@ -42,6 +42,12 @@ class SearchRequest(BaseModel):
     rrf_k: int | None = Field(None, ge=1, le=10_000)
     weight: float | None = Field(None, ge=0.0, le=1.0)
     ef_search: int | None = Field(None, ge=1, le=1000)
+    context_weight: float | None = Field(
+        None, ge=0.0, le=1.0, description="Weight of the text around each chunk (0 = off)."
+    )
+    context_neighbours: int | None = Field(
+        None, ge=1, le=20, description="Chunks on each side that form a chunk's context."
+    )
 
 
 class SearchResultModel(BaseModel):
@@ -176,6 +182,8 @@ def create_app(
                 rrf_k=request.rrf_k,
                 weight=request.weight,
                 ef_search=request.ef_search,
+                context_weight=request.context_weight,
+                context_neighbours=request.context_neighbours,
             )
         except IndexNotFoundError as exc:
             raise HTTPException(status_code=404, detail=str(exc).strip("'\"")) from exc

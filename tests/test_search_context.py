@@ -1,0 +1,288 @@
+"""Context scoring (`retrieval.context`) on real Postgres and the real model: chunks ranked with their surroundings."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chunking.types import Document
+from retrieval.bm25 import Analyzer
+from retrieval.config import ConfigError, IndexConfig, IndexSpec, load_index_configs
+from retrieval.indexing import build_index
+from retrieval.search import Searcher, SearchError
+from retrieval.store import Store
+from tests.test_indexing_support import ParagraphChunker
+
+DOCUMENTS = {
+    "volcano.md": [
+        "Volcanoes erupt when magma rises through cracks in the crust.",
+        "Its slopes are covered in grey ash and nothing grows there for years.",
+        "The magma chamber of the volcano lies five kilometres below the summit.",
+    ],
+    "orchestra.md": [
+        "The violinist tuned her instrument before the concert began.",
+        "The audience waited in silence while the lights dimmed.",
+        "Then the orchestra played a symphony about the sea.",
+    ],
+    "kitchen.md": [
+        "A good sourdough needs a lively starter, flour, water and patience.",
+        "Knead the dough, let it rest overnight and bake it in a hot oven.",
+        "Crust colour comes from sugars caramelising in the heat of the oven.",
+    ],
+    "hiking.md": [
+        "The trail climbs through pine forest to a grey ridge.",
+        "Hikers carry water, a map and a warm jacket for the summit.",
+        "From the top the whole valley is visible on a clear day.",
+    ],
+}
+BM25 = {"k1": 1.5, "b": 0.75, "epsilon": 0.25, "analyzer": "english"}
+
+
+def _spec(collection: str, name: str, context_scoring: dict | None = None) -> IndexSpec:
+    config = IndexConfig(
+        name=name,
+        chunker={"strategy": "paragraph-test"},
+        bm25=BM25,
+        hybrid={"weight": 0.5, "candidates": 50},
+        context_scoring=context_scoring or {},
+    )
+    return IndexSpec(collection, config)
+
+
+@pytest.fixture(scope="module")
+def store(pg_url: str) -> Store:
+    store = Store(pg_url)
+    store.migrate()
+    return store
+
+
+@pytest.fixture(scope="module")
+def collection(store: Store) -> str:
+    name = f"ctx{uuid.uuid4().hex[:8]}"
+    docs = [Document(doc_id, "\n\n".join(paragraphs)) for doc_id, paragraphs in DOCUMENTS.items()]
+    store.sync_documents(name, docs, [])
+    return name
+
+
+@pytest.fixture(scope="module")
+def plain_index(store: Store, embedder, collection: str) -> IndexSpec:
+    spec = _spec(collection, "plain")
+    build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
+    return spec
+
+
+@pytest.fixture(scope="module")
+def context_index(store: Store, embedder, collection: str) -> IndexSpec:
+    """Same chunks (same config hash, so same chunk ids); context scoring on in the config."""
+    spec = _spec(collection, "with-context", {"weight": 0.6, "span": "neighbours", "neighbours": 1})
+    build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
+    return spec
+
+
+@pytest.fixture(scope="module")
+def searcher(store: Store, embedder) -> Searcher:
+    return Searcher(store, embedder)
+
+
+def _chunk_texts(store: Store, spec: IndexSpec) -> dict[str, tuple[str, int, str]]:
+    """chunk_id -> (doc_id, start, text) straight from the partition."""
+    with store.connection() as conn:
+        rows = conn.execute(
+            "SELECT chunk_id, doc_id, start, text FROM chunks WHERE index_name = %s", (spec.name,)
+        ).fetchall()
+    return {cid: (doc, start, text) for cid, doc, start, text in rows}
+
+
+def _rank(results, text: str) -> int:
+    return next(r.rank for r in results if r.text == text)
+
+
+def test_a_chunk_missing_the_query_words_is_ranked_up_by_its_context(plain_index, searcher) -> None:
+    query = "where is the magma of a volcano"
+    ash = DOCUMENTS["volcano.md"][1]  # shares no word with the query; both neighbours do
+    plain = searcher.search(query, plain_index.name, k=12, mode="hybrid_weighted")
+    with_context = searcher.search(query, plain_index.name, k=12, mode="hybrid_weighted", context_weight=0.6)
+    assert "bm25" not in next(r for r in plain if r.text == ash).scores
+    assert _rank(with_context, ash) < _rank(plain, ash)
+    assert _rank(with_context, ash) <= 3
+    # the chunks that hold the words stay on top: context adds evidence, it does not replace it
+    assert {r.text for r in with_context[:3]} == set(DOCUMENTS["volcano.md"])
+
+
+@pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid", "hybrid_weighted"])
+def test_weight_zero_is_the_plain_mode(plain_index, searcher, mode: str) -> None:
+    for query in ("magma volcano", "bread in the oven", "a grey summit"):
+        plain = searcher.search(query, plain_index.name, k=8, mode=mode)
+        zero = searcher.search(query, plain_index.name, k=8, mode=mode, context_weight=0.0)
+        assert [(r.chunk_id, r.scores) for r in zero] == [(r.chunk_id, r.scores) for r in plain]
+
+
+def test_the_index_config_turns_it_on_and_chunks_stay_exact_spans(
+    store, plain_index, context_index, searcher
+) -> None:
+    assert plain_index.config.config_hash == context_index.config.config_hash  # same chunk ids
+    docs = {d.id: d.text for d in store.documents(context_index.collection)}
+    known_ids = set(_chunk_texts(store, plain_index))
+    for mode in ("dense", "bm25", "hybrid", "hybrid_weighted"):
+        configured = searcher.search("magma volcano ash", context_index.name, k=6, mode=mode)
+        overridden = searcher.search(
+            "magma volcano ash", plain_index.name, k=6, mode=mode, context_weight=0.6, context_neighbours=1
+        )
+        assert [r.chunk_id for r in configured] == [r.chunk_id for r in overridden]
+        assert all("with_context" in r.scores and "context_ms" in r.timings for r in configured)
+        for r in configured:
+            assert docs[r.doc_id][r.start : r.end] == r.text and r.chunk_id in known_ids
+
+
+def test_top_k_does_not_depend_on_k(context_index, searcher) -> None:
+    for mode in ("dense", "bm25"):
+        deep = searcher.search("summit of the volcano", context_index.name, k=10, mode=mode)
+        shallow = searcher.search("summit of the volcano", context_index.name, k=3, mode=mode)
+        assert [r.chunk_id for r in shallow] == [r.chunk_id for r in deep[:3]]
+
+
+def test_context_bm25_is_bm25_of_the_concatenated_neighbours(store, plain_index, searcher) -> None:
+    """Hand-computed: idf over chunks, tf and length over the context text, avgdl over all contexts."""
+    analyzer = Analyzer("english")
+    paragraphs = {doc: [analyzer.analyze(p) for p in ps] for doc, ps in DOCUMENTS.items()}
+    chunks = [terms for ps in paragraphs.values() for terms in ps]
+    n = len(chunks)
+    df = Counter(t for terms in chunks for t in set(terms))
+    raw_idf = {t: math.log(n - d + 0.5) - math.log(d + 0.5) for t, d in df.items()}
+    floor = 0.25 * sum(raw_idf.values()) / len(raw_idf)
+
+    def context_terms(doc: str, i: int, neighbours: int) -> list[str]:
+        ps = paragraphs[doc]
+        return [t for p in ps[max(0, i - neighbours) : i + neighbours + 1] for t in p]
+
+    query = "ash and magma below the summit"
+    for neighbours in (1, 2):
+        contexts = {
+            (d, i): context_terms(d, i, neighbours) for d, ps in DOCUMENTS.items() for i in range(len(ps))
+        }
+        avgdl = np.mean([len(t) for t in contexts.values()])
+        expected = {}
+        for (doc, i), terms in contexts.items():
+            tf = Counter(terms)
+            score = 0.0
+            for q in analyzer.analyze(query):
+                if q not in df:
+                    continue
+                idf = raw_idf[q] if raw_idf[q] >= 0 else floor
+                score += idf * tf[q] * 2.5 / (tf[q] + 1.5 * (0.25 + 0.75 * len(terms) / avgdl))
+            expected[DOCUMENTS[doc][i]] = score
+        results = searcher.search(
+            query, plain_index.name, k=12, mode="bm25", context_weight=0.5, context_neighbours=neighbours
+        )
+        assert results
+        for r in results:
+            assert r.scores["context_bm25"] == pytest.approx(expected[r.text], rel=1e-9), (neighbours, r.text)
+
+
+def test_context_dense_is_the_cosine_to_the_mean_of_the_neighbour_vectors(
+    plain_index, searcher, embedder
+) -> None:
+    query = "a grey summit"
+    qvec = embedder.embed([query])[0]
+    texts = {text: (doc, i) for doc, ps in DOCUMENTS.items() for i, text in enumerate(ps)}
+    results = searcher.search(query, plain_index.name, k=12, mode="dense", context_weight=0.5)
+    assert len(results) == 12
+    for r in results:
+        doc, i = texts[r.text]
+        members = DOCUMENTS[doc][max(0, i - 1) : i + 2]
+        mean = np.mean(embedder.embed(members), axis=0)
+        expected = float(mean @ qvec / (np.linalg.norm(mean) * np.linalg.norm(qvec)))
+        assert r.scores["context_dense"] == pytest.approx(expected, abs=1e-5)
+        assert "context_bm25" not in r.scores
+
+
+def test_parent_span_uses_the_hierarchical_parent(store, embedder, searcher) -> None:
+    spec = IndexSpec(
+        f"ctxh{uuid.uuid4().hex[:8]}",
+        IndexConfig(
+            name="hier-context",
+            chunker={"strategy": "hierarchical", "size": 16, "parent_size": 48, "tokenizer": "model"},
+            bm25=BM25,
+            context_scoring={"weight": 0.5, "span": "parent"},
+        ),
+    )
+    text = "\n\n".join(p for ps in DOCUMENTS.values() for p in ps)
+    store.sync_documents(spec.collection, [Document("all.md", text)], [])
+    build_index(store, spec, embedder)
+    chunks = _chunk_texts(store, spec)
+    with store.connection() as conn:
+        parent_of = dict(
+            conn.execute(
+                "SELECT chunk_id, parent_id FROM chunks WHERE index_name = %s", (spec.name,)
+            ).fetchall()
+        )
+    analyzer = Analyzer("english")
+    query = "magma volcano"
+    results = searcher.search(query, spec.name, k=20, mode="bm25")
+    assert results and all("context_bm25" in r.scores for r in results)
+    # chunks of one parent share one context, so one context score
+    by_parent: dict[str, set[float]] = {}
+    for r in results:
+        by_parent.setdefault(parent_of[r.chunk_id], set()).add(round(r.scores["context_bm25"], 9))
+    assert all(len(values) == 1 for values in by_parent.values())
+    # a parent whose chunks hold no query word scores 0 for all of them
+    for r in results:
+        siblings = [t for cid, (_, _, t) in chunks.items() if parent_of[cid] == parent_of[r.chunk_id]]
+        if not set(analyzer.analyze(" ".join(siblings))) & set(analyzer.analyze(query)):
+            assert r.scores["context_bm25"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"context_weight": 1.5}, "context_weight: must be a number between 0 and 1"),
+        ({"context_weight": -0.1}, "context_weight"),
+        (
+            {"context_weight": 0.5, "context_neighbours": 0},
+            "context_neighbours: must be an integer between 1",
+        ),
+        ({"context_weight": 0.5, "context_neighbours": 2.5}, "context_neighbours"),
+    ],
+)
+def test_bad_overrides_are_clear_errors(plain_index, searcher, kwargs: dict, message: str) -> None:
+    with pytest.raises(SearchError, match=message):
+        searcher.search("magma", plain_index.name, k=3, mode="bm25", **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("{weight: 2}", "context_scoring.weight: must be a number between 0 and 1"),
+        ("{weight: yes}", "context_scoring.weight"),
+        ("{weight: 0.3, span: window}", "context_scoring.span: unknown 'window'"),
+        ("{weight: 0.3, neighbours: 0}", "context_scoring.neighbours: must be an integer between 1 and 20"),
+        ("{weight: 0.3, size: 250}", "context_scoring: unknown field(s) ['size']"),
+        ("0.3", "context_scoring: expected a mapping"),
+    ],
+)
+def test_bad_context_config_names_the_field(tmp_path: Path, value: str, message: str) -> None:
+    path = tmp_path / "indexes.yaml"
+    path.write_text(
+        f"indexes:\n  small:\n    chunker: {{strategy: token, size: 64}}\n    context_scoring: {value}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError) as error:
+        load_index_configs(path)
+    assert "indexes.small" in str(error.value) and message in str(error.value)
+
+
+def test_a_good_context_config_loads(tmp_path: Path) -> None:
+    path = tmp_path / "indexes.yaml"
+    path.write_text(
+        "indexes:\n  small:\n    chunker: {strategy: token, size: 64}\n"
+        "    context_scoring: {weight: 0.4, span: neighbours, neighbours: 2}\n",
+        encoding="utf-8",
+    )
+    config = load_index_configs(path)["small"]
+    assert config.context_scoring == {"weight": 0.4, "span": "neighbours", "neighbours": 2}
+    assert config.as_dict()["context_scoring"] == config.context_scoring
