@@ -81,6 +81,7 @@ class BenchmarkResult:
     build_reports: dict[str, dict[str, Any]] = field(default_factory=dict)
     written: list[Path] = field(default_factory=list)
     weight_suggestions: dict[str, Any] = field(default_factory=dict)
+    settings_suggestions: dict[str, Any] = field(default_factory=dict)
 
     def reproduction_markdown(self) -> str:
         """Our dense rows next to the report's all-MiniLM-L6-v2 rows (protocol chroma metrics)."""
@@ -124,9 +125,33 @@ class BenchmarkResult:
             )
         return "\n".join(lines) + "\n"
 
+    def settings_markdown(self) -> str:
+        """`--tune` grids: every combination on all questions, and the 2-fold held-out choice."""
+        lines = []
+        for index, sug in self.settings_suggestions.items():
+            names = list(sug.held_out)
+            floors = ", ".join(f"{n} ≥ {v:g}" for n, v in sug.floors.items()) or "none"
+            lines += [
+                f"## Tuned settings of {index} (maximise {sug.metric}; floors on the tuning half: {floors})",
+                "",
+                f"Best on all questions: `{sug.settings}`. Chosen per half: "
+                + ", ".join(f"`{s}`" for s in sug.fold_settings)
+                + ". Held out (each half scored with the other half's choice): "
+                + ", ".join(f"{n} {_pct(sug.held_out[n])}" for n in names)
+                + ".",
+                "",
+                "| settings | " + " | ".join(names) + " |",
+                "|---|" + "---|" * len(names),
+            ]
+            for row in sug.by_settings:
+                cells = " | ".join(f"{100 * row[n]:.1f}" for n in names)
+                lines.append(f"| `{row['settings']}` | {cells} |")
+            lines.append("")
+        return "\n".join(lines)
+
     def markdown(self) -> str:
         parts = [self.board.markdown()]
-        for extra in (self.reproduction_markdown(), self.weights_markdown()):
+        for extra in (self.reproduction_markdown(), self.weights_markdown(), self.settings_markdown()):
             if extra:
                 parts.append(extra)
         return "\n".join(parts)
@@ -159,6 +184,9 @@ class BenchmarkResult:
                 suggestion = self.weight_suggestions.get(report.index)
                 if suggestion is not None:
                     record["suggested_weight"] = suggestion.as_dict()
+                tuned = self.settings_suggestions.get(report.index)
+                if tuned is not None:
+                    record["tuned_settings"] = tuned.as_dict()
                 record["embeddings_computed"] = build.get("embeddings_computed")
                 record["embeddings_reused"] = build.get("embeddings_reused")
                 records.append(record)
@@ -202,6 +230,9 @@ def run_benchmark(
     record: bool = True,
     suggest_weight: bool = False,
     bm25_backend: str = "sql",
+    tune: dict[str, list[Any]] | None = None,
+    tune_mode: str = "hybrid_weighted",
+    tune_floors: dict[str, float] | None = None,
 ) -> BenchmarkResult:
     """Build (or reuse) and evaluate every requested config of the dataset's collection."""
     if protocol not in PROTOCOLS:
@@ -238,6 +269,7 @@ def run_benchmark(
     reports: list[EvaluationReport] = []
     builds: dict[str, dict[str, Any]] = {}
     suggestions: dict[str, Any] = {}
+    tuned: dict[str, Any] = {}
     bar = tqdm(wanted, desc="configs", unit="config", file=sys.stderr, disable=not show_progress)
     for config_name in bar:
         config = all_configs[config_name]
@@ -295,6 +327,21 @@ def run_benchmark(
 
             steps.set_postfix_str("suggesting the fusion weight")
             suggestions[spec.name] = suggest_fusion_weight(searcher, spec.name, questions, k=k)
+        if tune:
+            from evaluation.tuning import suggest_search_settings
+
+            tuned[spec.name] = suggest_search_settings(
+                searcher,
+                spec.name,
+                questions,
+                tune,
+                mode=tune_mode,
+                k=k,
+                metric=f"chroma_recall_at_{k}" if protocol == "chroma" else f"recall_at_{k}",
+                report=[f"chroma_iou_at_{k}", f"hit_at_{k}", f"mrr_at_{k}"],
+                floors=tune_floors,
+                n_resamples=n_resamples,
+            )
         if record:
             store.record_evaluation(spec.name, data.name, report.as_metadata())
     bar.close()
@@ -307,7 +354,9 @@ def run_benchmark(
         )
     sort_by = f"chroma_recall_at_{k}" if protocol == "chroma" else f"recall_at_{k}"
     board = leaderboard(reports, sort_by=sort_by, title=title, notes=notes)
-    result = BenchmarkResult(data.name, protocol, collection_name, k, reports, board, builds, [], suggestions)
+    result = BenchmarkResult(
+        data.name, protocol, collection_name, k, reports, board, builds, [], suggestions, tuned
+    )
     if output:
         result.written = board.write(output)
         Path(str(output) + ".md").write_text(result.markdown(), encoding="utf-8")
@@ -391,6 +440,20 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also score hybrid_weighted at dense weights 0..1 and suggest one (2-fold held out)",
     )
+    parser.add_argument(
+        "--tune",
+        action="append",
+        metavar="OPTION=V1,V2,...",
+        help="Searcher option and values to try (repeatable; every combination is scored, the best "
+        "chosen on one half of the questions and reported on the other), e.g. context_weight=0,0.3,0.5",
+    )
+    parser.add_argument("--tune-mode", default="hybrid_weighted", help="search mode for --tune")
+    parser.add_argument(
+        "--tune-floor",
+        action="append",
+        metavar="METRIC=VALUE",
+        help="only choose settings reaching this mean on the tuning half, e.g. chroma_iou_at_5=0.08",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
     return parser
@@ -426,6 +489,9 @@ def main(argv: list[str] | None = None) -> int:
             show_progress=not args.no_progress,
             suggest_weight=args.suggest_weight,
             bm25_backend=args.bm25_backend,
+            tune=_parse_assignments(args.tune, "--tune", many=True),
+            tune_mode=args.tune_mode,
+            tune_floors=_parse_assignments(args.tune_floor, "--tune-floor", many=False),
         )
     except (BenchmarkError, DatasetError, ValueError) as exc:
         print(f"chunkyard eval: error: {exc}", file=sys.stderr)
@@ -448,6 +514,30 @@ def main(argv: list[str] | None = None) -> int:
         for path in result.written:
             print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def _parse_assignments(items: list[str] | None, flag: str, *, many: bool) -> dict[str, Any] | None:
+    """`["context_weight=0,0.3"]` -> `{"context_weight": [0, 0.3]}` (`many=False`: one number each)."""
+    if not items:
+        return None
+    parsed: dict[str, Any] = {}
+    for item in items:
+        name, sep, values = item.partition("=")
+        if not sep or not name.strip() or not values.strip():
+            raise BenchmarkError(f"{flag}: expected NAME=VALUE{',...' if many else ''}, got {item!r}")
+        try:
+            numbers = [_number(v) for v in values.split(",")]
+        except ValueError as exc:
+            raise BenchmarkError(f"{flag} {name}: values must be numbers, got {values!r}") from exc
+        if not many and len(numbers) != 1:
+            raise BenchmarkError(f"{flag} {name}: expected one value, got {values!r}")
+        parsed[name.strip()] = numbers if many else numbers[0]
+    return parsed
+
+
+def _number(text: str) -> int | float:
+    text = text.strip()
+    return int(text) if text.lstrip("-").isdigit() else float(text)
 
 
 def _nan_to_none(value: Any) -> Any:

@@ -285,3 +285,69 @@ def test_interrupted_benchmark_resumes_from_cached_embeddings(pg_url, tmp_path, 
     assert build["embeddings_reused"] == 8  # the two batches embedded before the crash
     assert build["embeddings_computed"] == total - 8
     assert result.reports[0].n_questions == 1 and "dense" in result.reports[0].metrics
+
+
+def test_suggest_search_settings_chooses_on_one_half_and_scores_the_other(built_index):
+    from evaluation.tuning import suggest_search_settings
+
+    _, spec, searcher = built_index
+    grid = {"weight": [0.0, 1.0], "context_weight": [0.0, 0.5]}
+    suggestion = suggest_search_settings(
+        searcher, spec.name, QUESTIONS, grid, k=2, report=["chroma_iou_at_2"], n_resamples=100
+    )
+    assert [row["settings"] for row in suggestion.by_settings] == [
+        {"weight": 0.0, "context_weight": 0.0},
+        {"weight": 0.0, "context_weight": 0.5},
+        {"weight": 1.0, "context_weight": 0.0},
+        {"weight": 1.0, "context_weight": 0.5},
+    ]
+    recall_of = {str(row["settings"]): row["chroma_recall_at_2"] for row in suggestion.by_settings}
+    assert recall_of[str(suggestion.settings)] == max(recall_of.values())
+    assert len(suggestion.fold_settings) == 2 and all(
+        s in grid_combos(grid) for s in suggestion.fold_settings
+    )
+    assert set(suggestion.held_out) == {"chroma_recall_at_2", "chroma_iou_at_2"}
+    assert suggestion.held_out["chroma_recall_at_2"].n == len(QUESTIONS)
+    # dense weight 1 without context is exactly the dense ranking
+    dense = evaluate_index(searcher, spec, QUESTIONS, modes=("dense",), k=2, n_resamples=50)
+    plain_dense = suggestion.by_settings[2]
+    assert plain_dense["chroma_recall_at_2"] == pytest.approx(dense.metrics["dense"]["chroma_recall_at_2"])
+    # an unreachable floor falls back to the best setting overall
+    floored = suggest_search_settings(
+        searcher, spec.name, QUESTIONS, grid, k=2, floors={"chroma_iou_at_2": 2.0}, n_resamples=100
+    )
+    assert floored.settings == suggestion.settings and floored.floors == {"chroma_iou_at_2": 2.0}
+
+
+def grid_combos(grid: dict) -> list[dict]:
+    import itertools
+
+    return [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
+
+
+def test_eval_cli_tune_flag(pg_url, tmp_path, capsys):
+    eval_set = tmp_path / "tune.yaml"
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name, text in PASSAGES.items():
+        (docs / name).write_text(text, encoding="utf-8")
+    eval_set.write_text(
+        "documents: docs\nquestions:\n"
+        "  - {id: a, question: 'What causes tides?', answers: [gravitational pull of the Moon]}\n"
+        "  - {id: b, question: 'Why does sourdough rise?', answers: [wild yeast]}\n",
+        encoding="utf-8",
+    )
+    argv = ["--dataset", str(eval_set), "--config", "token-256", "--mode", "hybrid_weighted"]
+    argv += ["--database-url", pg_url, "--json", "--no-progress"]
+    assert eval_main([*argv, "--tune", "context_weight=0,0.5", "--tune-floor", "iou_at_5=0.01"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    tuned = record["tuned_settings"]
+    assert [row["settings"] for row in tuned["by_settings"]] == [
+        {"context_weight": 0},
+        {"context_weight": 0.5},
+    ]
+    assert tuned["metric"] == "recall_at_5" and tuned["floors"] == {"iou_at_5": 0.01}
+    assert eval_main([*argv, "--tune", "context_weight"]) == 2
+    assert "--tune: expected NAME=VALUE" in capsys.readouterr().err
+    assert eval_main([*argv, "--tune", "context_weight=2"]) == 2
+    assert "context_weight: must be a number between 0 and 1" in capsys.readouterr().err
