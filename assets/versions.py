@@ -91,5 +91,6 @@ def index_settings(config: Any, kind: str) -> dict[str, Any]:
             "hybrid": config.hybrid,
             "rerank": config.rerank,
             "context_scoring": config.context_scoring,
+            "collapse_duplicates": config.collapse_duplicates,
         }
     raise ValueError(f"unknown index asset kind {kind!r}")

@@ -78,6 +78,9 @@ class Client:
         ef_search: int | None = None,
         context_weight: float | None = None,
         context_neighbours: int | None = None,
+        focus_weight: float | None = None,
+        focus_size: int | None = None,
+        collapse_duplicates: bool | None = None,
     ) -> list[SearchResult]:
         body: dict[str, Any] = {"query": query, "index": index, "k": k, "mode": mode}
         optional = {
@@ -90,6 +93,9 @@ class Client:
             "ef_search": ef_search,
             "context_weight": context_weight,
             "context_neighbours": context_neighbours,
+            "focus_weight": focus_weight,
+            "focus_size": focus_size,
+            "collapse_duplicates": collapse_duplicates,
         }
         body.update({key: value for key, value in optional.items() if value is not None})
         if include_parent:

@@ -67,6 +67,8 @@ class IndexConfig:
     # Query-time re-ranking of candidates with the text around them (`retrieval.context`); like
     # `hybrid`, it does not change the chunks, so it is not part of the config hash.
     context_scoring: dict[str, Any] = field(default_factory=dict)
+    # Identical chunk texts (repeated passages) take one result slot: the earliest copy is returned.
+    collapse_duplicates: bool = False
     description: str = ""
     # Chunks may exceed the embedding model's input limit (the model truncates them); the
     # token-limit check then reports the truncated share instead of failing.
@@ -95,6 +97,7 @@ class IndexConfig:
             "hybrid": self.hybrid,
             "rerank": self.rerank,
             "context_scoring": self.context_scoring,
+            "collapse_duplicates": self.collapse_duplicates,
             "allow_truncation": self.allow_truncation,
         }
 
@@ -141,6 +144,7 @@ _INDEX_KEYS = {
     "hybrid",
     "rerank",
     "context_scoring",
+    "collapse_duplicates",
     "description",
     "allow_truncation",
 }
@@ -188,6 +192,9 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
             hybrid=merged.get("hybrid") or {},
             rerank=merged.get("rerank") or {},
             context_scoring=context_scoring,
+            collapse_duplicates=_as_bool(
+                merged.get("collapse_duplicates", False), f"{where}.collapse_duplicates"
+            ),
             description=merged.get("description", ""),
             allow_truncation=_as_bool(merged.get("allow_truncation", False), f"{where}.allow_truncation"),
         )

@@ -29,8 +29,9 @@ from psycopg import sql
 from retrieval import bm25 as bm25_lib
 
 SPANS = ("neighbours", "parent")
-CONTEXT_KEYS = ("weight", "span", "neighbours")
+CONTEXT_KEYS = ("weight", "span", "neighbours", "focus_weight", "focus_size")
 MAX_NEIGHBOURS = 20
+MAX_FOCUS_SIZE = 1000
 
 
 class ContextConfigError(ValueError):
@@ -39,15 +40,21 @@ class ContextConfigError(ValueError):
 
 @dataclass(frozen=True)
 class ContextScoring:
-    """How much a chunk's context counts (`weight`, 0 = off) and what the context is."""
+    """How much a chunk's context counts (`weight`, 0 = off) and what the context is.
+
+    `focus_weight` adds the finer scale: the chunk's best window of `focus_size` BM25 terms
+    (query words close together, as in the passage a question was written from).
+    """
 
     weight: float = 0.0
     span: str = "neighbours"
     neighbours: int = 1
+    focus_weight: float = 0.0
+    focus_size: int = 24
 
     @property
     def enabled(self) -> bool:
-        return self.weight > 0.0
+        return self.weight > 0.0 or self.focus_weight > 0.0
 
     @classmethod
     def from_config(cls, raw: Any, where: str = "context_scoring") -> ContextScoring:
@@ -63,15 +70,37 @@ class ContextScoring:
             raw.get("weight", cls.weight),
             raw.get("span", cls.span),
             raw.get("neighbours", cls.neighbours),
+            raw.get("focus_weight", cls.focus_weight),
+            raw.get("focus_size", cls.focus_size),
             where,
         )
 
     @classmethod
     def checked(
-        cls, weight: Any, span: Any, neighbours: Any, where: str = "context_scoring"
+        cls,
+        weight: Any,
+        span: Any,
+        neighbours: Any,
+        focus_weight: Any = 0.0,
+        focus_size: Any = 24,
+        where: str = "context_scoring",
     ) -> ContextScoring:
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0.0 <= weight <= 1.0:
-            raise ContextConfigError(f"{where}.weight: must be a number between 0 and 1, got {weight!r}")
+        for name, value in (("weight", weight), ("focus_weight", focus_weight)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+                raise ContextConfigError(f"{where}.{name}: must be a number between 0 and 1, got {value!r}")
+        if weight + focus_weight > 1.0 + 1e-9:
+            raise ContextConfigError(
+                f"{where}: weight + focus_weight must be at most 1 (the chunk's own score keeps the rest), "
+                f"got {weight} + {focus_weight}"
+            )
+        if (
+            isinstance(focus_size, bool)
+            or not isinstance(focus_size, int)
+            or not 1 <= focus_size <= MAX_FOCUS_SIZE
+        ):
+            raise ContextConfigError(
+                f"{where}.focus_size: must be an integer between 1 and {MAX_FOCUS_SIZE}, got {focus_size!r}"
+            )
         if span not in SPANS:
             raise ContextConfigError(f"{where}.span: unknown {span!r}; expected one of {list(SPANS)}")
         if (
@@ -82,20 +111,27 @@ class ContextScoring:
             raise ContextConfigError(
                 f"{where}.neighbours: must be an integer between 1 and {MAX_NEIGHBOURS}, got {neighbours!r}"
             )
-        return cls(float(weight), span, neighbours)
+        return cls(float(weight), span, neighbours, float(focus_weight), focus_size)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"weight": self.weight, "span": self.span, "neighbours": self.neighbours}
+        return {
+            "weight": self.weight,
+            "span": self.span,
+            "neighbours": self.neighbours,
+            "focus_weight": self.focus_weight,
+            "focus_size": self.focus_size,
+        }
 
 
 class ChunkLayout:
     """Every chunk of one published index version in document order (`doc_id`, `start`).
 
-    Loaded once per index version, so a query finds a chunk's neighbours, or the chunks sharing
-    its parent, without a database round trip. Memory: one id and four integers per chunk.
+    Loaded once per index version, so a query finds a chunk's neighbours, the chunks sharing its
+    parent, or the other copies of its text, without a database round trip. Memory: one id and
+    five integers per chunk.
     """
 
-    def __init__(self, version: int, rows: list[tuple[str, str, int, int, str]]) -> None:
+    def __init__(self, version: int, rows: list[tuple[str, str, int, int, str, int]]) -> None:
         self.version = version
         self.chunk_ids = [r[0] for r in rows]
         self.position = {cid: i for i, cid in enumerate(self.chunk_ids)}
@@ -117,13 +153,17 @@ class ChunkLayout:
                     run_start = i
         self._cumulative = np.concatenate([[0.0], np.cumsum(self.lengths)])
         self._mean_length: dict[tuple[str, int], float] = {}
+        self.text_keys = np.array([r[5] for r in rows], dtype=np.int64)
+        self._first_copy: dict[tuple[int, int], int] = {}
+        for i in range(n):
+            self._first_copy.setdefault((int(self.doc_start[i]), int(self.text_keys[i])), i)
 
     @classmethod
     def load(cls, conn: Any, chunks_partition: str, version: int) -> ChunkLayout:
         rows = conn.execute(
             sql.SQL(
-                "SELECT chunk_id, doc_id, start, bm25_length, coalesce(parent_id, '') FROM {}"
-                " ORDER BY doc_id, start, chunk_id"
+                "SELECT chunk_id, doc_id, start, bm25_length, coalesce(parent_id, ''),"
+                " ('x' || left(md5(text), 16))::bit(64)::bigint FROM {} ORDER BY doc_id, start, chunk_id"
             ).format(sql.Identifier(chunks_partition))
         ).fetchall()
         return cls(version, rows)
@@ -147,6 +187,15 @@ class ChunkLayout:
         lo, hi = self._bounds(np.array([self.position[chunk_id]]), settings)
         return float(self._cumulative[hi[0]] - self._cumulative[lo[0]])
 
+    def text_key(self, chunk_id: str) -> int:
+        """64 bits of the md5 of the chunk's text: equal for identical texts."""
+        return int(self.text_keys[self.position[chunk_id]])
+
+    def earliest_copy(self, chunk_id: str) -> str:
+        """The first chunk in document order, in the same document, whose text equals this one's."""
+        pos = self.position[chunk_id]
+        return self.chunk_ids[self._first_copy[(int(self.doc_start[pos]), int(self.text_keys[pos]))]]
+
     def mean_context_length(self, settings: ContextScoring) -> float:
         """avgdl for context BM25: the mean BM25 length of every chunk's context."""
         key = (settings.span, settings.neighbours)
@@ -161,11 +210,15 @@ class ChunkLayout:
 
 @dataclass
 class ContextEvidence:
-    """A candidate's context: its BM25 score (None in dense mode) and dense cosine (None in bm25 mode)."""
+    """A candidate's context: its BM25 score (None in dense mode) and dense cosine (None in bm25 mode).
+
+    `focus`: the candidate's best window score (None when focus scoring is off or the mode is dense).
+    """
 
     bm25: float | None
     dense: float | None
     chunks: int
+    focus: float | None = None
 
 
 def score_contexts(
@@ -181,10 +234,12 @@ def score_contexts(
     terms: list[str] | None,
     bm25_params: bm25_lib.Bm25Params,
     query_vector: np.ndarray | None,
+    analyzer: bm25_lib.Analyzer | None = None,
 ) -> dict[str, ContextEvidence]:
     """BM25 and/or dense scores of each candidate's context, read inside the caller's snapshot.
 
     `terms=None` skips BM25 and `query_vector=None` skips the dense score (the mode does not use it).
+    With `settings.focus_weight` and an `analyzer`, each candidate's best window is scored too.
     """
     members = {cid: layout.members(cid, settings) for cid in candidates if cid in layout.position}
     if not members:
@@ -192,9 +247,18 @@ def score_contexts(
     all_members = sorted({m for ids in members.values() for m in ids})
     bm25_scores: dict[str, float] = {}
     dense_scores: dict[str, float] = {}
+    focus_scores: dict[str, float] = {}
     counts = Counter(terms or [])
+    use_focus = settings.focus_weight > 0.0 and analyzer is not None and terms is not None
     with conn.pipeline():
-        stats_cursor = df_cursor = tf_cursor = dense_cursor = None
+        stats_cursor = df_cursor = tf_cursor = dense_cursor = text_cursor = None
+        if use_focus and counts:
+            text_cursor = conn.execute(
+                sql.SQL(
+                    "SELECT chunk_id, embed_text FROM {} WHERE index_name = %s AND chunk_id = ANY(%s)"
+                ).format(sql.Identifier(chunks_partition)),
+                (index_name, list(members)),
+            )
         if terms is not None and counts:
             stats_cursor = conn.execute(
                 "SELECT n_docs, total_length, vocab_size, idf_sum FROM bm25_stats WHERE index_name = %s",
@@ -246,6 +310,11 @@ def score_contexts(
                 bm25_scores[cid] = float(
                     sum(w * tf_context[t] * (k1 + 1) / (tf_context[t] + norm) for t, w in weights.items())
                 )
+            if text_cursor is not None and weights and analyzer is not None:
+                for cid, text in text_cursor.fetchall():
+                    focus_scores[cid] = best_window_score(
+                        analyzer.analyze(text), weights, settings.focus_size, k1
+                    )
     if dense_cursor is not None:
         dense_scores = {anchor: float(value) for anchor, value in dense_cursor.fetchall()}
     return {
@@ -253,9 +322,29 @@ def score_contexts(
             bm25=bm25_scores.get(cid, 0.0) if terms is not None else None,
             dense=dense_scores.get(cid) if query_vector is not None else None,
             chunks=len(ids),
+            focus=focus_scores.get(cid, 0.0) if use_focus else None,
         )
         for cid, ids in members.items()
     }
+
+
+def best_window_score(chunk_terms: list[str], weights: dict[str, float], size: int, k1: float) -> float:
+    """Highest BM25-style score of any `size` consecutive terms (all windows one length: no length norm)."""
+    present = set(chunk_terms)
+    query_terms = [t for t in weights if t in present]
+    if not query_terms:
+        return 0.0
+    row_of = {t: i for i, t in enumerate(query_terms)}
+    hits = np.zeros((len(query_terms), len(chunk_terms) + 1))
+    for position, term in enumerate(chunk_terms):
+        row = row_of.get(term)
+        if row is not None:
+            hits[row, position + 1] = 1.0
+    cumulative = np.cumsum(hits, axis=1)
+    width = min(size, len(chunk_terms))
+    tf = cumulative[:, width:] - cumulative[:, : cumulative.shape[1] - width]
+    w = np.array([weights[t] for t in query_terms])[:, None]
+    return float((w * tf * (k1 + 1) / (tf + k1)).sum(axis=0).max())
 
 
 def fuse_with_context(
@@ -300,14 +389,44 @@ def fuse_with_context(
             cid: dense_weight * dense_norm.get(cid, 0.0) + (1 - dense_weight) * bm25_norm.get(cid, 0.0)
             for cid in ids
         }
+    focus = {cid: evidence[cid].focus for cid in ids if cid in evidence and evidence[cid].focus is not None}
+    focus_weight = settings.focus_weight if focus else 0.0
     own_norm = min_max({cid: scores[cid].get(own_key, 0.0) for cid in ids})
     context_norm = min_max({cid: context.get(cid, 0.0) for cid in ids})
-    own_weight = 1.0 - settings.weight
+    focus_norm = min_max({cid: focus.get(cid) or 0.0 for cid in ids}) if focus else {}
+    own_weight = 1.0 - settings.weight - focus_weight
     for cid in ids:
         scores[cid]["context"] = float(context.get(cid, 0.0))
-        scores[cid]["with_context"] = own_weight * own_norm[cid] + settings.weight * context_norm[cid]
+        value = own_weight * own_norm[cid] + settings.weight * context_norm[cid]
+        if focus:
+            scores[cid]["focus"] = float(focus.get(cid) or 0.0)
+            value += focus_weight * focus_norm[cid]
+        scores[cid]["with_context"] = value
     order = sorted(ids, key=lambda cid: (-scores[cid]["with_context"], cid))
     return [(cid, scores[cid]) for cid in order]
+
+
+def collapse_identical_texts(
+    ranked: list[tuple[str, dict[str, float]]], layout: ChunkLayout
+) -> list[tuple[str, dict[str, float]]]:
+    """One result per chunk text: repeated passages (reports, boilerplate) take one slot, not several.
+
+    The copy returned is the earliest in the best-ranked copy's document (a document's first
+    occurrence is its canonical one), at the best copy's rank and with its scores.
+    """
+    seen: set[int] = set()
+    out: list[tuple[str, dict[str, float]]] = []
+    for cid, scores in ranked:
+        if cid not in layout.position:
+            out.append((cid, scores))
+            continue
+        key = layout.text_key(cid)
+        if key in seen:
+            continue
+        seen.add(key)
+        first = layout.earliest_copy(cid)
+        out.append((first, scores if first == cid else {**scores, "collapsed": 1.0}))
+    return out
 
 
 def min_max(values: dict[str, float]) -> dict[str, float]:

@@ -29,6 +29,7 @@ from retrieval.context import (
     ChunkLayout,
     ContextConfigError,
     ContextScoring,
+    collapse_identical_texts,
     fuse_with_context,
     min_max,
     score_contexts,
@@ -206,6 +207,9 @@ class Searcher:
         ef_search: int | None = None,
         context_weight: float | None = None,
         context_neighbours: int | None = None,
+        focus_weight: float | None = None,
+        focus_size: int | None = None,
+        collapse_duplicates: bool | None = None,
     ) -> list[SearchResult]:
         """Top-k chunks of `index` for `query`. See the module docstring for the modes."""
         return self.search_batch(
@@ -223,6 +227,9 @@ class Searcher:
             ef_search=ef_search,
             context_weight=context_weight,
             context_neighbours=context_neighbours,
+            focus_weight=focus_weight,
+            focus_size=focus_size,
+            collapse_duplicates=collapse_duplicates,
         )[0]
 
     def search_batch(
@@ -242,11 +249,16 @@ class Searcher:
         ef_search: int | None = None,
         context_weight: float | None = None,
         context_neighbours: int | None = None,
+        focus_weight: float | None = None,
+        focus_size: int | None = None,
+        collapse_duplicates: bool | None = None,
     ) -> list[list[SearchResult]]:
         """Like `search` for many queries; all query vectors are computed in one embedding call.
 
-        `context_weight` / `context_neighbours` override the index's `context_scoring` (see
-        `retrieval.context`): candidates are re-ranked with the score of the text around them.
+        `context_weight` / `context_neighbours` / `focus_weight` / `focus_size` override the index's
+        `context_scoring` (see `retrieval.context`): candidates are re-ranked with the score of the
+        text around them and of their best window. `collapse_duplicates` overrides the index's
+        option of the same name: identical chunk texts take one result slot.
         """
         if isinstance(queries, str):
             raise SearchError("queries: expected a list of strings, not a single string")
@@ -266,13 +278,26 @@ class Searcher:
         weight_value = float(weight if weight is not None else hybrid_cfg.get("weight", 0.5))
         if not 0.0 <= weight_value <= 1.0:
             raise SearchError(f"weight: dense weight must be between 0 and 1, got {weight_value}")
-        context = self._context_settings(handle.context, context_weight, context_neighbours)
+        context = self._context_settings(
+            handle.context,
+            {
+                "weight": context_weight,
+                "neighbours": context_neighbours,
+                "focus_weight": focus_weight,
+                "focus_size": focus_size,
+            },
+        )
         reranker = self._reranker(rerank)
         pool = max(k, self.rerank_candidates if reranker is not None else k)
         if mmr is not None:
             pool = max(pool, min(n_candidates, MAX_K), 2 * k)
-        # Context re-ranking always sees the same candidates, so the top k does not depend on k.
-        single_list = mode in ("dense", "bm25") and not context.enabled
+        collapse = bool(
+            handle.config.get("collapse_duplicates", False)
+            if collapse_duplicates is None
+            else collapse_duplicates
+        )
+        # Context re-ranking and collapsing always see the same candidates: the top k does not depend on k.
+        single_list = mode in ("dense", "bm25") and not context.enabled and not collapse
         first_stage = pool if single_list else max(pool, n_candidates)
 
         needs_vectors = mode != "bm25" or mmr is not None
@@ -316,6 +341,10 @@ class Searcher:
                         conn, handle, mode, fused, context, query, qvec, weight_value, rrf_k_value
                     )
                     timings["context_ms"] = (time.perf_counter() - started) * 1000
+                if collapse and fused:
+                    started = time.perf_counter()
+                    fused = collapse_identical_texts(fused, self._layout(conn, handle))
+                    timings["collapse_ms"] = (time.perf_counter() - started) * 1000
                 started = time.perf_counter()
                 ranked = fused[: first_stage if (reranker is not None or mmr is not None) else k]
                 rows = self._rows(
@@ -366,21 +395,26 @@ class Searcher:
     # -- stages ------------------------------------------------------------------------------
 
     @staticmethod
-    def _context_settings(
-        configured: ContextScoring, weight: float | None, neighbours: int | None
-    ) -> ContextScoring:
-        """The index's context scoring with any per-request override, validated."""
-        if weight is None and neighbours is None:
+    def _context_settings(configured: ContextScoring, overrides: dict[str, Any]) -> ContextScoring:
+        """The index's context scoring with the per-request overrides that are not None, validated."""
+        given = {name: value for name, value in overrides.items() if value is not None}
+        if not given:
             return configured
+        merged = {**configured.as_dict(), **given}
         try:
             return ContextScoring.checked(
-                configured.weight if weight is None else weight,
-                configured.span,
-                configured.neighbours if neighbours is None else neighbours,
+                merged["weight"],
+                merged["span"],
+                merged["neighbours"],
+                merged["focus_weight"],
+                merged["focus_size"],
                 where="context",
             )
         except ContextConfigError as exc:
-            raise SearchError(str(exc).replace("context.", "context_", 1)) from exc
+            message = str(exc)
+            for name in ("weight", "neighbours"):  # name the request parameter
+                message = message.replace(f"context.{name}:", f"context_{name}:")
+            raise SearchError(message.replace("context.focus_", "focus_")) from exc
 
     def _layout(self, conn: Any, handle: _IndexHandle) -> ChunkLayout:
         """The index's chunks in document order at exactly `handle.version` (loaded in the snapshot)."""
@@ -415,6 +449,7 @@ class Searcher:
             terms=handle.analyzer.analyze(query) if mode != "dense" else None,
             bm25_params=handle.bm25_params,
             query_vector=qvec if mode != "bm25" else None,
+            analyzer=handle.analyzer,
         )
         return fuse_with_context(mode, fused, evidence, context, dense_weight=dense_weight, rrf_k=rrf_k)
 

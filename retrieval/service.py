@@ -48,6 +48,11 @@ class SearchRequest(BaseModel):
     context_neighbours: int | None = Field(
         None, ge=1, le=20, description="Chunks on each side that form a chunk's context."
     )
+    focus_weight: float | None = Field(
+        None, ge=0.0, le=1.0, description="Weight of each chunk's best window."
+    )
+    focus_size: int | None = Field(None, ge=1, le=1000, description="Window length in BM25 terms.")
+    collapse_duplicates: bool | None = Field(None, description="Identical chunk texts take one slot.")
 
 
 class SearchResultModel(BaseModel):
@@ -184,6 +189,9 @@ def create_app(
                 ef_search=request.ef_search,
                 context_weight=request.context_weight,
                 context_neighbours=request.context_neighbours,
+                focus_weight=request.focus_weight,
+                focus_size=request.focus_size,
+                collapse_duplicates=request.collapse_duplicates,
             )
         except IndexNotFoundError as exc:
             raise HTTPException(status_code=404, detail=str(exc).strip("'\"")) from exc

@@ -286,3 +286,64 @@ def test_a_good_context_config_loads(tmp_path: Path) -> None:
     config = load_index_configs(path)["small"]
     assert config.context_scoring == {"weight": 0.4, "span": "neighbours", "neighbours": 2}
     assert config.as_dict()["context_scoring"] == config.context_scoring
+
+
+def test_focus_ranks_up_the_chunk_whose_query_words_stand_together(store, embedder, searcher) -> None:
+    close = "The magma volcano stood there while lambs grazed quietly beside farmers tending orchards."
+    far = "The magma stood there while lambs grazed quietly beside farmers tending orchards volcano."
+    spec = _spec(f"ctxf{uuid.uuid4().hex[:8]}", "focus")
+    others = [Document(f"other{i}.md", p) for i, p in enumerate(DOCUMENTS["orchestra.md"] * 2)]
+    docs = [Document("close.md", close), Document("far.md", far), *others]  # others: positive idf
+    store.sync_documents(spec.collection, docs, [])
+    build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
+    plain = searcher.search("magma volcano", spec.name, k=2, mode="bm25")
+    assert plain[0].scores["bm25"] == pytest.approx(plain[1].scores["bm25"])  # same words, same length
+    focused = searcher.search("magma volcano", spec.name, k=2, mode="bm25", focus_weight=0.5, focus_size=3)
+    assert focused[0].text == close and focused[0].scores["focus"] > focused[1].scores["focus"]
+    # a window as long as the chunk sees every word: no difference left
+    whole = searcher.search("magma volcano", spec.name, k=2, mode="bm25", focus_weight=0.5, focus_size=50)
+    assert whole[0].scores["focus"] == pytest.approx(whole[1].scores["focus"])
+
+
+def test_weights_cannot_exceed_one_together(plain_index, searcher) -> None:
+    with pytest.raises(SearchError, match="weight \\+ focus_weight must be at most 1"):
+        searcher.search("magma", plain_index.name, mode="bm25", context_weight=0.7, focus_weight=0.5)
+    with pytest.raises(SearchError, match="focus_size: must be an integer"):
+        searcher.search("magma", plain_index.name, mode="bm25", focus_weight=0.2, focus_size=0)
+
+
+def test_collapse_returns_one_copy_of_a_repeated_passage_the_earliest(store, embedder, searcher) -> None:
+    repeated = "Net revenue rose eleven percent on strong subscription renewals."
+    paragraphs = [
+        "The board met in March to review the annual report.",
+        repeated,
+        "Operating costs were flat across all regions this year.",
+        repeated,
+        "Revenue guidance for next year assumes renewals stay strong.",
+    ]
+    spec = _spec(f"ctxd{uuid.uuid4().hex[:8]}", "dups")
+    text = "\n\n".join(paragraphs)
+    store.sync_documents(spec.collection, [Document("report.md", text)], [])
+    build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
+    first_start = text.index(repeated)
+    for mode in ("bm25", "hybrid_weighted"):
+        plain = searcher.search("net revenue subscription renewals", spec.name, k=3, mode=mode)
+        assert [r.text for r in plain[:2]] == [repeated, repeated]  # two slots, one passage
+        collapsed = searcher.search(
+            "net revenue subscription renewals", spec.name, k=3, mode=mode, collapse_duplicates=True
+        )
+        # bm25 matches three chunks (two copies + the guidance paragraph); dense fills the top 3
+        assert [r.text for r in collapsed].count(repeated) == 1
+        assert len(collapsed) == (2 if mode == "bm25" else 3)
+        assert collapsed[0].text == repeated and collapsed[0].start == first_start
+        assert text[collapsed[0].start : collapsed[0].end] == repeated
+
+
+def test_collapse_duplicates_config_must_be_a_boolean(tmp_path: Path) -> None:
+    path = tmp_path / "indexes.yaml"
+    path.write_text(
+        "indexes:\n  small:\n    chunker: {strategy: token, size: 64}\n    collapse_duplicates: maybe\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError, match="indexes.small.collapse_duplicates: must be true or false"):
+        load_index_configs(path)
