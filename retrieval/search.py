@@ -102,7 +102,9 @@ def _validate(query: str, k: int, mode: str, filters: Any) -> None:
 class Searcher:
     """Queries published indexes. `embedder_for` is an Embedder or `index_name -> Embedder`.
 
-    Options: `ef_search` (HNSW candidate list, raised to the number of candidates when needed),
+    Options: `ef_search` (HNSW candidate list, raised to the number of candidates when needed;
+    default from CHUNKYARD_EF_SEARCH, else 100: enough at 100k chunks, while a million-chunk
+    index needs 400-800 for recall@10 >= 0.95, see docs/deployment.md),
     `bm25_backend` ("sql": score from the postings in Postgres; "memory": a scipy copy per index,
     reloaded when the index version changes; both return rank-bm25's scores; default from
     CHUNKYARD_BM25_BACKEND, else "memory": at 300k chunks it answers in 2-6 ms where the SQL
@@ -114,7 +116,7 @@ class Searcher:
         store: Store | None = None,
         embedder_for: Callable[[str], Any] | Any | None = None,
         *,
-        ef_search: int = 100,
+        ef_search: int | None = None,
         bm25_backend: str | None = None,
         rerank_candidates: int = 20,
     ) -> None:
@@ -123,7 +125,13 @@ class Searcher:
             raise SearchError(f"bm25_backend: unknown {bm25_backend!r}; expected 'sql' or 'memory'")
         self.store = store or Store()
         self._embedder_for = embedder_for
-        self.ef_search = int(ef_search)
+        ef_search = ef_search if ef_search is not None else os.environ.get("CHUNKYARD_EF_SEARCH", "100")
+        try:
+            self.ef_search = int(ef_search)
+        except ValueError:
+            raise SearchError(f"ef_search: expected an integer, got {ef_search!r}") from None
+        if not 1 <= self.ef_search <= HNSW_MAX_EF:
+            raise SearchError(f"ef_search must be between 1 and {HNSW_MAX_EF}, got {self.ef_search}")
         self.bm25_backend = bm25_backend
         self.rerank_candidates = int(rerank_candidates)
         self._handles: dict[str, _IndexHandle] = {}

@@ -261,3 +261,14 @@ def test_sql_and_in_memory_bm25_backends_agree(store, text_index, embedder) -> N
         assert [r.scores["bm25"] for r in a] == pytest.approx([r.scores["bm25"] for r in b], rel=1e-12)
     with pytest.raises(SearchError, match="bm25_backend"):
         Searcher(store, embedder, bm25_backend="elastic")
+
+
+def test_ef_search_default_comes_from_the_environment(store, embedder, monkeypatch) -> None:
+    assert Searcher(store, embedder).ef_search == 100
+    monkeypatch.setenv("CHUNKYARD_EF_SEARCH", "600")
+    assert Searcher(store, embedder).ef_search == 600
+    assert Searcher(store, embedder, ef_search=40).ef_search == 40
+    for bad in ("many", "0", "5000"):
+        monkeypatch.setenv("CHUNKYARD_EF_SEARCH", bad)
+        with pytest.raises(SearchError, match="ef_search"):
+            Searcher(store, embedder)
