@@ -361,6 +361,7 @@ def run_size(
         log(f"  dense ef={ef}: recall@10 {np.mean(recalls):.3f}, p95 {percentile(latencies, 95):.1f} ms")
 
     searcher.ef_search = memory_searcher.ef_search = args.default_ef
+    out["latency_ef_search"] = args.default_ef
     out["latency"] = {
         "dense": measure(searcher, spec, questions, "dense"),
         "bm25 (Postgres postings)": measure(searcher, spec, questions, "bm25"),
@@ -470,6 +471,7 @@ def markdown(report: dict[str, Any]) -> str:
                 for s in sizes
             ],
         )
+    row("ef_search of the latency rows below", [str(s.get("latency_ef_search", 100)) for s in sizes])
     for mode in sizes[0]["latency"]:
         row(
             f"{mode} p50 / p95 ms",
@@ -525,7 +527,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hnsw-ef-construction", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--ef-search", type=lambda s: [int(x) for x in s.split(",")], default=[40, 100, 200, 400, 800]
+        "--ef-search",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[40, 100, 200, 400, 600, 800, 1000],
     )
     parser.add_argument("--default-ef", type=int, default=100)
     parser.add_argument(
