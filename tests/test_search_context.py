@@ -347,3 +347,34 @@ def test_collapse_duplicates_config_must_be_a_boolean(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="indexes.small.collapse_duplicates: must be true or false"):
         load_index_configs(path)
+
+
+def test_the_http_service_ranks_with_the_same_code_path(plain_index, context_index, searcher) -> None:
+    from fastapi.testclient import TestClient
+
+    from retrieval.service import create_app
+
+    http = TestClient(create_app(searcher), raise_server_exceptions=False)
+    query = "where is the magma of a volcano"
+    for body, kwargs in (
+        ({"index": context_index.name}, {}),  # the index config's context_scoring
+        (
+            {
+                "index": plain_index.name,
+                "context_weight": 0.5,
+                "focus_weight": 0.2,
+                "collapse_duplicates": True,
+            },
+            {"context_weight": 0.5, "focus_weight": 0.2, "collapse_duplicates": True},
+        ),
+    ):
+        response = http.post("/v1/search", json={"query": query, "k": 5, "mode": "hybrid_weighted", **body})
+        assert response.status_code == 200, response.text
+        served = [(r["chunk_id"], r["scores"]["with_context"]) for r in response.json()["results"]]
+        direct = searcher.search(query, body["index"], k=5, mode="hybrid_weighted", **kwargs)
+        assert served == [(r.chunk_id, r.scores["with_context"]) for r in direct]
+    bad = http.post(
+        "/v1/search",
+        json={"query": query, "index": plain_index.name, "context_weight": 0.8, "focus_weight": 0.5},
+    )
+    assert bad.status_code == 400 and "at most 1" in bad.json()["detail"]
