@@ -2,9 +2,11 @@
 
 A small chunk is a precise answer (little text to read, high IoU), but its own words often miss
 part of the question while the passage around it has them. With `context_scoring` in an index
-config, every first-stage candidate also gets a score for its *context*, and the two are mixed:
+config, every first-stage candidate also gets a score for its *context* (the larger scale) and,
+optionally, for its best window of `focus_size` terms (the finer scale), mixed with its own:
 
-    score = (1 - weight) * own + weight * context      (each min-max normalised over the candidates)
+    score = (1 - weight - focus_weight) * own + weight * context + focus_weight * focus
+            (each min-max normalised over the candidates)
 
 The context of a chunk is the chunk with its `neighbours` chunks on each side in the same
 document (`span: neighbours`), or every chunk sharing its hierarchical parent (`span: parent`).
@@ -13,7 +15,8 @@ frequencies and lengths summed over its chunks, the index's idf, the mean contex
 avgdl; without chunk overlap this is exactly BM25 of the concatenated span) and the cosine
 between the query and the mean of the context's chunk vectors. Nothing new is stored or
 embedded: chunk ids, spans and vectors stay those of the index, and returned chunks are still
-exact spans; only their order changes.
+exact spans; only their order changes. `collapse_identical_texts` (index option
+`collapse_duplicates`) then gives a passage repeated in the index one result slot.
 """
 
 from __future__ import annotations
