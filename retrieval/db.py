@@ -54,6 +54,7 @@ def _apply_shared_buffers(server: object, wanted: str | None) -> None:
             return
         conn.execute(sql.SQL("ALTER SYSTEM SET shared_buffers = {}").format(sql.Literal(wanted)))
     pg_ctl(["-w", "restart"], pgdata=server.pgdata, user=server.system_user)  # type: ignore[attr-defined]
+    server.ensure_postgres_running()  # type: ignore[attr-defined]  # track the new postmaster, so exit stops it
 
 
 def database_url() -> str:
