@@ -461,8 +461,18 @@ def publish(store: Store, spec: Any) -> PublishReport:
             (index_name, index_name),
         ).fetchone()
         if version > 0 and not full_rebuild and staged_chunks == 0 and staged_removals == 0:
-            # nothing changed: keep the version (caches keyed on it stay valid), just clear staging
+            # nothing to index: keep the version (caches keyed on it stay valid), unless only the
+            # retrieval options changed (hybrid, context_scoring: outside the config hash), which
+            # are republished under a new version so every Searcher picks them up
+            config = Jsonb(spec.config.as_dict())
+            bumped = conn.execute(
+                "UPDATE indexes SET version = version + 1, published_at = now(), config = %s"
+                " WHERE name = %s AND config IS DISTINCT FROM %s RETURNING version",
+                (config, index_name, config),
+            ).fetchone()
             _clear_staging(conn, index_name)
+            report.published = bumped is not None
+            version = int(bumped[0]) if bumped else version
             report.version = version
             report.chunks_total, report.documents_total = _sizes(conn, index_name, chunks_t)
             report.seconds = round(time.perf_counter() - started, 3)

@@ -85,6 +85,20 @@ def test_incremental_staging_embeds_only_what_changed(store, embedder) -> None:
     again = indexing.publish(store, spec)
     assert again.version == 1 and not again.published
 
+    # only a retrieval option changed (outside the config hash): republished under a new version
+    reweighted = IndexSpec(
+        spec.collection, IndexConfig(**{**spec.config.as_dict(), "hybrid": {"weight": 0.2}})
+    )
+    assert reweighted.config.config_hash == spec.config.config_hash
+    indexing.stage_chunks(store, reweighted, chunker=chunker)
+    indexing.stage_embeddings(store, reweighted, embedder)
+    indexing.stage_bm25(store, reweighted)
+    republished = indexing.publish(store, reweighted)
+    assert republished.published and republished.version == 2 and republished.chunks_total == 7
+    assert store.index_info(spec.name)["config"]["hybrid"]["weight"] == 0.2
+    again = indexing.publish(store, reweighted)
+    assert again.version == 2 and not again.published
+
     # one paragraph edited, one document deleted, one added
     texts["guide.md"] = texts["guide.md"].replace("its own HNSW graph", "its own partition")
     del texts["deploy.md"]
@@ -99,7 +113,7 @@ def test_incremental_staging_embeds_only_what_changed(store, embedder) -> None:
     assert (embed.embeddings_computed, embed.embeddings_reused) == (2, 3)
     indexing.stage_bm25(store, spec)
     published = indexing.publish(store, spec)
-    assert published.version == 2 and published.chunks_total == 7 and published.documents_total == 3
+    assert published.version == 3 and published.chunks_total == 7 and published.documents_total == 3
     assert {r[0] for r in _stored_chunks(store, spec.name)} == {"guide.md", "bm25.md", "new.md"}
     results = Searcher(store, embedder).search("partition", spec.name, k=1, mode="bm25")
     assert results[0].doc_id == "guide.md" and "partition" in results[0].text
