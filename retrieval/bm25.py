@@ -248,6 +248,18 @@ def query_weights(
     return {term: counts[term] * stats.idf(int(df), params.epsilon) for term, df in rows}
 
 
+def queue_statistics(conn: Any, index_name: str, terms: list[str]) -> tuple[Any, Any]:
+    """Cursors for the index's BM25 totals and the terms' document frequencies (sent in the caller's pipeline)."""
+    stats_cursor = conn.execute(
+        "SELECT n_docs, total_length, vocab_size, idf_sum FROM bm25_stats WHERE index_name = %s",
+        (index_name,),
+    )
+    df_cursor = conn.execute(
+        "SELECT term, df FROM bm25_terms WHERE index_name = %s AND term = ANY(%s)", (index_name, terms)
+    )
+    return stats_cursor, df_cursor
+
+
 def sql_top_k(
     conn: Any,
     index_name: str,
@@ -266,14 +278,7 @@ def sql_top_k(
     if not counts:
         return []
     with conn.pipeline():  # stats and document frequencies in one round trip
-        stats_cursor = conn.execute(
-            "SELECT n_docs, total_length, vocab_size, idf_sum FROM bm25_stats WHERE index_name = %s",
-            (index_name,),
-        )
-        df_cursor = conn.execute(
-            "SELECT term, df FROM bm25_terms WHERE index_name = %s AND term = ANY(%s)",
-            (index_name, list(counts)),
-        )
+        stats_cursor, df_cursor = queue_statistics(conn, index_name, list(counts))
     stats_row = stats_cursor.fetchone()
     df_rows = df_cursor.fetchall()
     if stats_row is None or int(stats_row[0]) == 0:

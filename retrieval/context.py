@@ -263,14 +263,7 @@ def score_contexts(
                 (index_name, list(members)),
             )
         if terms is not None and counts:
-            stats_cursor = conn.execute(
-                "SELECT n_docs, total_length, vocab_size, idf_sum FROM bm25_stats WHERE index_name = %s",
-                (index_name,),
-            )
-            df_cursor = conn.execute(
-                "SELECT term, df FROM bm25_terms WHERE index_name = %s AND term = ANY(%s)",
-                (index_name, list(counts)),
-            )
+            stats_cursor, df_cursor = bm25_lib.queue_statistics(conn, index_name, list(counts))
             tf_cursor = conn.execute(
                 sql.SQL(
                     "SELECT chunk_id, term, tf FROM {} WHERE index_name = %s AND term = ANY(%s)"
