@@ -26,6 +26,16 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="session")
+def store(pg_url: str):
+    """The chunkyard store on the session's Postgres, migrated."""
+    from retrieval.store import Store
+
+    store = Store(pg_url)
+    store.migrate()
+    return store
+
+
+@pytest.fixture(scope="session")
 def embedder():
     """The real all-MiniLM-L6-v2 from the local package, loaded once per session."""
     from retrieval.embedder import Embedder

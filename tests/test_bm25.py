@@ -55,13 +55,6 @@ def test_unknown_analyzer_is_a_clear_error() -> None:
         bm25_lib.build_analyzer({"analyzer": "klingon"})
 
 
-@pytest.fixture(scope="module")
-def store(pg_url: str) -> Store:
-    store = Store(pg_url)
-    store.migrate()
-    return store
-
-
 def _build(store: Store, embedder, docs: list[Document], spec) -> None:
     store.sync_documents(spec.collection, docs, [])
     chunker = ParagraphChunker(spec.config.config_hash, vector_for=random_unit_vector_for())

@@ -22,13 +22,6 @@ DOCS = {
 }
 
 
-@pytest.fixture(scope="module")
-def store(pg_url: str) -> Store:
-    store = Store(pg_url)
-    store.migrate()
-    return store
-
-
 def _docs(texts: dict[str, str]) -> list[Document]:
     return [Document(doc_id, text, metadata={"path": doc_id}) for doc_id, text in texts.items()]
 

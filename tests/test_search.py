@@ -28,13 +28,6 @@ TOPICS = [
 
 
 @pytest.fixture(scope="module")
-def store(pg_url: str) -> Store:
-    store = Store(pg_url)
-    store.migrate()
-    return store
-
-
-@pytest.fixture(scope="module")
 def text_index(store: Store, embedder):
     """Real MiniLM vectors: three documents of four paragraphs each; English BM25 analyzer."""
     spec = make_spec(bm25={"k1": 1.5, "b": 0.75, "epsilon": 0.25, "analyzer": "english"})

@@ -55,13 +55,6 @@ def _spec(collection: str, name: str, context_scoring: dict | None = None) -> In
 
 
 @pytest.fixture(scope="module")
-def store(pg_url: str) -> Store:
-    store = Store(pg_url)
-    store.migrate()
-    return store
-
-
-@pytest.fixture(scope="module")
 def collection(store: Store) -> str:
     name = f"ctx{uuid.uuid4().hex[:8]}"
     docs = [Document(doc_id, "\n\n".join(paragraphs)) for doc_id, paragraphs in DOCUMENTS.items()]

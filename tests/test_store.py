@@ -14,13 +14,6 @@ from retrieval.store import Store, partition_names, split_index_name
 from tests.test_indexing_support import make_spec
 
 
-@pytest.fixture(scope="module")
-def store(pg_url: str) -> Store:
-    store = Store(pg_url)
-    store.migrate()
-    return store
-
-
 def test_migrations_are_versioned_and_idempotent(store: Store) -> None:
     assert store.migrate() == []  # already applied
     assert store.schema_version() == max(v for v, _, _ in MIGRATIONS)
