@@ -469,7 +469,13 @@ def build_index_assets(
                 },
             ),
         },
-        deps=[keys["index"]],
+        # an index with `coarse` answers ambiguous queries from its coarse index: evaluate after both
+        deps=[keys["index"]]
+        + (
+            [AssetKey([safe_name(spec.collection), safe_name(config.coarse["config"]), "index"])]
+            if config.coarse
+            else []
+        ),
         automation_condition=_evaluation_condition(),
         kinds={"python"},
         check_specs=[

@@ -92,5 +92,6 @@ def index_settings(config: Any, kind: str) -> dict[str, Any]:
             "rerank": config.rerank,
             "context_scoring": config.context_scoring,
             "collapse_duplicates": config.collapse_duplicates,
+            "coarse": config.coarse,
         }
     raise ValueError(f"unknown index asset kind {kind!r}")

@@ -239,7 +239,7 @@ def run_benchmark(
         raise BenchmarkError(f"protocol: expected one of {PROTOCOLS}, got {protocol!r}")
     from tqdm.auto import tqdm
 
-    from retrieval.config import IndexSpec, load_index_configs
+    from retrieval.config import IndexSpec, load_index_configs, with_coarse_companions
     from retrieval.embedder import embedder_for_config
     from retrieval.indexing import publish, stage_bm25, stage_chunks, stage_embeddings
     from retrieval.search import Searcher
@@ -270,7 +270,14 @@ def run_benchmark(
     builds: dict[str, dict[str, Any]] = {}
     suggestions: dict[str, Any] = {}
     tuned: dict[str, Any] = {}
-    bar = tqdm(wanted, desc="configs", unit="config", file=sys.stderr, disable=not show_progress)
+    # a config with `coarse` answers ambiguous questions from its coarse index: build that one too
+    bar = tqdm(
+        with_coarse_companions(wanted, all_configs),
+        desc="configs",
+        unit="config",
+        file=sys.stderr,
+        disable=not show_progress,
+    )
     for config_name in bar:
         config = all_configs[config_name]
         spec = IndexSpec(collection_name, config)
@@ -303,6 +310,9 @@ def run_benchmark(
             **publish_report.as_metadata(),
             "build_seconds": build_seconds,
         }
+        if config_name not in wanted:
+            steps.close()
+            continue
         steps.set_postfix_str(f"evaluating {len(questions)} questions")
         searcher = Searcher(store, embedder, bm25_backend=bm25_backend)
         report = evaluate_index(

@@ -267,6 +267,13 @@ def evaluate_index(
             "p95_ms": float(np.percentile(per_query, 95)) if per_query else math.nan,
         }
     cost = index_cost(store or getattr(searcher, "store", None), index_name, spec)
+    coarse = getattr(getattr(spec, "config", None), "coarse", None)
+    if coarse:  # ambiguous questions are answered from a second index: its cost is part of the config's
+        coarse_name = f"{index_name.split('/', 1)[0]}/{coarse['config']}"
+        coarse_cost = index_cost(store or getattr(searcher, "store", None), coarse_name, spec)
+        for key in ("chunks", "tokens_embedded", "index_bytes"):
+            if key in coarse_cost:
+                cost[f"coarse_{key}"] = coarse_cost[key]
     if build_seconds is not None:
         cost["indexing_seconds"] = float(build_seconds)
     return EvaluationReport(

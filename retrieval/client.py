@@ -81,6 +81,7 @@ class Client:
         focus_weight: float | None = None,
         focus_size: int | None = None,
         collapse_duplicates: bool | None = None,
+        coarse_min_gap: float | None = None,
     ) -> list[SearchResult]:
         body: dict[str, Any] = {"query": query, "index": index, "k": k, "mode": mode}
         optional = {
@@ -96,6 +97,7 @@ class Client:
             "focus_weight": focus_weight,
             "focus_size": focus_size,
             "collapse_duplicates": collapse_duplicates,
+            "coarse_min_gap": coarse_min_gap,
         }
         body.update({key: value for key, value in optional.items() if value is not None})
         if include_parent:

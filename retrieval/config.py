@@ -69,6 +69,10 @@ class IndexConfig:
     context_scoring: dict[str, Any] = field(default_factory=dict)
     # Identical chunk texts (repeated passages) take one result slot: the earliest copy is returned.
     collapse_duplicates: bool = False
+    # Adaptive granularity: `{config: NAME, min_gap: 0.18, rank: 5}`. When the ranking is ambiguous
+    # (the score gap between the first and the `rank`-th result is below `min_gap`), it is answered
+    # by the same collection's index with config NAME (larger chunks) instead. Query-time only.
+    coarse: dict[str, Any] = field(default_factory=dict)
     description: str = ""
     # Chunks may exceed the embedding model's input limit (the model truncates them); the
     # token-limit check then reports the truncated share instead of failing.
@@ -98,6 +102,7 @@ class IndexConfig:
             "rerank": self.rerank,
             "context_scoring": self.context_scoring,
             "collapse_duplicates": self.collapse_duplicates,
+            "coarse": self.coarse,
             "allow_truncation": self.allow_truncation,
         }
 
@@ -145,6 +150,7 @@ _INDEX_KEYS = {
     "rerank",
     "context_scoring",
     "collapse_duplicates",
+    "coarse",
     "description",
     "allow_truncation",
 }
@@ -195,10 +201,54 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
             collapse_duplicates=_as_bool(
                 merged.get("collapse_duplicates", False), f"{where}.collapse_duplicates"
             ),
+            coarse=_coarse(merged.get("coarse"), f"{where}.coarse"),
             description=merged.get("description", ""),
             allow_truncation=_as_bool(merged.get("allow_truncation", False), f"{where}.allow_truncation"),
         )
+    for name, config in configs.items():
+        if not config.coarse:
+            continue
+        target = config.coarse["config"]
+        where = f"{path}: indexes.{name}.coarse.config"
+        if target not in configs:
+            raise ConfigError(f"{where}: unknown index config {target!r}; known: {sorted(configs)}")
+        if target == name or configs[target].coarse:
+            raise ConfigError(f"{where}: {target!r} must be a plain index config (no `coarse` of its own)")
     return configs
+
+
+COARSE_KEYS = ("config", "min_gap", "rank")
+COARSE_DEFAULT_RANK = 5
+
+
+def _coarse(raw: Any, where: str) -> dict[str, Any]:
+    """Validate `coarse: {config: NAME, min_gap: 0.18, rank: 5}` (the reference is checked later)."""
+    if raw in (None, {}):
+        return {}
+    if not isinstance(raw, dict) or not {"config", "min_gap"} <= set(raw) or set(raw) - set(COARSE_KEYS):
+        raise ConfigError(
+            f"{where}: expected a mapping with `config` and `min_gap` (and optionally `rank`), got {raw!r}"
+        )
+    if not isinstance(raw["config"], str) or not raw["config"]:
+        raise ConfigError(f"{where}.config: must be the name of another index config")
+    gap = raw["min_gap"]
+    if isinstance(gap, bool) or not isinstance(gap, int | float) or not 0.0 <= gap <= 1.0:
+        raise ConfigError(f"{where}.min_gap: must be a number between 0 and 1, got {gap!r}")
+    rank = raw.get("rank", COARSE_DEFAULT_RANK)
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 2 <= rank <= 100:
+        raise ConfigError(f"{where}.rank: must be an integer between 2 and 100, got {rank!r}")
+    return {"config": raw["config"], "min_gap": float(gap), "rank": rank}
+
+
+def with_coarse_companions(names: list[str], configs: dict[str, IndexConfig]) -> list[str]:
+    """`names` plus every config one of them falls back to, each coarse config before its user."""
+    out: list[str] = []
+    for name in names:
+        target = configs[name].coarse.get("config") if name in configs else None
+        for item in (target, name):
+            if item and item not in out:
+                out.append(item)
+    return out
 
 
 def _as_bool(value: Any, where: str) -> bool:
@@ -252,6 +302,8 @@ def load_index_specs(
                     f"collections.{collection.name}.indexes: unknown index config {config_name!r}; "
                     f"known: {sorted(configs)}"
                 )
+        # A config with `coarse` needs its coarse index in the same collection: it is built too.
+        for config_name in with_coarse_companions(list(collection.indexes), configs):
             specs.append(IndexSpec(collection.name, configs[config_name]))
     return specs
 

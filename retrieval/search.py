@@ -25,6 +25,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from retrieval import bm25 as bm25_lib
+from retrieval.config import COARSE_DEFAULT_RANK
 from retrieval.context import (
     ChunkLayout,
     ContextConfigError,
@@ -218,6 +219,7 @@ class Searcher:
         focus_weight: float | None = None,
         focus_size: int | None = None,
         collapse_duplicates: bool | None = None,
+        coarse_min_gap: float | None = None,
     ) -> list[SearchResult]:
         """Top-k chunks of `index` for `query`. See the module docstring for the modes."""
         return self.search_batch(
@@ -238,6 +240,7 @@ class Searcher:
             focus_weight=focus_weight,
             focus_size=focus_size,
             collapse_duplicates=collapse_duplicates,
+            coarse_min_gap=coarse_min_gap,
         )[0]
 
     def search_batch(
@@ -260,6 +263,7 @@ class Searcher:
         focus_weight: float | None = None,
         focus_size: int | None = None,
         collapse_duplicates: bool | None = None,
+        coarse_min_gap: float | None = None,
     ) -> list[list[SearchResult]]:
         """Like `search` for many queries; all query vectors are computed in one embedding call.
 
@@ -267,6 +271,13 @@ class Searcher:
         `context_scoring` (see `retrieval.context`): candidates are re-ranked with the score of the
         text around them and of their best window. `collapse_duplicates` overrides the index's
         option of the same name: identical chunk texts take one result slot.
+
+        Adaptive granularity: an index whose config has `coarse: {config, min_gap}` answers a query
+        from the same collection's coarse index (larger chunks) when its own ranking is ambiguous:
+        the gap between the first and the `rank`-th (default 5, whatever k is) result's ranking score (`with_context`, or the fused
+        score min-max normalised over the candidates) is below `min_gap` (`coarse_min_gap`
+        overrides it; 0 never falls back). Every result carries that gap as `scores["fine_gap"]`
+        and the index that answered as `index`.
         """
         if isinstance(queries, str):
             raise SearchError("queries: expected a list of strings, not a single string")
@@ -304,8 +315,15 @@ class Searcher:
             if collapse_duplicates is None
             else collapse_duplicates
         )
-        # Context re-ranking and collapsing always see the same candidates: the top k does not depend on k.
-        single_list = mode in ("dense", "bm25") and not context.enabled and not collapse
+        coarse = handle.config.get("coarse") or {}
+        min_gap = float(coarse.get("min_gap", 0.0) if coarse_min_gap is None else coarse_min_gap)
+        if not 0.0 <= min_gap <= 1.0:
+            raise SearchError(f"coarse_min_gap: must be between 0 and 1, got {coarse_min_gap!r}")
+        if coarse_min_gap is not None and not coarse:
+            raise SearchError(f"coarse_min_gap: index {handle.name!r} has no `coarse` index config")
+        # Context re-ranking, collapsing and the ambiguity gap always see the same candidates: the top
+        # k does not depend on k.
+        single_list = mode in ("dense", "bm25") and not context.enabled and not collapse and not coarse
         first_stage = pool if single_list else max(pool, n_candidates)
 
         needs_vectors = mode != "bm25" or mmr is not None
@@ -322,6 +340,7 @@ class Searcher:
                 )
 
         results: list[list[SearchResult]] = []
+        gaps: list[float] = []
         for qi, query in enumerate(queries):
             total_started = time.perf_counter()
             timings = {"embed_ms": embed_ms} if needs_vectors else {}
@@ -353,6 +372,9 @@ class Searcher:
                     started = time.perf_counter()
                     fused = collapse_identical_texts(fused, self._layout(conn, handle))
                     timings["collapse_ms"] = (time.perf_counter() - started) * 1000
+                gaps.append(
+                    _ranking_gap(mode, fused, int(coarse.get("rank", COARSE_DEFAULT_RANK)), context.enabled)
+                )
                 started = time.perf_counter()
                 ranked = fused[: first_stage if (reranker is not None or mmr is not None) else k]
                 rows = self._rows(
@@ -397,8 +419,57 @@ class Searcher:
             timings["total_ms"] = (time.perf_counter() - total_started) * 1000 + timings.get("embed_ms", 0.0)
             for result in out:
                 result.timings = {key: round(value, 3) for key, value in timings.items()}
+                if coarse:
+                    result.scores["fine_gap"] = gaps[qi]
             results.append(out)
+        if coarse and min_gap > 0.0:
+            ambiguous = [qi for qi, gap in enumerate(gaps) if gap < min_gap]
+            if ambiguous:
+                results = self._coarse_answers(
+                    handle.name,
+                    coarse["config"],
+                    queries,
+                    ambiguous,
+                    gaps,
+                    results,
+                    k,
+                    mode,
+                    rerank=rerank,
+                    filters=filters,
+                    include_parent=include_parent,
+                    mmr=mmr,
+                    ef_search=ef_search,
+                )
         return results
+
+    def _coarse_answers(
+        self,
+        fine_index: str,
+        coarse_config: str,
+        queries: Sequence[str],
+        ambiguous: list[int],
+        gaps: list[float],
+        results: list[list[SearchResult]],
+        k: int,
+        mode: str,
+        **options: Any,
+    ) -> list[list[SearchResult]]:
+        """Replace the ambiguous queries' results by the coarse index's (its own ranking settings)."""
+        coarse_index = f"{fine_index.split('/', 1)[0]}/{coarse_config}"
+        try:
+            coarse_results = self.search_batch(
+                [queries[qi] for qi in ambiguous], coarse_index, k, mode, **options
+            )
+        except IndexNotFoundError as exc:
+            raise IndexNotFoundError(
+                f"index {fine_index!r} falls back to {coarse_index!r} for ambiguous queries, but: {exc}"
+            ) from exc
+        merged = list(results)
+        for qi, answer in zip(ambiguous, coarse_results, strict=True):
+            for result in answer:
+                result.scores["fine_gap"] = gaps[qi]
+            merged[qi] = answer
+        return merged
 
     # -- stages ------------------------------------------------------------------------------
 
@@ -697,6 +768,29 @@ def _fuse(
             entry["weighted"] = weight * dense_norm.get(cid, 0.0) + (1 - weight) * bm25_norm.get(cid, 0.0)
     order = sorted(scores, key=lambda cid: (-scores[cid][key], cid))
     return [(cid, scores[cid]) for cid in order]
+
+
+def _ranking_gap(
+    mode: str, ranked: list[tuple[str, dict[str, float]]], rank: int, with_context: bool
+) -> float:
+    """How clearly the first result beats the `rank`-th: their ranking scores' difference, in [0, 1].
+
+    With context scoring the ranking score (`with_context`) is already a mix of min-max normalised
+    parts; otherwise the fused score is min-max normalised over the candidates first.
+    """
+    if len(ranked) < 2:
+        return 1.0
+    key = (
+        "with_context"
+        if with_context
+        else {"dense": "dense", "bm25": "bm25", "hybrid": "rrf"}.get(mode, "weighted")
+    )
+    values = [scores.get(key, 0.0) for _, scores in ranked]
+    kth = values[min(rank, len(values)) - 1]
+    if with_context:
+        return float(values[0] - kth)
+    spread = max(values) - min(values)
+    return float((values[0] - kth) / spread) if spread > 0 else 0.0
 
 
 def _mmr(

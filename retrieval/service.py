@@ -53,6 +53,9 @@ class SearchRequest(BaseModel):
     )
     focus_size: int | None = Field(None, ge=1, le=1000, description="Window length in BM25 terms.")
     collapse_duplicates: bool | None = Field(None, description="Identical chunk texts take one slot.")
+    coarse_min_gap: float | None = Field(
+        None, ge=0.0, le=1.0, description="Answer from the coarse index below this ranking gap (0 = never)."
+    )
 
 
 class SearchResultModel(BaseModel):
@@ -192,6 +195,7 @@ def create_app(
                 focus_weight=request.focus_weight,
                 focus_size=request.focus_size,
                 collapse_duplicates=request.collapse_duplicates,
+                coarse_min_gap=request.coarse_min_gap,
             )
         except IndexNotFoundError as exc:
             raise HTTPException(status_code=404, detail=str(exc).strip("'\"")) from exc
