@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chunkyard-installed
 
-.PHONY: install demo test ui serve eval bench bench-chunking bench-query bench-embedder bench-incremental lint clean
+.PHONY: install demo test ui serve eval bench bench-chunking bench-query bench-embedder bench-incremental bench-adaptive lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,7 +33,13 @@ eval: $(STAMP)
 # Benchmarks write their tables to benchmarks/results/. bench-query builds 100k and 1M chunks, two
 # expansions each, then 1M again with a denser HNSW graph: ~1 h 45 min here (BENCH_QUERY_ARGS=--reuse
 # measures the indexes a previous run built, ~30 min).
-bench: bench-chunking bench-embedder bench-incremental bench-query
+bench: bench-chunking bench-embedder bench-incremental bench-adaptive bench-query
+
+# builds (or reuses) the adaptive config and its coarse index on chroma_general, then times both paths
+bench-adaptive: $(STAMP)
+	$(BIN)/chunkyard eval --dataset chroma_general --protocol chroma --mode hybrid_weighted \
+		--config eval-recursive-150-adaptive --bm25-backend memory --output .chunkyard/eval_adaptive
+	$(BIN)/python -m benchmarks.bench_adaptive
 
 bench-chunking: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_chunking

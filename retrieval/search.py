@@ -264,6 +264,7 @@ class Searcher:
         focus_size: int | None = None,
         collapse_duplicates: bool | None = None,
         coarse_min_gap: float | None = None,
+        query_vectors: np.ndarray | None = None,
     ) -> list[list[SearchResult]]:
         """Like `search` for many queries; all query vectors are computed in one embedding call.
 
@@ -278,6 +279,8 @@ class Searcher:
         score min-max normalised over the candidates) is below `min_gap` (`coarse_min_gap`
         overrides it; 0 never falls back). Every result carries that gap as `scores["fine_gap"]`
         and the index that answered as `index`.
+
+        `query_vectors` (one row per query, from the index's own model) skips the query embedding.
         """
         if isinstance(queries, str):
             raise SearchError("queries: expected a list of strings, not a single string")
@@ -327,9 +330,15 @@ class Searcher:
         first_stage = pool if single_list else max(pool, n_candidates)
 
         needs_vectors = mode != "bm25" or mmr is not None
-        query_vectors: np.ndarray | None = None
         embed_ms = 0.0
-        if needs_vectors:
+        if query_vectors is not None:
+            query_vectors = np.asarray(query_vectors, dtype=np.float32)
+            if query_vectors.shape != (len(queries), handle.dim):
+                raise SearchError(
+                    f"query_vectors: expected shape ({len(queries)}, {handle.dim}) for index "
+                    f"{handle.name!r}, got {query_vectors.shape}"
+                )
+        elif needs_vectors:
             started = time.perf_counter()
             query_vectors = np.asarray(self.embedder(handle.name, handle.config).embed(list(queries)))
             embed_ms = (time.perf_counter() - started) * 1000 / len(queries)
@@ -426,7 +435,8 @@ class Searcher:
             ambiguous = [qi for qi, gap in enumerate(gaps) if gap < min_gap]
             if ambiguous:
                 results = self._coarse_answers(
-                    handle.name,
+                    handle,
+                    query_vectors,
                     coarse["config"],
                     queries,
                     ambiguous,
@@ -444,7 +454,8 @@ class Searcher:
 
     def _coarse_answers(
         self,
-        fine_index: str,
+        fine: _IndexHandle,
+        fine_vectors: np.ndarray | None,
         coarse_config: str,
         queries: Sequence[str],
         ambiguous: list[int],
@@ -455,15 +466,21 @@ class Searcher:
         **options: Any,
     ) -> list[list[SearchResult]]:
         """Replace the ambiguous queries' results by the coarse index's (its own ranking settings)."""
-        coarse_index = f"{fine_index.split('/', 1)[0]}/{coarse_config}"
+        coarse_index = f"{fine.name.split('/', 1)[0]}/{coarse_config}"
         try:
-            coarse_results = self.search_batch(
-                [queries[qi] for qi in ambiguous], coarse_index, k, mode, **options
-            )
+            with self.store.connection() as conn:
+                coarse = self._handle(conn, coarse_index)
         except IndexNotFoundError as exc:
             raise IndexNotFoundError(
-                f"index {fine_index!r} falls back to {coarse_index!r} for ambiguous queries, but: {exc}"
+                f"index {fine.name!r} falls back to {coarse_index!r} for ambiguous queries, but: {exc}"
             ) from exc
+        same_model = all(
+            coarse.config.get(key) == fine.config.get(key) for key in ("embedding_model", "embedder")
+        )
+        vectors = fine_vectors[ambiguous] if same_model and fine_vectors is not None else None
+        coarse_results = self.search_batch(
+            [queries[qi] for qi in ambiguous], coarse_index, k, mode, query_vectors=vectors, **options
+        )
         merged = list(results)
         for qi, answer in zip(ambiguous, coarse_results, strict=True):
             for result in answer:

@@ -55,6 +55,20 @@ def test_project_graph_names_groups_and_descriptions() -> None:
     schedule = defs.resolve_schedule_def("nightly_evaluation")
     assert schedule.default_status.value == "STOPPED"
 
+    # A config with `coarse` brings its coarse index along, and its evaluation waits for both.
+    adaptive = graph.get(
+        next(
+            k
+            for k in graph.get_all_asset_keys()
+            if k.to_user_string() == "chroma_general/eval_recursive_150_adaptive/evaluation"
+        )
+    )
+    parents = {k.to_user_string() for k in adaptive.parent_keys}
+    assert {
+        "chroma_general/eval_recursive_150_adaptive/index",
+        "chroma_general/eval_recursive_400_ctx/index",
+    } <= parents
+
 
 def _versions(indexes_path: Path, collections_path: Path) -> dict[str, str]:
     from assets.factory import build_all

@@ -222,3 +222,16 @@ def test_evaluation_scores_the_answers_served_and_counts_both_indexes(store, ind
         assert got[name] == pytest.approx(expected[name])
     assert report.cost["chunks"] == 9.0 and report.cost["coarse_chunks"] == 3.0
     assert report.cost["coarse_tokens_embedded"] > 0
+
+
+def test_precomputed_query_vectors_give_the_same_answers(indexes, searcher, embedder) -> None:
+    """The coarse fallback reuses the fine index's query vectors when both use the same model."""
+    fine, coarse, _ = indexes
+    queries = [QUERY, "what do hikers carry"]
+    vectors = embedder.embed(queries)
+    for index in (fine.name, coarse.name):
+        given = searcher.search_batch(queries, index, 3, "hybrid_weighted", query_vectors=vectors)
+        embedded = searcher.search_batch(queries, index, 3, "hybrid_weighted")
+        assert [[r.chunk_id for r in rs] for rs in given] == [[r.chunk_id for r in rs] for rs in embedded]
+    with pytest.raises(SearchError, match=r"query_vectors: expected shape \(2, 384\)"):
+        searcher.search_batch(queries, fine.name, 3, "dense", query_vectors=vectors[:1])
