@@ -163,5 +163,9 @@ def test_client_returns_the_same_results_as_in_process_search(
             client.search("q", index="nowhere/none")
         with pytest.raises(SearchError, match="mode"):
             client.search("q", index=index_name, mode="fuzzy")
+        with pytest.raises(
+            SearchError, match="has no `coarse` index config"
+        ):  # the option reaches the Searcher
+            client.search("q", index=index_name, coarse_min_gap=0.2)
     with Client(server_url) as anonymous, pytest.raises(AuthenticationError):
         anonymous.search("q", index=index_name)
