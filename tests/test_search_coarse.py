@@ -18,25 +18,8 @@ from retrieval.indexing import build_index
 from retrieval.search import IndexNotFoundError, Searcher, SearchError
 from retrieval.store import Store
 from tests.test_indexing_support import ParagraphChunker
+from tests.test_search_context import BM25, DOCUMENTS  # four documents of three paragraphs
 
-DOCUMENTS = {
-    "volcano.md": [
-        "Volcanoes erupt when magma rises through cracks in the crust.",
-        "Its slopes are covered in grey ash and nothing grows there for years.",
-        "The magma chamber of the volcano lies five kilometres below the summit.",
-    ],
-    "kitchen.md": [
-        "A good sourdough needs a lively starter, flour, water and patience.",
-        "Knead the dough, let it rest overnight and bake it in a hot oven.",
-        "Crust colour comes from sugars caramelising in the heat of the oven.",
-    ],
-    "hiking.md": [
-        "The trail climbs through pine forest to a grey ridge.",
-        "Hikers carry water, a map and a warm jacket for the summit.",
-        "From the top the whole valley is visible on a clear day.",
-    ],
-}
-BM25 = {"k1": 1.5, "b": 0.75, "epsilon": 0.25, "analyzer": "english"}
 QUERY = "what lies below the summit of the volcano"
 
 
@@ -108,10 +91,10 @@ def test_the_gap_decides_which_index_answers(indexes, searcher) -> None:
 
 def test_the_gap_is_the_normalised_drop_from_first_to_fifth_whatever_k(indexes, searcher) -> None:
     fine, _, plain = indexes
-    ranked = searcher.search(QUERY, plain.name, k=9, mode="hybrid_weighted")  # every paragraph
+    ranked = searcher.search(QUERY, plain.name, k=12, mode="hybrid_weighted")  # every paragraph
     scores = [r.scores["weighted"] for r in ranked]
     expected = (scores[0] - scores[4]) / (max(scores) - min(scores))  # `rank` defaults to 5
-    for k in (2, 5, 9):
+    for k in (2, 5, 12):
         own = searcher.search(QUERY, fine.name, k=k, mode="hybrid_weighted", coarse_min_gap=0.0)
         assert own[0].scores["fine_gap"] == pytest.approx(expected)
         assert [r.chunk_id for r in own] == [r.chunk_id for r in ranked[:k]]  # same chunk ids and ranking
@@ -220,7 +203,7 @@ def test_evaluation_scores_the_answers_served_and_counts_both_indexes(store, ind
     got = report.summaries["hybrid_weighted"].per_question["q1"]
     for name in ("hit_at_3", "recall_at_3", "chroma_iou_at_3"):
         assert got[name] == pytest.approx(expected[name])
-    assert report.cost["chunks"] == 9.0 and report.cost["coarse_chunks"] == 3.0
+    assert report.cost["chunks"] == 12.0 and report.cost["coarse_chunks"] == 4.0
     assert report.cost["coarse_tokens_embedded"] > 0
 
 
