@@ -275,10 +275,11 @@ class Searcher:
 
         Adaptive granularity: an index whose config has `coarse: {config, min_gap}` answers a query
         from the same collection's coarse index (larger chunks) when its own ranking is ambiguous:
-        the gap between the first and the `rank`-th (default 5, whatever k is) result's ranking score (`with_context`, or the fused
-        score min-max normalised over the candidates) is below `min_gap` (`coarse_min_gap`
-        overrides it; 0 never falls back). Every result carries that gap as `scores["fine_gap"]`
-        and the index that answered as `index`.
+        the gap between the first and the `rank`-th (default 5, whatever k is) result's ranking
+        score (`with_context`, or the fused score min-max normalised over the candidates) is below
+        `min_gap` (`coarse_min_gap` overrides it; 0 never falls back). Every result carries that gap
+        as `scores["fine_gap"]` and the index that answered as `index`; a coarse answer's timings
+        add the fine ranking's time (`fine_ms`) to its `total_ms`.
 
         `query_vectors` (one row per query, from the index's own model) skips the query embedding.
         """
@@ -350,6 +351,7 @@ class Searcher:
 
         results: list[list[SearchResult]] = []
         gaps: list[float] = []
+        totals_ms: list[float] = []
         for qi, query in enumerate(queries):
             total_started = time.perf_counter()
             timings = {"embed_ms": embed_ms} if needs_vectors else {}
@@ -426,6 +428,7 @@ class Searcher:
                 self._attach_parents(handle, out, rows)
                 timings["parent_ms"] = (time.perf_counter() - started) * 1000
             timings["total_ms"] = (time.perf_counter() - total_started) * 1000 + timings.get("embed_ms", 0.0)
+            totals_ms.append(timings["total_ms"])
             for result in out:
                 result.timings = {key: round(value, 3) for key, value in timings.items()}
                 if coarse:
@@ -441,6 +444,7 @@ class Searcher:
                     queries,
                     ambiguous,
                     gaps,
+                    totals_ms,
                     results,
                     k,
                     mode,
@@ -460,6 +464,7 @@ class Searcher:
         queries: Sequence[str],
         ambiguous: list[int],
         gaps: list[float],
+        totals_ms: list[float],
         results: list[list[SearchResult]],
         k: int,
         mode: str,
@@ -485,6 +490,12 @@ class Searcher:
         for qi, answer in zip(ambiguous, coarse_results, strict=True):
             for result in answer:
                 result.scores["fine_gap"] = gaps[qi]
+                fine_ms = round(totals_ms[qi], 3)
+                result.timings = {
+                    **result.timings,
+                    "fine_ms": fine_ms,
+                    "total_ms": round(result.timings.get("total_ms", 0.0) + fine_ms, 3),
+                }
             merged[qi] = answer
         return merged
 

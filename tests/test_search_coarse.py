@@ -87,6 +87,8 @@ def test_the_gap_decides_which_index_answers(indexes, searcher) -> None:
     assert [r.chunk_id for r in answered] == [r.chunk_id for r in direct]
     assert answered[0].doc_id == "volcano.md" and answered[0].text == "\n\n".join(DOCUMENTS["volcano.md"])
     assert all(r.scores["fine_gap"] == gap for r in answered)
+    timings = answered[0].timings  # the fine ranking's time is part of the answer's
+    assert timings["fine_ms"] > 0 and timings["total_ms"] > timings["fine_ms"]
 
 
 def test_the_gap_is_the_normalised_drop_from_first_to_fifth_whatever_k(indexes, searcher) -> None:
