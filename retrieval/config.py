@@ -15,6 +15,7 @@ import yaml
 
 from chunking.models import DEFAULT_MODEL
 from retrieval.context import ContextConfigError, ContextScoring
+from retrieval.names import IndexName
 
 
 class ConfigError(ValueError):
@@ -133,9 +134,9 @@ class IndexSpec:
     config: IndexConfig
 
     @property
-    def name(self) -> str:
+    def name(self) -> IndexName:
         """The index's id in the database and the API: `collection/config`."""
-        return f"{self.collection}/{self.config.name}"
+        return IndexName(self.collection, self.config.name)
 
 
 # The search mode picks the fusion (`hybrid` = reciprocal rank fusion, `hybrid_weighted` = weighted

@@ -22,6 +22,7 @@ from psycopg.types.json import Jsonb
 from chunking.types import Document
 from retrieval.db import connect, database_url
 from retrieval.migrations import MIGRATIONS
+from retrieval.names import IndexName
 
 _MIGRATION_LOCK_KEY = 0x63686B79  # "chky": serialises concurrent migrate() calls
 
@@ -63,11 +64,9 @@ def partition_names(index_name: str) -> dict[str, str]:
     }
 
 
-def split_index_name(index: str, default_collection: str = "demo") -> str:
+def split_index_name(index: str, default_collection: str = "demo") -> IndexName:
     """`collection/config` stays; a bare config name means the default collection."""
-    if not isinstance(index, str) or not index.strip():
-        raise ValueError("index: must be a non-empty string like 'demo/recursive-256'")
-    return index if "/" in index else f"{default_collection}/{index}"
+    return IndexName.parse(index, default_collection)
 
 
 class Store:

@@ -1,0 +1,51 @@
+"""Index names: one small value for `collection/config`, parsed and validated in one place."""
+
+from __future__ import annotations
+
+DEFAULT_COLLECTION = "demo"
+
+
+class IndexNameError(ValueError):
+    """An index name is malformed; the message names the field and the expected shape."""
+
+
+class IndexName(str):
+    """`collection/config` as the database and the API spell it, with its two parts named.
+
+    It is a `str`, so it goes into SQL parameters, JSON and dict keys as the text it stands for;
+    code reads `.collection` and `.config` instead of splitting that text by hand.
+    """
+
+    __slots__ = ("collection", "config")
+    collection: str
+    config: str
+
+    def __new__(cls, collection: str, config: str) -> IndexName:
+        for field, value in (("collection", collection), ("config", config)):
+            if not isinstance(value, str) or "/" in value or not value.strip():
+                raise IndexNameError(f"index: {field} must be a non-empty name without '/', got {value!r}")
+        self = super().__new__(cls, f"{collection}/{config}")
+        self.collection = collection
+        self.config = config
+        return self
+
+    def __reduce__(self) -> tuple[type[IndexName], tuple[str, str]]:
+        return (IndexName, (self.collection, self.config))
+
+    @classmethod
+    def parse(cls, text: str, default_collection: str = DEFAULT_COLLECTION) -> IndexName:
+        """`collection/config`, or a bare config name in `default_collection`."""
+        if isinstance(text, IndexName):
+            return text
+        if not isinstance(text, str) or not text.strip():
+            raise IndexNameError("index: must be a non-empty string like 'demo/recursive-256'")
+        collection, sep, config = text.partition("/")
+        if not sep:
+            return cls(default_collection, text)
+        if "/" in config:
+            raise IndexNameError(f"index: expected 'collection/config' with one '/', got {text!r}")
+        return cls(collection, config)
+
+    def sibling(self, config: str) -> IndexName:
+        """The index of another config in the same collection (a coarse companion, say)."""
+        return IndexName(self.collection, config)
