@@ -1,4 +1,4 @@
-"""Retrieval metrics over character spans: hit@k, MRR@k, recall/precision/IoU, budget recall, CIs.
+"""Retrieval metrics over character spans: hit@k, MRR@k, nDCG@k, MAP@k, recall/precision/IoU, CIs.
 
 Every metric is computed per question from the ranked retrieved spans and the question's
 reference spans, then averaged over questions (each question weighs the same, as in
@@ -132,6 +132,47 @@ def reciprocal_rank_at_k(
     return 1.0 / rank if rank is not None else 0.0
 
 
+def relevance_at_k(
+    retrieved: Sequence[Span], references: Sequence[Span], k: int, *, min_overlap: int = 1
+) -> list[int]:
+    """Binary relevance of the top k: 1 where a chunk shares >= min_overlap characters with a
+    reference (the test hit@k and MRR@k use), else 0."""
+    return [int(any(overlap(span, ref) >= min_overlap for ref in references)) for span in retrieved[:k]]
+
+
+def ndcg_at_k(retrieved: Sequence[Span], references: Sequence[Span], k: int, *, min_overlap: int = 1) -> float:
+    """nDCG@k with binary relevance: DCG = sum of rel_i / log2(i + 1) over ranks i <= k, divided by
+    the DCG of the ideal order of the same top k (its relevant chunks first); 0 with none relevant.
+
+    How many chunks of the index overlap a reference depends on the chunker and is not known
+    here, so the ideal is the top k reordered: nDCG@k says how early the relevant chunks come,
+    recall@k says how much of the answer they hold.
+    """
+    rel = relevance_at_k(retrieved, references, k, min_overlap=min_overlap)
+    found = sum(rel)
+    if found == 0:
+        return 0.0
+    dcg = sum(r / math.log2(rank + 1) for rank, r in enumerate(rel, start=1))
+    ideal = sum(1.0 / math.log2(rank + 1) for rank in range(1, found + 1))
+    return dcg / ideal
+
+
+def average_precision_at_k(
+    retrieved: Sequence[Span], references: Sequence[Span], k: int, *, min_overlap: int = 1
+) -> float:
+    """AP@k with binary relevance: the mean of precision@i over the ranks i <= k of the relevant
+    chunks (normalised by the relevant chunks in the top k, as nDCG@k is); 0 with none relevant.
+    Its mean over questions is MAP@k."""
+    rel = relevance_at_k(retrieved, references, k, min_overlap=min_overlap)
+    hits = 0
+    total = 0.0
+    for rank, r in enumerate(rel, start=1):
+        if r:
+            hits += 1
+            total += hits / rank
+    return total / hits if hits else 0.0
+
+
 def recall(retrieved: Sequence[Span], references: Sequence[Span]) -> float:
     """Fraction of the references' characters covered by the retrieved spans."""
     refs = union_by_doc(references)
@@ -208,7 +249,7 @@ def score_question(
     """Every metric for one question. `retrieved` is rank-ordered and may be longer than k
     (recall@failure_k and budget recall use the longer list; pass at least failure_k items).
 
-    Keys use the literal k: `hit_at_5`, `mrr_at_5`, `recall_at_5`, `precision_at_5`,
+    Keys use the literal k: `hit_at_5`, `mrr_at_5`, `ndcg_at_5`, `map_at_5`, `recall_at_5`, `precision_at_5`,
     `iou_at_5`, `chroma_recall_at_5`, `chroma_precision_at_5`, `chroma_iou_at_5`,
     `recall_at_20`, `failure_rate_at_20`, `budget_recall_1024`, `budget_chunks_1024`, ...
     and, with `token_counts`, `context_tokens_at_5` (tokens of the top k: what the LLM reads).
@@ -223,6 +264,8 @@ def score_question(
     scores = {
         f"hit_at_{k}": hit_at_k(top, all_refs, k, min_overlap=min_overlap),
         f"mrr_at_{k}": reciprocal_rank_at_k(top, all_refs, k, min_overlap=min_overlap),
+        f"ndcg_at_{k}": ndcg_at_k(top, all_refs, k, min_overlap=min_overlap),
+        f"map_at_{k}": average_precision_at_k(top, all_refs, k, min_overlap=min_overlap),
         f"recall_at_{k}": recall(top, best),
         f"precision_at_{k}": precision,
         f"iou_at_{k}": iou,

@@ -11,10 +11,12 @@ from hypothesis import strategies as st
 
 from evaluation.datasets import Question, Span
 from evaluation.metrics import (
+    average_precision_at_k,
     bootstrap_ci,
     chroma_scores,
     hit_at_k,
     merge_intervals,
+    ndcg_at_k,
     recall,
     reciprocal_rank_at_k,
     score_question,
@@ -44,6 +46,29 @@ def test_hit_and_mrr_with_min_overlap():
     # Only the other-corpus chunk and the miss in the top 2 of this order.
     assert reciprocal_rank_at_k([RETRIEVED[2], RETRIEVED[4], RETRIEVED[3]], REFS, 5) == pytest.approx(1 / 3)
     assert hit_at_k([RETRIEVED[2], RETRIEVED[4], RETRIEVED[3]], REFS, 2) == 0.0
+
+
+def test_ndcg_and_average_precision_by_hand():
+    # Relevance of RETRIEVED's top 5 (a chunk overlapping a reference, as for hit@k): 1, 1, 0, 1, 0.
+    dcg = 1 / math.log2(2) + 1 / math.log2(3) + 1 / math.log2(5)
+    ideal = 1 / math.log2(2) + 1 / math.log2(3) + 1 / math.log2(4)  # the same 3 relevant chunks first
+    assert ndcg_at_k(RETRIEVED, REFS, 5) == pytest.approx(dcg / ideal)
+    assert ndcg_at_k(RETRIEVED, REFS, 5) == pytest.approx(0.967468, abs=1e-6)
+    # Precision at the relevant ranks 1, 2 and 4: 1/1, 2/2, 3/4; averaged over the 3 relevant.
+    assert average_precision_at_k(RETRIEVED, REFS, 5) == pytest.approx((1 + 1 + 3 / 4) / 3)
+    assert ndcg_at_k(RETRIEVED, REFS, 2) == average_precision_at_k(RETRIEVED, REFS, 2) == 1.0
+    # 6 characters needed: only rank 2 is relevant.
+    assert ndcg_at_k(RETRIEVED, REFS, 5, min_overlap=6) == pytest.approx(1 / math.log2(3))
+    assert average_precision_at_k(RETRIEVED, REFS, 5, min_overlap=6) == pytest.approx(1 / 2)
+    # Two misses, then a relevant chunk at rank 3.
+    late = [RETRIEVED[2], RETRIEVED[4], RETRIEVED[3]]
+    assert ndcg_at_k(late, REFS, 3) == pytest.approx(1 / math.log2(4))
+    assert average_precision_at_k(late, REFS, 3) == pytest.approx(1 / 3)
+    assert ndcg_at_k(late, REFS, 2) == average_precision_at_k(late, REFS, 2) == 0.0
+    assert ndcg_at_k([], REFS, 5) == average_precision_at_k([], REFS, 5) == 0.0
+    scores = score_question(Question("q", "?", REFS), RETRIEVED, k=5, failure_k=0)
+    assert scores["ndcg_at_5"] == pytest.approx(dcg / ideal)
+    assert scores["map_at_5"] == pytest.approx(2.75 / 3)
 
 
 def test_recall_precision_iou_union_and_chroma_by_hand():
