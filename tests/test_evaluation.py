@@ -230,7 +230,7 @@ def test_suggest_fusion_weight_uses_the_searcher(built_index):
 
 def test_interrupted_benchmark_resumes_from_cached_embeddings(pg_url, tmp_path, monkeypatch, embedder):
     import retrieval.embedder
-    import retrieval.indexing
+    import retrieval.indexing.embeddings
     from evaluation.benchmark import run_benchmark
 
     configs = tmp_path / "configs"
@@ -255,7 +255,7 @@ def test_interrupted_benchmark_resumes_from_cached_embeddings(pg_url, tmp_path, 
         encoding="utf-8",
     )
     monkeypatch.setenv("CHUNKYARD_CONFIGS", str(configs))
-    monkeypatch.setattr(retrieval.indexing, "EMBED_BATCH", 4)
+    monkeypatch.setattr(retrieval.indexing.embeddings, "EMBED_BATCH", 4)
     monkeypatch.setattr(retrieval.embedder, "embedder_for_config", lambda config: embedder)
 
     class Interrupted(RuntimeError):

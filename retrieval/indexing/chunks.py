@@ -1,0 +1,179 @@
+"""Stage 1: chunk the added and changed documents into the staging area (removals recorded)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from chunking.base import BaseChunker
+from chunking.types import Chunk, Document
+from retrieval.config import IndexSpec
+from retrieval.indexing.reports import ChunkStageReport, IndexingError
+from retrieval.indexing.staging import clear_staging, merge_stage_report
+from retrieval.store import Store, partition_names
+
+if TYPE_CHECKING:
+    from retrieval.embedder import Embedder
+
+CHUNK_DOC_BATCH = 64  # documents per chunker call
+
+
+def _check_chunk(chunk: Chunk, doc: Document) -> None:
+    if chunk.doc_id != doc.id:
+        raise IndexingError(f"chunker returned a chunk of {chunk.doc_id!r} for document {doc.id!r}")
+    if (
+        not (0 <= chunk.start <= chunk.end <= len(doc.text))
+        or doc.text[chunk.start : chunk.end] != chunk.text
+    ):
+        raise IndexingError(
+            f"chunker returned a chunk of {doc.id!r} whose text is not document[{chunk.start}:{chunk.end}]"
+        )
+
+
+def stage_chunks(
+    store: Store,
+    spec: IndexSpec,
+    embedding_model: Embedder | None = None,
+    *,
+    chunker: BaseChunker | None = None,
+) -> ChunkStageReport:
+    """Chunk added and changed documents (vs what the published index was built from) into staging.
+
+    Removed and changed documents are recorded as staged removals. Re-running replaces the staging
+    area of this index, so it is idempotent. A config whose hash differs from the published one
+    re-chunks every document (a full rebuild, still published atomically). `chunker` overrides the
+    one built from `spec.config.chunker` (it must set `config_key` to the config hash).
+    """
+    started = time.perf_counter()
+    store.migrate()
+    info = store.ensure_index(spec)
+    index_name = spec.name
+    report = ChunkStageReport(index=index_name)
+    current = store.document_hashes(spec.collection)
+    with store.connection() as conn:
+        built = dict(
+            conn.execute(
+                "SELECT doc_id, sha256 FROM index_documents WHERE index_name = %s", (index_name,)
+            ).fetchall()
+        )
+    report.full_rebuild = bool(info["version"] > 0 and info["config_hash"] != spec.config.config_hash)
+    previous = {} if report.full_rebuild else built
+    added = sorted(d for d in current if d not in previous)
+    changed = sorted(d for d in current if d in previous and previous[d] != current[d])
+    deleted = sorted(d for d in built if d not in current)
+    unchanged = sorted(d for d in current if d in previous and previous[d] == current[d])
+    removals = sorted(set(built) - set(unchanged))
+    report.documents_added = len(added)
+    report.documents_changed = len(changed)
+    report.documents_deleted = len(deleted)
+    report.documents_unchanged = len(unchanged)
+
+    if chunker is None and (added or changed):
+        from chunking import build_chunker
+
+        chunker = build_chunker(
+            spec.config.chunker, config_key=spec.config.config_hash, embedding_model=embedding_model
+        )
+    parts = partition_names(index_name)
+    with store.connection() as conn, conn.transaction():
+        conn.execute("SELECT 1 FROM indexes WHERE name = %s FOR UPDATE", (index_name,))
+        clear_staging(conn, index_name)
+        conn.execute(
+            "INSERT INTO staged_runs (index_name, config_hash, full_rebuild) VALUES (%s, %s, %s)",
+            (index_name, spec.config.config_hash, report.full_rebuild),
+        )
+        if removals:
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO staged_removals (index_name, doc_id) VALUES (%s, %s)",
+                    [(index_name, d) for d in removals],
+                )
+        counts = dict(
+            conn.execute(
+                sql.SQL("SELECT doc_id, count(*) FROM {} GROUP BY doc_id").format(
+                    sql.Identifier(parts["chunks"])
+                )
+            ).fetchall()
+        )
+        report.chunks_kept = sum(int(counts.get(d, 0)) for d in unchanged)
+        report.chunks_to_delete = sum(int(counts.get(d, 0)) for d in removals)
+
+        to_chunk = added + changed
+        seen: set[str] = set()
+        with conn.cursor() as cur:
+            for i in range(0, len(to_chunk), CHUNK_DOC_BATCH):
+                docs = store.documents(spec.collection, to_chunk[i : i + CHUNK_DOC_BATCH])
+                cur.executemany(
+                    "INSERT INTO staged_documents (index_name, doc_id, sha256) VALUES (%s, %s, %s)",
+                    [(index_name, d.id, d.sha256) for d in docs],
+                )
+                chunk_lists = chunker.chunk_batch(docs)  # type: ignore[union-attr]
+                rows = []
+                vectors = []
+                for doc, chunks in zip(docs, chunk_lists, strict=True):
+                    for chunk in chunks:
+                        _check_chunk(chunk, doc)
+                        chunk_id = chunk.chunk_id
+                        if chunk_id in seen:
+                            report.duplicate_chunks_dropped += 1
+                            continue
+                        seen.add(chunk_id)
+                        metadata = {**doc.metadata, **chunk.metadata}
+                        rows.append(
+                            (
+                                index_name,
+                                chunk_id,
+                                chunk.doc_id,
+                                chunk.start,
+                                chunk.end,
+                                chunk.text,
+                                chunk.embed_text or "",
+                                int(chunk.token_count or 0),
+                                chunk.content_hash,
+                                Jsonb(metadata),
+                                chunk.parent_id,
+                            )
+                        )
+                        if chunk.embedding is not None:  # late chunking: stored as computed
+                            vectors.append(
+                                (index_name, chunk_id, np.asarray(chunk.embedding, dtype=np.float32))
+                            )
+                with cur.copy(
+                    'COPY staged_chunks (index_name, chunk_id, doc_id, start, "end", text, embed_text,'
+                    " token_count, content_hash, metadata, parent_id) FROM STDIN (FORMAT BINARY)"
+                ) as copy:
+                    copy.set_types(
+                        [
+                            "text",
+                            "text",
+                            "text",
+                            "int4",
+                            "int4",
+                            "text",
+                            "text",
+                            "int4",
+                            "text",
+                            "jsonb",
+                            "text",
+                        ]
+                    )
+                    for row in rows:
+                        copy.write_row(row)
+                if vectors:
+                    with cur.copy(
+                        "COPY staged_embeddings (index_name, chunk_id, embedding) FROM STDIN (FORMAT BINARY)"
+                    ) as copy:
+                        copy.set_types(["text", "text", "vector"])
+                        for row in vectors:
+                            copy.write_row(row)
+                report.chunks_staged += len(rows)
+                report.chunks_precomputed_embeddings += len(vectors)
+        conn.execute("ANALYZE staged_chunks")
+        conn.execute("ANALYZE staged_embeddings")
+        report.seconds = round(time.perf_counter() - started, 3)
+        merge_stage_report(conn, index_name, report.as_metadata())
+    return report

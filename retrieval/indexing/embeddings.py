@@ -1,0 +1,87 @@
+"""Stage 2: a vector for every staged chunk, from the embedding cache or computed and cached."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from retrieval.config import IndexSpec
+from retrieval.indexing.reports import EmbeddingStageReport, IndexingError
+from retrieval.indexing.staging import merge_stage_report, staged_run
+from retrieval.store import Store
+
+if TYPE_CHECKING:
+    from retrieval.embedder import Embedder
+
+EMBED_BATCH = 256  # texts per embedding + cache round trip (a crash loses at most one batch)
+
+
+def stage_embeddings(store: Store, spec: IndexSpec, embedder: Embedder) -> EmbeddingStageReport:
+    """Vectors for every staged chunk: from the cache (model, content hash) or computed and cached."""
+    from chunking.models import resolve_model_path
+
+    started = time.perf_counter()
+    index_name = spec.name
+    model_path = getattr(embedder, "model_path", None)
+    if model_path and resolve_model_path(spec.config.embedding_model) != model_path:
+        raise IndexingError(
+            f"stage_embeddings: index {index_name!r} uses {spec.config.embedding_model!r} but the "
+            f"embedder is {embedder.model_id!r}"
+        )
+    report = EmbeddingStageReport(index=index_name, model_id=embedder.model_id)
+    report.model_max_tokens = int(embedder.max_seq_length)
+    with store.connection() as conn:
+        config_hash, _, _ = staged_run(conn, index_name, "stage_embeddings")
+        if config_hash != spec.config.config_hash:
+            raise IndexingError(
+                f"stage_embeddings: {index_name!r} was staged with another config; re-run stage_chunks"
+            )
+        conn.execute(
+            "UPDATE staged_runs SET model_id = %s WHERE index_name = %s", (embedder.model_id, index_name)
+        )
+        report.embeddings_precomputed = int(
+            conn.execute(
+                "SELECT count(*) FROM staged_embeddings WHERE index_name = %s", (index_name,)
+            ).fetchone()[0]
+        )
+        pending = conn.execute(
+            "SELECT s.chunk_id, s.content_hash, s.embed_text FROM staged_chunks s"
+            " WHERE s.index_name = %s AND NOT EXISTS (SELECT 1 FROM staged_embeddings e"
+            " WHERE e.index_name = s.index_name AND e.chunk_id = s.chunk_id) ORDER BY s.chunk_id",
+            (index_name,),
+        ).fetchall()
+    report.chunks = len(pending) + report.embeddings_precomputed
+    texts_by_hash: dict[str, str] = {}
+    for _, content_hash, embed_text in pending:
+        texts_by_hash.setdefault(content_hash, embed_text)
+    if texts_by_hash:
+        token_counts = embedder.tokenizer.count_batch(list(texts_by_hash.values()))
+        long_hashes = {
+            h for h, n in zip(texts_by_hash, token_counts, strict=True) if n > embedder.max_seq_length
+        }
+        report.chunks_longer_than_model_limit = sum(1 for _, h, _ in pending if h in long_hashes)
+    vectors = store.cached_embeddings(embedder.model_id, texts_by_hash)
+    missing = [h for h in texts_by_hash if h not in vectors]
+    embed_started = time.perf_counter()
+    for i in range(0, len(missing), EMBED_BATCH):
+        batch = missing[i : i + EMBED_BATCH]
+        computed = embedder.embed([texts_by_hash[h] for h in batch])
+        fresh = dict(zip(batch, computed, strict=True))
+        store.cache_embeddings(embedder.model_id, fresh)
+        vectors.update(fresh)
+    report.embeddings_computed = len(missing)
+    computed_hashes = set(missing)
+    report.embeddings_reused = sum(1 for _, h, _ in pending if h not in computed_hashes)
+    if missing:
+        report.embeddings_per_second = round(len(missing) / max(time.perf_counter() - embed_started, 1e-9), 2)
+    with store.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        with cur.copy(
+            "COPY staged_embeddings (index_name, chunk_id, embedding) FROM STDIN (FORMAT BINARY)"
+        ) as copy:
+            copy.set_types(["text", "text", "vector"])
+            for chunk_id, content_hash, _ in pending:
+                copy.write_row((index_name, chunk_id, vectors[content_hash]))
+        cur.execute("ANALYZE staged_embeddings")
+        report.seconds = round(time.perf_counter() - started, 3)
+        merge_stage_report(conn, index_name, report.as_metadata())
+    return report

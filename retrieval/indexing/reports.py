@@ -1,0 +1,91 @@
+"""What each indexing stage reports: plain counts, flattened into Dagster-friendly metadata."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class IndexingError(RuntimeError):
+    """Staging or publishing cannot go on; the message says which step to (re)run."""
+
+
+def flat_metadata(obj: Any) -> dict[str, int | float | str]:
+    out: dict[str, int | float | str] = {}
+    for key, value in asdict(obj).items():
+        if isinstance(value, bool):
+            out[key] = int(value)
+        elif isinstance(value, int | float | str):
+            out[key] = value
+        elif isinstance(value, dict):
+            for sub_key, sub_value in value.items():
+                if isinstance(sub_value, int | float | str) and not isinstance(sub_value, bool):
+                    out.setdefault(sub_key, sub_value)
+    return out
+
+
+@dataclass
+class ChunkStageReport:
+    index: str
+    documents_added: int = 0
+    documents_changed: int = 0
+    documents_deleted: int = 0
+    documents_unchanged: int = 0
+    chunks_staged: int = 0
+    chunks_kept: int = 0
+    chunks_to_delete: int = 0
+    duplicate_chunks_dropped: int = 0
+    chunks_precomputed_embeddings: int = 0
+    full_rebuild: bool = False
+    seconds: float = 0.0
+
+    def as_metadata(self) -> dict[str, int | float | str]:
+        return flat_metadata(self)
+
+
+@dataclass
+class EmbeddingStageReport:
+    index: str
+    model_id: str = ""
+    chunks: int = 0
+    embeddings_computed: int = 0
+    embeddings_reused: int = 0
+    embeddings_precomputed: int = 0
+    chunks_longer_than_model_limit: int = 0
+    model_max_tokens: int = 0
+    seconds: float = 0.0
+    embeddings_per_second: float = 0.0
+
+    def as_metadata(self) -> dict[str, int | float | str]:
+        return flat_metadata(self)
+
+
+@dataclass
+class Bm25StageReport:
+    index: str
+    analyzer: str = ""
+    chunks_analyzed: int = 0
+    postings_staged: int = 0
+    distinct_terms_staged: int = 0
+    seconds: float = 0.0
+
+    def as_metadata(self) -> dict[str, int | float | str]:
+        return flat_metadata(self)
+
+
+@dataclass
+class PublishReport:
+    index: str
+    version: int = 0
+    published: bool = False
+    chunks_inserted: int = 0
+    chunks_deleted: int = 0
+    chunks_total: int = 0
+    documents_total: int = 0
+    bm25_vocabulary: int = 0
+    hnsw_built: bool = False
+    seconds: float = 0.0
+    staged: dict[str, Any] = field(default_factory=dict)
+
+    def as_metadata(self) -> dict[str, int | float | str]:
+        return flat_metadata(self)

@@ -1,0 +1,46 @@
+"""The staging area shared by the stages: one `staged_runs` row per index plus the `staged_*` tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import Connection, sql
+from psycopg.types.json import Jsonb
+
+from retrieval.indexing.reports import IndexingError
+
+STAGING_TABLES = (
+    "staged_chunks",
+    "staged_embeddings",
+    "staged_bm25",
+    "staged_bm25_lengths",
+    "staged_removals",
+    "staged_documents",
+    "staged_runs",
+)
+
+
+def merge_stage_report(conn: Connection, index_name: str, values: dict[str, Any]) -> None:
+    """Add one stage's report to the run's, so publish can report what every stage did."""
+    conn.execute(
+        "UPDATE staged_runs SET report = report || %s WHERE index_name = %s",
+        (Jsonb(values), index_name),
+    )
+
+
+def clear_staging(conn: Connection, index_name: str, tables: tuple[str, ...] | None = None) -> None:
+    """Empty the index's staging area (all of it unless `tables` names some)."""
+    for table in tables or STAGING_TABLES:
+        conn.execute(
+            sql.SQL("DELETE FROM {} WHERE index_name = %s").format(sql.Identifier(table)), (index_name,)
+        )
+
+
+def staged_run(conn: Connection, index_name: str, step: str) -> tuple[str, bool, str | None]:
+    """(config hash, full rebuild, model id) of what stage_chunks staged; an error names `step`."""
+    row = conn.execute(
+        "SELECT config_hash, full_rebuild, model_id FROM staged_runs WHERE index_name = %s", (index_name,)
+    ).fetchone()
+    if row is None:
+        raise IndexingError(f"{step}: nothing staged for index {index_name!r}; run stage_chunks first")
+    return row[0], bool(row[1]), row[2]

@@ -1,0 +1,57 @@
+"""Stage 3: BM25 term frequencies and lengths of every staged chunk, for the inverted index."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+from retrieval.bm25 import build_analyzer
+from retrieval.config import IndexSpec
+from retrieval.indexing.reports import Bm25StageReport, IndexingError
+from retrieval.indexing.staging import clear_staging, merge_stage_report, staged_run
+from retrieval.store import Store
+
+
+def stage_bm25(store: Store, spec: IndexSpec) -> Bm25StageReport:
+    """Term frequencies and lengths of every staged chunk's `embed_text`, for the inverted index."""
+    started = time.perf_counter()
+    index_name = spec.name
+    analyzer = build_analyzer(spec.config.bm25)
+    report = Bm25StageReport(index=index_name, analyzer=analyzer.name)
+    terms_seen: set[str] = set()
+    with store.connection() as conn, conn.transaction():
+        config_hash, _, _ = staged_run(conn, index_name, "stage_bm25")
+        if config_hash != spec.config.config_hash:
+            raise IndexingError(
+                f"stage_bm25: {index_name!r} was staged with another config; re-run stage_chunks"
+            )
+        clear_staging(conn, index_name, ("staged_bm25", "staged_bm25_lengths"))
+        rows = conn.execute(
+            "SELECT chunk_id, embed_text FROM staged_chunks WHERE index_name = %s", (index_name,)
+        ).fetchall()
+        with conn.cursor() as cur:
+            with cur.copy(
+                "COPY staged_bm25 (index_name, chunk_id, term, tf) FROM STDIN (FORMAT BINARY)"
+            ) as copy:
+                copy.set_types(["text", "text", "text", "int4"])
+                lengths = []
+                for chunk_id, embed_text in rows:
+                    terms = analyzer.analyze(embed_text)
+                    lengths.append((index_name, chunk_id, len(terms)))
+                    for term, tf in Counter(terms).items():
+                        copy.write_row((index_name, chunk_id, term, tf))
+                        report.postings_staged += 1
+                        terms_seen.add(term)
+            with cur.copy(
+                "COPY staged_bm25_lengths (index_name, chunk_id, length) FROM STDIN (FORMAT BINARY)"
+            ) as copy:
+                copy.set_types(["text", "text", "int4"])
+                for row in lengths:
+                    copy.write_row(row)
+        conn.execute("ANALYZE staged_bm25")
+        conn.execute("ANALYZE staged_bm25_lengths")
+        report.chunks_analyzed = len(rows)
+        report.distinct_terms_staged = len(terms_seen)
+        report.seconds = round(time.perf_counter() - started, 3)
+        merge_stage_report(conn, index_name, report.as_metadata())
+    return report
