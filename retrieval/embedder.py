@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,9 @@ from chunking.models import DEFAULT_MODEL, resolve_model_path
 
 BACKENDS = ("torch", "onnx")
 QUANTIZATIONS = (None, "int8")
+ONNX_FP32_FILE = "onnx/model.onnx"
+# Written last into a verified ONNX export: a folder without it is incomplete and is rebuilt.
+EXPORT_READY = "chunkyard-export-ready"
 
 
 class EmbedderConfigError(ValueError):
@@ -85,43 +90,80 @@ class Embedder:
         self._tokenizer = None
 
     def _load_onnx(self, sentence_transformer_cls: Any) -> Any:
-        """Export the local model to ONNX once (offline), optionally int8-quantise, then load it."""
-        export_dir = _onnx_cache_dir(self.model_path, None)
-        fp32_file = "onnx/model.onnx"
-        if not (export_dir / fp32_file).is_file():
-            export_dir.mkdir(parents=True, exist_ok=True)
-            exported = sentence_transformer_cls(
-                self.model_path, device=self.device, backend="onnx", local_files_only=True
-            )
-            exported.save_pretrained(str(export_dir))
-        if not self.quantize:
-            return sentence_transformer_cls(
-                str(export_dir),
-                device=self.device,
-                backend="onnx",
-                local_files_only=True,
-                model_kwargs={"file_name": fp32_file},
-            )
-        quantized = sorted((export_dir / "onnx").glob("model_*int8_avx2.onnx"))
-        if not quantized:
-            from sentence_transformers import export_dynamic_quantized_onnx_model
+        """Load the offline ONNX export of the local model, exporting (or repairing) it first.
 
-            base = sentence_transformer_cls(
-                str(export_dir),
-                device=self.device,
-                backend="onnx",
-                local_files_only=True,
-                model_kwargs={"file_name": fp32_file},
-            )
-            export_dynamic_quantized_onnx_model(base, "avx2", str(export_dir))
+        An export is written under a temporary name, verified by embedding a probe sentence, marked
+        ready and then renamed into place, so a crash or a full disk mid-export never leaves a
+        half-written model that later runs would load. A ready export that still fails to load
+        (a file truncated or corrupted afterwards) is rebuilt with a warning.
+        """
+        export_dir = _onnx_cache_dir(self.model_path, None)
+        if (export_dir / EXPORT_READY).is_file():
+            try:
+                return self._open_onnx(sentence_transformer_cls, export_dir, self.quantize)
+            except Exception as exc:  # onnxruntime raises its own types (INVALID_PROTOBUF, ...)
+                warnings.warn(
+                    f"ONNX model cache {export_dir} is unusable ({type(exc).__name__}: {exc}); rebuilding it",
+                    stacklevel=2,
+                )
+        self._export_onnx(sentence_transformer_cls, export_dir)
+        return self._open_onnx(sentence_transformer_cls, export_dir, self.quantize)
+
+    def _open_onnx(self, sentence_transformer_cls: Any, export_dir: Path, quantize: str | None = None) -> Any:
+        """The export's fp32 (or int8) model, checked by embedding a probe sentence."""
+        file_name = ONNX_FP32_FILE
+        if quantize:
             quantized = sorted((export_dir / "onnx").glob("model_*int8_avx2.onnx"))
-        return sentence_transformer_cls(
+            if not quantized:
+                raise FileNotFoundError(f"{export_dir}: no int8 model file")
+            file_name = f"onnx/{quantized[0].name}"
+        model = sentence_transformer_cls(
             str(export_dir),
             device=self.device,
             backend="onnx",
             local_files_only=True,
-            model_kwargs={"file_name": f"onnx/{quantized[0].name}"},
+            model_kwargs={"file_name": file_name},
         )
+        vector = np.asarray(model.encode(["probe"]))
+        if vector.ndim != 2 or not np.isfinite(vector).all():
+            raise ValueError(f"{export_dir / file_name}: the probe embedding is not finite")
+        return model
+
+    def _export_onnx(self, sentence_transformer_cls: Any, export_dir: Path) -> None:
+        """fp32 and int8 exports into a temporary folder, verified, then renamed to `export_dir`."""
+        from sentence_transformers import export_dynamic_quantized_onnx_model
+
+        export_dir.parent.mkdir(parents=True, exist_ok=True)
+        staging = export_dir.with_name(f"{export_dir.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+        retired = export_dir.with_name(f"{export_dir.name}.old-{os.getpid()}-{threading.get_ident()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            exported = sentence_transformer_cls(
+                self.model_path, device=self.device, backend="onnx", local_files_only=True
+            )
+            exported.save_pretrained(str(staging))
+            base = sentence_transformer_cls(
+                str(staging),
+                device=self.device,
+                backend="onnx",
+                local_files_only=True,
+                model_kwargs={"file_name": ONNX_FP32_FILE},
+            )
+            export_dynamic_quantized_onnx_model(base, "avx2", str(staging))
+            for quantize in QUANTIZATIONS:  # raises if a file is unusable
+                self._open_onnx(sentence_transformer_cls, staging, quantize)
+            (staging / EXPORT_READY).write_text(f"exported from {self.model_path}\n", encoding="utf-8")
+            if export_dir.exists():
+                export_dir.rename(retired)
+            try:
+                staging.rename(export_dir)
+            except OSError:
+                # Another process put its verified export in place first: use that one.
+                if not (export_dir / EXPORT_READY).is_file():
+                    raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(retired, ignore_errors=True)
 
     @property
     def tokenizer(self):

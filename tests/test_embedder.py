@@ -78,3 +78,29 @@ def test_onnx_backends_are_exported_offline_and_match_torch(embedder, tmp_path, 
     assert int8.model_id == "all-MiniLM-L6-v2@onnx-int8"
     cosines = (int8.embed(texts) * reference).sum(axis=1)
     assert cosines.min() > 0.97
+
+
+def test_a_corrupt_onnx_cache_is_rebuilt_with_a_warning(tmp_path, monkeypatch) -> None:
+    """A truncated export (disk full mid-write, say) is repaired instead of failing every later run."""
+    monkeypatch.setenv("CHUNKYARD_HOME", str(tmp_path))
+    first = Embedder(backend="onnx", quantize="int8")
+    reference = first.embed(["Repair the cache."])
+    (export,) = tmp_path.glob("models/onnx/*-fp32")
+    assert (export / "chunkyard-export-ready").is_file() and not list(tmp_path.glob("models/onnx/*.tmp-*"))
+    (int8_file,) = (export / "onnx").glob("model_*int8_avx2.onnx")
+    int8_file.write_bytes(int8_file.read_bytes()[:1000])  # truncated
+    with pytest.warns(UserWarning, match="unusable"):
+        repaired = Embedder(backend="onnx", quantize="int8")
+    np.testing.assert_allclose(repaired.embed(["Repair the cache."]), reference, atol=1e-6)
+
+
+def test_an_unfinished_onnx_export_is_redone(tmp_path, monkeypatch) -> None:
+    """A folder without the ready mark (the export died before finishing) is exported again."""
+    monkeypatch.setenv("CHUNKYARD_HOME", str(tmp_path))
+    Embedder(backend="onnx")
+    (export,) = tmp_path.glob("models/onnx/*-fp32")
+    (export / "chunkyard-export-ready").unlink()
+    (export / "onnx" / "model.onnx").write_bytes(b"\x08\x07garbage")
+    onnx = Embedder(backend="onnx")
+    assert (export / "chunkyard-export-ready").is_file()
+    assert onnx.embed(["still works"]).shape == (1, 384)
