@@ -35,3 +35,26 @@ def resolve_model_path(name_or_path: str) -> str:
         f"embedding model {name_or_path!r} is not available locally: give a directory path, "
         f"one of {sorted(_ALIASES)}, or a folder name under CHUNKYARD_MODEL_DIR"
     )
+
+
+def model_token_limit(name_or_path: str, default: int | None = None) -> int:
+    """The model's input limit in its own tokens, read from its files (no torch needed).
+
+    `max_seq_length` of sentence_bert_config.json is what sentence-transformers truncates at;
+    else config.json's `max_seq_length` / `max_position_embeddings`; else `default`, or an error.
+    """
+    import json
+
+    path = Path(resolve_model_path(name_or_path))
+    for file_name in ("sentence_bert_config.json", "config.json"):
+        file = path / file_name
+        if file.is_file():
+            data = json.loads(file.read_text())
+            for key in ("max_seq_length", "max_position_embeddings"):
+                if key in data:
+                    return int(data[key])
+    if default is None:
+        raise ValueError(
+            f"embedding model {name_or_path!r}: no max_seq_length or max_position_embeddings in {path}"
+        )
+    return default

@@ -27,6 +27,9 @@ STRATEGIES: tuple[str, ...] = (
     "llm",
 )
 
+# Strategies that embed pieces while chunking (to decide cuts): they need the embedding model.
+MODEL_STRATEGIES: frozenset[str] = frozenset({"semantic", "cluster", "late"})
+
 COMMON_FIELDS = {"strategy", "size", "overlap", "tokenizer", "model", "context", "endpoint"}
 ENDPOINT_FIELDS = {"base_url", "model", "api_key_env", "timeout"}
 
@@ -59,6 +62,11 @@ STRATEGY_FIELDS: dict[str, dict[str, Any]] = {
 
 THRESHOLD_DEFAULTS = {"percentile": 95.0, "standard_deviation": 3.0, "interquartile": 1.5, "gradient": 95.0}
 TOKENIZERS = ("model", "cl100k", "chars", "words")
+
+
+def needs_embedding_model(spec: dict[str, Any]) -> bool:
+    """Whether the `chunker:` mapping's strategy needs `embedding_model=` to build."""
+    return str(spec.get("strategy", "")).lower() in MODEL_STRATEGIES
 
 
 def _require_int(spec: dict, key: str, default: Any, *, minimum: int = 1) -> int:
@@ -276,7 +284,7 @@ def _code(common, options, spec, em, llm):
 
 
 def _need_model(strategy: str, em: Any) -> None:
-    if em is None:
+    if em is None and strategy in MODEL_STRATEGIES:
         raise ChunkerConfigError(
             f"chunker.strategy: {strategy!r} needs an embedding_model (pass embedding_model=...)"
         )

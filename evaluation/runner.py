@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from chunking.models import model_token_limit
 from evaluation.datasets.types import Question
 from evaluation.metrics import DEFAULT_BUDGETS, FAILURE_K, Estimate, MetricSummary, score_questions
 
@@ -326,7 +327,7 @@ def index_cost(store: Any, index_name: str, spec: Any = None) -> dict[str, float
     model = getattr(getattr(spec, "config", None), "embedding_model", None) or "all-MiniLM-L6-v2"
     tokenizer = get_tokenizer("model", model)
     counts = tokenizer.count_batch([r[3] for r in rows])
-    limit = _model_limit(model)
+    limit = model_token_limit(model, default=512)
     by_doc: dict[str, list[tuple[int, int]]] = {}
     stored = 0
     for doc_id, start, end, _ in rows:
@@ -344,15 +345,3 @@ def index_cost(store: Any, index_name: str, spec: Any = None) -> dict[str, float
         "share_over_model_limit": float(np.mean([c > limit for c in counts])),
         "index_bytes": float(size or 0),
     }
-
-
-def _model_limit(model: str) -> int:
-    """The model's input limit in its own tokens, read from its sentence-transformers config."""
-    from pathlib import Path
-
-    from chunking.models import resolve_model_path
-
-    config = Path(resolve_model_path(model)) / "sentence_bert_config.json"
-    if config.is_file():
-        return int(json.loads(config.read_text()).get("max_seq_length", 512))
-    return 512
