@@ -234,20 +234,6 @@ def refresh_stats(conn: Any, index_name: str, chunks_partition: str) -> CorpusSt
     return CorpusStats(int(n_docs), int(total_length), int(vocab_size), float(idf_sum))
 
 
-def query_weights(
-    conn: Any, index_name: str, terms: list[str], params: Bm25Params, stats: CorpusStats
-) -> dict[str, float]:
-    """idf(term) x (times the term occurs in the query), for query terms present in the index."""
-    counts = Counter(terms)
-    if not counts or stats.n_docs == 0:
-        return {}
-    rows = conn.execute(
-        "SELECT term, df FROM bm25_terms WHERE index_name = %s AND term = ANY(%s)",
-        (index_name, list(counts)),
-    ).fetchall()
-    return {term: counts[term] * stats.idf(int(df), params.epsilon) for term, df in rows}
-
-
 def queue_statistics(conn: Any, index_name: str, terms: list[str]) -> tuple[Any, Any]:
     """Cursors for the index's BM25 totals and the terms' document frequencies (sent in the caller's pipeline)."""
     stats_cursor = conn.execute(
@@ -433,16 +419,14 @@ class MemoryBm25:
             score[self.matrix.indices[start:end]] += self.idf(j) * self.matrix.data[start:end]
         return score
 
-    def top_k(self, terms: list[str], k: int, allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
-        """Top-k (chunk_id, score) among chunks matching at least one term (optionally a subset)."""
+    def top_k(self, terms: list[str], k: int) -> list[tuple[str, float]]:
+        """Top-k (chunk_id, score) among chunks matching at least one term."""
         score = self.scores(terms)
         matched = np.zeros(len(score), dtype=bool)
         for term in set(terms):
             j = self.term_ids.get(term)
             if j is not None:
                 matched[self.matrix.indices[self.matrix.indptr[j] : self.matrix.indptr[j + 1]]] = True
-        if allowed is not None:
-            matched &= allowed
         candidates = np.flatnonzero(matched)
         if candidates.size == 0:
             return []
