@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import yaml
 
@@ -19,6 +19,8 @@ DAGSTER_SCHEMA = "dagster"
 # model-heavy step at a time keeps a small machine responsive.
 DEFAULT_POOL_LIMIT = 1
 MAX_CONCURRENT_RUNS = 4
+# dagster.yaml names this variable instead of writing the database password into the file.
+PASSWORD_ENV = "DAGSTER_PG_PASSWORD"
 
 
 def default_dagster_home() -> Path:
@@ -43,10 +45,34 @@ def dagster_postgres_url(database_url: str, schema: str = DAGSTER_SCHEMA) -> str
     return urlunsplit(parts._replace(query=urlencode(query)))
 
 
+def storage_config(database_url: str) -> dict:
+    """dagster-postgres storage for `database_url`, with any password read from PASSWORD_ENV.
+
+    A URL without a password (the embedded server's socket) is written as it is; otherwise the
+    parts are written one by one and the password is named by its environment variable, so the
+    file never holds the secret.
+    """
+    url = dagster_postgres_url(database_url)
+    parts = urlsplit(url)
+    if not parts.password:
+        return {"postgres_url": url}
+    fields: dict = {
+        "username": unquote(parts.username or ""),
+        "password": {"env": PASSWORD_ENV},
+        "hostname": parts.hostname or "",
+        "db_name": unquote(parts.path.lstrip("/")),
+        "params": dict(parse_qsl(parts.query, keep_blank_values=True)),
+        "scheme": parts.scheme,
+    }
+    if parts.port is not None:
+        fields["port"] = parts.port
+    return {"postgres_db": fields}
+
+
 def instance_config(database_url: str) -> dict:
     """The dagster.yaml contents for a chunkyard deployment on `database_url`."""
     return {
-        "storage": {"postgres": {"postgres_url": dagster_postgres_url(database_url)}},
+        "storage": {"postgres": storage_config(database_url)},
         "run_coordinator": {"module": "dagster.core.run_coordinator", "class": "QueuedRunCoordinator"},
         "concurrency": {
             "pools": {"default_limit": DEFAULT_POOL_LIMIT, "granularity": "op"},
@@ -73,9 +99,16 @@ def write_instance_yaml(dagster_home: Path, database_url: str) -> Path:
     content = GENERATED_MARKER + "\n" + yaml.safe_dump(instance_config(database_url), sort_keys=False)
     if path.exists():
         existing = path.read_text(encoding="utf-8")
-        if not existing.startswith(GENERATED_MARKER) or existing == content:
+        if not existing.startswith(GENERATED_MARKER):
             return path
-    path.write_text(content, encoding="utf-8")
+        if existing == content:
+            os.chmod(path, 0o600)  # files written by earlier versions were world-readable
+            return path
+    # Owner-only, whatever it holds: the file names the database and its user.
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(content)
+    os.chmod(path, 0o600)
     return path
 
 
@@ -91,6 +124,9 @@ def ensure_instance(database_url: str | None = None) -> Path:
     home = default_dagster_home()
     create_dagster_schema(url)
     write_instance_yaml(home, url)
+    password = urlsplit(url).password
+    if password:
+        os.environ[PASSWORD_ENV] = unquote(password)  # what dagster.yaml names instead of the secret
     os.environ["DAGSTER_HOME"] = str(home)
     os.environ["DATABASE_URL"] = url
     return home
