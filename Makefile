@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chunkyard-installed
 
-.PHONY: install demo test ui serve eval bench bench-chunking bench-query bench-embedder bench-incremental bench-adaptive lint clean
+.PHONY: install demo test ui serve eval screenshots bench bench-chunking bench-query bench-embedder bench-incremental bench-adaptive lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,10 @@ bench-embedder: $(STAMP)
 
 bench-incremental: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_incremental
+
+# refreshes the UI screenshots in benchmarks/results/ui/ (make test writes them to a temporary folder)
+screenshots: $(STAMP)
+	CHUNKYARD_SCREENSHOTS=benchmarks/results/ui $(BIN)/python -m pytest -q tests/test_ui_browser.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

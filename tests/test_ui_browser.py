@@ -2,7 +2,8 @@
 
 Starts `chunkyard ui` in the background on a free port (after `chunkyard demo` filled the test
 database), drives Debian's chromium over the DevTools protocol, waits for the page text an
-operator needs, and saves screenshots to benchmarks/results/ui/ (look at them).
+operator needs, and saves screenshots to a temporary folder, or to CHUNKYARD_SCREENSHOTS when set
+(`make screenshots` refreshes benchmarks/results/ui/ that way), so `make test` leaves the tree clean.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import pytest
 from tests.conftest import REPO_ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")
-SCREENSHOTS = REPO_ROOT / "benchmarks" / "results" / "ui"
+SCREENSHOTS_ENV = "CHUNKYARD_SCREENSHOTS"
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -205,6 +206,9 @@ def ui_env(tmp_path: Path, pg_url: str) -> dict[str, str]:
 
 
 def test_dagster_ui_shows_graph_leaderboard_and_plots(tmp_path: Path, ui_env: dict[str, str]) -> None:
+    shots_dir = (
+        Path(os.environ[SCREENSHOTS_ENV]).resolve() if os.environ.get(SCREENSHOTS_ENV) else tmp_path / "ui"
+    )
     cli = [sys.executable, "-m", "orchestration.cli"]
     demo = subprocess.run(
         [*cli, "demo"], cwd=REPO_ROOT, env=ui_env, capture_output=True, text=True, timeout=600
@@ -232,9 +236,9 @@ def test_dagster_ui_shows_graph_leaderboard_and_plots(tmp_path: Path, ui_env: di
     browser = None
     try:
         _wait_http(f"{base}/server_info", timeout=180, process=ui)
-        if SCREENSHOTS.exists():
-            for old in SCREENSHOTS.glob("*.png"):
-                old.unlink()
+        shots_dir.mkdir(parents=True, exist_ok=True)
+        for old in shots_dir.glob("*.png"):
+            old.unlink()
         browser = Browser(tmp_path / "chromium")
 
         # The global asset graph: every config's group with its chunk -> embedding -> index chain.
@@ -243,40 +247,40 @@ def test_dagster_ui_shows_graph_leaderboard_and_plots(tmp_path: Path, ui_env: di
             expect=["demo__recursive_256", "demo__token_256"],
             absent=("fetching statuses",),
         )
-        browser.screenshot(SCREENSHOTS / "01_asset_graph.png")
+        browser.screenshot(shots_dir / "01_asset_graph.png")
 
         # One config's group: the lineage of its assets.
         browser.open(
             f"{base}/locations/orchestration.definitions/asset-groups/demo__recursive_256",
             expect=["chunks", "embeddings", "bm25", "evaluation"],
         )
-        browser.screenshot(SCREENSHOTS / "02_group_recursive_256.png")
+        browser.screenshot(shots_dir / "02_group_recursive_256.png")
 
         # The leaderboard asset: its metadata, then the markdown table and the chart it holds.
         browser.open(f"{base}/assets/demo/leaderboard", expect=["chart_path", "csv_path"])
-        browser.screenshot(SCREENSHOTS / "03_leaderboard_asset.png")
+        browser.screenshot(shots_dir / "03_leaderboard_asset.png")
         assert browser.click_nth("[Show Markdown]", 0)
         text = browser.wait_for(["recursive-256", "token-256", "hit_at_5", "mrr_at_5"])
         assert "hybrid" in text and "bm25" in text and "dense" in text
-        browser.screenshot(SCREENSHOTS / "04_leaderboard_table.png")
+        browser.screenshot(shots_dir / "04_leaderboard_table.png")
         assert browser.click_nth("Close", 0)
         assert browser.click_nth("[Show Markdown]", 1)
         browser.wait_for(["chart"])
         assert browser.has_image("data:image/png")
-        browser.screenshot(SCREENSHOTS / "05_leaderboard_chart.png")
+        browser.screenshot(shots_dir / "05_leaderboard_chart.png")
 
         # The evaluation asset's metrics plotted over materialisations (filtered to hit@5).
         browser.open(f"{base}/assets/demo/recursive_256/evaluation", expect=["dense/hit_at_5", "Plots"])
         browser.type_into('input[placeholder="Filter metadata keys"]', "_at_5")
         assert browser.click_nth("Plots", 0)
         browser.wait_for(["hybrid/hit_at_5", "dense/mrr_at_5"])
-        browser.screenshot(SCREENSHOTS / "06_evaluation_plots.png")
+        browser.screenshot(shots_dir / "06_evaluation_plots.png")
     finally:
         if browser is not None:
             browser.close()
         _stop_group(ui)
         log.close()
-    shots = sorted(SCREENSHOTS.glob("*.png"))
+    shots = sorted(shots_dir.glob("*.png"))
     assert len(shots) == 6 and all(p.stat().st_size > 10_000 for p in shots)
 
 
