@@ -242,7 +242,7 @@ def run_benchmark(
     from retrieval.config import IndexSpec, load_index_configs, with_coarse_companions
     from retrieval.embedder import embedder_for_config
     from retrieval.indexing import publish, stage_bm25, stage_chunks, stage_embeddings
-    from retrieval.search import Searcher
+    from retrieval.query import Searcher
     from retrieval.store import Store
 
     if protocol == "chroma":
@@ -325,6 +325,7 @@ def run_benchmark(
             store=store,
             n_resamples=n_resamples,
             progress=lambda mode, bar=steps: bar.set_postfix_str(f"evaluating {mode}"),
+            notes=data.problems,
         )
         report.cost["embeddings_computed"] = float(embed_report.embeddings_computed)
         report.cost["embeddings_reused"] = float(embed_report.embeddings_reused)
@@ -353,7 +354,7 @@ def run_benchmark(
                 n_resamples=n_resamples,
             )
         if record:
-            store.record_evaluation(spec.name, data.name, report.as_metadata())
+            store.record_evaluation(spec.name, report)
     bar.close()
     title = f"{data.name}: protocol {protocol}"
     notes = []
@@ -361,6 +362,11 @@ def run_benchmark(
         notes.append(
             "Protocol chroma: all corpora in one index, top 5, recall/precision/IoU as Chroma's code "
             "computes them (precision and IoU add up every retrieved chunk's length: overlaps count twice)."
+        )
+    if data.problems:
+        notes.append(
+            f"Dataset loader: {len(data.problems)} note(s) (answers re-located, questions skipped); "
+            f"listed on stderr and in each report's `notes`."
         )
     sort_by = f"chroma_recall_at_{k}" if protocol == "chroma" else f"recall_at_{k}"
     board = leaderboard(reports, sort_by=sort_by, title=title, notes=notes)
@@ -506,6 +512,8 @@ def main(argv: list[str] | None = None) -> int:
     except (BenchmarkError, DatasetError, ValueError) as exc:
         print(f"chunkyard eval: error: {exc}", file=sys.stderr)
         return 2
+    for note in result.reports[0].notes if result.reports else ():
+        print(f"chunkyard eval: dataset note: {note}", file=sys.stderr)
     records = result.summary_records()
     if args.json:
         payload: dict[str, Any] = (

@@ -25,15 +25,6 @@ from evaluation.datasets.types import Question, Span
 DEFAULT_K = 5
 FAILURE_K = 20
 DEFAULT_BUDGETS = (1024, 2048)
-HEADLINE_METRICS = (
-    "hit_at_k",
-    "mrr_at_k",
-    "recall_at_k",
-    "precision_at_k",
-    "iou_at_k",
-    "chroma_precision_at_k",
-    "chroma_iou_at_k",
-)
 
 
 class SpanLike(Protocol):
@@ -140,7 +131,9 @@ def relevance_at_k(
     return [int(any(overlap(span, ref) >= min_overlap for ref in references)) for span in retrieved[:k]]
 
 
-def ndcg_at_k(retrieved: Sequence[Span], references: Sequence[Span], k: int, *, min_overlap: int = 1) -> float:
+def ndcg_at_k(
+    retrieved: Sequence[Span], references: Sequence[Span], k: int, *, min_overlap: int = 1
+) -> float:
     """nDCG@k with binary relevance: DCG = sum of rel_i / log2(i + 1) over ranks i <= k, divided by
     the DCG of the ideal order of the same top k (its relevant chunks first); 0 with none relevant.
 
@@ -304,8 +297,37 @@ class Estimate:
     high: float
     n: int
 
-    def as_dict(self) -> dict[str, float]:
-        return {"mean": self.mean, "ci_low": self.low, "ci_high": self.high, "n": self.n}
+    def as_dict(self) -> dict[str, float | None]:
+        """`{mean, ci_low, ci_high, n}`, JSON-safe: a NaN (no question scored) is written as None."""
+        return {
+            "mean": json_float(self.mean),
+            "ci_low": json_float(self.low),
+            "ci_high": json_float(self.high),
+            "n": self.n,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, float | None]) -> Estimate:
+        try:
+            return cls(
+                float_or_nan(data["mean"]),
+                float_or_nan(data["ci_low"]),
+                float_or_nan(data["ci_high"]),
+                int(data["n"] or 0),
+            )
+        except KeyError as exc:
+            raise ValueError(f"estimate: missing field {exc.args[0]!r} in {dict(data)!r}") from None
+
+
+def json_float(value: float) -> float | None:
+    """A float as JSON (and Postgres JSONB) can hold it: NaN and infinities become None."""
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def float_or_nan(value: float | None) -> float:
+    """The inverse of `json_float`: None reads back as NaN."""
+    return math.nan if value is None else float(value)
 
 
 def bootstrap_ci(
@@ -338,20 +360,47 @@ def bootstrap_ci(
 class MetricSummary:
     """Per-question scores of one retrieval run, their means with CIs, and per-corpus means."""
 
-    per_question: dict[str, dict[str, float]]
-    corpus_of: dict[str, str | None]
+    # The scores the means came from: kept in memory for paired comparisons, not serialised
+    # (a stored summary holds means, CIs and per-corpus means), so not part of equality.
+    per_question: dict[str, dict[str, float]] = field(compare=False, repr=False)
+    corpus_of: dict[str, str | None] = field(compare=False, repr=False)
     overall: dict[str, Estimate] = field(default_factory=dict)
     by_corpus: dict[str, dict[str, float]] = field(default_factory=dict)
+    n_questions: int = -1  # set from per_question when not given
+
+    def __post_init__(self) -> None:
+        if self.n_questions < 0:
+            self.n_questions = len(self.per_question)
 
     def means(self) -> dict[str, float]:
         return {name: est.mean for name, est in self.overall.items()}
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "n_questions": len(self.per_question),
+            "n_questions": self.n_questions,
             "overall": {name: est.as_dict() for name, est in self.overall.items()},
-            "by_corpus": self.by_corpus,
+            "by_corpus": {
+                corpus: {name: json_float(value) for name, value in values.items()}
+                for corpus, values in self.by_corpus.items()
+            },
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MetricSummary:
+        """A summary read back from `as_dict()` (without per-question scores)."""
+        for key in ("n_questions", "overall", "by_corpus"):
+            if key not in data:
+                raise ValueError(f"metric summary: missing field {key!r}")
+        return cls(
+            per_question={},
+            corpus_of={},
+            overall={name: Estimate.from_dict(est) for name, est in data["overall"].items()},
+            by_corpus={
+                corpus: {name: float_or_nan(value) for name, value in values.items()}
+                for corpus, values in data["by_corpus"].items()
+            },
+            n_questions=int(data["n_questions"]),
+        )
 
 
 def summarize(

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evaluation.metrics import Estimate
 from evaluation.runner import TABLE_METRICS, EvaluationReport, format_estimate
 
 # The runner's headline metrics, then the failure rate and the context the top k costs.
@@ -40,12 +41,13 @@ class LeaderboardRow:
     dataset: str
     k: int
     n_questions: int
-    estimates: dict[str, dict[str, float]]  # metric -> {mean, ci_low, ci_high, n}
+    estimates: dict[str, Estimate]
     cost: dict[str, float] = field(default_factory=dict)
     latency: dict[str, float] = field(default_factory=dict)
 
     def value(self, metric: str) -> float:
-        return self.estimates.get(metric, {}).get("mean", math.nan)
+        est = self.estimates.get(metric)
+        return est.mean if est is not None else math.nan
 
 
 @dataclass
@@ -85,9 +87,9 @@ class Leaderboard:
                 if est is None:
                     cells.append("–")
                 elif _is_raw(name):
-                    cells.append(f"{est['mean']:.0f}")
+                    cells.append(f"{est.mean:.0f}")
                 else:
-                    cells.append(format_estimate(_Est(est)))
+                    cells.append(format_estimate(est))
             for column in cost_columns:
                 value = row.cost.get(column)
                 if value is None:
@@ -118,9 +120,9 @@ class Leaderboard:
                 "n_questions": row.n_questions,
             }
             for name, est in row.estimates.items():
-                record[name] = est["mean"]
-                record[f"{name}_ci_low"] = est["ci_low"]
-                record[f"{name}_ci_high"] = est["ci_high"]
+                record[name] = est.mean
+                record[f"{name}_ci_low"] = est.low
+                record[f"{name}_ci_high"] = est.high
             for name, value in row.cost.items():
                 record[f"cost_{name}"] = value
             for name, value in row.latency.items():
@@ -180,7 +182,7 @@ class Leaderboard:
             ax.errorbar(
                 x,
                 100 * y,
-                yerr=[[100 * (y - est["ci_low"])], [100 * (est["ci_high"] - y)]],
+                yerr=[[100 * (y - est.low)], [100 * (est.high - y)]],
                 fmt=markers.get(row.mode, "o"),
                 color=colors[row.config],
                 capsize=2,
@@ -243,19 +245,6 @@ class Leaderboard:
         return written
 
 
-@dataclass
-class _Est:
-    """Adapter so `format_estimate` can format a stored {mean, ci_low, ci_high, n} mapping."""
-
-    mean: float
-    low: float
-    high: float
-    n: int
-
-    def __init__(self, d: dict[str, float]) -> None:
-        self.mean, self.low, self.high, self.n = d["mean"], d["ci_low"], d["ci_high"], int(d.get("n", 1))
-
-
 def _csv_value(value: Any) -> Any:
     if isinstance(value, float):
         return f"{value:.6g}"
@@ -285,7 +274,7 @@ def leaderboard(
                     dataset=report.dataset,
                     k=report.k,
                     n_questions=report.n_questions,
-                    estimates={n: e.as_dict() for n, e in summary.overall.items()},
+                    estimates=dict(summary.overall),
                     cost=dict(report.cost),
                     latency=dict(report.latency.get(mode, {})),
                 )

@@ -8,17 +8,29 @@ the numbers describe what is served. Modes are the Searcher's (`dense`, `bm25`, 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from chunking.models import model_token_limit
 from evaluation.datasets.types import Question
-from evaluation.metrics import DEFAULT_BUDGETS, FAILURE_K, Estimate, MetricSummary, score_questions
+from evaluation.metrics import (
+    DEFAULT_BUDGETS,
+    FAILURE_K,
+    Estimate,
+    MetricSummary,
+    float_or_nan,
+    json_float,
+    score_questions,
+)
+
+if TYPE_CHECKING:
+    from retrieval.store import Store
 
 DEFAULT_MODES = ("dense", "bm25", "hybrid")
 DEFAULT_DEPTH = 50  # results fetched per question for recall@20 and the context-budget recall
@@ -27,6 +39,8 @@ DEFAULT_RERANKER = "maxsim"
 TABLE_METRICS = (
     "hit_at_{k}",
     "mrr_at_{k}",
+    "ndcg_at_{k}",
+    "map_at_{k}",
     "recall_at_{k}",
     "precision_at_{k}",
     "iou_at_{k}",
@@ -36,11 +50,34 @@ TABLE_METRICS = (
     "budget_recall_1024",
     "budget_recall_2048",
 )
+# Per mode, the means plotted per materialisation (Dagster numeric metadata), and the cost figures.
+HEADLINE_METRICS = ("hit_at_{k}", "mrr_at_{k}", "recall_at_{k}", "precision_at_{k}", "iou_at_{k}")
+HEADLINE_COST = ("chunks",)
+# Higher-is-better means a regression is measured on ({budget}: each context budget evaluated).
+QUALITY_METRICS = (
+    *HEADLINE_METRICS,
+    "chroma_precision_at_{k}",
+    "chroma_iou_at_{k}",
+    "budget_recall_{budget}",
+)
+# Version of `EvaluationReport.as_dict()`; rows recorded before it (flat metrics) have none.
+REPORT_FORMAT = 1
+
+logger = logging.getLogger(__name__)
+
+
+class ReportFormatError(ValueError):
+    """A stored evaluation is not a report this code reads (e.g. a flat-metrics row from before)."""
 
 
 @dataclass
 class EvaluationReport:
-    """Quality per mode (means, CIs, per-corpus), cost of the index and query latency."""
+    """Quality per mode (means, CIs, per-corpus), cost of the index and query latency.
+
+    `as_dict()` is the one stored and serialised form (`Store.record_evaluation`, the eval
+    `_reports.json`); `from_dict()` reads it back exactly. `notes` are the dataset loader's
+    notes (answers re-located, questions skipped), recorded with the numbers they qualify.
+    """
 
     index: str
     config: str
@@ -52,6 +89,7 @@ class EvaluationReport:
     cost: dict[str, float] = field(default_factory=dict)
     latency: dict[str, dict[str, float]] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def metrics(self) -> dict[str, dict[str, float]]:
@@ -61,45 +99,85 @@ class EvaluationReport:
     def estimate(self, mode: str, metric: str) -> Estimate:
         return self.summaries[mode].overall[metric]
 
-    def as_metadata(self) -> dict[str, float]:
-        """Flat float metadata for Dagster (`dense/hit_at_5`, `dense/hit_at_5_ci_low`, `cost/chunks`)."""
-        flat: dict[str, float] = {}
-        for mode, summary in self.summaries.items():
-            for name, est in summary.overall.items():
-                flat[f"{mode}/{name}"] = _finite(est.mean)
-                flat[f"{mode}/{name}_ci_low"] = _finite(est.low)
-                flat[f"{mode}/{name}_ci_high"] = _finite(est.high)
-            for name, value in self.latency.get(mode, {}).items():
-                flat[f"{mode}/latency_{name}"] = _finite(value)
-        for name, value in self.cost.items():
-            flat[f"cost/{name}"] = _finite(value)
-        flat["questions"] = float(self.n_questions)
-        return flat
+    def _per_mode(self, templates: Sequence[str]) -> dict[str, float]:
+        budgets = self.settings.get("budgets", DEFAULT_BUDGETS)
+        names = [
+            t.format(k=self.k, budget=b) for t in templates for b in (budgets if "{budget}" in t else [None])
+        ]
+        return {
+            f"{mode}/{name}": float(summary.overall[name].mean)
+            for mode, summary in self.summaries.items()
+            for name in names
+            if name in summary.overall and math.isfinite(summary.overall[name].mean)
+        }
+
+    def headline(self) -> dict[str, float]:
+        """`{mode}/{metric}` means of HEADLINE_METRICS plus `cost/chunks`: Dagster numeric metadata."""
+        cost = {f"cost/{name}": float(self.cost[name]) for name in HEADLINE_COST if name in self.cost}
+        return self._per_mode(HEADLINE_METRICS) | cost
+
+    def quality(self) -> dict[str, float]:
+        """`{mode}/{metric}` means of QUALITY_METRICS (higher is better): what a regression is measured on."""
+        return self._per_mode(QUALITY_METRICS)
 
     def as_dict(self) -> dict[str, Any]:
+        """Plain JSON types only (NaN as None), so it goes into JSONB and back unchanged."""
         return {
+            "format": REPORT_FORMAT,
             "index": self.index,
             "config": self.config,
             "dataset": self.dataset,
             "k": self.k,
-            "modes": self.modes,
+            "modes": list(self.modes),
             "n_questions": self.n_questions,
-            "metrics": {mode: s.as_dict() for mode, s in self.summaries.items()},
-            "cost": self.cost,
-            "latency": self.latency,
-            "settings": self.settings,
+            "summaries": {mode: s.as_dict() for mode, s in self.summaries.items()},
+            "cost": {name: json_float(v) for name, v in self.cost.items()},
+            "latency": {
+                mode: {name: json_float(v) for name, v in values.items()}
+                for mode, values in self.latency.items()
+            },
+            "settings": json.loads(json.dumps(self.settings, default=_json_default)),
+            "notes": list(self.notes),
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EvaluationReport:
+        """The report `as_dict()` wrote; ReportFormatError for anything else (flat metrics included)."""
+        if data.get("format") != REPORT_FORMAT:
+            raise ReportFormatError(
+                f"evaluation report: field 'format' is {data.get('format')!r}, expected {REPORT_FORMAT} "
+                f"(a record without it holds flat metrics from an older chunkyard: re-run the evaluation)"
+            )
+        try:
+            return cls(
+                index=str(data["index"]),
+                config=str(data["config"]),
+                dataset=str(data["dataset"]),
+                k=int(data["k"]),
+                modes=[str(m) for m in data["modes"]],
+                n_questions=int(data["n_questions"]),
+                summaries={mode: MetricSummary.from_dict(s) for mode, s in data["summaries"].items()},
+                cost={name: float_or_nan(v) for name, v in data["cost"].items()},
+                latency={
+                    mode: {name: float_or_nan(v) for name, v in values.items()}
+                    for mode, values in data["latency"].items()
+                },
+                settings=dict(data["settings"]),
+                notes=[str(n) for n in data["notes"]],
+            )
+        except KeyError as exc:
+            raise ReportFormatError(f"evaluation report: missing field {exc.args[0]!r}") from None
+
     def json(self) -> str:
-        return json.dumps(self.as_dict(), indent=2, sort_keys=True, default=_json_default)
+        return json.dumps(self.as_dict(), indent=2, sort_keys=True)
 
     def table_metrics(self) -> list[str]:
         names = [m.format(k=self.k) for m in TABLE_METRICS]
         present = set().union(*(s.overall for s in self.summaries.values())) if self.summaries else set()
         return [n for n in names if n in present]
 
-    def markdown(self) -> str:
-        """A table per mode (mean with 95% CI, in %), cost, latency and per-corpus recall."""
+    def markdown(self, max_notes: int = 10) -> str:
+        """A table per mode (mean with 95% CI, in %), cost, latency, per-corpus recall, loader notes."""
         lines = [
             f"### {self.index} on {self.dataset} ({self.n_questions} questions, k={self.k})",
             "",
@@ -134,6 +212,13 @@ class EvaluationReport:
             ]
             lines.append("Query latency: " + "; ".join(parts))
             lines.append("")
+        if self.notes:
+            lines.append(f"Loader notes ({len(self.notes)}: answers re-located, questions skipped):")
+            lines.append("")
+            lines.extend(f"- {note}" for note in self.notes[:max_notes])
+            if len(self.notes) > max_notes:
+                lines.append(f"- ... and {len(self.notes) - max_notes} more (all in the report's notes)")
+            lines.append("")
         return "\n".join(lines)
 
 
@@ -149,15 +234,11 @@ def _fmt_number(value: float) -> str:
     return f"{int(value):,}"
 
 
-def _finite(value: float) -> float:
-    return float(value) if value is not None and math.isfinite(value) else 0.0
-
-
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, np.generic):
         return obj.item()
-    if isinstance(obj, Estimate):
-        return obj.as_dict()
+    if isinstance(obj, tuple | set | frozenset):
+        return list(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
@@ -213,12 +294,14 @@ def evaluate_index(
     seed: int = 0,
     search_options: dict[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
+    notes: Sequence[str] = (),
 ) -> EvaluationReport:
     """Evaluate `spec` (an IndexSpec, or an index name) through `searcher.search_batch`.
 
     Each mode fetches `depth` results per question (recall@20 and the context-budget recall
     need more than k); modes whose top k depends on the number requested (reranking, MMR)
     are also asked for exactly k, so hit@k and MRR@k are what a user asking for k would get.
+    `notes` (the dataset loader's `Dataset.problems`) are kept on the report.
     """
     if not questions:
         raise ValueError("evaluate_index: no questions to evaluate")
@@ -237,12 +320,14 @@ def evaluate_index(
             progress(mode)
         base_mode, reranker = parse_mode(mode, _reranker_name(spec))
         started = time.perf_counter()
-        deep = searcher.search_batch(texts, index_name, depth, base_mode, rerank=reranker, **options)
+        deep = searcher.search_batch(texts, index_name, k=depth, mode=base_mode, rerank=reranker, **options)
         elapsed = time.perf_counter() - started
         top_k_dependent = reranker is not None or options.get("mmr") is not None
         if top_k_dependent:
             started = time.perf_counter()
-            shallow = searcher.search_batch(texts, index_name, k, base_mode, rerank=reranker, **options)
+            shallow = searcher.search_batch(
+                texts, index_name, k=k, mode=base_mode, rerank=reranker, **options
+            )
             elapsed = time.perf_counter() - started
             retrievals = [
                 list(s[:k]) + [r for r in d if r.chunk_id not in {x.chunk_id for x in s[:k]}]
@@ -295,7 +380,23 @@ def evaluate_index(
             "seed": seed,
             **options,
         },
+        notes=list(notes),
     )
+
+
+def latest_reports(store: Store, index_names: Sequence[str]) -> list[EvaluationReport]:
+    """The latest recorded report of each index, in the order given. Indexes never evaluated are
+    left out, and so are indexes whose latest record predates whole reports (flat metrics)."""
+    reports = []
+    for name in index_names:
+        stored = store.latest_evaluation(name)
+        if stored is None:
+            continue
+        try:
+            reports.append(EvaluationReport.from_dict(stored))
+        except ReportFormatError as exc:
+            logger.warning("%s: latest evaluation left out (%s)", name, exc)
+    return reports
 
 
 def index_cost(store: Any, index_name: str, spec: Any = None) -> dict[str, float]:

@@ -170,4 +170,13 @@ CREATE TABLE IF NOT EXISTS staged_documents (
 );
 """,
     ),
+    (
+        4,
+        "evaluations hold whole reports (EvaluationReport.as_dict); older flat-metric rows stay as history",
+        # Rows from before hold flat `mode/metric` floats: kept, and read back as not-a-report
+        # (evaluation.runner.latest_reports leaves them out until the index is evaluated again).
+        """
+ALTER TABLE evaluations RENAME COLUMN metrics TO report;
+""",
+    ),
 ]

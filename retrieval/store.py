@@ -12,7 +12,7 @@ import queue
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import psycopg
@@ -25,6 +25,15 @@ from retrieval.migrations import MIGRATIONS
 from retrieval.names import IndexName
 
 _MIGRATION_LOCK_KEY = 0x63686B79  # "chky": serialises concurrent migrate() calls
+
+
+class RecordableReport(Protocol):
+    """What `record_evaluation` stores: an `evaluation.runner.EvaluationReport` (named by shape,
+    since the store sits below the evaluation package)."""
+
+    dataset: str
+
+    def as_dict(self) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -294,7 +303,7 @@ class Store:
             "bm25_vocabulary": int(row[12] or 0),
             "document_count": int(row[13] or 0),
         }
-        info["latest_evaluation"] = self.latest_evaluation(index_name)
+        info["latest_evaluation"] = self._latest_evaluation_record(index_name)
         return info
 
     def list_indexes(self) -> list[dict[str, Any]]:
@@ -374,19 +383,25 @@ class Store:
 
     # -- evaluations -------------------------------------------------------------------------
 
-    def record_evaluation(self, index_name: str, dataset: str, metrics: dict[str, Any]) -> int:
+    def record_evaluation(self, index_name: str, report: RecordableReport) -> int:
+        """Store the report's `as_dict()` (JSONB) against the index's current version."""
         with self.connection() as conn:
             row = conn.execute(
-                "INSERT INTO evaluations (index_name, dataset, index_version, metrics)"
+                "INSERT INTO evaluations (index_name, dataset, index_version, report)"
                 " VALUES (%s, %s, (SELECT version FROM indexes WHERE name = %s), %s) RETURNING id",
-                (index_name, dataset, index_name, Jsonb(metrics)),
+                (index_name, report.dataset, index_name, Jsonb(report.as_dict())),
             ).fetchone()
         return int(row[0])
 
     def latest_evaluation(self, index_name: str) -> dict[str, Any] | None:
+        """The dict the latest `record_evaluation` stored (None if never evaluated)."""
+        record = self._latest_evaluation_record(index_name)
+        return None if record is None else record["report"]
+
+    def _latest_evaluation_record(self, index_name: str) -> dict[str, Any] | None:
         with self.connection() as conn:
             row = conn.execute(
-                "SELECT dataset, index_version, metrics, created_at FROM evaluations"
+                "SELECT dataset, index_version, report, created_at FROM evaluations"
                 " WHERE index_name = %s ORDER BY created_at DESC, id DESC LIMIT 1",
                 (index_name,),
             ).fetchone()
@@ -395,6 +410,6 @@ class Store:
         return {
             "dataset": row[0],
             "index_version": row[1],
-            "metrics": row[2],
+            "report": row[2],
             "created_at": row[3].isoformat(),
         }

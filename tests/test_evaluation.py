@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
+from psycopg.types.json import Jsonb
 
 from chunking.types import Document
 from evaluation.benchmark import main as eval_main
 from evaluation.datasets import Question, Span, load_dataset
-from evaluation.metrics import score_question
+from evaluation.metrics import Estimate, score_question
 from evaluation.reports import leaderboard
-from evaluation.runner import evaluate_index, parse_mode
+from evaluation.runner import EvaluationReport, ReportFormatError, evaluate_index, latest_reports, parse_mode
 from tests.conftest import CHROMA_DIR, requires_chroma
 
 PASSAGES = {
@@ -63,7 +65,7 @@ QUESTIONS = [
 def built_index(pg_url, embedder):
     from retrieval.config import IndexConfig, IndexSpec
     from retrieval.indexing import build_index
-    from retrieval.search import Searcher
+    from retrieval.query import Searcher
     from retrieval.store import Store
 
     store = Store(pg_url)
@@ -114,19 +116,82 @@ def test_evaluate_index_every_mode_with_cost_and_latency(built_index):
     assert report.cost["overlap_overhead"] == pytest.approx(0.0, abs=1e-9)
     assert report.cost["share_over_model_limit"] == 0.0
     assert report.latency["dense"]["p50_ms"] > 0
-    flat = report.as_metadata()
-    assert flat["dense/hit_at_3"] == report.metrics["dense"]["hit_at_3"]
-    assert "dense/hit_at_3_ci_low" in flat and "cost/chunks" in flat
-    assert all(isinstance(v, float) for v in flat.values())
+    headline = report.headline()
+    assert headline["dense/hit_at_3"] == report.metrics["dense"]["hit_at_3"]
+    assert "cost/chunks" in headline and all(isinstance(v, float) for v in headline.values())
+    assert set(headline) == {
+        f"{mode}/{name}_at_3"
+        for mode in report.modes
+        for name in ("hit", "mrr", "recall", "precision", "iou")
+    } | {"cost/chunks"}
+    quality = report.quality()
+    assert "hybrid/chroma_iou_at_3" in quality and "bm25/budget_recall_2048" in quality
+    assert not any(key.startswith("cost/") or "context_tokens" in key for key in quality)
     text = report.markdown()
-    assert "| hybrid+rerank |" in text and "recall_at_3" in text
-    assert json.loads(report.json())["metrics"]["bm25"]["n_questions"] == 4
+    assert "| hybrid+rerank |" in text and "recall_at_3" in text and "ndcg_at_3" in text
+    assert json.loads(report.json())["summaries"]["bm25"]["n_questions"] == 4
+
+
+def test_report_round_trips_through_its_dict_and_json(built_index):
+    store, spec, searcher = built_index
+    report = evaluate_index(
+        searcher,
+        spec,
+        QUESTIONS,
+        modes=("dense", "bm25"),
+        k=2,
+        dataset="tiny",
+        store=store,
+        n_resamples=50,
+        notes=["tiny.yaml (q9): answer_start 3 re-located to 7"],
+    )
+    assert report.notes == ["tiny.yaml (q9): answer_start 3 re-located to 7"]
+    assert "Loader notes (1" in report.markdown()
+    data = report.as_dict()
+    again = EvaluationReport.from_dict(data)
+    assert again == report
+    assert again.as_dict() == data
+    assert again.summaries["dense"].by_corpus == report.summaries["dense"].by_corpus
+    assert again.estimate("bm25", "recall_at_2") == report.estimate("bm25", "recall_at_2")
+    through_json = EvaluationReport.from_dict(json.loads(json.dumps(data, allow_nan=False)))
+    assert through_json == report and through_json.headline() == report.headline()
+    # NaN (no timings, an empty estimate) is stored as None and read back as NaN.
+    report.latency["dense"]["p50_ms"] = math.nan
+    report.summaries["dense"].overall["hit_at_2"] = Estimate(math.nan, math.nan, math.nan, 0)
+    data = json.loads(json.dumps(report.as_dict(), allow_nan=False))
+    assert data["latency"]["dense"]["p50_ms"] is None
+    back = EvaluationReport.from_dict(data)
+    assert math.isnan(back.latency["dense"]["p50_ms"]) and back.estimate("dense", "hit_at_2").n == 0
+    assert "dense/hit_at_2" not in back.headline() and back.as_dict() == data
+
+
+def test_reports_recorded_in_the_store_come_back_for_the_leaderboard(built_index):
+    store, spec, searcher = built_index
+    report = evaluate_index(
+        searcher, spec, QUESTIONS, modes=("dense",), k=2, dataset="tiny", store=store, n_resamples=50
+    )
+    store.record_evaluation(spec.name, report)
+    assert store.latest_evaluation(spec.name) == report.as_dict()
+    assert store.index_info(spec.name)["latest_evaluation"]["report"] == report.as_dict()
+    # An evaluation recorded by an older chunkyard (flat metrics) is left out, not fatal.
+    with store.connection() as conn:
+        conn.execute(
+            "INSERT INTO evaluations (index_name, dataset, report) VALUES (%s, %s, %s)",
+            ("evaltest/flat-old", "tiny", Jsonb({"dense/hit_at_5": 0.5, "questions": 4.0})),
+        )
+    with pytest.raises(ReportFormatError, match="'format'"):
+        EvaluationReport.from_dict(store.latest_evaluation("evaltest/flat-old"))
+    reports = latest_reports(store, ["evaltest/never-evaluated", "evaltest/flat-old", spec.name])
+    assert reports == [report]
+    board = leaderboard(reports)
+    assert [row.mode for row in board.rows] == ["dense"]
+    assert board.rows[0].estimates["recall_at_2"] == report.estimate("dense", "recall_at_2")
 
 
 def test_evaluate_index_matches_scoring_the_search_results_directly(built_index):
     _, spec, searcher = built_index
     report = evaluate_index(searcher, spec, QUESTIONS, modes=("dense",), k=2, n_resamples=100)
-    results = searcher.search_batch([q.text for q in QUESTIONS], spec.name, 50, "dense")
+    results = searcher.search_batch([q.text for q in QUESTIONS], spec.name, k=50, mode="dense")
     for question, retrieved in zip(QUESTIONS, results, strict=True):
         expected = score_question(question, retrieved, k=2)
         got = report.summaries["dense"].per_question[question.id]

@@ -9,6 +9,8 @@ import pytest
 
 from chunking.loaders import DocumentFailure
 from chunking.types import Document
+from evaluation.metrics import Estimate, MetricSummary
+from evaluation.runner import EvaluationReport
 from retrieval.migrations import MIGRATIONS
 from retrieval.store import Store, partition_names, split_index_name
 from tests.test_indexing_support import make_spec
@@ -62,6 +64,11 @@ def test_embedding_cache_round_trip(store: Store) -> None:
     assert store.cached_embeddings("model-y", ["h0"]) == {}  # keyed by model
 
 
+def _report(index_name: str, hit: float) -> EvaluationReport:
+    summary = MetricSummary({}, {}, {"hit_at_5": Estimate(hit, hit, hit, 1)}, n_questions=1)
+    return EvaluationReport(index_name, "registered", "demo", 5, ["dense"], 1, {"dense": summary})
+
+
 def test_index_registration_partitions_and_evaluations(store: Store) -> None:
     spec = make_spec(name="registered")
     info = store.ensure_index(spec)
@@ -72,10 +79,12 @@ def test_index_registration_partitions_and_evaluations(store: Store) -> None:
     assert {parts["chunks"], parts["postings"]} <= tables
     assert store.ensure_index(spec)["name"] == spec.name  # idempotent
     assert spec.name in [i["name"] for i in store.list_indexes()]
-    store.record_evaluation(spec.name, "demo", {"dense/hit_at_5": 0.5})
-    store.record_evaluation(spec.name, "demo", {"dense/hit_at_5": 0.75})
+    store.record_evaluation(spec.name, _report(spec.name, 0.5))
+    store.record_evaluation(spec.name, _report(spec.name, 0.75))
     latest = store.latest_evaluation(spec.name)
-    assert latest["metrics"] == {"dense/hit_at_5": 0.75} and latest["index_version"] == 0
+    assert latest == _report(spec.name, 0.75).as_dict()
+    record = store.index_info(spec.name)["latest_evaluation"]
+    assert record["report"] == latest and record["index_version"] == 0 and record["dataset"] == "demo"
     store.drop_index(spec.name)
     assert store.index_info(spec.name) is None
 
