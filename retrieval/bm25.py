@@ -13,11 +13,7 @@ Postgres holds postings (term, chunk, tf, doc length), document frequencies and 
 
 from __future__ import annotations
 
-import functools
 import math
-import re
-import threading
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -25,143 +21,17 @@ from typing import Any
 import numpy as np
 from psycopg import sql
 
+# The analyzers live in retrieval.analysis; these names stay importable from here.
+from retrieval.analysis import (  # noqa: F401
+    ANALYZERS,
+    ENGLISH_STOPWORDS,
+    SPANISH_STOPWORDS,
+    Analyzer,
+    AnalyzerConfigError,
+    build_analyzer,
+)
+
 DEFAULT_PARAMS = {"k1": 1.5, "b": 0.75, "epsilon": 0.25}
-
-# Small stopword lists (function words only), so stemming and stopping stay predictable.
-_ENGLISH_STOPWORDS_TEXT = """a an and are as at be been but by for from had has have he her his i if in into is it its
-    itself me my no not of on or our she so such than that the their theirs them then there these
-    they this those to too was we were what when where which while who whom why will with would you
-    your yours do does did doing am being having can could should shall may might must over under
-    again further once here all any both each few more most other some own same only very just
-    about above after before below between during through until up down out off against because"""
-ENGLISH_STOPWORDS = frozenset(_ENGLISH_STOPWORDS_TEXT.split())
-_SPANISH_STOPWORDS_TEXT = """a al algo algunas algunos ante antes como con contra cual cuando de del desde donde durante
-    e el ella ellas ellos en entre era erais eran eras eres es esa esas ese eso esos esta estaba
-    estaban estado estais estamos estan estar estas este esto estos estoy fue fueron fui fuimos ha
-    han has hasta hay la las le les lo los mas me mi mis mucho muchos muy nada ni no nos nosotros
-    o os otra otras otro otros para pero poco por porque que quien quienes se sea sean ser si sido
-    sin sobre sois somos son soy su sus tambien te tenemos tener tengo ti tiene tienen todo todos
-    tu tus un una uno unos vosotros y ya yo él ésta éste más qué sí también está están"""
-SPANISH_STOPWORDS = frozenset(_SPANISH_STOPWORDS_TEXT.split())
-
-_LANGUAGES = {
-    "english": ENGLISH_STOPWORDS,
-    "spanish": SPANISH_STOPWORDS,
-}
-ANALYZERS = ("standard", "english", "spanish")
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-def _is_cjk(ch: str) -> bool:
-    code = ord(ch)
-    return (
-        0x4E00 <= code <= 0x9FFF  # CJK unified ideographs
-        or 0x3400 <= code <= 0x4DBF  # extension A
-        or 0x20000 <= code <= 0x2A6DF  # extension B
-        or 0xF900 <= code <= 0xFAFF  # compatibility ideographs
-        or 0x3040 <= code <= 0x30FF  # hiragana, katakana
-        or 0x31F0 <= code <= 0x31FF  # katakana extensions
-        or 0xAC00 <= code <= 0xD7AF  # hangul syllables
-        or 0x1100 <= code <= 0x11FF  # hangul jamo
-    )
-
-
-def _cjk_bigrams(run: str) -> list[str]:
-    if len(run) == 1:
-        return [run]
-    return [run[i : i + 2] for i in range(len(run) - 1)]
-
-
-class AnalyzerConfigError(ValueError):
-    """A `bm25.analyzer` setting is invalid; the message names it."""
-
-
-class Analyzer:
-    """Text -> BM25 terms: lowercase unicode words; optional stopwords + snowball stemmer; CJK bigrams.
-
-    Words mixing CJK and other scripts are split at the script boundary; each CJK run becomes
-    overlapping character bigrams (a lone CJK character stays a unigram), since CJK text has no spaces.
-    """
-
-    def __init__(self, language: str | None = None, *, stopwords: bool = True, stem: bool = True) -> None:
-        if language in (None, "", "standard", "none"):
-            language = None
-        elif language not in _LANGUAGES:
-            raise AnalyzerConfigError(
-                f"bm25.analyzer: unknown language {language!r}; expected one of {ANALYZERS}"
-            )
-        self.language = language
-        self.stopwords = _LANGUAGES[language] if (language and stopwords) else frozenset()
-        self._stemmer = None
-        if language and stem:
-            import snowballstemmer
-
-            self._stemmer = snowballstemmer.stemmer(language)
-        self._stem = functools.lru_cache(maxsize=200_000)(self._stem_uncached)
-        self._lock = threading.Lock()
-
-    @property
-    def name(self) -> str:
-        return self.language or "standard"
-
-    def _stem_uncached(self, word: str) -> str:
-        return self._stemmer.stemWord(word) if self._stemmer else word
-
-    def __call__(self, text: str) -> list[str]:
-        return self.analyze(text)
-
-    def analyze(self, text: str) -> list[str]:
-        terms: list[str] = []
-        text = unicodedata.normalize("NFKC", text).lower()
-        for match in _WORD.finditer(text):
-            word = match.group()
-            if not any(_is_cjk(ch) for ch in word):
-                self._add_word(word, terms)
-                continue
-            run: list[str] = []
-            cjk_run = False
-            for ch in word:
-                is_cjk = _is_cjk(ch)
-                if run and is_cjk != cjk_run:
-                    self._flush(run, cjk_run, terms)
-                    run = []
-                run.append(ch)
-                cjk_run = is_cjk
-            if run:
-                self._flush(run, cjk_run, terms)
-        return terms
-
-    def _flush(self, run: list[str], cjk: bool, terms: list[str]) -> None:
-        if cjk:
-            terms.extend(_cjk_bigrams("".join(run)))
-        else:
-            self._add_word("".join(run), terms)
-
-    def _add_word(self, word: str, terms: list[str]) -> None:
-        if word in self.stopwords:
-            return
-        if self._stemmer is not None:
-            with self._lock:
-                word = self._stem(word)
-        terms.append(word)
-
-
-def build_analyzer(bm25_config: dict[str, Any] | None = None) -> Analyzer:
-    """The analyzer an index config's `bm25:` block asks for (`analyzer: english` or a mapping)."""
-    spec = (bm25_config or {}).get("analyzer", "standard")
-    if isinstance(spec, str) or spec is None:
-        return Analyzer(spec)
-    if isinstance(spec, dict):
-        unknown = set(spec) - {"language", "stopwords", "stem"}
-        if unknown:
-            raise AnalyzerConfigError(f"bm25.analyzer: unknown field(s) {sorted(unknown)}")
-        return Analyzer(
-            spec.get("language"),
-            stopwords=bool(spec.get("stopwords", True)),
-            stem=bool(spec.get("stem", True)),
-        )
-    raise AnalyzerConfigError(f"bm25.analyzer: expected a name or a mapping, got {type(spec).__name__}")
 
 
 @dataclass(frozen=True)
