@@ -1,4 +1,4 @@
-"""Context enrichment, composable with any strategy (`context:` in a chunker spec).
+"""Index-time context enrichment, composable with any strategy (`context:` in a chunker spec).
 
 Only `embed_text` changes; spans never do.
 

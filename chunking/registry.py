@@ -1,72 +1,42 @@
 """`build_chunker(spec)`: the `chunker:` mapping of an index config -> a Chunker.
 
-Every field is validated here, and an error names the field and what was expected.
+One table, `STRATEGY_TABLE`, says per strategy how it is built, which fields it takes (with
+their defaults) and whether it needs the embedding model while chunking. Every field is
+validated here, and an error names the field and what was expected.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from chunking.base import BaseChunker, ChunkerConfigError
 from chunking.models import DEFAULT_MODEL
 from chunking.tokenizers import get_tokenizer
 
-STRATEGIES: tuple[str, ...] = (
-    "token",
-    "recursive",
-    "sentence",
-    "markdown",
-    "html",
-    "code",
-    "semantic",
-    "cluster",
-    "hierarchical",
-    "late",
-    "adaptive",
-    "llm",
-)
-
-# Strategies that embed pieces while chunking (to decide cuts): they need the embedding model.
-MODEL_STRATEGIES: frozenset[str] = frozenset({"semantic", "cluster", "late"})
-
 COMMON_FIELDS = {"strategy", "size", "overlap", "tokenizer", "model", "context", "endpoint"}
 ENDPOINT_FIELDS = {"base_url", "model", "api_key_env", "timeout"}
-
-# Strategy -> its own fields (besides the common ones) with their defaults.
-STRATEGY_FIELDS: dict[str, dict[str, Any]] = {
-    "token": {},
-    "recursive": {
-        "preset": "default",
-        "separators": None,
-        "keep_separator": None,
-        "is_regex": None,
-        "exact_lengths": None,
-    },
-    "sentence": {},
-    "markdown": {"preset": "markdown"},
-    "html": {"strip_tags": True},
-    "code": {"language": None},
-    "semantic": {
-        "threshold_type": "percentile",
-        "threshold": None,
-        "buffer": 1,
-        "min_size": 0,
-    },
-    "cluster": {"piece_size": 50},
-    "hierarchical": {"parent_size": 1024, "base": "recursive"},
-    "late": {"base": "sentence", "window": None, "lookbehind": 0.25},
-    "adaptive": {},
-    "llm": {"max_sentences": 60},
-}
 
 THRESHOLD_DEFAULTS = {"percentile": 95.0, "standard_deviation": 3.0, "interquartile": 1.5, "gradient": 95.0}
 TOKENIZERS = ("model", "cl100k", "chars", "words")
 
 
-def needs_embedding_model(spec: dict[str, Any]) -> bool:
-    """Whether the `chunker:` mapping's strategy needs `embedding_model=` to build."""
-    return str(spec.get("strategy", "")).lower() in MODEL_STRATEGIES
+def needs_embedding_model(chunker: Mapping[str, Any] | str) -> bool:
+    """Whether a `chunker:` mapping (or a strategy name) embeds while chunking, so it needs
+    `embedding_model=` (and so torch) to build. Unknown strategies need none (build_chunker rejects them)."""
+    name = chunker if isinstance(chunker, str) else str(chunker.get("strategy", ""))
+    entry = STRATEGY_TABLE.get(name.lower())
+    return entry is not None and entry.needs_model
+
+
+def strategy_entry(name: object) -> Strategy:
+    """The table entry of a strategy name; the error lists the known ones."""
+    if not isinstance(name, str) or name not in STRATEGY_TABLE:
+        raise ChunkerConfigError(
+            f"chunker.strategy: unknown {name!r}; expected one of {', '.join(STRATEGIES)}"
+        )
+    return STRATEGY_TABLE[name]
 
 
 def _require_int(spec: dict, key: str, default: Any, *, minimum: int = 1) -> int:
@@ -106,12 +76,9 @@ def build_chunker(
     """Build a chunker from a config mapping, e.g. `{strategy: recursive, size: 256}`."""
     if not isinstance(spec, dict):
         raise ChunkerConfigError(f"chunker: expected a mapping, got {type(spec).__name__}")
-    strategy = spec.get("strategy")
-    if strategy not in STRATEGIES:
-        raise ChunkerConfigError(
-            f"chunker.strategy: unknown {strategy!r}; expected one of {', '.join(STRATEGIES)}"
-        )
-    allowed = COMMON_FIELDS | set(STRATEGY_FIELDS[strategy])
+    entry = strategy_entry(spec.get("strategy"))
+    strategy = entry.name
+    allowed = COMMON_FIELDS | set(entry.fields)
     unknown = sorted(set(spec) - allowed)
     if unknown:
         raise ChunkerConfigError(
@@ -140,7 +107,7 @@ def build_chunker(
             f"chunker.size: {size} leaves too few tokens after overlap and special tokens"
         )
 
-    from chunking.context import build_context_steps
+    from chunking.enrichment import build_context_steps
 
     if llm is None and spec.get("endpoint") is not None:
         llm = client_from_endpoint(spec["endpoint"])
@@ -152,9 +119,12 @@ def build_chunker(
         "config_key": config_key,
         "context": context,
     }
-    options = {k: spec.get(k, d) for k, d in STRATEGY_FIELDS[strategy].items()}
-    builder = _BUILDERS[strategy]
-    return builder(common, options, spec, embedding_model, llm)
+    options = {k: spec.get(k, d) for k, d in entry.fields.items()}
+    if entry.needs_model and embedding_model is None:
+        raise ChunkerConfigError(
+            f"chunker.strategy: {strategy!r} needs an embedding_model (pass embedding_model=...)"
+        )
+    return entry.build(common, options, spec, embedding_model, llm)
 
 
 def client_from_endpoint(endpoint: Any) -> Any:
@@ -283,17 +253,9 @@ def _code(common, options, spec, em, llm):
     return CodeChunker(language=language, **common)
 
 
-def _need_model(strategy: str, em: Any) -> None:
-    if em is None and strategy in MODEL_STRATEGIES:
-        raise ChunkerConfigError(
-            f"chunker.strategy: {strategy!r} needs an embedding_model (pass embedding_model=...)"
-        )
-
-
 def _semantic(common, options, spec, em, llm):
     from chunking.semantic import SemanticChunker
 
-    _need_model("semantic", em)
     kind = options["threshold_type"]
     if kind not in THRESHOLD_DEFAULTS:
         raise ChunkerConfigError(
@@ -320,7 +282,6 @@ def _semantic(common, options, spec, em, llm):
 def _cluster(common, options, spec, em, llm):
     from chunking.semantic import ClusterChunker
 
-    _need_model("cluster", em)
     piece_size = _require_int(options, "piece_size", 50, minimum=4)
     if piece_size > common["size"]:
         raise ChunkerConfigError(f"chunker.piece_size: {piece_size} must not exceed size {common['size']}")
@@ -342,7 +303,6 @@ def _hierarchical(common, options, spec, em, llm):
 def _late(common, options, spec, em, llm):
     from chunking.late import LateChunker
 
-    _need_model("late", em)
     base = options["base"]
     if base not in ("recursive", "sentence", "token"):
         raise ChunkerConfigError(f"chunker.base: expected recursive, sentence or token, got {base!r}")
@@ -372,17 +332,50 @@ def _llm(common, options, spec, em, llm):
     return LLMChunker(llm=llm, max_sentences=max_sentences, **common)
 
 
-_BUILDERS: dict[str, Callable[..., BaseChunker]] = {
-    "token": _token,
-    "recursive": _recursive,
-    "sentence": _sentence,
-    "markdown": _markdown,
-    "html": _html,
-    "code": _code,
-    "semantic": _semantic,
-    "cluster": _cluster,
-    "hierarchical": _hierarchical,
-    "late": _late,
-    "adaptive": _adaptive,
-    "llm": _llm,
+Builder = Callable[[dict, dict, dict, Any, Any], BaseChunker]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One chunking strategy: how it is built (`build(common, options, spec, embedding_model, llm)`),
+    its own fields besides the common ones (with defaults), and whether it embeds while chunking."""
+
+    name: str
+    build: Builder
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    needs_model: bool = False
+
+
+STRATEGY_TABLE: dict[str, Strategy] = {
+    s.name: s
+    for s in (
+        Strategy("token", _token),
+        Strategy(
+            "recursive",
+            _recursive,
+            {
+                "preset": "default",
+                "separators": None,
+                "keep_separator": None,
+                "is_regex": None,
+                "exact_lengths": None,
+            },
+        ),
+        Strategy("sentence", _sentence),
+        Strategy("markdown", _markdown, {"preset": "markdown"}),
+        Strategy("html", _html, {"strip_tags": True}),
+        Strategy("code", _code, {"language": None}),
+        Strategy(
+            "semantic",
+            _semantic,
+            {"threshold_type": "percentile", "threshold": None, "buffer": 1, "min_size": 0},
+            needs_model=True,
+        ),
+        Strategy("cluster", _cluster, {"piece_size": 50}, needs_model=True),
+        Strategy("hierarchical", _hierarchical, {"parent_size": 1024, "base": "recursive"}),
+        Strategy("late", _late, {"base": "sentence", "window": None, "lookbehind": 0.25}, needs_model=True),
+        Strategy("adaptive", _adaptive),
+        Strategy("llm", _llm, {"max_sentences": 60}),
+    )
 }
+STRATEGIES: tuple[str, ...] = tuple(STRATEGY_TABLE)

@@ -29,6 +29,22 @@ def check_spans(doc: Document, chunks: list[Chunk]) -> None:
 # -- build_chunker and validation ----------------------------------------------------------
 
 
+def test_strategy_table_says_which_strategies_need_the_model():
+    from chunking.registry import STRATEGY_TABLE, needs_embedding_model
+
+    assert {name for name, entry in STRATEGY_TABLE.items() if entry.needs_model} == {
+        "semantic",
+        "cluster",
+        "late",
+    }
+    assert needs_embedding_model({"strategy": "semantic", "size": 64}) and needs_embedding_model("late")
+    assert not needs_embedding_model({"strategy": "recursive"}) and not needs_embedding_model("late_chunking")
+    for name, entry in STRATEGY_TABLE.items():
+        if entry.needs_model:
+            with pytest.raises(ChunkerConfigError, match="needs an embedding_model"):
+                build_chunker({"strategy": name, "size": 64, "tokenizer": "cl100k"})
+
+
 def test_strategies_listed_and_built():
     fake = FakeEmbeddingModel()
     for name in STRATEGIES:
