@@ -101,9 +101,6 @@ class Dataset:
             self.name, self.documents, [q for q in self.questions if q.id in wanted], self.problems
         )
 
-    def reference_text(self, span: Span) -> str:
-        return self.documents_by_id[span.doc_id].text[span.start : span.end]
-
 
 def validate_spans(questions: Sequence[Question], documents: Sequence[Document], *, source: str) -> None:
     """Every reference must name a known document and lie inside its text."""
