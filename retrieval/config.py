@@ -14,6 +14,8 @@ from typing import Any
 import yaml
 
 from chunking.models import DEFAULT_MODEL
+from retrieval.analysis import AnalyzerConfigError, analyzer_setting, validate_analyzer
+from retrieval.bm25 import Bm25Params
 from retrieval.context import ContextConfigError, ContextScoring
 from retrieval.names import IndexName
 
@@ -187,6 +189,7 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
             ContextScoring.from_config(context_scoring, where=f"{where}.context_scoring")
         except ContextConfigError as exc:
             raise ConfigError(str(exc)) from exc
+        _validate_bm25(merged.get("bm25") or {}, where)
         chunker = merged.get("chunker")
         if not isinstance(chunker, dict) or "strategy" not in chunker:
             raise ConfigError(f"{where}.chunker: must be a mapping with a `strategy`")
@@ -250,6 +253,25 @@ def with_coarse_companions(names: list[str], configs: dict[str, IndexConfig]) ->
             if item and item not in out:
                 out.append(item)
     return out
+
+
+BM25_KEYS = ("k1", "b", "epsilon", "analyzer")
+
+
+def _validate_bm25(bm25: Any, where: str) -> None:
+    """`bm25: {k1, b, epsilon, analyzer}`; analyzer is `auto` (the default), a language or a mapping."""
+    if not isinstance(bm25, dict):
+        raise ConfigError(f"{where}.bm25: must be a mapping, got {bm25!r}")
+    unknown = set(bm25) - set(BM25_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}.bm25: unknown field(s) {sorted(unknown)}; allowed {list(BM25_KEYS)}")
+    try:
+        validate_analyzer(analyzer_setting(bm25))
+        Bm25Params.from_config(bm25)
+    except (AnalyzerConfigError, TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"{where}.{exc}" if str(exc).startswith("bm25") else f"{where}.bm25: {exc}"
+        ) from exc
 
 
 def _as_bool(value: Any, where: str) -> bool:

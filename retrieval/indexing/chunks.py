@@ -14,6 +14,7 @@ from chunking.types import Chunk, Document
 from retrieval.config import IndexSpec
 from retrieval.indexing.reports import ChunkStageReport, IndexingError
 from retrieval.indexing.staging import clear_staging, merge_stage_report
+from retrieval.languages import METADATA_KEY, document_language
 from retrieval.store import Store, partition_names
 
 if TYPE_CHECKING:
@@ -115,6 +116,7 @@ def stage_chunks(
                 rows = []
                 vectors = []
                 for doc, chunks in zip(docs, chunk_lists, strict=True):
+                    language = {METADATA_KEY: lang} if (lang := document_language(doc)) else {}
                     for chunk in chunks:
                         _check_chunk(chunk, doc)
                         chunk_id = chunk.chunk_id
@@ -122,7 +124,7 @@ def stage_chunks(
                             report.duplicate_chunks_dropped += 1
                             continue
                         seen.add(chunk_id)
-                        metadata = {**doc.metadata, **chunk.metadata}
+                        metadata = {**language, **doc.metadata, **chunk.metadata}
                         rows.append(
                             (
                                 index_name,

@@ -16,6 +16,7 @@ from retrieval.bm25 import refresh_stats
 from retrieval.config import IndexSpec
 from retrieval.indexing.reports import IndexingError, PublishReport
 from retrieval.indexing.staging import clear_staging
+from retrieval.languages import published_config
 from retrieval.store import Store, partition_names
 
 HNSW_MAX_DIM = 2000  # pgvector's limit for an HNSW index on `vector`
@@ -73,7 +74,7 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
             # nothing to index: keep the version (caches keyed on it stay valid), unless only the
             # retrieval options changed (hybrid, context_scoring: outside the config hash), which
             # are republished under a new version so every Searcher picks them up
-            config = Jsonb(spec.config.as_dict())
+            config = Jsonb(published_config(conn, index_name, spec.config.as_dict(), report.staged))
             bumped = conn.execute(
                 "UPDATE indexes SET version = version + 1, published_at = now(), config = %s"
                 " WHERE name = %s AND config IS DISTINCT FROM %s RETURNING version",
@@ -227,7 +228,13 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
         new_version = conn.execute(
             "UPDATE indexes SET version = version + 1, published_at = now(), config = %s, config_hash = %s,"
             " model_id = coalesce(%s, model_id), dim = %s WHERE name = %s RETURNING version",
-            (Jsonb(spec.config.as_dict()), spec.config.config_hash, model_id, new_dim, index_name),
+            (
+                Jsonb(published_config(conn, index_name, spec.config.as_dict(), report.staged)),
+                spec.config.config_hash,
+                model_id,
+                new_dim,
+                index_name,
+            ),
         ).fetchone()[0]
         clear_staging(conn, index_name)
         report.version = int(new_version)

@@ -63,7 +63,9 @@ class EmbeddingStageReport:
 @dataclass
 class Bm25StageReport:
     index: str
-    analyzer: str = ""
+    analyzer: str = ""  # the analyzer used (`auto` resolved)
+    analyzer_setting: str = ""  # "auto" or the configured analyzer
+    languages: str = ""  # `auto`'s text share per detected language, "es=0.97 en=0.03"
     chunks_analyzed: int = 0
     postings_staged: int = 0
     distinct_terms_staged: int = 0

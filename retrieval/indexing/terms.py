@@ -5,26 +5,33 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from retrieval.bm25 import build_analyzer
 from retrieval.config import IndexSpec
 from retrieval.indexing.reports import Bm25StageReport, IndexingError
 from retrieval.indexing.staging import clear_staging, merge_stage_report, staged_run
+from retrieval.languages import index_analysis
 from retrieval.store import Store
 
 
 def stage_bm25(store: Store, spec: IndexSpec) -> Bm25StageReport:
-    """Term frequencies and lengths of every staged chunk's `embed_text`, for the inverted index."""
+    """Term frequencies and lengths of every staged chunk's `embed_text`, for the inverted index.
+
+    `analyzer: auto` is resolved here (`retrieval.languages.index_analysis`); the choice is staged
+    for publish, which records it in the published config.
+    """
     started = time.perf_counter()
     index_name = spec.name
-    analyzer = build_analyzer(spec.config.bm25)
-    report = Bm25StageReport(index=index_name, analyzer=analyzer.name)
+    report = Bm25StageReport(index=index_name)
     terms_seen: set[str] = set()
     with store.connection() as conn, conn.transaction():
-        config_hash, _, _ = staged_run(conn, index_name, "stage_bm25")
+        config_hash, full_rebuild, _ = staged_run(conn, index_name, "stage_bm25")
         if config_hash != spec.config.config_hash:
             raise IndexingError(
                 f"stage_bm25: {index_name!r} was staged with another config; re-run stage_chunks"
             )
+        analysis = index_analysis(conn, index_name, spec.config.bm25, full_rebuild=full_rebuild)
+        analyzer = analysis.analyzer
+        report.analyzer, report.analyzer_setting = analyzer.name, analysis.setting
+        report.languages = " ".join(f"{lang}={share:.2f}" for lang, share in analysis.languages.items())
         clear_staging(conn, index_name, ("staged_bm25", "staged_bm25_lengths"))
         rows = conn.execute(
             "SELECT chunk_id, embed_text FROM staged_chunks WHERE index_name = %s", (index_name,)
@@ -53,5 +60,5 @@ def stage_bm25(store: Store, spec: IndexSpec) -> Bm25StageReport:
         report.chunks_analyzed = len(rows)
         report.distinct_terms_staged = len(terms_seen)
         report.seconds = round(time.perf_counter() - started, 3)
-        merge_stage_report(conn, index_name, report.as_metadata())
+        merge_stage_report(conn, index_name, {**report.as_metadata(), "bm25_analysis": analysis.as_staged()})
     return report

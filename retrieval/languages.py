@@ -1,0 +1,156 @@
+"""Document language detection (py3langid, offline) and the `analyzer: auto` choice per index.
+
+Each document's language is detected once, when it is chunked, and stored in its chunks' metadata
+as `text_language` (an ISO 639-1 code; `language` is the loaders' programming language of code
+files). When an index with `analyzer: auto` is first built or rebuilt, its analyzer is the one whose
+languages cover most of the indexed text (code chunks do not vote); incremental updates keep the
+published choice, so old and new postings are analysed alike. The choice and the language shares
+are published in the index config's bm25 block (`resolved_analyzer`, `languages`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import Connection
+
+from chunking.types import Document
+from retrieval.analysis import (
+    AUTO,
+    DEFAULT_ANALYZER,
+    RESOLVED_KEY,
+    Analyzer,
+    analyzer_setting,
+    build_analyzer,
+)
+
+METADATA_KEY = "text_language"
+# Detected language -> analyzer. Malay is written like Indonesian (and short Indonesian texts are
+# often detected as Malay); CJK and every other language get `standard` (words, CJK bigrams).
+LANGUAGE_ANALYZERS = {"en": "english", "es": "spanish", "id": "indonesian", "ms": "indonesian"}
+LANGUAGE_ANALYZERS |= {"ru": "russian", "uk": "ukrainian"}
+SAMPLE_CHARS = 20_000  # detection reads the document's beginning: enough for a stable answer
+_MIN_LETTERS = 3
+
+_identifier: Any = None
+_identifier_lock = threading.Lock()
+
+
+def _py3langid() -> Any:
+    """py3langid's identifier over all its 97 languages (the model ships in the wheel; loads in ~1 s)."""
+    global _identifier
+    with _identifier_lock:
+        if _identifier is None:
+            from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+            _identifier = LanguageIdentifier.from_model_file(MODEL_FILE)
+    return _identifier
+
+
+@dataclass(frozen=True)
+class Detection:
+    language: str  # ISO 639-1 code, "" when the text has (almost) no letters
+
+
+def detect_language(text: str) -> Detection:
+    """The language of `text` (its first SAMPLE_CHARS characters)."""
+    sample = text[:SAMPLE_CHARS]
+    if sum(ch.isalpha() for ch in sample) < _MIN_LETTERS:
+        return Detection("")
+    return Detection(str(_py3langid().classify(sample)[0]))
+
+
+def document_language(doc: Document) -> str:
+    """A document's language: its own `text_language` metadata if a loader set one, else detected."""
+    given = doc.metadata.get(METADATA_KEY)
+    return str(given) if given else detect_language(doc.text).language
+
+
+def analyzer_for_language(language: str) -> str:
+    return LANGUAGE_ANALYZERS.get(language, "standard")
+
+
+def choose_analyzer(text_by_language: Mapping[str, int]) -> tuple[str, dict[str, float]]:
+    """The analyzer covering most text, and each language's share; English when nothing was detected."""
+    total = sum(n for lang, n in text_by_language.items() if lang)
+    shares = {
+        lang: round(n / total, 4)
+        for lang, n in sorted(text_by_language.items(), key=lambda kv: -kv[1])
+        if lang
+    }
+    votes: dict[str, float] = {}
+    for lang, share in shares.items():
+        name = analyzer_for_language(lang)
+        votes[name] = votes.get(name, 0.0) + share
+    if not votes:
+        return DEFAULT_ANALYZER, shares
+    best = max(votes.values())
+    winners = sorted(name for name, vote in votes.items() if vote == best)
+    return (DEFAULT_ANALYZER if DEFAULT_ANALYZER in winners else winners[0]), shares
+
+
+@dataclass(frozen=True)
+class IndexAnalysis:
+    """The analyzer one index build uses, and what the published config records about it."""
+
+    analyzer: Analyzer
+    setting: str  # "auto", or the explicit setting's analyzer name
+    languages: dict[str, float]  # text share per detected language when `auto` chose (else empty)
+
+    def as_staged(self) -> dict[str, Any]:
+        return {"setting": self.setting, "analyzer": self.analyzer.name, "languages": self.languages}
+
+
+def staged_text_by_language(conn: Connection, index_name: str) -> dict[str, int]:
+    """Characters of staged prose per detected language (code chunks, with a `language`, do not vote)."""
+    rows = conn.execute(
+        "SELECT coalesce(metadata->>%s, ''), sum(length(text)) FROM staged_chunks"
+        " WHERE index_name = %s AND NOT (metadata ? 'language') GROUP BY 1",
+        (METADATA_KEY, index_name),
+    ).fetchall()
+    return {str(lang): int(n) for lang, n in rows}
+
+
+def _published_bm25(conn: Connection, index_name: str) -> dict[str, Any] | None:
+    row = conn.execute(
+        "SELECT config->'bm25' FROM indexes WHERE name = %s AND version > 0", (index_name,)
+    ).fetchone()
+    return None if row is None else dict(row[0] or {})
+
+
+def index_analysis(
+    conn: Connection, index_name: str, bm25_config: Mapping[str, Any], *, full_rebuild: bool
+) -> IndexAnalysis:
+    """The analyzer for staging `index_name`'s terms (inside the staging transaction).
+
+    Explicit settings are used as they are. `auto` keeps the published index's choice on an
+    incremental update (its postings were analysed with it) and chooses from the staged chunks'
+    languages on a first build or a rebuild (then every chunk is staged).
+    """
+    if analyzer_setting(bm25_config) != AUTO:
+        analyzer = build_analyzer(bm25_config)
+        return IndexAnalysis(analyzer, analyzer.name, {})
+    published = None if full_rebuild else _published_bm25(conn, index_name)
+    if published is not None and published.get(RESOLVED_KEY):
+        return IndexAnalysis(build_analyzer(published), AUTO, dict(published.get("languages") or {}))
+    name, shares = choose_analyzer(staged_text_by_language(conn, index_name))
+    return IndexAnalysis(Analyzer(name), AUTO, shares)
+
+
+def published_config(
+    conn: Connection, index_name: str, config: dict[str, Any], staged: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """`config` (an IndexConfig's as_dict) with `auto` resolved as staged, else as published before."""
+    bm25 = dict(config.get("bm25") or {})
+    if analyzer_setting(bm25) != AUTO:
+        return config
+    analysis = (staged or {}).get("bm25_analysis")
+    if analysis and analysis.get("setting") == AUTO:
+        resolved, languages = analysis["analyzer"], analysis.get("languages") or {}
+    else:
+        before = _published_bm25(conn, index_name) or {}
+        resolved, languages = before.get(RESOLVED_KEY) or DEFAULT_ANALYZER, before.get("languages") or {}
+    return {**config, "bm25": {**bm25, RESOLVED_KEY: resolved, "languages": languages}}
