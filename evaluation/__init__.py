@@ -6,5 +6,5 @@
 - `evaluation.runner`: `evaluate_index(searcher, spec, questions, modes, k) -> EvaluationReport`
 - `evaluation.reports`: `leaderboard(reports) -> Leaderboard` (markdown, CSV, JSON, PNG)
 - `evaluation.tuning`: hybrid fusion weight suggestion with a held-out score
-- `evaluation.benchmark`: `main(argv)`, the `chunkyard eval` command
+- `evaluation.questions`: a collection's questions (dataset or eval set, minus deleted documents)
 """

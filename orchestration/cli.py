@@ -3,7 +3,7 @@
 chunkyard demo     index + evaluate the demo collection through the Dagster instance
 chunkyard ui       the Dagster UI (dagster dev) on the same database
 chunkyard serve    the query service (uvicorn retrieval.service:app)
-chunkyard eval     benchmarks (delegates to evaluation.benchmark)
+chunkyard eval     benchmarks (delegates to pipeline.benchmark)
 chunkyard search   query an index from the terminal
 """
 
@@ -179,7 +179,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace, rest: Sequence[str]) -> int:
-    from evaluation.benchmark import main as benchmark_main
+    from pipeline.benchmark import main as benchmark_main
 
     result = benchmark_main(list(rest))
     return int(result or 0)

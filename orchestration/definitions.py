@@ -16,8 +16,8 @@ from dagster import (
     multi_or_in_process_executor,
 )
 
-from assets.factory import build_all
-from orchestration.resources import EmbedderResource, PostgresResource, RerankerResource
+from orchestration.assets import build_all
+from orchestration.resources import EmbedderResource, PostgresResource
 from orchestration.schedules import build_nightly_evaluation_schedule
 from orchestration.sensors import build_document_sensor
 from retrieval.config import load_collection_configs
@@ -56,7 +56,6 @@ def build_definitions(
         resources={
             "postgres": PostgresResource(url=database_url),
             "embedder": EmbedderResource(),
-            "reranker": RerankerResource(),
         },
         # Multiprocess by default (steps in parallel, one per CPU; the `embedding` pool caps the
         # model-heavy steps). A run may ask for `execution: {config: {in_process: {}}}`: the

@@ -1,4 +1,4 @@
-"""Dagster resources: the Postgres store, embedding models and rerankers.
+"""Dagster resources: the Postgres store and the embedding models.
 
 Nothing heavy is imported here at module level: torch and sentence-transformers load in
 `setup_for_execution` (inside a run), never when the code location loads.
@@ -7,12 +7,12 @@ Nothing heavy is imported here at module level: torch and sentence-transformers 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dagster import ConfigurableResource, InitResourceContext
-from pydantic import PrivateAttr
 
 if TYPE_CHECKING:
+    from retrieval.config import IndexConfig
     from retrieval.embedder import Embedder
     from retrieval.store import Store
 
@@ -38,7 +38,7 @@ class PostgresResource(ConfigurableResource):
 
 # One loaded model per (model, backend, quantisation, batch size, device) per process: a run's
 # assets share it instead of loading the weights once per asset.
-_EMBEDDERS: dict[tuple[Any, ...], Embedder] = {}
+_EMBEDDERS: dict[tuple[str, str, str | None, int, str], Embedder] = {}
 _EMBEDDERS_LOCK = threading.Lock()
 
 
@@ -82,7 +82,7 @@ class EmbedderResource(ConfigurableResource):
         if self.preload:
             self.get()
 
-    def get(self, model: str | None = None, **overrides: Any) -> Embedder:
+    def get(self, model: str | None = None, **overrides: str | int | None) -> Embedder:
         """The Embedder for `model` (default: this resource's), with config overrides applied."""
         settings = {"backend": self.backend, "batch_size": self.batch_size, "device": self.device}
         settings.update(
@@ -90,34 +90,6 @@ class EmbedderResource(ConfigurableResource):
         )
         return cached_embedder(model or self.model, **settings)
 
-    def for_config(self, config: Any) -> Embedder:
+    def for_config(self, config: IndexConfig) -> Embedder:
         """The Embedder an `IndexConfig` asks for (its `embedding_model` and `embedder:` options)."""
         return self.get(config.embedding_model, **(config.embedder or {}))
-
-
-class RerankerResource(ConfigurableResource):
-    """Rerankers (`maxsim`, or `cross-encoder:<local path>`); off unless a config or `default` names one.
-
-    An index config's `rerank: {model: ...}` takes precedence over `default`. Cross-encoders load
-    from local files only.
-    """
-
-    default: str | None = None
-    _rerankers: dict[str, Any] = PrivateAttr(default_factory=dict)
-
-    @staticmethod
-    def name_for(rerank: dict[str, Any] | str | None) -> str | None:
-        if isinstance(rerank, dict):
-            return rerank.get("model") or rerank.get("name")
-        return str(rerank) if rerank else None
-
-    def get(self, rerank: dict[str, Any] | str | None = None, embedder: Any = None) -> Any:
-        """The reranker named by `rerank` (a config's `rerank:` section) or `default`; None if neither."""
-        name = self.name_for(rerank) or self.default
-        if not name:
-            return None
-        if name not in self._rerankers:
-            from retrieval.rerank import build_reranker
-
-            self._rerankers[name] = build_reranker(name, embedder=embedder)
-        return self._rerankers[name]

@@ -13,7 +13,6 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from dagster import (
     AssetKey,
@@ -27,6 +26,7 @@ from dagster import (
 )
 
 from orchestration.resources import PostgresResource
+from pipeline.documents import load_collection_documents, snapshot
 from retrieval.config import CollectionConfig
 
 SENSOR_NAME = "document_update_sensor"
@@ -49,34 +49,6 @@ class FolderChanges:
         return bool(self.added or self.modified or self.deleted)
 
 
-def file_sha256(path: Any) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def snapshot(collection: CollectionConfig) -> dict[str, str]:
-    """{document id: sha256} of every file the collection's documents asset would read.
-
-    Ids match the documents asset (prefixed with the folder's name when there are several
-    folders). A file that vanishes or cannot be read mid-scan is left out of this tick.
-    """
-    from chunking.loaders import list_files
-
-    folders = collection.folder_paths()
-    hashes: dict[str, str] = {}
-    for folder in folders:
-        prefix = f"{folder.name}/" if len(folders) > 1 else ""
-        for doc_id, path in list_files(folder, collection.include, collection.exclude):
-            try:
-                hashes[prefix + doc_id] = file_sha256(path)
-            except OSError:
-                continue
-    return hashes
-
-
 def diff(previous: Mapping[str, str], current: Mapping[str, str]) -> FolderChanges:
     return FolderChanges(
         added=sorted(set(current) - set(previous)),
@@ -85,7 +57,11 @@ def diff(previous: Mapping[str, str], current: Mapping[str, str]) -> FolderChang
     )
 
 
-def change_set_key(changes: Mapping[str, FolderChanges], previous: Mapping, current: Mapping) -> str:
+def change_set_key(
+    changes: Mapping[str, FolderChanges],
+    previous: Mapping[str, Mapping[str, str]],
+    current: Mapping[str, Mapping[str, str]],
+) -> str:
     """Stable hash of exactly what changed (ids and their before/after hashes)."""
     payload = {
         name: {
@@ -106,8 +82,6 @@ def baseline_from_store(
     """A cursor entry for a first tick, from the documents already stored: unchanged files count as
     seen, changed ones as modified, stored documents without a file as deleted, the rest as added.
     Without a reachable database every file counts as added."""
-    from assets.factory import load_collection_documents
-
     try:
         stored = postgres.store().document_hashes(collection.name)
     except Exception as exc:  # the sensor must not die on a database hiccup: index everything
@@ -115,8 +89,7 @@ def baseline_from_store(
         return {}
     if not stored:
         return {}
-    documents, _failures, _usable = load_collection_documents(collection)
-    parsed = {d.id: d.sha256 for d in documents}
+    parsed = {d.id: d.sha256 for d in load_collection_documents(collection).documents}
     # Unchanged: the file's own hash (no change); stored but different or gone: a marker that makes
     # it modified or deleted; not stored at all: absent (added).
     return {
@@ -159,9 +132,7 @@ def build_document_sensor(
         default_status=default_status,
         asset_selection=targets,
     )
-    def document_update_sensor(
-        context: SensorEvaluationContext, postgres: PostgresResource
-    ) -> SensorResult | SkipReason:
+    def document_update_sensor(context: SensorEvaluationContext, postgres: PostgresResource) -> SensorResult:
         current = {n: snapshot(c) for n, c in watched.items()}
         cursor = _parse_cursor(context.cursor)
         if cursor is None:

@@ -1,9 +1,9 @@
-"""`chunkyard eval`: build each index through the real pipeline, evaluate it, compare, write results.
+"""`chunkyard eval`: build each index through the pipeline's steps, evaluate it, compare, write results.
 
     chunkyard eval --dataset chroma_general --protocol chroma [--config NAME ...] [--mode dense] [--json]
 
-Indexes are built with `retrieval.indexing` on the real Postgres (DATABASE_URL or the embedded
-default) as collection `<dataset>`: a second run reuses every embedding (cache keyed by model
+Indexes are built by the same `pipeline.steps` functions as the Dagster assets, on the real
+Postgres (DATABASE_URL or the embedded default) as collection `<dataset>`: a second run reuses every embedding (cache keyed by model
 and content hash), an interrupted run resumes from the embeddings already cached, and an
 index whose documents and config did not change is not re-chunked.
 
@@ -20,177 +20,25 @@ import math
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import retrieval.embedder
 from evaluation.datasets import CHROMA_GENERAL, Dataset, DatasetError, load_dataset
-from evaluation.reports import Leaderboard, leaderboard
-from evaluation.runner import DEFAULT_MODES, EvaluationReport, evaluate_index
-
-PROTOCOLS = ("chroma", "full")
-# What `--json` reports for protocol chroma: output key -> metric name (k substituted).
-CHROMA_KEYS = {
-    "recall": "chroma_recall_at_{k}",
-    "precision": "chroma_precision_at_{k}",
-    "iou": "chroma_iou_at_{k}",
-    "hit_at_{k}": "hit_at_{k}",
-    "mrr_at_{k}": "mrr_at_{k}",
-}
-FULL_KEYS = {
-    "recall": "recall_at_{k}",
-    "precision": "precision_at_{k}",
-    "iou": "iou_at_{k}",
-    "chroma_precision": "chroma_precision_at_{k}",
-    "chroma_iou": "chroma_iou_at_{k}",
-    "hit_at_{k}": "hit_at_{k}",
-    "mrr_at_{k}": "mrr_at_{k}",
-    "recall_at_20": "recall_at_20",
-    "budget_recall_1024": "budget_recall_1024",
-    "budget_recall_2048": "budget_recall_2048",
-}
-
-
-# Chroma's report, all-MiniLM-L6-v2 rows (recall, precision, IoU in %), for the reproduction table.
-PUBLISHED_MINILM = {
-    "chroma-token-250-125": (82.4, 3.6, 3.5),
-    "chroma-token-250-0": (77.1, 3.3, 3.3),
-    "chroma-token-200-0": (76.6, 4.1, 4.1),
-    "chroma-recursive-250-125": (78.7, 4.9, 4.9),
-    "chroma-recursive-250-0": (78.5, 5.4, 5.4),
-    "chroma-recursive-200-0": (75.7, 6.5, 6.5),
-    "chroma-cluster-250": (77.3, 6.1, 6.0),
-    "chroma-cluster-200": (75.2, 7.2, 7.2),
-}
-# The report's best figures with any model (text-embedding-3-large): the bar to beat.
-PUBLISHED_BEST = {"recall": 91.9, "iou": 8.0}
+from evaluation.reports import leaderboard
+from evaluation.runner import DEFAULT_MODES, EvaluationReport
+from pipeline.benchmark_results import PROTOCOLS, BenchmarkResult
+from pipeline.steps.bm25 import index_terms
+from pipeline.steps.chunks import chunk
+from pipeline.steps.embeddings import embed
+from pipeline.steps.evaluation import evaluate, searcher_for
+from pipeline.steps.index import publish_index
+from retrieval.config import IndexSpec, load_index_configs, with_coarse_companions
+from retrieval.store import Store
 
 
 class BenchmarkError(RuntimeError):
     """The benchmark cannot run as asked (unknown config, no configs, missing data)."""
-
-
-@dataclass
-class BenchmarkResult:
-    dataset: str
-    protocol: str
-    collection: str
-    k: int
-    reports: list[EvaluationReport]
-    board: Leaderboard
-    build_reports: dict[str, dict[str, Any]] = field(default_factory=dict)
-    written: list[Path] = field(default_factory=list)
-    weight_suggestions: dict[str, Any] = field(default_factory=dict)
-    settings_suggestions: dict[str, Any] = field(default_factory=dict)
-
-    def reproduction_markdown(self) -> str:
-        """Our dense rows next to the report's all-MiniLM-L6-v2 rows (protocol chroma metrics)."""
-        rows = []
-        for report in self.reports:
-            published = PUBLISHED_MINILM.get(report.config)
-            summary = report.summaries.get("dense")
-            if published is None or summary is None:
-                continue
-            est = {n: summary.overall[f"chroma_{n}_at_5"] for n in ("recall", "precision", "iou")}
-            rows.append(
-                f"| {report.config} | {_pct(est['recall'])} | {published[0]:.1f} | "
-                f"{100 * est['recall'].mean - published[0]:+.1f} | {_pct(est['precision'])} | {published[1]:.1f} | "
-                f"{_pct(est['iou'])} | {published[2]:.1f} |"
-            )
-        if not rows:
-            return ""
-        header = [
-            "## Reproduction of Chroma's all-MiniLM-L6-v2 rows (dense, top 5)",
-            "",
-            "| config | recall (ours, 95% CI) | published | Δ recall | precision (ours) | published | "
-            "IoU (ours) | published |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        return "\n".join(header + rows) + "\n"
-
-    def weights_markdown(self) -> str:
-        if not self.weight_suggestions:
-            return ""
-        lines = [
-            f"## Suggested `hybrid_weighted` dense weight (recall@{self.k}; 2-fold held-out)",
-            "",
-            "| index | best weight | recall at best | held-out recall | weights chosen per fold | recall by weight |",
-            "|---|---|---|---|---|---|",
-        ]
-        for index, sug in self.weight_suggestions.items():
-            by_weight = ", ".join(f"{w:g}: {100 * v:.1f}" for w, v in sug.by_weight.items())
-            lines.append(
-                f"| {index} | {sug.weight:g} | {100 * sug.by_weight[sug.weight]:.1f} | {100 * sug.held_out:.1f} | "
-                f"{', '.join(f'{w:g}' for w in sug.fold_weights)} | {by_weight} |"
-            )
-        return "\n".join(lines) + "\n"
-
-    def settings_markdown(self) -> str:
-        """`--tune` grids: every combination on all questions, and the 2-fold held-out choice."""
-        lines = []
-        for index, sug in self.settings_suggestions.items():
-            names = list(sug.held_out)
-            floors = ", ".join(f"{n} ≥ {v:g}" for n, v in sug.floors.items()) or "none"
-            lines += [
-                f"## Tuned settings of {index} (maximise {sug.metric}; floors on the tuning half: {floors})",
-                "",
-                f"Best on all questions: `{sug.settings}`. Chosen per half: "
-                + ", ".join(f"`{s}`" for s in sug.fold_settings)
-                + ". Held out (each half scored with the other half's choice): "
-                + ", ".join(f"{n} {_pct(sug.held_out[n])}" for n in names)
-                + ".",
-                "",
-                "| settings | " + " | ".join(names) + " |",
-                "|---|" + "---|" * len(names),
-            ]
-            for row in sug.by_settings:
-                cells = " | ".join(f"{100 * row[n]:.1f}" for n in names)
-                lines.append(f"| `{row['settings']}` | {cells} |")
-            lines.append("")
-        return "\n".join(lines)
-
-    def markdown(self) -> str:
-        parts = [self.board.markdown()]
-        for extra in (self.reproduction_markdown(), self.weights_markdown(), self.settings_markdown()):
-            if extra:
-                parts.append(extra)
-        return "\n".join(parts)
-
-    def summary_records(self) -> list[dict[str, Any]]:
-        """One flat record per (config, mode): the `--json` output."""
-        keys = CHROMA_KEYS if self.protocol == "chroma" else FULL_KEYS
-        records = []
-        for report in self.reports:
-            for mode, summary in report.summaries.items():
-                record: dict[str, Any] = {
-                    "config": report.config,
-                    "index": report.index,
-                    "mode": mode,
-                    "dataset": self.dataset,
-                    "protocol": self.protocol,
-                    "k": self.k,
-                    "n_questions": report.n_questions,
-                }
-                ci: dict[str, list[float]] = {}
-                for out_key, metric in keys.items():
-                    est = summary.overall.get(metric.format(k=self.k))
-                    if est is None:
-                        continue
-                    name = out_key.format(k=self.k)
-                    record[name] = round(est.mean, 6)
-                    ci[name] = [round(est.low, 6), round(est.high, 6)]
-                record["ci95"] = ci
-                build = self.build_reports.get(report.index, {})
-                suggestion = self.weight_suggestions.get(report.index)
-                if suggestion is not None:
-                    record["suggested_weight"] = suggestion.as_dict()
-                tuned = self.settings_suggestions.get(report.index)
-                if tuned is not None:
-                    record["tuned_settings"] = tuned.as_dict()
-                record["embeddings_computed"] = build.get("embeddings_computed")
-                record["embeddings_reused"] = build.get("embeddings_reused")
-                records.append(record)
-        return records
 
 
 def _collection_for(dataset_arg: str, collection: str | None) -> tuple[str, tuple[str, ...]]:
@@ -239,12 +87,6 @@ def run_benchmark(
         raise BenchmarkError(f"protocol: expected one of {PROTOCOLS}, got {protocol!r}")
     from tqdm.auto import tqdm
 
-    from retrieval.config import IndexSpec, load_index_configs, with_coarse_companions
-    from retrieval.embedder import embedder_for_config
-    from retrieval.indexing import publish, stage_bm25, stage_chunks, stage_embeddings
-    from retrieval.query import Searcher
-    from retrieval.store import Store
-
     if protocol == "chroma":
         k = 5
         modes = tuple(modes or ("dense",))
@@ -281,7 +123,7 @@ def run_benchmark(
     for config_name in bar:
         config = all_configs[config_name]
         spec = IndexSpec(collection_name, config)
-        embedder = embedder_for_config(config)
+        embedder = retrieval.embedder.embedder_for_config(config)
         started = time.perf_counter()
         steps = tqdm(
             total=5,
@@ -292,44 +134,50 @@ def run_benchmark(
             disable=not show_progress,
         )
         steps.set_postfix_str("chunks")
-        chunk_report = stage_chunks(store, spec, embedding_model=embedder)
+        chunked = chunk(store, spec, embedder)
         steps.update()
-        steps.set_postfix_str(f"embeddings ({chunk_report.chunks_staged} chunks staged)")
-        embed_report = stage_embeddings(store, spec, embedder)
+        steps.set_postfix_str(f"embeddings ({chunked.metadata['chunks_staged']} chunks staged)")
+        embedded = embed(store, spec, embedder)
         steps.update()
         steps.set_postfix_str("bm25")
-        stage_bm25(store, spec)
+        index_terms(store, spec)
         steps.update()
         steps.set_postfix_str("publish")
-        publish_report = publish(store, spec)
+        published = publish_index(store, spec)
         steps.update()
         build_seconds = time.perf_counter() - started
         builds[spec.name] = {
-            **chunk_report.as_metadata(),
-            **embed_report.as_metadata(),
-            **publish_report.as_metadata(),
+            **chunked.metadata,
+            **embedded.metadata,
+            **published.metadata,
             "build_seconds": build_seconds,
         }
+        failed = [c.name for r in (chunked, embedded, published) for c in r.checks if not c.passed]
+        if failed:
+            print(f"chunkyard eval: {spec.name}: checks failed: {', '.join(failed)}", file=sys.stderr)
         if config_name not in wanted:
             steps.close()
             continue
         steps.set_postfix_str(f"evaluating {len(questions)} questions")
-        searcher = Searcher(store, embedder, bm25_backend=bm25_backend)
-        report = evaluate_index(
+        searcher = searcher_for(store, embedder, bm25_backend=bm25_backend)
+        report = evaluate(
+            store,
             searcher,
             spec,
             questions,
-            modes,
-            k,
+            modes=modes,
+            k=k,
             dataset=data.name,
-            store=store,
             n_resamples=n_resamples,
             progress=lambda mode, bar=steps: bar.set_postfix_str(f"evaluating {mode}"),
+            cost={
+                "embeddings_computed": float(embedded.metadata["embeddings_computed"]),
+                "embeddings_reused": float(embedded.metadata["embeddings_reused"]),
+                "build_seconds": round(build_seconds, 2),
+            },
             notes=data.problems,
+            record=record,
         )
-        report.cost["embeddings_computed"] = float(embed_report.embeddings_computed)
-        report.cost["embeddings_reused"] = float(embed_report.embeddings_reused)
-        report.cost["build_seconds"] = round(build_seconds, 2)
         steps.update()
         steps.close()
         reports.append(report)
@@ -353,8 +201,6 @@ def run_benchmark(
                 floors=tune_floors,
                 n_resamples=n_resamples,
             )
-        if record:
-            store.record_evaluation(spec.name, report)
     bar.close()
     title = f"{data.name}: protocol {protocol}"
     notes = []
@@ -383,10 +229,6 @@ def run_benchmark(
         result.written.append(details)
     store.close()
     return result
-
-
-def _pct(est: Any) -> str:
-    return f"{100 * est.mean:.1f} [{100 * est.low:.1f}, {100 * est.high:.1f}]"
 
 
 def _json_default(obj: Any) -> Any:

@@ -1,15 +1,70 @@
-"""Integrity checks behind the asset checks: read-only SQL over the store's tables.
+"""Integrity checks of the index steps: read-only SQL over the store's tables.
 
-Each function returns `(passed, metadata)`; the assets turn that into `AssetCheckResult`s. The
-staged variants check what this run produced (before publish); the published variants check
-the whole index readers see.
+Each function returns a `Check` (name, passed, metadata); a step reports its checks and the
+Dagster assets only turn them into `AssetCheckResult`s. The staged variants check what this run
+produced (before publish); the published variants check the whole index readers see.
+`CHECKS` names and describes every check of every step, in one place.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from psycopg import sql
+
+from retrieval.store import Store
+
+Metadata = dict[str, int | float | str]
+
+
+@dataclass(frozen=True)
+class Check:
+    """The outcome of one integrity check; `warn` checks flag, `error` checks fail."""
+
+    name: str
+    passed: bool
+    metadata: Metadata = field(default_factory=dict)
+    severity: str = "error"
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """A check a step runs: its name, what it asserts and how serious a failure is."""
+
+    name: str
+    description: str
+    severity: str = "error"
+
+
+# Per step kind, the checks it reports (the assets declare them up front from this table).
+CHECKS: dict[str, tuple[CheckSpec, ...]] = {
+    "chunks": (
+        CheckSpec("spans_match_documents", "Every chunk's text equals document.text[start:end]."),
+        CheckSpec("no_empty_chunks", "No empty chunk."),
+        CheckSpec(
+            "within_model_token_limit",
+            "No chunk longer than the embedding model's input limit, unless the config allows "
+            "truncation (then the share truncated is reported).",
+        ),
+    ),
+    "embeddings": (
+        CheckSpec("one_vector_per_chunk", "One embedding per staged chunk, with the model's dimensions."),
+    ),
+    "index": (
+        CheckSpec("published_spans_match", "Every published chunk's span matches its document."),
+        CheckSpec("published_vectors", "Every published chunk has one vector with the model's dimensions."),
+        CheckSpec("bm25_count_matches_chunks", "BM25 document count equals the chunk count."),
+    ),
+    "evaluation": (
+        CheckSpec("no_regression", "Warns when a metric drops vs the previous evaluation.", "warn"),
+    ),
+}
+
+
+class TokenCounter(Protocol):
+    def count_batch(self, texts: list[str]) -> list[int]: ...
+
 
 SAMPLE = 10  # offending rows listed in a failed check's metadata
 
@@ -22,7 +77,7 @@ def _table(where: str) -> sql.Identifier:
     return sql.Identifier(_TABLES[where])
 
 
-def check_spans(store: Any, collection: str, index_name: str, where: str = "staged") -> tuple[bool, dict]:
+def check_spans(store: Store, collection: str, index_name: str, where: str = "staged") -> Check:
     """Every chunk's text equals its document's text[start:end] (Postgres substr is 1-based, in characters)."""
     table = _table(where)
     query = sql.SQL("""
@@ -38,16 +93,16 @@ def check_spans(store: Any, collection: str, index_name: str, where: str = "stag
             sql.SQL("SELECT count(*) FROM {} WHERE index_name = %s").format(table), (index_name,)
         ).fetchone()[0]
         bad = conn.execute(query, (collection, index_name)).fetchall()
-    metadata: dict[str, Any] = {"chunks_checked": int(total), "span_mismatches": len(bad)}
+    metadata: Metadata = {"chunks_checked": int(total), "span_mismatches": len(bad)}
     if bad:
         metadata["examples"] = "; ".join(
             f"{doc}[{s}:{e}]" + (" (document missing)" if missing else "")
             for doc, s, e, missing in bad[:SAMPLE]
         )
-    return not bad, metadata
+    return Check("spans_match_documents" if where == "staged" else "published_spans_match", not bad, metadata)
 
 
-def check_no_empty_chunks(store: Any, index_name: str, where: str = "staged") -> tuple[bool, dict]:
+def check_no_empty_chunks(store: Store, index_name: str, where: str = "staged") -> Check:
     """No chunk is empty or whitespace only (it would embed to noise and match nothing)."""
     table = _table(where)
     with store.connection() as conn:
@@ -65,22 +120,22 @@ def check_no_empty_chunks(store: Any, index_name: str, where: str = "staged") ->
             ).format(table),
             (index_name, SAMPLE),
         ).fetchall()
-    metadata: dict[str, Any] = {"chunks_checked": int(total), "empty_chunks": int(empty)}
+    metadata: Metadata = {"chunks_checked": int(total), "empty_chunks": int(empty)}
     if examples:
         metadata["examples"] = "; ".join(f"{d}[{s}:{e}]" for d, s, e in examples)
-    return empty == 0, metadata
+    return Check("no_empty_chunks", empty == 0, metadata)
 
 
 def check_token_limit(
-    store: Any,
+    store: Store,
     index_name: str,
-    tokenizer: Any,
+    tokenizer: TokenCounter,
     limit: int,
     *,
     allow_truncation: bool,
     where: str = "staged",
     batch: int = 2000,
-) -> tuple[bool, dict]:
+) -> Check:
     """No chunk's embed_text exceeds the model's input limit (counted with the model's tokenizer).
 
     When the config allows truncation, the check passes and reports the share that the model
@@ -105,7 +160,7 @@ def check_token_limit(
                     over += 1
                     if len(examples) < SAMPLE:
                         examples.append(f"{doc}[{s}:{e}] {n} tokens")
-    metadata: dict[str, Any] = {
+    metadata: Metadata = {
         "chunks_checked": total,
         "model_token_limit": int(limit),
         "longest_chunk_tokens": int(longest),
@@ -115,10 +170,10 @@ def check_token_limit(
     }
     if examples:
         metadata["examples"] = "; ".join(examples)
-    return over == 0 or allow_truncation, metadata
+    return Check("within_model_token_limit", over == 0 or allow_truncation, metadata)
 
 
-def check_staged_embeddings(store: Any, index_name: str, dim: int) -> tuple[bool, dict]:
+def check_staged_embeddings(store: Store, index_name: str, dim: int) -> Check:
     """Every staged chunk has exactly one staged vector, of the model's dimension."""
     with store.connection() as conn:
         chunks = conn.execute(
@@ -135,17 +190,17 @@ def check_staged_embeddings(store: Any, index_name: str, dim: int) -> tuple[bool
             " FROM staged_embeddings WHERE index_name = %s",
             (dim, index_name),
         ).fetchone()
-    metadata = {
+    metadata: Metadata = {
         "chunks": int(chunks),
         "vectors": int(vectors),
         "chunks_without_vector": int(missing),
         "vectors_with_wrong_dims": int(wrong_dim),
         "expected_dims": int(dim),
     }
-    return missing == 0 and wrong_dim == 0 and vectors == chunks, metadata
+    return Check("one_vector_per_chunk", missing == 0 and wrong_dim == 0 and vectors == chunks, metadata)
 
 
-def check_published_embeddings(store: Any, index_name: str, dim: int) -> tuple[bool, dict]:
+def check_published_embeddings(store: Store, index_name: str, dim: int) -> Check:
     """Every published chunk has a vector of the model's dimension."""
     with store.connection() as conn:
         chunks, missing, wrong_dim, dims = conn.execute(
@@ -157,16 +212,16 @@ def check_published_embeddings(store: Any, index_name: str, dim: int) -> tuple[b
         ).fetchone()
     if dims > 1:
         wrong_dim = max(int(wrong_dim), 1)
-    metadata = {
+    metadata: Metadata = {
         "chunks": int(chunks),
         "chunks_without_vector": int(missing),
         "vectors_with_wrong_dims": int(wrong_dim),
         "expected_dims": int(dim),
     }
-    return missing == 0 and wrong_dim == 0, metadata
+    return Check("published_vectors", missing == 0 and wrong_dim == 0, metadata)
 
 
-def check_bm25_counts(store: Any, index_name: str) -> tuple[bool, dict]:
+def check_bm25_counts(store: Store, index_name: str) -> Check:
     """The BM25 index's document count equals the published chunk count."""
     with store.connection() as conn:
         chunks = conn.execute("SELECT count(*) FROM chunks WHERE index_name = %s", (index_name,)).fetchone()[
@@ -178,19 +233,17 @@ def check_bm25_counts(store: Any, index_name: str) -> tuple[bool, dict]:
         ).fetchone()[0]
     n_docs = int(row[0]) if row else 0
     metadata = {"chunks": int(chunks), "bm25_documents": n_docs, "chunks_with_terms": int(with_length)}
-    return n_docs == chunks, metadata
+    return Check("bm25_count_matches_chunks", n_docs == chunks, metadata)
 
 
-def regression(
-    current: dict[str, float], previous: dict[str, float], tolerance: float = 0.01
-) -> tuple[bool, dict]:
-    """Compare evaluation metrics with the previous materialisation: any drop beyond `tolerance` fails."""
+def regression(current: dict[str, float], previous: dict[str, float], tolerance: float = 0.01) -> Check:
+    """Compare evaluation metrics with the previous evaluation: any drop beyond `tolerance` fails."""
     drops = {
         key: float(current[key] - previous[key])
         for key in sorted(current)
         if key in previous and current[key] < previous[key] - tolerance
     }
-    metadata: dict[str, Any] = {
+    metadata: Metadata = {
         "metrics_compared": len(set(current) & set(previous)),
         "metrics_dropped": len(drops),
         "tolerance": float(tolerance),
@@ -198,10 +251,10 @@ def regression(
     if drops:
         metadata["drops"] = "; ".join(f"{k}: {v:+.4f}" for k, v in drops.items())
         metadata["largest_drop"] = float(min(drops.values()))
-    return not drops, metadata
+    return Check("no_regression", not drops, metadata, severity="warn")
 
 
-def staged_documents(store: Any, index_name: str) -> dict[str, list[str]]:
+def staged_documents(store: Store, index_name: str) -> dict[str, list[str]]:
     """Which documents this run re-chunked (staged chunks) and which it removes (staged removals)."""
     with store.connection() as conn:
         chunked = [

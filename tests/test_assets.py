@@ -86,14 +86,15 @@ def test_full_graph_materialises_with_checks_evaluation_and_leaderboard(tmp_path
 
 
 def test_regression_check_flags_drops_beyond_tolerance() -> None:
-    from assets.checks import regression
+    from pipeline.checks import regression
 
     previous = {"dense/hit_at_5": 0.90, "bm25/mrr_at_5": 0.60, "hybrid/recall_at_5": 0.70}
-    passed, meta = regression({**previous, "bm25/mrr_at_5": 0.595}, previous, tolerance=0.01)
-    assert passed and meta["metrics_dropped"] == 0
-    passed, meta = regression({**previous, "dense/hit_at_5": 0.80}, previous, tolerance=0.01)
-    assert not passed and meta["metrics_dropped"] == 1
-    assert meta["drops"] == "dense/hit_at_5: -0.1000" and meta["largest_drop"] == pytest.approx(-0.1)
+    check = regression({**previous, "bm25/mrr_at_5": 0.595}, previous, tolerance=0.01)
+    assert check.passed and check.metadata["metrics_dropped"] == 0 and check.severity == "warn"
+    check = regression({**previous, "dense/hit_at_5": 0.80}, previous, tolerance=0.01)
+    assert not check.passed and check.metadata["metrics_dropped"] == 1
+    assert check.metadata["drops"] == "dense/hit_at_5: -0.1000"
+    assert check.metadata["largest_drop"] == pytest.approx(-0.1)
 
 
 def test_bad_files_are_reported_and_the_rest_is_indexed(tmp_path: Path, env: str) -> None:
@@ -167,9 +168,9 @@ def test_two_folders_one_missing_indexes_the_other(tmp_path: Path, env: str) -> 
 
 
 def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: str) -> None:
-    from assets.checks import check_token_limit
     from chunking.tokenizers import get_tokenizer
     from orchestration.definitions import build_definitions
+    from pipeline.checks import check_token_limit
     from retrieval.store import Store
 
     collection = unique_name("l")
@@ -191,7 +192,7 @@ def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: s
         assert check.metadata["chunks_over_limit"].value >= 1
         assert check.metadata["model_token_limit"].value == 256
     # A config that allows truncation passes the same chunks and reports the truncated share.
-    passed, meta = check_token_limit(
+    check = check_token_limit(
         Store(env),
         f"{collection}/words-300",
         get_tokenizer("model"),
@@ -199,7 +200,7 @@ def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: s
         allow_truncation=True,
         where="published",
     )
-    assert passed and 0.0 < meta["share_truncated"] <= 1.0
+    assert check.passed and 0.0 < check.metadata["share_truncated"] <= 1.0
 
 
 def test_evaluation_skips_questions_about_deleted_documents(tmp_path: Path, env: str) -> None:

@@ -68,10 +68,24 @@ def test_project_graph_names_groups_and_descriptions() -> None:
         "chroma_general/eval_recursive_150_adaptive/index",
         "chroma_general/eval_recursive_400_ctx/index",
     } <= parents
+    # ... and that coarse index (not listed in collections.yaml) is a defined asset in its own group,
+    # with a code version, like every index a config needs.
+    for kind in ("chunks", "embeddings", "bm25", "index"):
+        key = next(
+            k
+            for k in graph.get_all_asset_keys()
+            if k.to_user_string() == f"chroma_general/eval_recursive_400_ctx/{kind}"
+        )
+        node = graph.get(key)
+        assert not node.is_external and node.is_materializable
+        assert node.group_name == "chroma_general__eval_recursive_400_ctx"
+        assert node.code_version
+    # Every asset the graph knows is defined here (no undefined upstream in group `default`).
+    assert all(graph.get(k).is_materializable for k in graph.get_all_asset_keys())
 
 
 def _versions(indexes_path: Path, collections_path: Path) -> dict[str, str]:
-    from assets.factory import build_all
+    from orchestration.assets import build_all
 
     built = build_all(indexes_path, collections_path)
     return {
@@ -162,5 +176,13 @@ def test_docker_compose_parses_and_wires_the_services() -> None:
     assert {"instance", "serve"} <= cli_commands
     dockerfile = (REPO_ROOT / "docker" / "Dockerfile").read_text()
     assert "torch==2.13.0" in dockerfile and "FROM python:3.11" in dockerfile
-    for path in ("chunking/", "retrieval/", "evaluation/", "assets/", "orchestration/", "configs/", "docs/"):
+    for path in (
+        "chunking/",
+        "retrieval/",
+        "evaluation/",
+        "pipeline/",
+        "orchestration/",
+        "configs/",
+        "docs/",
+    ):
         assert f"COPY {path}" in dockerfile

@@ -9,11 +9,11 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from chunking.types import Document
-from evaluation.benchmark import main as eval_main
 from evaluation.datasets import Question, Span, load_dataset
 from evaluation.metrics import Estimate, score_question
 from evaluation.reports import leaderboard
 from evaluation.runner import EvaluationReport, ReportFormatError, evaluate_index, latest_reports, parse_mode
+from pipeline.benchmark import main as eval_main
 from tests.conftest import CHROMA_DIR, requires_chroma
 
 PASSAGES = {
@@ -296,7 +296,7 @@ def test_suggest_fusion_weight_uses_the_searcher(built_index):
 def test_interrupted_benchmark_resumes_from_cached_embeddings(pg_url, tmp_path, monkeypatch, embedder):
     import retrieval.embedder
     import retrieval.indexing.embeddings
-    from evaluation.benchmark import run_benchmark
+    from pipeline.benchmark import run_benchmark
 
     configs = tmp_path / "configs"
     configs.mkdir()

@@ -4,49 +4,33 @@ One module per stage (chunks, embeddings, terms, publishing), each what one pipe
 Staging lives in Postgres (`staged_*` tables), so the stages can run in different processes;
 `publish` applies removals, new chunks, vectors, postings and BM25 statistics in a single
 transaction and bumps the index version, so a reader sees the old index or the new one, never a mix.
+
+The names below load their module on first use: importing one stage runs no other stage's code
+(which keeps each step's derived code version to what it runs, see `pipeline.versions`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+from typing import Any
 
-from chunking.base import BaseChunker
-from retrieval.config import IndexSpec
-from retrieval.indexing.chunks import stage_chunks
-from retrieval.indexing.embeddings import stage_embeddings
-from retrieval.indexing.publishing import publish
-from retrieval.indexing.reports import (
-    Bm25StageReport,
-    ChunkStageReport,
-    EmbeddingStageReport,
-    IndexingError,
-    PublishReport,
-)
-from retrieval.indexing.terms import stage_bm25
-from retrieval.store import Store
+_LAZY = {
+    "build_index": "retrieval.indexing.build",
+    "stage_chunks": "retrieval.indexing.chunks",
+    "stage_embeddings": "retrieval.indexing.embeddings",
+    "stage_bm25": "retrieval.indexing.terms",
+    "publish": "retrieval.indexing.publishing",
+    "IndexingError": "retrieval.indexing.reports",
+    "ChunkStageReport": "retrieval.indexing.reports",
+    "EmbeddingStageReport": "retrieval.indexing.reports",
+    "Bm25StageReport": "retrieval.indexing.reports",
+    "PublishReport": "retrieval.indexing.reports",
+}
 
-if TYPE_CHECKING:
-    from retrieval.embedder import Embedder
-
-__all__ = [
-    "Bm25StageReport",
-    "ChunkStageReport",
-    "EmbeddingStageReport",
-    "IndexingError",
-    "PublishReport",
-    "build_index",
-    "publish",
-    "stage_bm25",
-    "stage_chunks",
-    "stage_embeddings",
-]
+__all__ = sorted(_LAZY)
 
 
-def build_index(
-    store: Store, spec: IndexSpec, embedder: Embedder, *, chunker: BaseChunker | None = None
-) -> PublishReport:
-    """stage_chunks -> stage_embeddings -> stage_bm25 -> publish, for scripts, tests and the CLI."""
-    stage_chunks(store, spec, embedding_model=embedder, chunker=chunker)
-    stage_embeddings(store, spec, embedder)
-    stage_bm25(store, spec)
-    return publish(store, spec)
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'retrieval.indexing' has no attribute {name!r}")

@@ -1,0 +1,90 @@
+"""A collection's documents: the ONE rule for which files it has, their ids and their content hashes.
+
+Both the documents step (which loads and syncs them) and the document sensor (which only hashes
+files to notice changes) go through `collection_files`, so their ids always agree: with several
+folders, a document id is prefixed with its folder's name so ids stay unique.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from chunking.loaders import DocumentFailure, list_files, load_folder
+from chunking.types import Document
+from retrieval.config import CollectionConfig
+
+
+@dataclass
+class CollectionDocuments:
+    """What loading a collection gave: documents, files that gave none, and whether any folder was
+    readable (when none is, the stored documents are kept rather than deleted)."""
+
+    documents: list[Document] = field(default_factory=list)
+    failures: list[DocumentFailure] = field(default_factory=list)
+    usable: bool = True
+
+
+def folder_prefix(folder: Path, folders: list[Path]) -> str:
+    """The id prefix of a folder's documents: its name when the collection has several folders."""
+    return f"{folder.name}/" if len(folders) > 1 else ""
+
+
+def collection_files(collection: CollectionConfig) -> Iterator[tuple[str, Path]]:
+    """(document id, path) of every file the collection's folders include."""
+    folders = collection.folder_paths()
+    for folder in folders:
+        prefix = folder_prefix(folder, folders)
+        for doc_id, path in list_files(folder, collection.include, collection.exclude):
+            yield prefix + doc_id, Path(path)
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def snapshot(collection: CollectionConfig) -> dict[str, str]:
+    """{document id: sha256 of the file} of every file the collection would load.
+
+    A file that vanishes or cannot be read mid-scan is left out (it is seen on a later scan).
+    """
+    hashes: dict[str, str] = {}
+    for doc_id, path in collection_files(collection):
+        try:
+            hashes[doc_id] = file_sha256(path)
+        except OSError:
+            continue
+    return hashes
+
+
+def load_collection_documents(collection: CollectionConfig) -> CollectionDocuments:
+    """Load a collection's documents from its dataset or its folders (ids as `collection_files`)."""
+    if collection.dataset:
+        from evaluation.datasets import load_dataset
+
+        return CollectionDocuments(list(load_dataset(collection.dataset).documents))
+    folders = collection.folder_paths()
+    loaded = CollectionDocuments(usable=False)
+    for folder in folders:
+        docs, fails = load_folder(folder, collection.include, collection.exclude)
+        prefix = folder_prefix(folder, folders)
+        folder_failed = bool(fails) and fails[0].path == str(folder)
+        loaded.usable = loaded.usable or not folder_failed
+        for doc in docs:
+            if prefix:
+                doc = Document(prefix + doc.id, doc.text, doc.mime_type, doc.title, dict(doc.metadata))
+            loaded.documents.append(doc)
+        for fail in fails:
+            if fail.path == str(folder):
+                # Keyed by the folder's id prefix, so the store keeps that folder's documents.
+                loaded.failures.append(DocumentFailure(prefix.rstrip("/") or str(folder), fail.reason))
+            else:
+                loaded.failures.append(DocumentFailure(prefix + fail.path, fail.reason))
+    return loaded

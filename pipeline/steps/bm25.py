@@ -1,0 +1,13 @@
+"""Step `bm25`: term frequencies and lengths of the staged chunks, for the inverted index."""
+
+from __future__ import annotations
+
+from pipeline.report import StepReport
+from retrieval.config import IndexSpec
+from retrieval.indexing.terms import stage_bm25
+from retrieval.store import Store
+
+
+def index_terms(store: Store, spec: IndexSpec) -> StepReport:
+    """Stage the BM25 postings of every staged chunk."""
+    return StepReport(metadata=dict(stage_bm25(store, spec).as_metadata()))

@@ -1,0 +1,41 @@
+"""Step `chunks`: chunk added and changed documents into staging, then check the staged spans."""
+
+from __future__ import annotations
+
+from chunking.models import model_token_limit
+from chunking.registry import needs_embedding_model
+from chunking.tokenizers import get_tokenizer
+from pipeline import checks
+from pipeline.report import StepReport
+from retrieval.config import IndexConfig, IndexSpec
+from retrieval.embedder import Embedder
+from retrieval.indexing.chunks import stage_chunks
+from retrieval.store import Store
+
+
+def needs_model(config: IndexConfig) -> bool:
+    """Only strategies that embed while chunking need the model (and so torch) in this step."""
+    return needs_embedding_model(config.chunker)
+
+
+def chunk(store: Store, spec: IndexSpec, embedder: Embedder | None = None) -> StepReport:
+    """Stage the chunks; checks: exact spans, no empty chunk, within the model's input limit."""
+    config = spec.config
+    staged = stage_chunks(store, spec, embedding_model=embedder)
+    limit = embedder.max_seq_length if embedder is not None else model_token_limit(config.embedding_model)
+    documents = checks.staged_documents(store, spec.name)
+    return StepReport(
+        metadata=dict(staged.as_metadata()),
+        ids={"rechunked_documents": documents["chunked"], "removed_documents": documents["removed"]},
+        checks=[
+            checks.check_spans(store, spec.collection, spec.name, "staged"),
+            checks.check_no_empty_chunks(store, spec.name, "staged"),
+            checks.check_token_limit(
+                store,
+                spec.name,
+                get_tokenizer("model", config.embedding_model),
+                limit,
+                allow_truncation=config.allow_truncation,
+            ),
+        ],
+    )

@@ -1,0 +1,59 @@
+"""Step `documents`: load a collection's documents and sync them (by sha256) into the store."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from chunking.loaders import DocumentFailure
+from pipeline.documents import load_collection_documents
+from pipeline.report import StepReport
+from retrieval.config import CollectionConfig
+from retrieval.store import Store
+
+FAILURE_TABLE_ROWS = 200
+
+
+def failures_markdown(failures: Sequence[DocumentFailure], limit: int = FAILURE_TABLE_ROWS) -> str:
+    """A markdown table of files that produced no document, with the reason."""
+    if not failures:
+        return "No failures: every file loaded."
+    rows = ["| file | reason |", "| --- | --- |"]
+    for failure in failures[:limit]:
+        path = str(failure.path).replace("|", "\\|")
+        reason = str(failure.reason).replace("|", "\\|").replace("\n", " ")
+        rows.append(f"| `{path}` | {reason} |")
+    if len(failures) > limit:
+        rows.append(f"| ... | {len(failures) - limit} more |")
+    return "\n".join(rows)
+
+
+def sync_documents(store: Store, collection: CollectionConfig) -> StepReport:
+    """Load and sync; when no folder is readable (missing, unmounted) the stored documents are kept."""
+    started = time.perf_counter()
+    name = collection.name
+    loaded = load_collection_documents(collection)
+    report = StepReport(warnings=[f"{name}: skipped {f.path}: {f.reason}" for f in loaded.failures])
+    if loaded.usable:
+        sync = store.sync_documents(name, loaded.documents, loaded.failures)
+        report.metadata.update(sync.as_metadata())
+        report.ids = {"added_ids": sync.added, "changed_ids": sync.changed, "deleted_ids": sync.deleted}
+    else:
+        kept = len(store.document_hashes(name))
+        report.warnings.append(
+            f"{name}: no documents folder is readable; keeping the {kept} stored documents"
+        )
+        report.metadata.update(
+            {
+                "documents_added": 0,
+                "documents_changed": 0,
+                "documents_deleted": 0,
+                "documents_unchanged": kept,
+                "documents_failed": len(loaded.failures),
+            }
+        )
+        report.ids = {"added_ids": [], "changed_ids": [], "deleted_ids": []}
+    report.metadata["documents_total"] = len(loaded.documents)
+    report.markdown["failures"] = failures_markdown(loaded.failures)
+    report.metadata["seconds"] = float(time.perf_counter() - started)
+    return report

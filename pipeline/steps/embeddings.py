@@ -1,0 +1,21 @@
+"""Step `embeddings`: a vector per staged chunk (content-hash cache across configs and runs)."""
+
+from __future__ import annotations
+
+from pipeline import checks
+from pipeline.report import StepReport
+from retrieval.config import IndexSpec
+from retrieval.embedder import Embedder
+from retrieval.indexing.embeddings import stage_embeddings
+from retrieval.store import Store
+
+
+def embed(store: Store, spec: IndexSpec, embedder: Embedder) -> StepReport:
+    """Stage the vectors; check: one vector per staged chunk, of the model's dimension."""
+    staged = stage_embeddings(store, spec, embedder)
+    documents = checks.staged_documents(store, spec.name)
+    return StepReport(
+        metadata=dict(staged.as_metadata()),
+        ids={"embedded_documents": documents["chunked"]},
+        checks=[checks.check_staged_embeddings(store, spec.name, embedder.dim)],
+    )

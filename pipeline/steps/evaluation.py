@@ -1,0 +1,120 @@
+"""Step `evaluation`: evaluate a published index on its questions, record the report, check regressions.
+
+`evaluate` is what both the evaluation asset and `chunkyard eval` call: one searcher, one
+`evaluate_index`, one `store.record_evaluation`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from evaluation.datasets.types import Question
+from evaluation.questions import collection_questions
+from evaluation.runner import EvaluationReport, evaluate_index, latest_reports
+from pipeline import checks
+from pipeline.report import StepReport
+from retrieval.config import CollectionConfig, IndexConfig, IndexSpec
+from retrieval.embedder import Embedder
+from retrieval.query.searcher import Searcher
+from retrieval.store import Store
+
+EVALUATION_MODES = ("dense", "bm25", "hybrid")
+EVALUATION_K = 5
+REGRESSION_TOLERANCE = 0.01
+
+
+def evaluation_modes(config: IndexConfig) -> tuple[str, ...]:
+    """dense, bm25 and hybrid; plus `hybrid+rerank` when the config names a reranker."""
+    rerank = config.rerank
+    named = (rerank.get("model") or rerank.get("name")) if isinstance(rerank, dict) else rerank
+    return (*EVALUATION_MODES, "hybrid+rerank") if named else EVALUATION_MODES
+
+
+def searcher_for(store: Store, embedder: Embedder, *, bm25_backend: str = "sql") -> Searcher:
+    """The Searcher an evaluation queries through (the served one: same options, same scores)."""
+    return Searcher(store, embedder, bm25_backend=bm25_backend)
+
+
+def evaluate(
+    store: Store,
+    searcher: Searcher,
+    spec: IndexSpec,
+    questions: Sequence[Question],
+    *,
+    modes: Sequence[str],
+    k: int,
+    dataset: str,
+    n_resamples: int = 2000,
+    progress: Callable[[str], None] | None = None,
+    cost: Mapping[str, float] | None = None,
+    notes: Sequence[str] = (),
+    record: bool = True,
+) -> EvaluationReport:
+    """Evaluate every mode on the questions; `cost` adds build figures, `notes` the dataset loader's
+    notes; the report is recorded in the store (unless `record` is False)."""
+    report = evaluate_index(
+        searcher,
+        spec,
+        list(questions),
+        tuple(modes),
+        k,
+        dataset=dataset,
+        store=store,
+        n_resamples=n_resamples,
+        progress=progress,
+        notes=list(notes),
+    )
+    report.cost.update(cost or {})
+    if record:
+        store.record_evaluation(spec.name, report)
+    return report
+
+
+def evaluate_collection_index(
+    store: Store, collection: CollectionConfig, spec: IndexSpec, embedder: Embedder
+) -> StepReport:
+    """The evaluation asset's work: the collection's questions, every mode, a regression check
+    against the index's previous recorded evaluation."""
+    found = collection_questions(store, collection)
+    if not found.questions:
+        raise ValueError(
+            f"{spec.name}: no evaluable question in {collection.eval_set or collection.dataset} "
+            f"({len(found.skipped)} skipped: they refer to documents the collection no longer has)"
+        )
+    previous = latest_reports(store, [spec.name])
+    report = evaluate(
+        store,
+        searcher_for(store, embedder),
+        spec,
+        found.questions,
+        modes=evaluation_modes(spec.config),
+        k=EVALUATION_K,
+        dataset=found.dataset,
+    )
+    regression = (
+        checks.regression(report.quality(), previous[0].quality(), REGRESSION_TOLERANCE)
+        if previous
+        else checks.Check(
+            "no_regression",
+            True,
+            {"metrics_compared": 0, "note": "first evaluation: nothing to compare"},
+            severity="warn",
+        )
+    )
+    warnings = []
+    if found.skipped:
+        warnings.append(
+            f"{spec.name}: {len(found.skipped)} question(s) skipped (their document is gone or their "
+            f"answer text was not found): {', '.join(found.skipped[:20])}"
+        )
+    return StepReport(
+        metadata={
+            **report.headline(),
+            "questions": len(found.questions),
+            "questions_skipped": len(found.skipped),
+            "dataset": found.dataset,
+        },
+        markdown={"report": report.markdown()},
+        checks=[regression],
+        warnings=warnings,
+    )

@@ -1,0 +1,24 @@
+"""Step `index`: publish everything staged atomically, then check what readers now see."""
+
+from __future__ import annotations
+
+from pipeline import checks
+from pipeline.report import StepReport
+from retrieval.config import IndexSpec
+from retrieval.indexing.publishing import publish
+from retrieval.store import Store
+
+
+def publish_index(store: Store, spec: IndexSpec) -> StepReport:
+    """Publish; checks: published spans, one vector per chunk, BM25 count equals chunk count."""
+    published = publish(store, spec)
+    info = store.index_info(spec.name) or {}
+    dim = int(info.get("dim") or 0)  # 0: nothing published yet, any single dimension passes
+    return StepReport(
+        metadata=dict(published.as_metadata()),
+        checks=[
+            checks.check_spans(store, spec.collection, spec.name, "published"),
+            checks.check_published_embeddings(store, spec.name, dim),
+            checks.check_bm25_counts(store, spec.name),
+        ],
+    )

@@ -1,0 +1,36 @@
+"""Step `leaderboard`: every evaluated index of a collection compared, written as files and a chart."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+
+from evaluation.reports import SUMMARY_METRICS, leaderboard
+from evaluation.runner import latest_reports
+from pipeline.report import StepReport
+from retrieval.db import chunkyard_home
+from retrieval.names import IndexName
+from retrieval.store import Store
+
+
+def write_leaderboard(store: Store, collection: str, index_names: Sequence[IndexName]) -> StepReport:
+    """The leaderboard of the indexes' latest recorded evaluations (never evaluated: left out),
+    written to `<chunkyard home>/reports/<collection>/leaderboard.{md,csv,json,png}`."""
+    board = leaderboard(latest_reports(store, list(index_names)))
+    prefix = chunkyard_home() / "reports" / collection / "leaderboard"
+    written = {path.suffix.lstrip("."): path for path in board.write(prefix)}
+    chart = base64.b64encode(written["png"].read_bytes()).decode()
+    return StepReport(
+        metadata={"indexes": len(index_names)},
+        markdown={
+            "leaderboard": board.markdown(),
+            "chart": f"![leaderboard chart](data:image/png;base64,{chart})",
+            # The short view `chunkyard demo` prints.
+            "summary": board.markdown(SUMMARY_METRICS, cost_columns=("chunks",)),
+        },
+        paths={
+            "chart_path": str(written["png"]),
+            "csv_path": str(written["csv"]),
+            "markdown_path": str(written["md"]),
+        },
+    )

@@ -1,0 +1,163 @@
+"""Code versions derived from imports: an asset is stale exactly when code its step runs has changed.
+
+Each kind of asset is built by one step module (`pipeline.steps.<kind>`). Its code version hashes
+the settings that shape the asset plus the source of every project module the step can run: the
+transitive closure of its project-internal imports, found with `ast` (module- and function-level
+imports; `if TYPE_CHECKING:` imports run nothing and are left out) together with the packages'
+`__init__` modules Python runs on the way. No list is kept by hand, so none can drift.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from retrieval.config import IndexConfig
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# The project's library packages: imports of anything else (the standard library, numpy, ...) are
+# not followed.
+PACKAGES = ("chunking", "retrieval", "evaluation", "pipeline")
+KINDS = ("documents", "chunks", "embeddings", "bm25", "index", "evaluation", "leaderboard")
+
+
+def step_module(kind: str) -> str:
+    """The module whose step builds assets of `kind`."""
+    if kind not in KINDS:
+        raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+    return f"pipeline.steps.{kind}"
+
+
+def module_path(module: str, root: Path = REPO_ROOT) -> Path | None:
+    """The file of a project module (`a.b` -> a/b.py or a/b/__init__.py); None if not a project module."""
+    if module.split(".")[0] not in PACKAGES:
+        return None
+    base = root.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _import_nodes(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement of a module, at any depth, except under `if TYPE_CHECKING:`."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def imported_modules(module: str, root: Path = REPO_ROOT) -> set[str]:
+    """The project modules that `module`'s source imports directly (`from a import b` names the
+    module a.b when b is one, else a)."""
+    path = module_path(module, root)
+    if path is None:
+        return set()
+    return set(_imports_of(module, path, path.stat().st_mtime_ns, root))
+
+
+@functools.cache
+def _imports_of(module: str, path: Path, mtime_ns: int, root: Path) -> frozenset[str]:
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in _import_nodes(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1])
+                base = f"{base}.{node.module}" if node.module else base
+            else:
+                base = node.module or ""
+            names = [
+                f"{base}.{alias.name}" if module_path(f"{base}.{alias.name}", root) else base
+                for alias in node.names
+            ]
+        found.update(name for name in names if module_path(name, root) is not None)
+    return frozenset(found)
+
+
+def _with_parents(module: str) -> list[str]:
+    parts = module.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def import_closure(module: str, root: Path = REPO_ROOT) -> set[str]:
+    """`module`, every project module it imports transitively, and the packages on their way."""
+    seen: set[str] = set()
+    pending = [module]
+    while pending:
+        current = pending.pop()
+        for name in _with_parents(current):
+            if name not in seen and module_path(name, root) is not None:
+                seen.add(name)
+                pending.extend(imported_modules(name, root))
+    return seen
+
+
+def source_digest(modules: set[str], root: Path = REPO_ROOT) -> str:
+    """Hash of the modules' sources (relative path and content), in a stable order."""
+    digest = hashlib.sha256()
+    for path in sorted({p for m in modules if (p := module_path(m, root)) is not None}):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(_file_digest(path, path.stat().st_mtime_ns).encode())
+    return digest.hexdigest()
+
+
+@functools.cache
+def _file_digest(path: Path, mtime_ns: int) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def code_version(kind: str, settings: Any, root: Path = REPO_ROOT) -> str:
+    """`kind` + the settings that shape it + the source its step runs -> a short stable version."""
+    payload = json.dumps({"kind": kind, "settings": settings}, sort_keys=True, default=str)
+    digest = hashlib.sha256(payload.encode())
+    digest.update(source_digest(import_closure(step_module(kind), root), root).encode())
+    return digest.hexdigest()[:16]
+
+
+def index_settings(config: IndexConfig, kind: str) -> dict[str, Any]:
+    """The parts of an `IndexConfig` that shape an asset of `kind` (the description does not)."""
+    chunk = {"chunker": config.chunker, "embedding_model": config.embedding_model}
+    if kind == "chunks":
+        return chunk
+    if kind == "embeddings":
+        return {**chunk, "embedder": config.embedder}
+    if kind == "bm25":
+        return {**chunk, "bm25": config.bm25}
+    if kind == "index":
+        return {**chunk, "embedder": config.embedder, "bm25": config.bm25}
+    if kind == "evaluation":
+        return {
+            **chunk,
+            "embedder": config.embedder,
+            "bm25": config.bm25,
+            "hybrid": config.hybrid,
+            "rerank": config.rerank,
+            "context_scoring": config.context_scoring,
+            "collapse_duplicates": config.collapse_duplicates,
+            "coarse": config.coarse,
+        }
+    raise ValueError(
+        f"index asset kind: expected chunks, embeddings, bm25, index or evaluation, got {kind!r}"
+    )
