@@ -81,7 +81,9 @@ class UkrainianStemmer:
 
     def stemWord(self, word: str) -> str:  # noqa: N802 - snowballstemmer's method name
         if len(word) > self.min_stem + 2 and word.endswith(("ся", "сь")):
-            word = word[:-2]
+            word = word[:-2]  # reflexive; -ться is -ть + -ся: the -ть goes too (зачиняється ~ зачиняє)
+            if word.endswith("ть") and len(word) > self.min_stem + 3:
+                word = word[:-2]
         for suffix in _UKRAINIAN_SUFFIXES:
             if word.endswith(suffix) and len(word) - len(suffix) >= self.min_stem:
                 return word[: -len(suffix)]
@@ -121,6 +123,20 @@ def _cjk_bigrams(run: str) -> list[str]:
     if len(run) == 1:
         return [run]
     return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+# A term is at most this many UTF-8 bytes: a longer "word" (a hex dump, a base64 blob) is cut to
+# its first 256 bytes, for documents and queries alike, so no posting key nears Postgres' btree
+# row limit (about 2.7 KB) and publishing never fails on one file's junk.
+MAX_TERM_BYTES = 256
+
+
+def cap_term(word: str) -> str:
+    """`word` cut to at most MAX_TERM_BYTES UTF-8 bytes, on a character boundary."""
+    data = word.encode("utf-8", "surrogatepass")
+    if len(data) <= MAX_TERM_BYTES:
+        return word
+    return data[:MAX_TERM_BYTES].decode("utf-8", "ignore")
 
 
 class AnalyzerConfigError(ValueError):
@@ -189,6 +205,8 @@ class Analyzer:
             self._add_word("".join(run), terms)
 
     def _add_word(self, word: str, terms: list[str]) -> None:
+        if len(word) > MAX_TERM_BYTES // 4:  # only then can it exceed MAX_TERM_BYTES in UTF-8
+            word = cap_term(word)
         if word in self.stopwords:
             return
         if self._stemmer is not None:
