@@ -27,7 +27,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def main(argv: list[str] | None = None) -> int:
     from retrieval.config import load_index_configs
     from retrieval.embedder import embedder_for_config
-    from retrieval.search import Searcher
+    from retrieval.query import Searcher
     from retrieval.store import Store
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     questions = load_dataset("chroma_general").questions
     index = f"chroma_general/{args.config}"
     searcher = Searcher(Store(), embedder_for_config(config), bm25_backend="memory")
-    searcher.search_batch([q.text for q in questions[:50]], index, 5, "hybrid_weighted")  # warm caches
+    searcher.search_batch([q.text for q in questions[:50]], index, k=5, mode="hybrid_weighted")  # warm caches
     settings = {"without fallback": 0.0, f"min_gap {config.coarse['min_gap']}": config.coarse["min_gap"]}
     rounds: dict[str, list[dict[str, float]]] = {name: [] for name in settings}
     shares: dict[str, list[bool]] = {}
@@ -49,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
             latencies = []
             for question in questions:
                 started = time.perf_counter()
-                results = searcher.search(question.text, index, 5, "hybrid_weighted", coarse_min_gap=gap)
+                results = searcher.search(
+                    question.text, index, k=5, mode="hybrid_weighted", coarse_min_gap=gap
+                )
                 latencies.append((time.perf_counter() - started) * 1000)
                 if gap and len(rounds[name]) == 0:
                     shares.setdefault(question.corpus or "all", []).append(results[0].index != index)

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     from retrieval.db import chunkyard_home, embedded_database_url
     from retrieval.embedder import Embedder
     from retrieval.indexing import build_index
-    from retrieval.search import Searcher
+    from retrieval.query import Searcher
     from retrieval.store import Store
 
     url = os.environ.get("CHUNKYARD_BENCH_DATABASE_URL") or embedded_database_url(

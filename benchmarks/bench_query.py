@@ -282,7 +282,7 @@ def run_size(
     warmup: list[str],
 ) -> dict[str, Any]:
     from retrieval import bm25 as bm25_lib
-    from retrieval.search import Searcher
+    from retrieval.query import Searcher
 
     name = variant_name(n, expansion, args)
     log(f"== {name}: build")
@@ -379,7 +379,7 @@ def run_size(
     from rank_bm25 import BM25Okapi
 
     analyzer = bm25_lib.build_analyzer(spec.config.bm25)
-    memory = memory_searcher._memory[spec.name]
+    memory = memory_searcher.lexical.loaded(spec.name)
     texts_by_id = {}
     with store.connection() as conn:
         from psycopg import sql

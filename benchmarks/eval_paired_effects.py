@@ -27,7 +27,9 @@ METRICS = ("chroma_recall_at_5", "chroma_iou_at_5", "hit_at_5", "mrr_at_5")
 def _scores(
     searcher: Any, index: str, questions: list[Any], options: dict[str, Any]
 ) -> dict[str, np.ndarray]:
-    results = searcher.search_batch([q.text for q in questions], index, 5, "hybrid_weighted", **options)
+    results = searcher.search_batch(
+        [q.text for q in questions], index, k=5, mode="hybrid_weighted", **options
+    )
     rows = [score_question(q, r, k=5, failure_k=0) for q, r in zip(questions, results, strict=True)]
     return {m: np.array([row[m] for row in rows]) for m in METRICS}
 
@@ -39,7 +41,7 @@ def _pct(est: Estimate) -> str:
 def main(argv: list[str]) -> int:
     from retrieval.config import load_index_configs
     from retrieval.embedder import embedder_for_config
-    from retrieval.search import Searcher
+    from retrieval.query import Searcher
     from retrieval.store import Store
 
     index, base, levers = argv[0], json.loads(argv[1]), json.loads(argv[2])

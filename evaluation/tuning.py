@@ -5,7 +5,7 @@ dense weight `w`. This asks the Searcher itself for every candidate `w` (nothing
 picks the best on one half of the questions and reports it on the other half, then the reverse
 (2-fold), so the suggested weight's score is not measured on the questions that chose it.
 `suggest_search_settings` does the same over a grid of any Searcher options (e.g. the dense
-weight with the context weight of `retrieval.context`).
+weight with the context weight of `retrieval.query.context_scoring`).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def suggest_fusion_weight(
     texts = [q.text for q in questions]
     per_weight: dict[float, np.ndarray] = {}
     for weight in weights:
-        results = searcher.search_batch(texts, index, k, "hybrid_weighted", weight=float(weight))
+        results = searcher.search_batch(texts, index, k=k, mode="hybrid_weighted", weight=float(weight))
         per_weight[float(weight)] = np.array(
             [score_question(q, r, k=k, failure_k=0)[metric] for q, r in zip(questions, results, strict=True)]
         )
@@ -136,7 +136,7 @@ def suggest_search_settings(
     combos = [dict(zip(names, values, strict=True)) for values in itertools.product(*grid.values())]
     per_combo: list[dict[str, np.ndarray]] = []
     for combo in combos:
-        results = searcher.search_batch(texts, index, k, mode, **combo)
+        results = searcher.search_batch(texts, index, k=k, mode=mode, **combo)
         scores = [score_question(q, r, k=k, failure_k=0) for q, r in zip(questions, results, strict=True)]
         per_combo.append({name: np.array([s[name] for s in scores]) for name in reported})
 

@@ -187,8 +187,9 @@ def cmd_eval(args: argparse.Namespace, rest: Sequence[str]) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     import retrieval
+    from retrieval.options import SearchOptions
 
-    results = retrieval.search(args.query, index=args.index, k=args.k, mode=args.mode)
+    results = retrieval.search(args.query, index=args.index, options=SearchOptions.from_arguments(args))
     if not results:
         _print("no results")
     for hit in results:
@@ -223,8 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     search = sub.add_parser("search", help="query an index")
     search.add_argument("query")
     search.add_argument("--index", default="recursive-256", help="collection/config (bare config = demo)")
-    search.add_argument("-k", type=int, default=5)
-    search.add_argument("--mode", default="hybrid", choices=["dense", "bm25", "hybrid", "hybrid_weighted"])
+    from retrieval.options import SearchOptions
+
+    SearchOptions.add_arguments(search)  # one flag per search option: -k, --mode, --context-weight, ...
     return parser
 
 

@@ -6,7 +6,8 @@ from typing import Any
 
 import httpx
 
-from retrieval.search import IndexNotFoundError, SearchError, SearchResult
+from retrieval.options import SearchOptions
+from retrieval.query.results import IndexNotFoundError, SearchError, SearchResult
 
 
 class ServiceError(RuntimeError):
@@ -62,46 +63,13 @@ class Client:
         raise ServiceError(f"{method} {path}: HTTP {response.status_code}: {detail}")
 
     def search(
-        self,
-        query: str,
-        index: str = "recursive-256",
-        k: int = 5,
-        mode: str = "hybrid",
-        *,
-        rerank: str | None = None,
-        filters: dict[str, Any] | None = None,
-        include_parent: bool = False,
-        mmr: float | None = None,
-        candidates: int | None = None,
-        rrf_k: int | None = None,
-        weight: float | None = None,
-        ef_search: int | None = None,
-        context_weight: float | None = None,
-        context_neighbours: int | None = None,
-        focus_weight: float | None = None,
-        focus_size: int | None = None,
-        collapse_duplicates: bool | None = None,
-        coarse_min_gap: float | None = None,
+        self, query: str, index: str = "recursive-256", options: SearchOptions | None = None, **overrides: Any
     ) -> list[SearchResult]:
-        body: dict[str, Any] = {"query": query, "index": index, "k": k, "mode": mode}
-        optional = {
-            "rerank": rerank,
-            "filters": filters,
-            "mmr": mmr,
-            "candidates": candidates,
-            "rrf_k": rrf_k,
-            "weight": weight,
-            "ef_search": ef_search,
-            "context_weight": context_weight,
-            "context_neighbours": context_neighbours,
-            "focus_weight": focus_weight,
-            "focus_size": focus_size,
-            "collapse_duplicates": collapse_duplicates,
-            "coarse_min_gap": coarse_min_gap,
-        }
-        body.update({key: value for key, value in optional.items() if value is not None})
-        if include_parent:
-            body["include_parent"] = True
+        """Top-k chunks from the service: the same options and results as `Searcher.search`."""
+        request = SearchOptions.of(options, overrides)
+        if request.rerank is not None and not isinstance(request.rerank, str):
+            raise SearchError("rerank: the service takes a reranker name, not an object")
+        body: dict[str, Any] = {"query": query, "index": index, **request.given()}
         payload = self._request("POST", "/v1/search", json=body)
         return [SearchResult.from_dict(item) for item in payload["results"]]
 

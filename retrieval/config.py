@@ -16,8 +16,8 @@ import yaml
 from chunking.models import DEFAULT_MODEL
 from retrieval.analysis import AnalyzerConfigError, analyzer_setting, validate_analyzer
 from retrieval.bm25 import Bm25Params
-from retrieval.context import ContextConfigError, ContextScoring
 from retrieval.names import IndexName
+from retrieval.options import COARSE_DEFAULT_RANK, ContextConfigError, ContextScoring
 
 
 class ConfigError(ValueError):
@@ -67,8 +67,8 @@ class IndexConfig:
     bm25: dict[str, Any] = field(default_factory=dict)
     hybrid: dict[str, Any] = field(default_factory=dict)
     rerank: dict[str, Any] = field(default_factory=dict)
-    # Query-time re-ranking of candidates with the text around them (`retrieval.context`); like
-    # `hybrid`, it does not change the chunks, so it is not part of the config hash.
+    # Query-time context scoring of candidates with the text around them (`retrieval.query.context_scoring`);
+    # like `hybrid`, it does not change the chunks, so it is not part of the config hash.
     context_scoring: dict[str, Any] = field(default_factory=dict)
     # Identical chunk texts (repeated passages) take one result slot: the earliest copy is returned.
     collapse_duplicates: bool = False
@@ -222,7 +222,6 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
 
 
 COARSE_KEYS = ("config", "min_gap", "rank")
-COARSE_DEFAULT_RANK = 5
 
 
 def _coarse(raw: Any, where: str) -> dict[str, Any]:

@@ -16,46 +16,41 @@ from typing import Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from retrieval.options import SERVICE_MAX_K, OptionSpec, SearchOptions, option_specs
+from retrieval.query import IndexNotFoundError, Searcher, SearchError
 from retrieval.rerank import RerankerConfigError
-from retrieval.search import MAX_K, IndexNotFoundError, Searcher, SearchError
 from retrieval.store import Store
 
-DEFAULT_MAX_K = 100
+DEFAULT_MAX_K = SERVICE_MAX_K
 DEFAULT_MAX_QUERY_CHARS = 4000
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
 
+_WIRE_TYPES: dict[str, Any] = {
+    "int": int,
+    "float": float,
+    "bool": bool,
+    "object": dict[str, Any],
+    "reranker": str,
+}
 
-class SearchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(min_length=1, description="The question or keywords.")
-    index: str = Field("recursive-256", min_length=1, max_length=200, description="`collection/config`.")
-    k: int = Field(5, ge=1, le=MAX_K)
-    mode: Literal["dense", "bm25", "hybrid", "hybrid_weighted"] = "hybrid"
-    rerank: str | None = Field(None, description="`maxsim`, or a cross-encoder the server allows.")
-    filters: dict[str, Any] | None = Field(None, description="Chunk metadata must contain this JSON.")
-    include_parent: bool = False
-    mmr: float | None = Field(None, ge=0.0, le=1.0)
-    candidates: int | None = Field(None, ge=1, le=MAX_K)
-    rrf_k: int | None = Field(None, ge=1, le=10_000)
-    weight: float | None = Field(None, ge=0.0, le=1.0)
-    ef_search: int | None = Field(None, ge=1, le=1000)
-    context_weight: float | None = Field(
-        None, ge=0.0, le=1.0, description="Weight of the text around each chunk (0 = off)."
-    )
-    context_neighbours: int | None = Field(
-        None, ge=1, le=20, description="Chunks on each side that form a chunk's context."
-    )
-    focus_weight: float | None = Field(
-        None, ge=0.0, le=1.0, description="Weight of each chunk's best window."
-    )
-    focus_size: int | None = Field(None, ge=1, le=1000, description="Window length in BM25 terms.")
-    collapse_duplicates: bool | None = Field(None, description="Identical chunk texts take one slot.")
-    coarse_min_gap: float | None = Field(
-        None, ge=0.0, le=1.0, description="Answer from the coarse index below this ranking gap (0 = never)."
-    )
+def _request_field(spec: OptionSpec) -> tuple[Any, Any]:
+    """A pydantic field for one search option: its JSON type, default, bounds and description."""
+    wire = Literal[spec.choices] if spec.kind == "choice" else _WIRE_TYPES[spec.kind]
+    bounds = {"ge": spec.ge, "le": spec.le} if spec.kind in ("int", "float") else {}
+    return (wire | None if spec.nullable else wire, Field(spec.default, description=spec.help, **bounds))
+
+
+# The request body: the query, the index, and every field of SearchOptions (derived, never listed here).
+SearchRequest = create_model(
+    "SearchRequest",
+    __config__=ConfigDict(extra="forbid"),
+    query=(str, Field(min_length=1, description="The question or keywords.")),
+    index=(str, Field("recursive-256", min_length=1, max_length=200, description="`collection/config`.")),
+    **{spec.name: _request_field(spec) for spec in option_specs()},
+)
 
 
 class SearchResultModel(BaseModel):
@@ -163,7 +158,7 @@ def create_app(
         return get_searcher().store.list_indexes()
 
     @app.post("/v1/search", response_model=SearchResponse, dependencies=[Depends(require_key)])
-    def search(request: SearchRequest) -> SearchResponse:
+    def search(request: SearchRequest) -> SearchResponse:  # type: ignore[valid-type]
         """Top-k chunks with exact spans, per-stage scores and timings."""
         if request.k > max_k:
             raise HTTPException(status_code=400, detail=f"k: at most {max_k} on this server")
@@ -177,26 +172,8 @@ def create_app(
             )
         started = time.perf_counter()
         try:
-            results = get_searcher().search(
-                request.query,
-                request.index,
-                request.k,
-                request.mode,
-                rerank=request.rerank,
-                filters=request.filters,
-                include_parent=request.include_parent,
-                mmr=request.mmr,
-                candidates=request.candidates,
-                rrf_k=request.rrf_k,
-                weight=request.weight,
-                ef_search=request.ef_search,
-                context_weight=request.context_weight,
-                context_neighbours=request.context_neighbours,
-                focus_weight=request.focus_weight,
-                focus_size=request.focus_size,
-                collapse_duplicates=request.collapse_duplicates,
-                coarse_min_gap=request.coarse_min_gap,
-            )
+            options = SearchOptions(**request.model_dump(exclude={"query", "index"}))
+            results = get_searcher().search(request.query, request.index, options)
         except IndexNotFoundError as exc:
             raise HTTPException(status_code=404, detail=str(exc).strip("'\"")) from exc
         except (SearchError, RerankerConfigError) as exc:

@@ -11,7 +11,7 @@ import pytest
 from chunking.types import Document
 from retrieval import indexing
 from retrieval.config import IndexConfig, IndexSpec
-from retrieval.search import Searcher
+from retrieval.query import Searcher
 from retrieval.store import Store, as_array
 from tests.test_indexing_support import ParagraphChunker, make_spec, random_unit_vector_for
 
@@ -237,15 +237,15 @@ def test_memory_bm25_reloads_when_the_version_moves(store, embedder) -> None:
     searcher = Searcher(store, embedder, bm25_backend="memory")
     sql_searcher = Searcher(store, embedder, bm25_backend="sql")
     searcher.warm(spec.name)
-    assert searcher._memory[spec.name].version == 1
+    assert searcher.lexical.loaded(spec.name).version == 1
     assert [r.doc_id for r in searcher.search("pears", spec.name, mode="bm25")] == ["a.md"]
     store.sync_documents(spec.collection, _docs({**texts, "b.md": "pears pears pears"}), [])
     indexing.build_index(store, spec, embedder, chunker=chunker)
     stale = searcher.search("pears", spec.name, mode="bm25")  # answered from SQL while reloading
     deadline = time.time() + 30
-    while searcher._memory[spec.name].version != 2 and time.time() < deadline:
+    while searcher.lexical.loaded(spec.name).version != 2 and time.time() < deadline:
         time.sleep(0.05)
-    assert searcher._memory[spec.name].version == 2  # reloaded in the background
+    assert searcher.lexical.loaded(spec.name).version == 2  # reloaded in the background
     memory = searcher.search("pears", spec.name, mode="bm25")
     in_sql = sql_searcher.search("pears", spec.name, mode="bm25")
     assert [r.chunk_id for r in stale] == [r.chunk_id for r in in_sql]

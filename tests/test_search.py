@@ -7,7 +7,7 @@ import pytest
 
 from chunking.types import Document
 from retrieval.indexing import build_index
-from retrieval.search import IndexNotFoundError, Searcher, SearchError
+from retrieval.query import IndexNotFoundError, Searcher, SearchError
 from retrieval.store import Store, as_array, partition_names
 from tests.test_indexing_support import ParagraphChunker, make_spec, random_unit_vector_for
 
@@ -209,13 +209,15 @@ def test_hnsw_recall_on_a_600_vector_partition(store, random_indexes, searcher, 
 
 def test_module_level_search_uses_the_default_searcher(monkeypatch, pg_url, text_index, embedder) -> None:
     import retrieval
-    import retrieval.search as search_module
+    import retrieval.query.searcher as searcher_module
 
     monkeypatch.setenv("DATABASE_URL", pg_url)
-    monkeypatch.setattr(search_module, "_default", Searcher(Store(pg_url), embedder))
+    monkeypatch.setattr(searcher_module, "_default", Searcher(Store(pg_url), embedder))
     results = retrieval.search("XQ_frobnicate_77", index=text_index.name, k=2, mode="bm25")
     assert results and "XQ_frobnicate_77" in results[0].text
-    assert retrieval.search.Searcher is Searcher
+    options = retrieval.SearchOptions(k=2, mode="bm25")
+    assert retrieval.search("XQ_frobnicate_77", index=text_index.name, options=options) == results
+    assert retrieval.Searcher is Searcher
 
 
 def test_include_parent_returns_the_hierarchical_parent_span(store, embedder) -> None:

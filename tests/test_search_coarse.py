@@ -15,7 +15,7 @@ import pytest
 from chunking.types import Chunk, Document
 from retrieval.config import ConfigError, IndexConfig, IndexSpec, load_index_configs, load_index_specs
 from retrieval.indexing import build_index
-from retrieval.search import IndexNotFoundError, Searcher, SearchError
+from retrieval.query import IndexNotFoundError, Searcher, SearchError
 from retrieval.store import Store
 from tests.test_indexing_support import ParagraphChunker
 from tests.test_search_context import BM25, DOCUMENTS  # four documents of three paragraphs
@@ -126,7 +126,7 @@ def test_errors_are_clear(store, embedder, indexes, searcher) -> None:
     fine, _, plain = indexes
     with pytest.raises(SearchError, match="has no `coarse` index config"):
         searcher.search(QUERY, plain.name, coarse_min_gap=0.2)
-    with pytest.raises(SearchError, match="coarse_min_gap: must be between 0 and 1"):
+    with pytest.raises(SearchError, match="coarse_min_gap: must be a number between 0 and 1"):
         searcher.search(QUERY, fine.name, coarse_min_gap=1.5)
     orphan = IndexSpec(fine.collection, _config("orphan", {"config": "never-built", "min_gap": 1.0}))
     build_index(store, orphan, embedder, chunker=ParagraphChunker(orphan.config.config_hash))
@@ -200,7 +200,7 @@ def test_evaluation_scores_the_answers_served_and_counts_both_indexes(store, ind
     report = evaluate_index(
         searcher, fine, [question], modes=("hybrid_weighted",), k=3, store=store, n_resamples=50
     )
-    served = searcher.search_batch([QUERY], fine.name, 20, "hybrid_weighted")[0]  # as the runner asks
+    served = searcher.search_batch([QUERY], fine.name, k=20, mode="hybrid_weighted")[0]  # as the runner asks
     expected = score_question(question, served, k=3)
     got = report.summaries["hybrid_weighted"].per_question["q1"]
     for name in ("hit_at_3", "recall_at_3", "chroma_iou_at_3"):
@@ -215,8 +215,8 @@ def test_precomputed_query_vectors_give_the_same_answers(indexes, searcher, embe
     queries = [QUERY, "what do hikers carry"]
     vectors = embedder.embed(queries)
     for index in (fine.name, coarse.name):
-        given = searcher.search_batch(queries, index, 3, "hybrid_weighted", query_vectors=vectors)
-        embedded = searcher.search_batch(queries, index, 3, "hybrid_weighted")
+        given = searcher.search_batch(queries, index, k=3, mode="hybrid_weighted", query_vectors=vectors)
+        embedded = searcher.search_batch(queries, index, k=3, mode="hybrid_weighted")
         assert [[r.chunk_id for r in rs] for rs in given] == [[r.chunk_id for r in rs] for rs in embedded]
     with pytest.raises(SearchError, match=r"query_vectors: expected shape \(2, 384\)"):
-        searcher.search_batch(queries, fine.name, 3, "dense", query_vectors=vectors[:1])
+        searcher.search_batch(queries, fine.name, k=3, mode="dense", query_vectors=vectors[:1])

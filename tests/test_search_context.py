@@ -1,4 +1,4 @@
-"""Context scoring (`retrieval.context`) on real Postgres and the real model: chunks ranked with their surroundings."""
+"""Context scoring (`retrieval.query.context_scoring`) on real Postgres and the real model: chunks ranked with their surroundings."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from chunking.types import Document
 from retrieval.bm25 import Analyzer
 from retrieval.config import ConfigError, IndexConfig, IndexSpec, load_index_configs
 from retrieval.indexing import build_index
-from retrieval.search import Searcher, SearchError
+from retrieval.query import Searcher, SearchError
 from retrieval.store import Store
 from tests.test_indexing_support import ParagraphChunker
 

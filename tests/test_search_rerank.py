@@ -10,8 +10,8 @@ import pytest
 from chunking.models import resolve_model_path
 from chunking.types import Document
 from retrieval.indexing import build_index
+from retrieval.query import Searcher
 from retrieval.rerank import CrossEncoderReranker, MaxSimReranker, RerankerConfigError, build_reranker
-from retrieval.search import Searcher
 from retrieval.store import Store
 from tests.test_indexing_support import ParagraphChunker, make_spec
 

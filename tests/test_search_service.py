@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from chunking.types import Document
 from retrieval.client import AuthenticationError, Client
 from retrieval.indexing import build_index
-from retrieval.search import IndexNotFoundError, Searcher, SearchError
+from retrieval.query import IndexNotFoundError, Searcher, SearchError
 from retrieval.service import create_app
 from retrieval.store import Store
 from tests.test_indexing_support import ParagraphChunker, make_spec
@@ -169,3 +169,87 @@ def test_client_returns_the_same_results_as_in_process_search(
             client.search("q", index=index_name, coarse_min_gap=0.2)
     with Client(server_url) as anonymous, pytest.raises(AuthenticationError):
         anonymous.search("q", index=index_name)
+
+
+def _example(spec) -> object:
+    """A valid non-default value for one option, from its declared kind and bounds."""
+    if spec.kind == "bool":
+        return not spec.default
+    if spec.kind == "choice":
+        return next(c for c in spec.choices if c != spec.default)
+    if spec.kind == "object":
+        return {"lang": "en"}
+    if spec.kind == "reranker":
+        return "maxsim"
+    value = spec.le if spec.kind == "int" else (spec.ge + spec.le) / 2
+    return int(value) if spec.kind == "int" else float(value)
+
+
+def test_service_client_and_cli_take_exactly_the_search_options() -> None:
+    """One declaration (SearchOptions) and three derived surfaces: their option sets are equal."""
+    import argparse
+    import dataclasses
+    import json
+
+    import httpx
+
+    from orchestration.cli import build_parser
+    from retrieval.options import SearchOptions, option_specs
+    from retrieval.service import SearchRequest
+
+    fields = {f.name for f in dataclasses.fields(SearchOptions)}
+    assert {spec.name for spec in option_specs()} == fields
+
+    assert set(SearchRequest.model_fields) - {"query", "index"} == fields
+
+    sent: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        return httpx.Response(200, json={"results": []})
+
+    examples = {spec.name: _example(spec) for spec in option_specs()}
+    with Client("http://test", transport=httpx.MockTransport(handler)) as client:
+        client.search("q", index="demo/x", **examples)
+    assert set(sent[0]) - {"query", "index"} == fields
+    assert SearchRequest(**sent[0]).model_dump(exclude={"query", "index"}) == examples
+
+    search_parser = next(
+        action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction)
+    ).choices["search"]
+    flags = {action.dest for action in search_parser._actions} - {"help", "query", "index"}
+    assert flags == fields
+    argv = []
+    for spec in option_specs():
+        flag = "--" + spec.name.replace("_", "-")
+        if spec.kind == "bool":
+            argv.append(flag if examples[spec.name] else "--no-" + flag[2:])
+        else:
+            argv += [
+                flag,
+                json.dumps(examples[spec.name]) if spec.kind == "object" else str(examples[spec.name]),
+            ]
+    parsed = search_parser.parse_args(["q", *argv])
+    assert SearchOptions.from_arguments(parsed) == SearchOptions(**examples)
+
+
+def test_search_options_validate_and_name_the_field() -> None:
+    from retrieval.options import SearchOptions
+
+    assert SearchOptions().k == 5 and SearchOptions().mode == "hybrid"
+    assert SearchOptions.of(SearchOptions(k=3), {"mode": "dense"}) == SearchOptions(k=3, mode="dense")
+    for bad, field in (
+        ({"k": 0}, "k"),
+        ({"k": True}, "k"),
+        ({"mode": "fuzzy"}, "mode"),
+        ({"weight": 1.5}, "weight"),
+        ({"filters": ["x"]}, "filters"),
+        ({"include_parent": "yes"}, "include_parent"),
+        ({"context_neighbours": 2.5}, "context_neighbours"),
+    ):
+        with pytest.raises(SearchError, match=f"^{field}:"):
+            SearchOptions(**bad)
+    with pytest.raises(SearchError, match="^colour: not a search option"):
+        SearchOptions.of(None, {"colour": "red"})
+    with pytest.raises(SearchError, match="^options: expected SearchOptions"):
+        SearchOptions.of(5)  # type: ignore[arg-type]

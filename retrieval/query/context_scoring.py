@@ -15,115 +15,23 @@ frequencies and lengths summed over its chunks, the index's idf, the mean contex
 avgdl; without chunk overlap this is exactly BM25 of the concatenated span) and the cosine
 between the query and the mean of the context's chunk vectors. Nothing new is stored or
 embedded: chunk ids, spans and vectors stay those of the index, and returned chunks are still
-exact spans; only their order changes. `collapse_identical_texts` (index option
-`collapse_duplicates`) then gives a passage repeated in the index one result slot.
+exact spans; only their order changes. The settings (`ContextScoring`) are in `retrieval.options`.
 """
 
 from __future__ import annotations
 
-import math
+import threading
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+import psycopg
 from psycopg import sql
 
 from retrieval import bm25 as bm25_lib
-
-SPANS = ("neighbours", "parent")
-CONTEXT_KEYS = ("weight", "span", "neighbours", "focus_weight", "focus_size")
-MAX_NEIGHBOURS = 20
-MAX_FOCUS_SIZE = 1000
-
-
-class ContextConfigError(ValueError):
-    """A `context_scoring` setting is invalid; the message names the field."""
-
-
-@dataclass(frozen=True)
-class ContextScoring:
-    """How much a chunk's context counts (`weight`, 0 = off) and what the context is.
-
-    `focus_weight` adds the finer scale: the chunk's best window of `focus_size` BM25 terms
-    (query words close together, as in the passage a question was written from).
-    """
-
-    weight: float = 0.0
-    span: str = "neighbours"
-    neighbours: int = 1
-    focus_weight: float = 0.0
-    focus_size: int = 24
-
-    @property
-    def enabled(self) -> bool:
-        return self.weight > 0.0 or self.focus_weight > 0.0
-
-    @classmethod
-    def from_config(cls, raw: Any, where: str = "context_scoring") -> ContextScoring:
-        """Validate a `context_scoring` mapping (`{weight: 0.4, span: neighbours, neighbours: 2}`)."""
-        if raw in (None, {}):
-            return cls()
-        if not isinstance(raw, dict):
-            raise ContextConfigError(f"{where}: expected a mapping like {{weight: 0.4, neighbours: 1}}")
-        unknown = sorted(set(raw) - set(CONTEXT_KEYS))
-        if unknown:
-            raise ContextConfigError(f"{where}: unknown field(s) {unknown}; allowed {list(CONTEXT_KEYS)}")
-        return cls.checked(
-            raw.get("weight", cls.weight),
-            raw.get("span", cls.span),
-            raw.get("neighbours", cls.neighbours),
-            raw.get("focus_weight", cls.focus_weight),
-            raw.get("focus_size", cls.focus_size),
-            where,
-        )
-
-    @classmethod
-    def checked(
-        cls,
-        weight: Any,
-        span: Any,
-        neighbours: Any,
-        focus_weight: Any = 0.0,
-        focus_size: Any = 24,
-        where: str = "context_scoring",
-    ) -> ContextScoring:
-        for name, value in (("weight", weight), ("focus_weight", focus_weight)):
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
-                raise ContextConfigError(f"{where}.{name}: must be a number between 0 and 1, got {value!r}")
-        if weight + focus_weight > 1.0 + 1e-9:
-            raise ContextConfigError(
-                f"{where}: weight + focus_weight must be at most 1 (the chunk's own score keeps the rest), "
-                f"got {weight} + {focus_weight}"
-            )
-        if (
-            isinstance(focus_size, bool)
-            or not isinstance(focus_size, int)
-            or not 1 <= focus_size <= MAX_FOCUS_SIZE
-        ):
-            raise ContextConfigError(
-                f"{where}.focus_size: must be an integer between 1 and {MAX_FOCUS_SIZE}, got {focus_size!r}"
-            )
-        if span not in SPANS:
-            raise ContextConfigError(f"{where}.span: unknown {span!r}; expected one of {list(SPANS)}")
-        if (
-            isinstance(neighbours, bool)
-            or not isinstance(neighbours, int)
-            or not 1 <= neighbours <= MAX_NEIGHBOURS
-        ):
-            raise ContextConfigError(
-                f"{where}.neighbours: must be an integer between 1 and {MAX_NEIGHBOURS}, got {neighbours!r}"
-            )
-        return cls(float(weight), span, neighbours, float(focus_weight), focus_size)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "weight": self.weight,
-            "span": self.span,
-            "neighbours": self.neighbours,
-            "focus_weight": self.focus_weight,
-            "focus_size": self.focus_size,
-        }
+from retrieval.options import ContextScoring
+from retrieval.query.fusion import Ranked, min_max
+from retrieval.query.snapshot import IndexHandle
 
 
 class ChunkLayout:
@@ -162,7 +70,7 @@ class ChunkLayout:
             self._first_copy.setdefault((int(self.doc_start[i]), int(self.text_keys[i])), i)
 
     @classmethod
-    def load(cls, conn: Any, chunks_partition: str, version: int) -> ChunkLayout:
+    def load(cls, conn: psycopg.Connection, chunks_partition: str, version: int) -> ChunkLayout:
         rows = conn.execute(
             sql.SQL(
                 "SELECT chunk_id, doc_id, start, bm25_length, coalesce(parent_id, ''),"
@@ -225,7 +133,7 @@ class ContextEvidence:
 
 
 def score_contexts(
-    conn: Any,
+    conn: psycopg.Connection,
     *,
     index_name: str,
     chunks_partition: str,
@@ -345,13 +253,13 @@ def best_window_score(chunk_terms: list[str], weights: dict[str, float], size: i
 
 def fuse_with_context(
     mode: str,
-    fused: list[tuple[str, dict[str, float]]],
+    fused: Ranked,
     evidence: dict[str, ContextEvidence],
     settings: ContextScoring,
     *,
     dense_weight: float,
     rrf_k: float,
-) -> list[tuple[str, dict[str, float]]]:
+) -> Ranked:
     """Re-rank fused candidates by `(1 - weight) * own + weight * context`, keeping every score.
 
     The context score follows the mode: dense cosine, BM25, their weighted mix (`hybrid_weighted`,
@@ -402,34 +310,48 @@ def fuse_with_context(
     return [(cid, scores[cid]) for cid in order]
 
 
-def collapse_identical_texts(
-    ranked: list[tuple[str, dict[str, float]]], layout: ChunkLayout
-) -> list[tuple[str, dict[str, float]]]:
-    """One result per chunk text: repeated passages (reports, boilerplate) take one slot, not several.
+class Layouts:
+    """Each index's ChunkLayout at its current version, loaded on first use inside the caller's snapshot."""
 
-    The copy returned is the earliest in the best-ranked copy's document (a document's first
-    occurrence is its canonical one), at the best copy's rank and with its scores.
-    """
-    seen: set[int] = set()
-    out: list[tuple[str, dict[str, float]]] = []
-    for cid, scores in ranked:
-        if cid not in layout.position:
-            out.append((cid, scores))
-            continue
-        key = layout.text_key(cid)
-        if key in seen:
-            continue
-        seen.add(key)
-        first = layout.earliest_copy(cid)
-        out.append((first, scores if first == cid else {**scores, "collapsed": 1.0}))
-    return out
+    def __init__(self) -> None:
+        self._layouts: dict[str, ChunkLayout] = {}
+        self._lock = threading.Lock()
+
+    def get(self, conn: psycopg.Connection, handle: IndexHandle) -> ChunkLayout:
+        layout = self._layouts.get(handle.name)
+        if layout is None or layout.version != handle.version:
+            layout = ChunkLayout.load(conn, handle.chunks, handle.version)
+            with self._lock:
+                self._layouts[handle.name] = layout
+        return layout
 
 
-def min_max(values: dict[str, float]) -> dict[str, float]:
-    """Scale to [0, 1] over the given candidates (all 1.0 when they are equal)."""
-    if not values:
-        return {}
-    low, high = min(values.values()), max(values.values())
-    if math.isclose(high, low):
-        return {cid: 1.0 for cid in values}
-    return {cid: (v - low) / (high - low) for cid, v in values.items()}
+def rank_with_context(
+    conn: psycopg.Connection,
+    handle: IndexHandle,
+    layout: ChunkLayout,
+    mode: str,
+    fused: Ranked,
+    settings: ContextScoring,
+    query: str,
+    query_vector: np.ndarray | None,
+    *,
+    dense_weight: float,
+    rrf_k: float,
+) -> Ranked:
+    """The context stage: score the candidates' contexts in the snapshot and re-rank with them."""
+    evidence = score_contexts(
+        conn,
+        index_name=handle.name,
+        chunks_partition=handle.chunks,
+        postings_partition=handle.postings,
+        dim=handle.dim,
+        layout=layout,
+        settings=settings,
+        candidates=[cid for cid, _ in fused],
+        terms=handle.analyzer.analyze(query) if mode != "dense" else None,
+        bm25_params=handle.bm25_params,
+        query_vector=query_vector if mode != "bm25" else None,
+        analyzer=handle.analyzer,
+    )
+    return fuse_with_context(mode, fused, evidence, settings, dense_weight=dense_weight, rrf_k=rrf_k)

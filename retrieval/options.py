@@ -1,0 +1,446 @@
+"""Search options: every per-request option declared once, with its default, bounds and description.
+
+`SearchOptions` is the one place a search option lives. The Searcher reads it, and the HTTP request
+model (`retrieval.service`), the `chunkyard search` flags and `Client.search` are derived from its
+fields' metadata (`option_specs()`), so adding an option means one field here and the stage that
+uses it. The index's own defaults (`hybrid`, `context_scoring`, `collapse_duplicates`, `coarse` in
+its config) are parsed once per index version (`IndexDefaults`) and merged with the request in
+`SearchOptions.resolve`, so no stage validates raw dicts at query time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from retrieval.rerank import Reranker
+
+MODES = ("dense", "bm25", "hybrid", "hybrid_weighted")
+MAX_K = 1000  # the library's bound on k and candidates
+SERVICE_MAX_K = 100  # the HTTP service's default bound on k (`create_app(max_k=...)`)
+HNSW_MAX_EF = 1000  # pgvector's upper bound for hnsw.ef_search
+MAX_NEIGHBOURS = 20
+MAX_FOCUS_SIZE = 1000
+MAX_RRF_K = 10_000
+SPANS = ("neighbours", "parent")
+CONTEXT_KEYS = ("weight", "span", "neighbours", "focus_weight", "focus_size")
+COARSE_DEFAULT_RANK = 5
+DEFAULT_CANDIDATES = 50
+DEFAULT_RRF_K = 60
+DEFAULT_WEIGHT = 0.5
+
+Kind = Literal["int", "float", "bool", "choice", "object", "reranker"]
+
+
+class SearchError(ValueError):
+    """Bad search input (unknown mode, k out of range, bad filters): the message names the field."""
+
+
+class ContextConfigError(ValueError):
+    """A `context_scoring` setting is invalid; the message names the field."""
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """What the service, the CLI and the client need to know about one option."""
+
+    name: str
+    default: Any
+    help: str
+    kind: Kind
+    ge: float | None = None
+    le: float | None = None
+    choices: tuple[str, ...] = ()
+    index_default: bool = False  # overrides a setting of the index config (not passed to a coarse index)
+    flags: tuple[str, ...] = ()
+    error: str = ""
+
+    @property
+    def nullable(self) -> bool:
+        return self.default is None
+
+    def check(self, value: Any) -> Any:
+        """The value, normalised (floats as float), or SearchError naming the option."""
+        if value is None and self.nullable:
+            return None
+        where = self.name
+        if self.kind == "int":
+            if isinstance(value, bool) or not isinstance(value, int) or not self.ge <= value <= self.le:
+                raise SearchError(
+                    f"{where}: must be an integer between {self.ge:g} and {self.le:g}, got {value!r}"
+                )
+            return value
+        if self.kind == "float":
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not self.ge <= value <= self.le
+            ):
+                raise SearchError(
+                    f"{where}: must be a number between {self.ge:g} and {self.le:g}, got {value!r}"
+                )
+            return float(value)
+        if self.kind == "bool":
+            if not isinstance(value, bool):
+                raise SearchError(f"{where}: must be true or false, got {value!r}")
+            return value
+        if self.kind == "choice":
+            if value not in self.choices:
+                raise SearchError(f"{where}: unknown {value!r}; expected one of {self.choices}")
+            return value
+        if self.kind == "object":
+            if not isinstance(value, dict):
+                raise SearchError(f"{where}: {self.error}")
+            return value
+        # reranker: a name, or an object with `score(query, texts)`; False means none
+        if value is False:
+            return None
+        if hasattr(value, "score") or (isinstance(value, str) and value.strip()):
+            return value
+        raise SearchError(f"{where}: {self.error}")
+
+
+def _option(default: Any, help: str, kind: Kind, **spec: Any) -> Any:
+    return field(
+        default=default, metadata={"option": {"default": default, "help": help, "kind": kind, **spec}}
+    )
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Every per-request search option. None means: the index config's value (or the built-in default).
+
+    `SearchOptions(k=10, mode="dense")` validates on construction; `options.with_overrides(k=3)`
+    returns a validated copy.
+    """
+
+    k: int = _option(5, "Number of results.", "int", ge=1, le=MAX_K, flags=("-k",))
+    mode: str = _option("hybrid", "dense, bm25, hybrid (RRF) or hybrid_weighted.", "choice", choices=MODES)
+    rerank: str | Reranker | None = _option(
+        None,
+        "Second-stage reranker: `maxsim`, or `cross-encoder:<local path>`.",
+        "reranker",
+        error="expected a reranker name ('maxsim', 'cross-encoder:<path>') or object",
+    )
+    filters: dict[str, Any] | None = _option(
+        None,
+        "Chunk metadata must contain this JSON object.",
+        "object",
+        error="must be a JSON object matched against chunk metadata (containment)",
+    )
+    include_parent: bool = _option(False, "Attach each hierarchical chunk's parent span.", "bool")
+    mmr: float | None = _option(
+        None, "Maximal marginal relevance lambda (1 = relevance only).", "float", ge=0, le=1
+    )
+    candidates: int | None = _option(
+        None,
+        "First-stage candidates per list (index default: hybrid.candidates).",
+        "int",
+        ge=1,
+        le=MAX_K,
+        index_default=True,
+    )
+    rrf_k: int | None = _option(
+        None,
+        "RRF constant of `hybrid` (index default: hybrid.rrf_k).",
+        "int",
+        ge=1,
+        le=MAX_RRF_K,
+        index_default=True,
+    )
+    weight: float | None = _option(
+        None,
+        "Dense weight of `hybrid_weighted` (index default: hybrid.weight).",
+        "float",
+        ge=0,
+        le=1,
+        index_default=True,
+    )
+    ef_search: int | None = _option(
+        None, "HNSW candidate list (raised to the candidates).", "int", ge=1, le=HNSW_MAX_EF
+    )
+    context_weight: float | None = _option(
+        None, "Weight of the text around each chunk (0 = off).", "float", ge=0, le=1, index_default=True
+    )
+    context_neighbours: int | None = _option(
+        None,
+        "Chunks on each side that form a chunk's context.",
+        "int",
+        ge=1,
+        le=MAX_NEIGHBOURS,
+        index_default=True,
+    )
+    focus_weight: float | None = _option(
+        None, "Weight of each chunk's best window.", "float", ge=0, le=1, index_default=True
+    )
+    focus_size: int | None = _option(
+        None, "Window length in BM25 terms.", "int", ge=1, le=MAX_FOCUS_SIZE, index_default=True
+    )
+    collapse_duplicates: bool | None = _option(
+        None, "Identical chunk texts take one slot.", "bool", index_default=True
+    )
+    coarse_min_gap: float | None = _option(
+        None,
+        "Answer from the coarse index below this ranking gap (0 = never).",
+        "float",
+        ge=0,
+        le=1,
+        index_default=True,
+    )
+
+    def __post_init__(self) -> None:
+        for spec in option_specs():
+            object.__setattr__(self, spec.name, spec.check(getattr(self, spec.name)))
+
+    @classmethod
+    def of(
+        cls, options: SearchOptions | None = None, overrides: Mapping[str, Any] | None = None
+    ) -> SearchOptions:
+        """`options` (default: all defaults) with keyword `overrides`, validated; unknown names are errors."""
+        if options is not None and not isinstance(options, SearchOptions):
+            raise SearchError(
+                f"options: expected SearchOptions or None, got {type(options).__name__} "
+                "(pass k, mode and the other options as keywords)"
+            )
+        base = options or cls()
+        if not overrides:
+            return base
+        unknown = sorted(set(overrides) - set(option_names()))
+        if unknown:
+            raise SearchError(f"{unknown[0]}: not a search option; known: {', '.join(option_names())}")
+        return dataclasses.replace(base, **overrides)
+
+    def with_overrides(self, **overrides: Any) -> SearchOptions:
+        return SearchOptions.of(self, overrides)
+
+    def request_only(self) -> SearchOptions:
+        """These options without the ones that override an index setting (a coarse index keeps its own)."""
+        return dataclasses.replace(
+            self, **{spec.name: spec.default for spec in option_specs() if spec.index_default}
+        )
+
+    def given(self) -> dict[str, Any]:
+        """The options that are set (not None), by name: the body `Client.search` sends."""
+        return {name: getattr(self, name) for name in option_names() if getattr(self, name) is not None}
+
+    # -- command line ----------------------------------------------------------------------------
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        """One flag per option (`--context-weight 0.4`), absent unless given."""
+        for spec in option_specs():
+            flags = (*spec.flags, "--" + spec.name.replace("_", "-"))
+            default_text = "" if spec.default is None else f" (default: {spec.default})"
+            kwargs: dict[str, Any] = {
+                "dest": spec.name,
+                "default": argparse.SUPPRESS,
+                "help": spec.help + default_text,
+            }
+            if spec.kind == "bool":
+                kwargs["action"] = "store_true" if not spec.nullable else argparse.BooleanOptionalAction
+            elif spec.kind == "choice":
+                kwargs["choices"] = spec.choices
+            else:
+                kwargs["type"] = {"int": int, "float": float, "object": json.loads}.get(spec.kind, str)
+            parser.add_argument(*flags, **kwargs)
+
+    @classmethod
+    def from_arguments(cls, namespace: argparse.Namespace) -> SearchOptions:
+        """The options given on the command line (see `add_arguments`)."""
+        given = {name: getattr(namespace, name) for name in option_names() if hasattr(namespace, name)}
+        return cls.of(None, given)
+
+    # -- resolution ------------------------------------------------------------------------------
+
+    def resolve(self, defaults: IndexDefaults, index_name: str) -> ResolvedSearch:
+        """These options with the index's defaults filled in, checked together."""
+        candidates = self.candidates if self.candidates is not None else defaults.candidates
+        if not 1 <= candidates <= MAX_K:
+            raise SearchError(f"candidates: must be between 1 and {MAX_K}, got {candidates}")
+        weight = float(self.weight if self.weight is not None else defaults.weight)
+        if not 0.0 <= weight <= 1.0:
+            raise SearchError(f"weight: dense weight must be between 0 and 1, got {weight}")
+        context = defaults.context
+        overrides = {
+            "weight": self.context_weight,
+            "neighbours": self.context_neighbours,
+            "focus_weight": self.focus_weight,
+            "focus_size": self.focus_size,
+        }
+        given = {name: value for name, value in overrides.items() if value is not None}
+        if given:
+            merged = {**context.as_dict(), **given}
+            try:
+                context = ContextScoring.checked(**merged, where="context")
+            except ContextConfigError as exc:
+                raise SearchError(str(exc)) from exc
+        if self.coarse_min_gap is not None and defaults.coarse is None:
+            raise SearchError(f"coarse_min_gap: index {index_name!r} has no `coarse` index config")
+        coarse = defaults.coarse
+        if coarse is not None and self.coarse_min_gap is not None:
+            coarse = dataclasses.replace(coarse, min_gap=self.coarse_min_gap)
+        return ResolvedSearch(
+            options=self,
+            candidates=int(candidates),
+            rrf_k=float(self.rrf_k if self.rrf_k is not None else defaults.rrf_k),
+            weight=weight,
+            context=context,
+            collapse=self.collapse_duplicates if self.collapse_duplicates is not None else defaults.collapse,
+            coarse=coarse,
+        )
+
+
+def option_specs() -> tuple[OptionSpec, ...]:
+    """Every option's spec, in field order."""
+    return _SPECS
+
+
+def option_names() -> tuple[str, ...]:
+    return tuple(spec.name for spec in _SPECS)
+
+
+_SPECS = tuple(OptionSpec(name=f.name, **f.metadata["option"]) for f in dataclasses.fields(SearchOptions))
+
+
+@dataclass(frozen=True)
+class ContextScoring:
+    """How much a chunk's context counts (`weight`, 0 = off) and what the context is.
+
+    `focus_weight` adds the finer scale: the chunk's best window of `focus_size` BM25 terms
+    (query words close together, as in the passage a question was written from).
+    """
+
+    weight: float = 0.0
+    span: str = "neighbours"
+    neighbours: int = 1
+    focus_weight: float = 0.0
+    focus_size: int = 24
+
+    @property
+    def enabled(self) -> bool:
+        return self.weight > 0.0 or self.focus_weight > 0.0
+
+    @classmethod
+    def from_config(cls, raw: Any, where: str = "context_scoring") -> ContextScoring:
+        """Validate a `context_scoring` mapping (`{weight: 0.4, span: neighbours, neighbours: 2}`)."""
+        if raw in (None, {}):
+            return cls()
+        if not isinstance(raw, dict):
+            raise ContextConfigError(f"{where}: expected a mapping like {{weight: 0.4, neighbours: 1}}")
+        unknown = sorted(set(raw) - set(CONTEXT_KEYS))
+        if unknown:
+            raise ContextConfigError(f"{where}: unknown field(s) {unknown}; allowed {list(CONTEXT_KEYS)}")
+        return cls.checked(**{**cls().as_dict(), **raw}, where=where)
+
+    @classmethod
+    def checked(
+        cls,
+        weight: Any,
+        span: Any,
+        neighbours: Any,
+        focus_weight: Any = 0.0,
+        focus_size: Any = 24,
+        where: str = "context_scoring",
+    ) -> ContextScoring:
+        for name, value in (("weight", weight), ("focus_weight", focus_weight)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+                raise ContextConfigError(f"{where}.{name}: must be a number between 0 and 1, got {value!r}")
+        if weight + focus_weight > 1.0 + 1e-9:
+            raise ContextConfigError(
+                f"{where}: weight + focus_weight must be at most 1 (the chunk's own score keeps the rest), "
+                f"got {weight} + {focus_weight}"
+            )
+        if not _is_int_in(focus_size, 1, MAX_FOCUS_SIZE):
+            raise ContextConfigError(
+                f"{where}.focus_size: must be an integer between 1 and {MAX_FOCUS_SIZE}, got {focus_size!r}"
+            )
+        if span not in SPANS:
+            raise ContextConfigError(f"{where}.span: unknown {span!r}; expected one of {list(SPANS)}")
+        if not _is_int_in(neighbours, 1, MAX_NEIGHBOURS):
+            raise ContextConfigError(
+                f"{where}.neighbours: must be an integer between 1 and {MAX_NEIGHBOURS}, got {neighbours!r}"
+            )
+        return cls(float(weight), span, neighbours, float(focus_weight), focus_size)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _is_int_in(value: Any, low: int, high: int) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
+
+
+@dataclass(frozen=True)
+class CoarseFallback:
+    """`coarse: {config, min_gap, rank}`: ambiguous queries go to the sibling index `config`."""
+
+    config: str
+    min_gap: float
+    rank: int = COARSE_DEFAULT_RANK
+
+
+@dataclass(frozen=True)
+class IndexDefaults:
+    """An index config's search settings, parsed once per index version."""
+
+    candidates: int = DEFAULT_CANDIDATES
+    rrf_k: float = DEFAULT_RRF_K
+    weight: float = DEFAULT_WEIGHT
+    context: ContextScoring = field(default_factory=ContextScoring)
+    collapse: bool = False
+    coarse: CoarseFallback | None = None
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], index_name: str) -> IndexDefaults:
+        """From a stored index config (`IndexConfig.as_dict()`, validated when it was loaded)."""
+        hybrid = config.get("hybrid") or {}
+        try:
+            context = ContextScoring.from_config(config.get("context_scoring"))
+        except ContextConfigError as exc:
+            raise SearchError(f"index {index_name!r}: {exc}") from exc
+        coarse = config.get("coarse") or {}
+        return cls(
+            candidates=int(hybrid.get("candidates", DEFAULT_CANDIDATES)),
+            rrf_k=float(hybrid.get("rrf_k", DEFAULT_RRF_K)),
+            weight=float(hybrid.get("weight", DEFAULT_WEIGHT)),
+            context=context,
+            collapse=bool(config.get("collapse_duplicates", False)),
+            coarse=CoarseFallback(
+                config=coarse["config"],
+                min_gap=float(coarse.get("min_gap", 0.0)),
+                rank=int(coarse.get("rank", COARSE_DEFAULT_RANK)),
+            )
+            if coarse
+            else None,
+        )
+
+
+@dataclass(frozen=True)
+class ResolvedSearch:
+    """The request's options with the index's defaults filled in: what the stages read."""
+
+    options: SearchOptions
+    candidates: int
+    rrf_k: float
+    weight: float
+    context: ContextScoring
+    collapse: bool
+    coarse: CoarseFallback | None
+
+    @property
+    def k(self) -> int:
+        return self.options.k
+
+    @property
+    def mode(self) -> str:
+        return self.options.mode
+
+    @property
+    def falls_back(self) -> bool:
+        """Ambiguous queries are answered by the coarse index (`min_gap` 0 never falls back)."""
+        return self.coarse is not None and self.coarse.min_gap > 0.0

@@ -1,0 +1,10 @@
+"""Query-time search: a `Searcher` composing one module per stage over a read snapshot of an index.
+
+Stages: dense and lexical candidates, fusion, context scoring, collapse, coarse fallback, rows,
+MMR and rerank; `options` (`retrieval.options`) says what each does for one request.
+"""
+
+from retrieval.query.results import IndexNotFoundError, SearchError, SearchResult
+from retrieval.query.searcher import Searcher, default_searcher
+
+__all__ = ["IndexNotFoundError", "SearchError", "SearchResult", "Searcher", "default_searcher"]

@@ -1,0 +1,86 @@
+"""Coarse fallback: ambiguous queries are answered by a coarse index (larger chunks) of the collection.
+
+An index whose config has `coarse: {config, min_gap, rank}` measures, per query, the gap between
+its first and `rank`-th (default 5, whatever k is) result's ranking score (`with_context`, or the
+fused score min-max normalised over the candidates). Below `min_gap` (`coarse_min_gap` overrides
+it; 0 never falls back) the query is answered by the sibling index `config` with its own ranking
+settings. Every result carries the gap as `scores["fine_gap"]` and the index that answered as
+`index`; a coarse answer's timings add the fine ranking's time (`fine_ms`) to its `total_ms`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from retrieval.options import CoarseFallback, SearchOptions
+from retrieval.query.fusion import RANKING_KEYS, Ranked
+from retrieval.query.results import IndexNotFoundError, SearchResult
+from retrieval.query.snapshot import IndexHandle
+
+BatchSearch = Callable[[list[str], str, SearchOptions, np.ndarray | None], list[list[SearchResult]]]
+
+
+def ranking_gap(mode: str, ranked: Ranked, rank: int, with_context: bool) -> float:
+    """How clearly the first result beats the `rank`-th: their ranking scores' difference, in [0, 1].
+
+    With context scoring the ranking score (`with_context`) is already a mix of min-max normalised
+    parts; otherwise the fused score is min-max normalised over the candidates first.
+    """
+    if len(ranked) < 2:
+        return 1.0
+    key = "with_context" if with_context else RANKING_KEYS[mode]
+    values = [scores.get(key, 0.0) for _, scores in ranked]
+    kth = values[min(rank, len(values)) - 1]
+    if with_context:
+        return float(values[0] - kth)
+    spread = max(values) - min(values)
+    return float((values[0] - kth) / spread) if spread > 0 else 0.0
+
+
+def coarse_answers(
+    fine: IndexHandle,
+    fallback: CoarseFallback,
+    queries: Sequence[str],
+    gaps: list[float],
+    totals_ms: list[float],
+    results: list[list[SearchResult]],
+    *,
+    fine_vectors: np.ndarray | None,
+    options: SearchOptions,
+    load_handle: Callable[[str], IndexHandle],
+    search_batch: BatchSearch,
+) -> list[list[SearchResult]]:
+    """`results` with the ambiguous queries' answers replaced by the coarse index's.
+
+    The coarse index ranks with its own settings (the request's index-level overrides stay with the
+    fine index) and reuses the fine index's query vectors when both use the same model.
+    """
+    ambiguous = [qi for qi, gap in enumerate(gaps) if gap < fallback.min_gap]
+    if not ambiguous:
+        return results
+    coarse_name = fine.name.sibling(fallback.config)
+    try:
+        coarse = load_handle(coarse_name)
+    except IndexNotFoundError as exc:
+        raise IndexNotFoundError(
+            f"index {fine.name!r} falls back to {coarse_name!r} for ambiguous queries, but: {exc}"
+        ) from exc
+    same_model = all(
+        coarse.config.get(key) == fine.config.get(key) for key in ("embedding_model", "embedder")
+    )
+    vectors = fine_vectors[ambiguous] if same_model and fine_vectors is not None else None
+    answers = search_batch([queries[qi] for qi in ambiguous], coarse.name, options.request_only(), vectors)
+    merged = list(results)
+    for qi, answer in zip(ambiguous, answers, strict=True):
+        fine_ms = round(totals_ms[qi], 3)
+        for result in answer:
+            result.scores["fine_gap"] = gaps[qi]
+            result.timings = {
+                **result.timings,
+                "fine_ms": fine_ms,
+                "total_ms": round(result.timings.get("total_ms", 0.0) + fine_ms, 3),
+            }
+        merged[qi] = answer
+    return merged

@@ -1,0 +1,27 @@
+"""Collapse stage: identical chunk texts (repeated passages) take one result slot (`collapse_duplicates`)."""
+
+from __future__ import annotations
+
+from retrieval.query.context_scoring import ChunkLayout
+from retrieval.query.fusion import Ranked
+
+
+def collapse_identical_texts(ranked: Ranked, layout: ChunkLayout) -> Ranked:
+    """One result per chunk text: repeated passages (reports, boilerplate) take one slot, not several.
+
+    The copy returned is the earliest in the best-ranked copy's document (a document's first
+    occurrence is its canonical one), at the best copy's rank and with its scores.
+    """
+    seen: set[int] = set()
+    out: Ranked = []
+    for cid, scores in ranked:
+        if cid not in layout.position:
+            out.append((cid, scores))
+            continue
+        key = layout.text_key(cid)
+        if key in seen:
+            continue
+        seen.add(key)
+        first = layout.earliest_copy(cid)
+        out.append((first, scores if first == cid else {**scores, "collapsed": 1.0}))
+    return out

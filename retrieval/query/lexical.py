@@ -1,0 +1,99 @@
+"""Lexical candidates: BM25 from the postings in Postgres ("sql") or an in-memory copy ("memory").
+
+Both backends return rank-bm25's scores. The in-memory copy (scipy, one per index) answers in 2-6 ms
+at 300k chunks where the SQL aggregation over postings takes 150-500 ms; it is reloaded in a
+background thread when the index version changes, and filtered queries always use SQL.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+
+from retrieval import bm25 as bm25_lib
+from retrieval.options import SearchError
+from retrieval.query.fusion import Candidates
+from retrieval.query.snapshot import IndexHandle, IndexHandles
+from retrieval.store import Store, split_index_name
+
+BACKENDS = ("sql", "memory")
+
+
+class LexicalCandidates:
+    """The BM25 stage of one Searcher: its backend and its in-memory copies."""
+
+    def __init__(self, store: Store, handles: IndexHandles, backend: str) -> None:
+        if backend not in BACKENDS:
+            raise SearchError(f"bm25_backend: unknown {backend!r}; expected 'sql' or 'memory'")
+        self.backend = backend
+        self._store = store
+        self._handles = handles
+        self._memory: dict[str, bm25_lib.MemoryBm25] = {}
+        self._reloading: set[str] = set()
+        self._lock = threading.Lock()
+
+    def top_k(
+        self,
+        conn: psycopg.Connection,
+        handle: IndexHandle,
+        query: str,
+        n: int,
+        filters: dict[str, Any] | None,
+    ) -> Candidates:
+        terms = handle.analyzer.analyze(query)
+        if not terms:
+            return []
+        if self.backend == "memory" and not filters:
+            memory = self._current(handle)
+            if memory is not None:
+                return memory.top_k(terms, n)
+        return bm25_lib.sql_top_k(
+            conn, handle.name, handle.postings, handle.chunks, terms, handle.bm25_params, n, filters=filters
+        )
+
+    def loaded(self, index: str) -> bm25_lib.MemoryBm25 | None:
+        """The in-memory copy of `index` as loaded now (any version), or None."""
+        return self._memory.get(split_index_name(index))
+
+    def warm(self, index: str) -> float:
+        """Load the in-memory copy of `index` now (seconds taken); e.g. before serving traffic."""
+        return self._reload(split_index_name(index))
+
+    def _current(self, handle: IndexHandle) -> bm25_lib.MemoryBm25 | None:
+        """The in-memory copy at exactly `handle.version`, or None (the caller then uses SQL).
+
+        A missing or outdated copy is (re)loaded in a background thread, so a publish never
+        stalls queries: until the new copy is ready they are answered from the postings in Postgres.
+        """
+        memory = self._memory.get(handle.name)
+        if memory is not None and memory.version == handle.version:
+            return memory
+        if memory is None or memory.version < handle.version:
+            self._start_reload(handle.name)
+        return None
+
+    def _start_reload(self, index_name: str) -> None:
+        with self._lock:
+            if index_name in self._reloading:
+                return
+            self._reloading.add(index_name)
+        thread = threading.Thread(target=self._reload, args=(index_name,), daemon=True, name="bm25-reload")
+        thread.start()
+
+    def _reload(self, index_name: str) -> float:
+        started = time.perf_counter()
+        try:
+            with self._store.connection() as conn:
+                handle = self._handles.get(conn, index_name)
+                memory = bm25_lib.MemoryBm25.load(conn, handle.name, handle.bm25_params)
+            with self._lock:
+                current = self._memory.get(index_name)
+                if current is None or current.version < memory.version:
+                    self._memory[index_name] = memory
+        finally:
+            with self._lock:
+                self._reloading.discard(index_name)
+        return time.perf_counter() - started

@@ -1,0 +1,40 @@
+"""What a search returns (`SearchResult`) and its errors: bad input (`SearchError`) or no such index."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from retrieval.options import SearchError
+
+__all__ = ["IndexNotFoundError", "SearchError", "SearchResult"]
+
+
+class IndexNotFoundError(LookupError):
+    """The index does not exist or was never published."""
+
+
+@dataclass
+class SearchResult:
+    """One chunk: its exact span in its document, text, metadata and per-stage scores."""
+
+    chunk_id: str
+    doc_id: str
+    start: int
+    end: int
+    text: str
+    metadata: dict[str, Any]
+    scores: dict[str, float]
+    rank: int
+    parent: dict[str, Any] | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    index: str = ""
+    index_version: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SearchResult:
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in names})

@@ -1,0 +1,119 @@
+"""Rows stage: fetch the ranked chunks' rows (ending the read snapshot) and attach parent spans."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from retrieval.query.fusion import Ranked
+from retrieval.query.results import SearchResult
+from retrieval.query.snapshot import IndexHandle
+from retrieval.store import Store, as_array
+
+
+@dataclass
+class ChunkRow:
+    doc_id: str
+    start: int
+    end: int
+    text: str
+    metadata: dict[str, Any]
+    parent_id: str | None
+    embedding: np.ndarray | None = None
+
+
+def fetch_rows(
+    conn: psycopg.Connection,
+    handle: IndexHandle,
+    chunk_ids: list[str],
+    *,
+    with_vectors: bool = False,
+    commit: bool = False,
+) -> dict[str, ChunkRow]:
+    """Chunk rows by id; with `commit`, the snapshot's COMMIT rides in the same round trip."""
+    if not chunk_ids:
+        if commit:
+            conn.execute("COMMIT")
+        return {}
+    columns = sql.SQL('chunk_id, doc_id, start, "end", text, metadata, parent_id')
+    if with_vectors:
+        columns = columns + sql.SQL(", embedding")
+    with conn.pipeline():
+        cursor = conn.execute(
+            sql.SQL("SELECT {} FROM {} WHERE index_name = %s AND chunk_id = ANY(%s)").format(
+                columns, sql.Identifier(handle.chunks)
+            ),
+            (handle.name, chunk_ids),
+        )
+        if commit:
+            conn.execute("COMMIT")
+    return {
+        row[0]: ChunkRow(
+            doc_id=row[1],
+            start=row[2],
+            end=row[3],
+            text=row[4],
+            metadata=row[5] or {},
+            parent_id=row[6],
+            embedding=as_array(row[7]) if with_vectors else None,
+        )
+        for row in cursor.fetchall()
+    }
+
+
+def to_results(handle: IndexHandle, hits: Ranked, rows: dict[str, ChunkRow]) -> list[SearchResult]:
+    return [
+        SearchResult(
+            chunk_id=cid,
+            doc_id=rows[cid].doc_id,
+            start=rows[cid].start,
+            end=rows[cid].end,
+            text=rows[cid].text,
+            metadata=rows[cid].metadata,
+            scores=scores,
+            rank=rank,
+            index=handle.name,
+            index_version=handle.version,
+        )
+        for rank, (cid, scores) in enumerate(hits, start=1)
+    ]
+
+
+def attach_parents(
+    store: Store, handle: IndexHandle, results: list[SearchResult], rows: dict[str, ChunkRow]
+) -> None:
+    """Parent spans of hierarchical chunks: a stored parent chunk, or `parent_start/end` in metadata."""
+    parent_ids = {rows[r.chunk_id].parent_id for r in results if rows[r.chunk_id].parent_id}
+    with store.connection() as conn:
+        parents = fetch_rows(conn, handle, sorted(parent_ids)) if parent_ids else {}
+        for result in results:
+            parent_id = rows[result.chunk_id].parent_id
+            if parent_id and parent_id in parents:
+                p = parents[parent_id]
+                result.parent = {
+                    "chunk_id": parent_id,
+                    "doc_id": p.doc_id,
+                    "start": p.start,
+                    "end": p.end,
+                    "text": p.text,
+                }
+                continue
+            meta = result.metadata
+            start, end = meta.get("parent_start"), meta.get("parent_end")
+            if isinstance(start, int) and isinstance(end, int) and 0 <= start <= end:
+                row = conn.execute(
+                    "SELECT substr(text, %s, %s) FROM documents WHERE collection = %s AND doc_id = %s",
+                    (start + 1, end - start, handle.name.collection, result.doc_id),
+                ).fetchone()
+                if row is not None:
+                    result.parent = {
+                        "chunk_id": parent_id,
+                        "doc_id": result.doc_id,
+                        "start": start,
+                        "end": end,
+                        "text": row[0],
+                    }

@@ -1,0 +1,285 @@
+"""The Searcher: one published index queried through its stages, each in its own module.
+
+    query vectors (dense) -> dense / lexical candidates -> fusion -> context scoring -> collapse
+    -> coarse fallback -> rows -> MMR -> rerank -> parents
+
+The options (`retrieval.options.SearchOptions`) are resolved once per call with the index's
+defaults; each stage reads the resolved value. Every query reads inside one read snapshot (see
+`snapshot`), so all its candidates come from the same index version.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from retrieval.options import (
+    COARSE_DEFAULT_RANK,
+    HNSW_MAX_EF,
+    MAX_K,
+    ResolvedSearch,
+    SearchError,
+    SearchOptions,
+)
+from retrieval.query import coarse as coarse_stage
+from retrieval.query.collapse import collapse_identical_texts
+from retrieval.query.context_scoring import Layouts, rank_with_context
+from retrieval.query.dense import QueryEmbedder, checked_vectors, dense_candidates, embed_queries
+from retrieval.query.fusion import Candidates, Ranked, fuse
+from retrieval.query.lexical import LexicalCandidates
+from retrieval.query.mmr import mmr
+from retrieval.query.reranking import Rerankers, rerank
+from retrieval.query.results import SearchResult
+from retrieval.query.rows import attach_parents, fetch_rows, to_results
+from retrieval.query.snapshot import IndexHandle, IndexHandles, read_snapshot
+from retrieval.rerank import Reranker
+from retrieval.store import Store
+
+DEFAULT_INDEX = "recursive-256"
+EmbedderSource = QueryEmbedder | Callable[[str], QueryEmbedder]
+
+
+class Searcher:
+    """Queries published indexes. `embedder_for` is an Embedder or `index_name -> Embedder`.
+
+    `ef_search`: the HNSW candidate list, raised to the number of candidates when needed (default
+    from CHUNKYARD_EF_SEARCH, else 100: enough at 100k chunks, while a million-chunk index needs
+    400-800 for recall@10 >= 0.95, see docs/deployment.md). `bm25_backend`: "sql" or "memory"
+    (default from CHUNKYARD_BM25_BACKEND, else "memory"; see `lexical`). `rerank_candidates`: how
+    many first-stage hits a reranker sees.
+    """
+
+    def __init__(
+        self,
+        store: Store | None = None,
+        embedder_for: EmbedderSource | None = None,
+        *,
+        ef_search: int | str | None = None,
+        bm25_backend: str | None = None,
+        rerank_candidates: int = 20,
+    ) -> None:
+        self.store = store or Store()
+        self._embedder_for = embedder_for
+        ef_search = ef_search if ef_search is not None else os.environ.get("CHUNKYARD_EF_SEARCH", "100")
+        try:
+            self.ef_search = int(ef_search)
+        except ValueError:
+            raise SearchError(f"ef_search: expected an integer, got {ef_search!r}") from None
+        if not 1 <= self.ef_search <= HNSW_MAX_EF:
+            raise SearchError(f"ef_search must be between 1 and {HNSW_MAX_EF}, got {self.ef_search}")
+        self.rerank_candidates = int(rerank_candidates)
+        self._handles = IndexHandles()
+        backend = bm25_backend or os.environ.get("CHUNKYARD_BM25_BACKEND", "memory")
+        self.lexical = LexicalCandidates(self.store, self._handles, backend)
+        self._layouts = Layouts()
+        shared = embedder_for if isinstance(embedder_for, QueryEmbedder) else None
+        self._rerankers = Rerankers(shared)
+
+    @property
+    def bm25_backend(self) -> str:
+        return self.lexical.backend
+
+    def embedder(self, index_name: str, config: dict[str, Any] | None = None) -> QueryEmbedder:
+        """The embedder for `index_name`'s queries (the index config's model when none was given)."""
+        if self._embedder_for is None:
+            from retrieval.embedder import embedder_for_config
+
+            return embedder_for_config(config or {})
+        if isinstance(self._embedder_for, QueryEmbedder):
+            return self._embedder_for
+        return self._embedder_for(index_name)
+
+    def warm(self, index: str) -> float:
+        """Load the in-memory BM25 copy of `index` now (seconds taken); e.g. before serving traffic."""
+        return self.lexical.warm(index)
+
+    def _handle(self, index: str) -> IndexHandle:
+        with self.store.connection() as conn:
+            return self._handles.get(conn, index)
+
+    # -- public API ------------------------------------------------------------------------------
+
+    def search(
+        self, query: str, index: str = DEFAULT_INDEX, options: SearchOptions | None = None, **overrides: Any
+    ) -> list[SearchResult]:
+        """Top-k chunks of `index` for `query`: `options` (a SearchOptions) with keyword overrides."""
+        return self.search_batch([query], index, options, **overrides)[0]
+
+    def search_batch(
+        self,
+        queries: Sequence[str],
+        index: str = DEFAULT_INDEX,
+        options: SearchOptions | None = None,
+        *,
+        query_vectors: np.ndarray | None = None,
+        **overrides: Any,
+    ) -> list[list[SearchResult]]:
+        """Like `search` for many queries; all query vectors are computed in one embedding call.
+
+        `query_vectors` (one row per query, from the index's own model) skips the query embedding.
+        See `retrieval.options.SearchOptions` for the options and `coarse` for the coarse fallback.
+        """
+        if isinstance(queries, str):
+            raise SearchError("queries: expected a list of strings, not a single string")
+        request = SearchOptions.of(options, overrides)
+        for query in queries:
+            if not isinstance(query, str) or not query.strip():
+                raise SearchError("query: must be a non-empty string")
+        if not queries:
+            return []
+        handle = self._handle(index)
+        plan = request.resolve(handle.defaults, handle.name)
+        return self._run(list(queries), index, handle, plan, query_vectors)
+
+    # -- composition -----------------------------------------------------------------------------
+
+    def _run(
+        self,
+        queries: list[str],
+        index: str,
+        handle: IndexHandle,
+        plan: ResolvedSearch,
+        given_vectors: np.ndarray | None,
+    ) -> list[list[SearchResult]]:
+        request = plan.options
+        reranker = self._rerankers.get(request.rerank)
+        k = request.k
+        pool = max(k, self.rerank_candidates if reranker is not None else k)
+        if request.mmr is not None:
+            pool = max(pool, min(plan.candidates, MAX_K), 2 * k)
+        # Context scoring, collapsing and the ambiguity gap always see the same candidates: the top k
+        # does not depend on k.
+        single_list = (
+            plan.mode in ("dense", "bm25")
+            and not plan.context.enabled
+            and not plan.collapse
+            and not plan.coarse
+        )
+        first_stage = pool if single_list else max(pool, plan.candidates)
+        needs_vectors = plan.mode != "bm25" or request.mmr is not None
+        vectors, embed_ms = None, 0.0
+        if given_vectors is not None:
+            vectors = checked_vectors(given_vectors, handle, len(queries))
+        elif needs_vectors:
+            vectors, embed_ms = embed_queries(self.embedder(handle.name, handle.config), handle, queries)
+
+        results: list[list[SearchResult]] = []
+        gaps: list[float] = []
+        totals_ms: list[float] = []
+        for qi, query in enumerate(queries):
+            started = time.perf_counter()
+            timings = {"embed_ms": embed_ms} if needs_vectors else {}
+            qvec = vectors[qi] if vectors is not None else None
+            out, gap = self._one(query, qvec, index, plan, reranker, pool, first_stage, timings)
+            gaps.append(gap)
+            timings["total_ms"] = (time.perf_counter() - started) * 1000 + timings.get("embed_ms", 0.0)
+            totals_ms.append(timings["total_ms"])
+            for result in out:
+                result.timings = {key: round(value, 3) for key, value in timings.items()}
+                if plan.coarse is not None:
+                    result.scores["fine_gap"] = gap
+            results.append(out)
+        if plan.falls_back:
+            results = coarse_stage.coarse_answers(
+                handle,
+                plan.coarse,
+                queries,
+                gaps,
+                totals_ms,
+                results,
+                fine_vectors=vectors,
+                options=request,
+                load_handle=self._handle,
+                search_batch=lambda qs, name, options, vs: self.search_batch(
+                    qs, name, options, query_vectors=vs
+                ),
+            )
+        return results
+
+    def _one(
+        self,
+        query: str,
+        qvec: np.ndarray | None,
+        index: str,
+        plan: ResolvedSearch,
+        reranker: Reranker | None,
+        pool: int,
+        first_stage: int,
+        timings: dict[str, float],
+    ) -> tuple[list[SearchResult], float]:
+        """One query through the stages; returns its results and its ranking gap."""
+        request, mode = plan.options, plan.mode
+        with self.store.connection() as conn, read_snapshot(conn):
+            handle = self._handles.get(conn, index, begin=True)
+            dense: Candidates = []
+            lexical: Candidates = []
+            if mode != "bm25":
+                with _timed(timings, "dense_ms"):
+                    n = first_stage if mode == "dense" else max(first_stage, plan.candidates)
+                    ef = request.ef_search or self.ef_search
+                    dense = dense_candidates(conn, handle, qvec, n, request.filters, ef)
+            if mode != "dense":
+                with _timed(timings, "bm25_ms"):
+                    n = first_stage if mode == "bm25" else max(first_stage, plan.candidates)
+                    lexical = self.lexical.top_k(conn, handle, query, n, request.filters)
+            with _timed(timings, "fuse_ms"):
+                fused = fuse(mode, dense, lexical, plan.rrf_k, plan.weight)
+            if plan.context.enabled and fused:
+                with _timed(timings, "context_ms"):
+                    layout = self._layouts.get(conn, handle)
+                    fused = rank_with_context(
+                        conn, handle, layout, mode, fused, plan.context, query, qvec,
+                        dense_weight=plan.weight, rrf_k=plan.rrf_k,
+                    )  # fmt: skip
+            if plan.collapse and fused:
+                with _timed(timings, "collapse_ms"):
+                    fused = collapse_identical_texts(fused, self._layouts.get(conn, handle))
+            rank = plan.coarse.rank if plan.coarse is not None else COARSE_DEFAULT_RANK
+            gap = coarse_stage.ranking_gap(mode, fused, rank, plan.context.enabled)
+            with _timed(timings, "fetch_ms"):
+                ranked = fused[
+                    : first_stage if (reranker is not None or request.mmr is not None) else request.k
+                ]
+                ids = [cid for cid, _ in ranked]
+                rows = fetch_rows(conn, handle, ids, with_vectors=request.mmr is not None, commit=True)
+        hits: Ranked = [(cid, scores) for cid, scores in ranked if cid in rows]
+        if request.mmr is not None and qvec is not None:
+            with _timed(timings, "mmr_ms"):
+                hits = mmr(hits, rows, qvec, request.mmr, max(request.k, pool if reranker else request.k))
+        if reranker is not None:
+            with _timed(timings, "rerank_ms"):
+                hits = rerank(hits[:pool], reranker, query, rows)
+        out = to_results(handle, hits[: request.k], rows)
+        if request.include_parent and out:
+            with _timed(timings, "parent_ms"):
+                attach_parents(self.store, handle, out, rows)
+        return out, gap
+
+
+@contextlib.contextmanager
+def _timed(timings: dict[str, float], key: str) -> Iterator[None]:
+    """Time a stage into `timings[key]` (ms)."""
+    started = time.perf_counter()
+    yield
+    timings[key] = (time.perf_counter() - started) * 1000
+
+
+# -- the default Searcher of `retrieval.search(...)` -----------------------------------------------
+
+_default: Searcher | None = None
+_default_lock = threading.Lock()
+
+
+def default_searcher() -> Searcher:
+    """A Searcher on `retrieval.db.database_url()`, created on first use."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Searcher(Store())
+        return _default

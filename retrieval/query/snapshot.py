@@ -1,0 +1,97 @@
+"""The published state of an index (`IndexHandle`) and the read snapshot every query runs in.
+
+Every query reads inside one REPEATABLE READ snapshot, so dense and BM25 candidates come from the
+same index version even while a publish commits. The snapshot's BEGIN rides with the index lookup
+and its COMMIT with the row fetch (see `rows.fetch_rows`), so it costs no extra round trip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from retrieval import bm25 as bm25_lib
+from retrieval.names import IndexName
+from retrieval.options import IndexDefaults
+from retrieval.query.results import IndexNotFoundError
+from retrieval.store import partition_names, split_index_name
+
+
+@dataclass(frozen=True)
+class IndexHandle:
+    """One published index version: its partitions, BM25 settings and parsed search defaults."""
+
+    name: IndexName
+    version: int
+    dim: int
+    config: dict[str, Any]
+    chunks: str
+    postings: str
+    bm25_params: bm25_lib.Bm25Params
+    analyzer: bm25_lib.Analyzer
+    defaults: IndexDefaults
+
+
+class IndexHandles:
+    """Handles by index name, rebuilt only when the published version or config changes."""
+
+    def __init__(self) -> None:
+        self._handles: dict[str, IndexHandle] = {}
+        self._lock = threading.Lock()
+
+    def get(self, conn: psycopg.Connection, index: str, *, begin: bool = False) -> IndexHandle:
+        """The index's published state; with `begin`, the snapshot's BEGIN rides in the same round trip."""
+        name = split_index_name(index)
+        with conn.pipeline():
+            if begin:
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            cursor = conn.execute("SELECT version, dim, config FROM indexes WHERE name = %s", (name,))
+        row = cursor.fetchone()
+        if row is None:
+            raise IndexNotFoundError(f"index {name!r} does not exist; known: {_published(conn)}")
+        version, dim, config = int(row[0]), row[1], row[2]
+        if version == 0 or not dim:
+            raise IndexNotFoundError(f"index {name!r} has not been published yet")
+        cached = self._handles.get(name)
+        if cached is not None and cached.version == version and cached.config == config:
+            return cached
+        parts = partition_names(name)
+        bm25_config = config.get("bm25") or {}
+        handle = IndexHandle(
+            name=name,
+            version=version,
+            dim=int(dim),
+            config=config,
+            chunks=parts["chunks"],
+            postings=parts["postings"],
+            bm25_params=bm25_lib.Bm25Params.from_config(bm25_config),
+            analyzer=bm25_lib.build_analyzer(bm25_config),
+            defaults=IndexDefaults.from_config(config, name),
+        )
+        with self._lock:
+            self._handles[name] = handle
+        return handle
+
+
+def _published(conn: psycopg.Connection) -> list[str]:
+    return [r[0] for r in conn.execute("SELECT name FROM indexes WHERE version > 0 ORDER BY name")]
+
+
+@contextlib.contextmanager
+def read_snapshot(conn: psycopg.Connection) -> Iterator[None]:
+    """A read-only REPEATABLE READ transaction whose BEGIN/COMMIT the caller pipelines with queries.
+
+    The caller sends `BEGIN ...` (`IndexHandles.get(begin=True)`) and `COMMIT`
+    (`fetch_rows(commit=True)`); this only makes sure an error or an early exit never leaves the
+    pooled connection in a transaction.
+    """
+    try:
+        yield
+    finally:
+        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.execute("ROLLBACK")
