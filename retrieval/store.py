@@ -20,6 +20,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from chunking.types import Document
+from retrieval.analysis import analyzer_name
 from retrieval.db import connect, database_url
 from retrieval.migrations import MIGRATIONS
 from retrieval.names import IndexName
@@ -302,6 +303,8 @@ class Store:
             "bm25_total_length": int(row[11] or 0),
             "bm25_vocabulary": int(row[12] or 0),
             "document_count": int(row[13] or 0),
+            # the BM25 analyzer queries use (`auto` as resolved at build), also in config.bm25
+            "analyzer": analyzer_name((row[3] or {}).get("bm25")),
         }
         info["latest_evaluation"] = self._latest_evaluation_record(index_name)
         return info

@@ -164,7 +164,7 @@ def test_auto_picks_the_collection_language_and_is_no_worse_than_english(
     auto, auto_first, info = _hits(store, embedder, language, "auto")
     english, english_first, _ = _hits(store, embedder, language, "english")
     bm25 = info["config"]["bm25"]
-    assert bm25["analyzer"] == "auto" and bm25["resolved_analyzer"] == expected
+    assert bm25["analyzer"] == "auto" and bm25["resolved_analyzer"] == expected == info["analyzer"]
     assert bm25["languages"] == {language: 1.0}
     assert info["chunk_languages"] == {language}
     assert auto >= english, (auto, english)
