@@ -50,8 +50,9 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _import_nodes(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    """Every import statement of a module, at any depth, except under `if TYPE_CHECKING:`."""
+def _import_nodes(tree: ast.AST, *, functions: bool) -> list[ast.Import | ast.ImportFrom]:
+    """A module's import statements, except under `if TYPE_CHECKING:`; inside function bodies only
+    if `functions` (they run when the function is called, not when the module is imported)."""
     found: list[ast.Import | ast.ImportFrom] = []
     stack: list[ast.AST] = [tree]
     while stack:
@@ -59,26 +60,32 @@ def _import_nodes(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
         if isinstance(node, ast.If) and _is_type_checking(node):
             stack.extend(node.orelse)
             continue
+        if not functions and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue
         if isinstance(node, ast.Import | ast.ImportFrom):
             found.append(node)
         stack.extend(ast.iter_child_nodes(node))
     return found
 
 
-def imported_modules(module: str, root: Path = REPO_ROOT) -> set[str]:
+def imported_modules(module: str, root: Path = REPO_ROOT, *, functions: bool = True) -> set[str]:
     """The project modules that `module`'s source imports directly (`from a import b` names the
-    module a.b when b is one, else a)."""
+    module a.b when b is one, else a); with `functions=False` only what importing it runs."""
     path = module_path(module, root)
     if path is None:
         return set()
-    return set(_imports_of(module, path, path.stat().st_mtime_ns, root))
+    stat = path.stat()
+    return set(_imports_of(module, path, (stat.st_mtime_ns, stat.st_size), root, functions))
 
 
 @functools.cache
-def _imports_of(module: str, path: Path, mtime_ns: int, root: Path) -> frozenset[str]:
+def _imports_of(
+    module: str, path: Path, stamp: tuple[int, int], root: Path, functions: bool
+) -> frozenset[str]:
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
-    for node in _import_nodes(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for node in _import_nodes(tree, functions=functions):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         else:
@@ -96,22 +103,21 @@ def _imports_of(module: str, path: Path, mtime_ns: int, root: Path) -> frozenset
     return frozenset(found)
 
 
-def _with_parents(module: str) -> list[str]:
-    parts = module.split(".")
-    return [".".join(parts[: i + 1]) for i in range(len(parts))]
-
-
 def import_closure(module: str, root: Path = REPO_ROOT) -> set[str]:
-    """`module`, every project module it imports transitively, and the packages on their way."""
-    seen: set[str] = set()
-    pending = [module]
+    """`module` and every project module it can run: what it imports (function-level imports
+    too), transitively, plus the packages Python runs on the way (their module-level imports)."""
+    used: set[str] = set()  # imported by name: any of its functions may run
+    loaded: set[str] = set()  # a package run on the way to a module: only its import runs
+    pending = [(module, True)]
     while pending:
-        current = pending.pop()
-        for name in _with_parents(current):
-            if name not in seen and module_path(name, root) is not None:
-                seen.add(name)
-                pending.extend(imported_modules(name, root))
-    return seen
+        name, by_name = pending.pop()
+        if name in used or (not by_name and name in loaded) or module_path(name, root) is None:
+            continue
+        (used if by_name else loaded).add(name)
+        parts = name.split(".")
+        pending.extend((".".join(parts[:i]), False) for i in range(1, len(parts)))
+        pending.extend((m, True) for m in imported_modules(name, root, functions=by_name))
+    return used | loaded
 
 
 def source_digest(modules: set[str], root: Path = REPO_ROOT) -> str:
@@ -119,12 +125,14 @@ def source_digest(modules: set[str], root: Path = REPO_ROOT) -> str:
     digest = hashlib.sha256()
     for path in sorted({p for m in modules if (p := module_path(m, root)) is not None}):
         digest.update(path.relative_to(root).as_posix().encode())
-        digest.update(_file_digest(path, path.stat().st_mtime_ns).encode())
+        stat = path.stat()
+        digest.update(_file_digest(path, (stat.st_mtime_ns, stat.st_size)).encode())
     return digest.hexdigest()
 
 
 @functools.cache
-def _file_digest(path: Path, mtime_ns: int) -> str:
+def _file_digest(path: Path, stamp: tuple[int, int]) -> str:
+    # `stamp` (mtime, size) keys the cache: an edited file is read again.
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 

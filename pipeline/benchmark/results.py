@@ -9,6 +9,7 @@ from typing import Any
 from evaluation.metrics import Estimate
 from evaluation.reports import Leaderboard
 from evaluation.runner import EvaluationReport
+from evaluation.tuning import SettingsSuggestion, WeightSuggestion
 
 PROTOCOLS = ("chroma", "full")
 # What `--json` reports for protocol chroma: output key -> metric name (k substituted).
@@ -50,16 +51,18 @@ PUBLISHED_BEST = {"recall": 91.9, "iou": 8.0}
 
 @dataclass
 class BenchmarkResult:
+    """Every evaluated index of one `chunkyard eval` run, with its build figures and suggestions."""
+
     dataset: str
     protocol: str
     collection: str
     k: int
     reports: list[EvaluationReport]
     board: Leaderboard
-    build_reports: dict[str, dict[str, Any]] = field(default_factory=dict)
+    build_reports: dict[str, dict[str, int | float | str]] = field(default_factory=dict)
     written: list[Path] = field(default_factory=list)
-    weight_suggestions: dict[str, Any] = field(default_factory=dict)
-    settings_suggestions: dict[str, Any] = field(default_factory=dict)
+    weight_suggestions: dict[str, WeightSuggestion] = field(default_factory=dict)
+    settings_suggestions: dict[str, SettingsSuggestion] = field(default_factory=dict)
 
     def reproduction_markdown(self) -> str:
         """Our dense rows next to the report's all-MiniLM-L6-v2 rows (protocol chroma metrics)."""

@@ -14,9 +14,7 @@ Protocol `full` reports every metric for every mode.
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import sys
 import time
 from collections.abc import Sequence
@@ -24,10 +22,16 @@ from pathlib import Path
 from typing import Any
 
 import retrieval.embedder
-from evaluation.datasets import CHROMA_GENERAL, Dataset, DatasetError, load_dataset
+from evaluation.datasets import CHROMA_GENERAL, Dataset, load_dataset
 from evaluation.reports import leaderboard
 from evaluation.runner import DEFAULT_MODES, EvaluationReport
-from pipeline.benchmark_results import PROTOCOLS, BenchmarkResult
+from evaluation.tuning import (
+    SettingsSuggestion,
+    WeightSuggestion,
+    suggest_fusion_weight,
+    suggest_search_settings,
+)
+from pipeline.benchmark.results import PROTOCOLS, BenchmarkResult
 from pipeline.steps.bm25 import index_terms
 from pipeline.steps.chunks import chunk
 from pipeline.steps.embeddings import embed
@@ -78,7 +82,7 @@ def run_benchmark(
     record: bool = True,
     suggest_weight: bool = False,
     bm25_backend: str = "sql",
-    tune: dict[str, list[Any]] | None = None,
+    tune: dict[str, list[int | float]] | None = None,
     tune_mode: str = "hybrid_weighted",
     tune_floors: dict[str, float] | None = None,
 ) -> BenchmarkResult:
@@ -109,9 +113,9 @@ def run_benchmark(
     store.migrate()
     store.sync_documents(collection_name, data.documents, [])
     reports: list[EvaluationReport] = []
-    builds: dict[str, dict[str, Any]] = {}
-    suggestions: dict[str, Any] = {}
-    tuned: dict[str, Any] = {}
+    builds: dict[str, dict[str, int | float | str]] = {}
+    suggestions: dict[str, WeightSuggestion] = {}
+    tuned: dict[str, SettingsSuggestion] = {}
     # a config with `coarse` answers ambiguous questions from its coarse index: build that one too
     bar = tqdm(
         with_coarse_companions(wanted, all_configs),
@@ -182,13 +186,9 @@ def run_benchmark(
         steps.close()
         reports.append(report)
         if suggest_weight:
-            from evaluation.tuning import suggest_fusion_weight
-
             steps.set_postfix_str("suggesting the fusion weight")
             suggestions[spec.name] = suggest_fusion_weight(searcher, spec.name, questions, k=k)
         if tune:
-            from evaluation.tuning import suggest_search_settings
-
             tuned[spec.name] = suggest_search_settings(
                 searcher,
                 spec.name,
@@ -237,174 +237,3 @@ def _json_default(obj: Any) -> Any:
     if hasattr(obj, "item"):
         return obj.item()
     raise TypeError(type(obj).__name__)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="chunkyard eval", description="Build and evaluate index configs on an evaluation dataset."
-    )
-    parser.add_argument(
-        "--dataset",
-        default=CHROMA_GENERAL,
-        help="chroma_general, a SQuAD .json, or a .jsonl/.yaml eval set (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--protocol",
-        choices=PROTOCOLS,
-        default="full",
-        help="chroma: the report's setup (top 5, dense, its metrics); full: every metric",
-    )
-    parser.add_argument(
-        "--config",
-        action="append",
-        dest="configs",
-        metavar="NAME",
-        help="index config to evaluate (repeatable; default: the collection's list)",
-    )
-    parser.add_argument(
-        "--mode",
-        action="append",
-        dest="modes",
-        metavar="MODE",
-        help="dense, bm25, hybrid, hybrid_weighted, or <mode>+rerank (repeatable)",
-    )
-    parser.add_argument("--k", type=int, default=5, help="top k (protocol chroma: always 5)")
-    parser.add_argument("--collection", help="collection name to index the dataset as")
-    parser.add_argument("--database-url", help="Postgres URL (default: DATABASE_URL or the embedded one)")
-    parser.add_argument(
-        "--output",
-        metavar="PREFIX",
-        help="write PREFIX.md/.csv/.json/.png (default without --json: "
-        "benchmarks/results/eval_<dataset>_<protocol>)",
-    )
-    parser.add_argument(
-        "--duplicates",
-        choices=("first", "alternatives"),
-        default="first",
-        help="chroma_general: repeated reference passages count only where published "
-        "(first) or at every occurrence (alternatives)",
-    )
-    parser.add_argument("--squad-documents", choices=("paragraphs", "articles"), default="paragraphs")
-    parser.add_argument("--limit-questions", type=int, help="evaluate only the first N questions")
-    parser.add_argument(
-        "--bm25-backend",
-        choices=("sql", "memory"),
-        default="sql",
-        help="Searcher BM25 scorer: postings in Postgres (the served default) or its in-memory copy "
-        "(same scores, faster for long evaluations)",
-    )
-    parser.add_argument(
-        "--suggest-weight",
-        action="store_true",
-        help="also score hybrid_weighted at dense weights 0..1 and suggest one (2-fold held out)",
-    )
-    parser.add_argument(
-        "--tune",
-        action="append",
-        metavar="OPTION=V1,V2,...",
-        help="Searcher option and values to try (repeatable; every combination is scored, the best "
-        "chosen on one half of the questions and reported on the other), e.g. context_weight=0,0.3,0.5",
-    )
-    parser.add_argument("--tune-mode", default="hybrid_weighted", help="search mode for --tune")
-    parser.add_argument(
-        "--tune-floor",
-        action="append",
-        metavar="METRIC=VALUE",
-        help="only choose settings reaching this mean on the tuning half, e.g. chroma_iou_at_5=0.08",
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
-    return parser
-
-
-def _default_output(dataset: str, protocol: str) -> Path:
-    from retrieval.config import project_root
-
-    name = "chroma" if dataset == CHROMA_GENERAL and protocol == "chroma" else Path(dataset).stem
-    suffix = "" if protocol == "chroma" else f"_{protocol}"
-    return project_root() / "benchmarks" / "results" / f"eval_{name}{suffix}"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of `chunkyard eval`; returns the process exit code."""
-    args = build_parser().parse_args(argv)
-    output = args.output
-    if output is None and not args.json and not args.configs and not args.limit_questions:
-        output = _default_output(args.dataset, args.protocol)
-    try:
-        result = run_benchmark(
-            args.dataset,
-            protocol=args.protocol,
-            configs=args.configs,
-            modes=args.modes,
-            k=args.k,
-            collection=args.collection,
-            database_url=args.database_url,
-            output=output,
-            duplicates=args.duplicates,
-            squad_documents=args.squad_documents,
-            limit_questions=args.limit_questions,
-            show_progress=not args.no_progress,
-            suggest_weight=args.suggest_weight,
-            bm25_backend=args.bm25_backend,
-            tune=_parse_assignments(args.tune, "--tune", many=True),
-            tune_mode=args.tune_mode,
-            tune_floors=_parse_assignments(args.tune_floor, "--tune-floor", many=False),
-        )
-    except (BenchmarkError, DatasetError, ValueError) as exc:
-        print(f"chunkyard eval: error: {exc}", file=sys.stderr)
-        return 2
-    for note in result.reports[0].notes if result.reports else ():
-        print(f"chunkyard eval: dataset note: {note}", file=sys.stderr)
-    records = result.summary_records()
-    if args.json:
-        payload: dict[str, Any] = (
-            records[0]
-            if len(records) == 1
-            else {
-                "dataset": result.dataset,
-                "protocol": result.protocol,
-                "k": result.k,
-                "results": records,
-            }
-        )
-        print(json.dumps(payload, sort_keys=False, default=_nan_to_none))
-    else:
-        print(result.markdown())
-        for path in result.written:
-            print(f"wrote {path}", file=sys.stderr)
-    return 0
-
-
-def _parse_assignments(items: list[str] | None, flag: str, *, many: bool) -> dict[str, Any] | None:
-    """`["context_weight=0,0.3"]` -> `{"context_weight": [0, 0.3]}` (`many=False`: one number each)."""
-    if not items:
-        return None
-    parsed: dict[str, Any] = {}
-    for item in items:
-        name, sep, values = item.partition("=")
-        if not sep or not name.strip() or not values.strip():
-            raise BenchmarkError(f"{flag}: expected NAME=VALUE{',...' if many else ''}, got {item!r}")
-        try:
-            numbers = [_number(v) for v in values.split(",")]
-        except ValueError as exc:
-            raise BenchmarkError(f"{flag} {name}: values must be numbers, got {values!r}") from exc
-        if not many and len(numbers) != 1:
-            raise BenchmarkError(f"{flag} {name}: expected one value, got {values!r}")
-        parsed[name.strip()] = numbers if many else numbers[0]
-    return parsed
-
-
-def _number(text: str) -> int | float:
-    text = text.strip()
-    return int(text) if text.lstrip("-").isdigit() else float(text)
-
-
-def _nan_to_none(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return str(value)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

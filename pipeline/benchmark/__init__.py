@@ -1,0 +1,14 @@
+"""`chunkyard eval`: build every requested index through the pipeline's steps, evaluate, compare.
+
+- `pipeline.benchmark.run`: `run_benchmark(dataset, ...) -> BenchmarkResult`
+- `pipeline.benchmark.results`: the result's tables, Chroma's published rows beside ours, `--json`
+- `pipeline.benchmark.cli`: `main(argv)`, the command line
+"""
+
+from __future__ import annotations
+
+from pipeline.benchmark.cli import build_parser, main
+from pipeline.benchmark.results import BenchmarkResult
+from pipeline.benchmark.run import BenchmarkError, run_benchmark
+
+__all__ = ["BenchmarkError", "BenchmarkResult", "build_parser", "main", "run_benchmark"]
