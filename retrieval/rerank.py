@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from retrieval.embedder import Embedder
 
 
 class RerankerConfigError(ValueError):
@@ -70,7 +73,7 @@ class MaxSimReranker:
     model already loaded for search, so it needs no extra download.
     """
 
-    def __init__(self, embedder: Any = None) -> None:
+    def __init__(self, embedder: Embedder | None = None) -> None:
         if embedder is None:
             from retrieval.embedder import shared_embedder
 
@@ -104,7 +107,7 @@ class MaxSimReranker:
         return [float((query_tokens @ doc.T).max(axis=1).sum()) for doc in vectors[1:]]
 
 
-def build_reranker(spec: str | dict[str, Any], *, embedder: Any = None) -> Reranker:
+def build_reranker(spec: str | dict[str, Any], *, embedder: Embedder | None = None) -> Reranker:
     """A reranker from a name or a config's `rerank:` mapping.
 
     Names: `maxsim`, `cross-encoder:<local path or cached name>`. Mappings:
