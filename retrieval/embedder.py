@@ -1,6 +1,7 @@
-"""Sentence embeddings from a local model (torch or ONNX backend), plus contextual token vectors.
+"""Sentence embeddings from a local model (torch, ONNX or static backend), plus contextual token vectors.
 
-Heavy imports (torch, sentence_transformers) happen in `__init__`, so importing this module is cheap.
+Heavy imports (torch, sentence_transformers, model2vec) happen in `__init__`, so importing this module
+is cheap. The static backend (`retrieval.static_model`) is a lookup table distilled from the model.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 
 from chunking.models import DEFAULT_MODEL, resolve_model_path
 
-BACKENDS = ("torch", "onnx")
+BACKENDS = ("torch", "onnx", "static")
 QUANTIZATIONS = (None, "int8")
 ONNX_FP32_FILE = "onnx/model.onnx"
 # Written last into a verified ONNX export: a folder without it is incomplete and is rebuilt.
@@ -52,6 +53,8 @@ class Embedder:
         batch_size: int = 32,
         device: str = "cpu",
         threads: int | None = None,
+        pca_dims: int | None = None,
+        vocabulary_size: int | None = None,
     ) -> None:
         if backend not in BACKENDS:
             raise EmbedderConfigError(f"embedder.backend: unknown {backend!r}; expected one of {BACKENDS}")
@@ -63,6 +66,12 @@ class Embedder:
             raise EmbedderConfigError("embedder.quantize: int8 quantisation needs backend: onnx")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise EmbedderConfigError(f"embedder.batch_size: must be a positive integer, got {batch_size!r}")
+        if backend == "static":
+            self._init_static(model, batch_size, device, pca_dims, vocabulary_size)
+            return
+        for option, value in (("pca_dims", pca_dims), ("vocabulary_size", vocabulary_size)):
+            if value is not None:
+                raise EmbedderConfigError(f"embedder.{option}: only the static backend is distilled")
         import torch
         from sentence_transformers import SentenceTransformer
 
@@ -87,6 +96,39 @@ class Embedder:
         self.max_seq_length: int = int(self._model.max_seq_length)
         suffix = "" if backend == "torch" else f"@{backend}" + (f"-{quantize}" if quantize else "")
         self.model_id: str = f"{model}{suffix}"
+        self._tokenizer = None
+
+    def _init_static(
+        self, model: str, batch_size: int, device: str, pca_dims: int | None, vocabulary_size: int | None
+    ) -> None:
+        """The static tier: distilled once from the local model, cached under CHUNKYARD_HOME."""
+        from retrieval.static_model import (
+            DEFAULT_PCA_DIMS,
+            STATIC_MAX_TOKENS,
+            StaticModelError,
+            StaticSettings,
+            load_static_model,
+        )
+
+        if device != "cpu":
+            raise EmbedderConfigError(f"embedder.device: the static backend runs on the CPU, got {device!r}")
+        try:
+            self.static_settings = StaticSettings(
+                pca_dims=DEFAULT_PCA_DIMS if pca_dims is None else pca_dims, vocabulary_size=vocabulary_size
+            )
+        except StaticModelError as exc:
+            raise EmbedderConfigError(str(exc)) from exc
+        self.model_name = model
+        self.backend = "static"
+        self.quantize = None
+        self.batch_size = batch_size
+        self.device = device
+        self.model_path = resolve_model_path(model)
+        self._lock = threading.Lock()
+        self._model = load_static_model(self.model_path, self.static_settings)
+        self.dim = int(self._model.dim)
+        self.max_seq_length = STATIC_MAX_TOKENS
+        self.model_id = f"{model}@{self.static_settings.suffix}"
         self._tokenizer = None
 
     def _load_onnx(self, sentence_transformer_cls: Any) -> Any:
@@ -180,6 +222,10 @@ class Embedder:
             raise TypeError("embed() takes a list of strings, not a single string")
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        if self.backend == "static":
+            from retrieval.static_model import encode_static
+
+            return encode_static(self._model, list(texts), self.batch_size, self.max_seq_length)
         with self._lock:
             vectors = self._model.encode(
                 list(texts),
@@ -196,6 +242,11 @@ class Embedder:
         Text longer than the model limit is truncated: only the first `max_seq_length` tokens
         (including [CLS]/[SEP]) are seen, so spans cover a prefix of `text`.
         """
+        if self.backend == "static":
+            raise EmbedderConfigError(
+                "embedder.backend: static has no contextual token vectors (late chunking and the maxsim "
+                "reranker need them); use backend torch or onnx for this index"
+            )
         import torch
 
         hf_tokenizer = self._model.tokenizer
@@ -235,7 +286,7 @@ _shared_lock = threading.Lock()
 
 def shared_embedder(model: str = DEFAULT_MODEL, **options: Any) -> Embedder:
     """One Embedder per (model, options) per process: models are large and slow to load."""
-    allowed = {"backend", "quantize", "batch_size", "device", "threads"}
+    allowed = {"backend", "quantize", "batch_size", "device", "threads", "pca_dims", "vocabulary_size"}
     unknown = set(options) - allowed
     if unknown:
         raise EmbedderConfigError(f"embedder: unknown option(s) {sorted(unknown)}; allowed {sorted(allowed)}")

@@ -78,6 +78,10 @@ class MaxSimReranker:
             from retrieval.embedder import shared_embedder
 
             embedder = shared_embedder()
+        if getattr(embedder, "backend", None) == "static":
+            raise ValueError(
+                "rerank: maxsim needs contextual token vectors; embedder.backend static has none"
+            )
         self.embedder = embedder
         self.name = f"maxsim:{embedder.model_id}"
 
