@@ -218,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000)
 
     sub.add_parser(
-        "eval", help="run benchmarks (all further arguments go to evaluation.benchmark)", add_help=False
+        "eval", help="run benchmarks (all further arguments go to pipeline.benchmark)", add_help=False
     )
 
     search = sub.add_parser("search", help="query an index")
