@@ -82,11 +82,6 @@ class IndexConfig:
     allow_truncation: bool = False
 
     @property
-    def chunk_settings(self) -> dict[str, Any]:
-        """What determines the chunks (and so their ids): the chunker spec and the model."""
-        return {"chunker": self.chunker, "embedding_model": self.embedding_model}
-
-    @property
     def config_hash(self) -> str:
         """Hash of everything that shapes the index content; part of every chunk id."""
         return stable_hash(
