@@ -4,10 +4,16 @@ A strategy only decides *where* to cut (`Piece` spans, character offsets into th
 document). Everything else is common: the chunk text is always the document slice,
 token counts come from one tokenization of the whole document, overlap is span
 arithmetic on the base pieces, and context enrichment only changes `embed_text`.
+
+Every chunk fits its limits in tokens *and* in characters (`max_chunk_chars`: 16 characters
+per token of the chunk size, at least 512). A word the tokenizer maps to a single token (the
+embedding model's WordPiece turns any word over 100 characters, e.g. a 20 KB hex dump, into
+one `[UNK]`) is otherwise one giant chunk; such a span is cut by characters instead.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -16,7 +22,21 @@ from typing import Any
 import numpy as np
 
 from chunking.tokenizers import Tokenizer, TokenUnits, special_token_overhead, token_units
-from chunking.types import Chunk, Document, as_document
+from chunking.types import LOCATION_KEYS, Chunk, Document, as_document
+
+# The character cap of a chunk: `max(MIN_CHUNK_CHARS, size * chars per token)`, e.g. 4,096
+# characters at size 256. Sub-word tokens average about 4.5 characters in English prose and up to
+# about 14 in whitespace-heavy code; a whitespace "word" (tokenizer `words`) up to about 40 (hashes,
+# URLs). Only a span without usable token boundaries (one over-long word) ever reaches the cap.
+MAX_CHARS_PER_TOKEN = 16
+MAX_CHARS_PER_WORD = 64
+MIN_CHUNK_CHARS = 512
+
+
+def max_chunk_chars(tokenizer: Tokenizer, size: int) -> int:
+    """Most characters a chunk of `size` tokens may hold (see MAX_CHARS_PER_TOKEN)."""
+    per_token = MAX_CHARS_PER_WORD if getattr(tokenizer, "name", "") == "words" else MAX_CHARS_PER_TOKEN
+    return max(MIN_CHUNK_CHARS, size * per_token)
 
 
 class ChunkerConfigError(ValueError):
@@ -83,6 +103,26 @@ def window_pieces(units: TokenUnits, start: int, end: int, budget: int) -> list[
         i = j
     if cur_start < end and out:
         out[-1] = (out[-1][0], end)
+    return out
+
+
+def char_windows(units: TokenUnits, start: int, end: int, max_chars: int) -> list[tuple[int, int]]:
+    """Cut `[start, end)` into windows of at most `max_chars` characters.
+
+    Each cut falls on the last token-unit start inside the window; only inside a single unit
+    longer than the window (one over-long word) is it a plain character position.
+    """
+    max_chars = max(1, max_chars)
+    out: list[tuple[int, int]] = []
+    cur = start
+    while end - cur > max_chars:
+        limit = cur + max_chars
+        k = int(units.starts.searchsorted(limit, side="right")) - 1
+        cut = int(units.starts[k]) if k >= 0 and units.starts[k] > cur else limit
+        out.append((cur, cut))
+        cur = cut
+    if end > cur:
+        out.append((cur, end))
     return out
 
 
@@ -257,6 +297,20 @@ def _unit_before_space(units: TokenUnits, text: str, pos: int, limit: int) -> in
     return int(units.ends.searchsorted(p, side="right"))
 
 
+def document_locations(doc: Document) -> list[tuple[list[int], tuple[str, str]]]:
+    """(sorted start offsets, (first key, last key)) of each location list the document carries.
+
+    A PDF's `page_starts` gives every chunk `page` / `page_end` (1-based), a deck's
+    `slide_starts` gives `slide` / `slide_end`: the unit holding the chunk's first and last character.
+    """
+    out: list[tuple[list[int], tuple[str, str]]] = []
+    for name, keys in LOCATION_KEYS.items():
+        starts = doc.metadata.get(name) if doc.metadata else None
+        if isinstance(starts, list) and starts and all(isinstance(v, int) for v in starts):
+            out.append((sorted(starts), keys))
+    return out
+
+
 ContextStep = Callable[[Document, list[Chunk]], None]
 
 
@@ -283,6 +337,7 @@ class BaseChunker:
         self.overhead = special_token_overhead(tokenizer)
         self.budget = max(1, size - self.overhead)
         self.base_budget = max(1, self.budget - overlap)
+        self.max_chars = max_chunk_chars(tokenizer, size)
 
     # -- to implement -------------------------------------------------------------------
     def pieces(self, dt: DocText) -> list[Piece]:
@@ -308,7 +363,11 @@ class BaseChunker:
         return self.budget
 
     def enforce_limit(self, dt: DocText, pieces: list[Piece]) -> tuple[list[Piece], list[int]]:
-        """Count every piece (exact edges) and re-cut the rare piece that is over its limit."""
+        """Count every piece (exact edges) and re-cut the rare piece that is over its limit.
+
+        A piece longer than `max_chars` characters is first cut by characters (`char_windows`).
+        """
+        pieces = self.split_long(dt, pieces)
         for _ in range(4):
             starts = np.fromiter((p.start for p in pieces), dtype=np.int64, count=len(pieces))
             ends = np.fromiter((p.end for p in pieces), dtype=np.int64, count=len(pieces))
@@ -324,12 +383,32 @@ class BaseChunker:
                     continue
                 limit = self.limit_for(p)
                 margin = max(1, min(8, limit // 4))
-                for s, e in window_pieces(dt.units, p.start, p.end, max(1, limit - margin)):
+                windows = window_pieces(dt.units, p.start, p.end, max(1, limit - margin))
+                if len(windows) <= 1:  # inside one over-long word: cut by characters, in proportion
+                    parts = max(2, -(-counts[k] // max(1, limit - margin)))
+                    windows = char_windows(dt.units, p.start, p.end, -(-(p.end - p.start) // parts))
+                for s, e in windows:
                     s, e = trim_span(dt.text, s, e)
                     if e > s:
                         fixed.append(Piece(s, e, {**p.metadata, "recut": True}, p.embed_prefix))
             pieces = fixed
         return pieces, counts
+
+    def split_long(self, dt: DocText, pieces: list[Piece]) -> list[Piece]:
+        """Pieces of at most `max_chars` characters: longer ones cut by `char_windows`."""
+        max_chars = self.max_chars
+        if all(p.end - p.start <= max_chars for p in pieces):
+            return pieces
+        out: list[Piece] = []
+        for p in pieces:
+            if p.end - p.start <= max_chars:
+                out.append(p)
+                continue
+            for s, e in char_windows(dt.units, p.start, p.end, max_chars):
+                s, e = trim_span(dt.text, s, e)
+                if e > s:
+                    out.append(Piece(s, e, {**p.metadata, "recut": True}, p.embed_prefix))
+        return out
 
     def finish(self, dt: DocText, pieces: list[Piece]) -> list[Chunk]:
         text = dt.text
@@ -337,6 +416,7 @@ class BaseChunker:
         if not pieces:
             return chunks
         pieces, counts = self.enforce_limit(dt, pieces)
+        locations = document_locations(dt.doc)
         for p, n_tokens in zip(pieces, counts, strict=True):
             if p.end <= p.start:
                 continue
@@ -344,6 +424,9 @@ class BaseChunker:
             if chunk_text.isspace():
                 continue
             meta = {"strategy": self.strategy, **p.metadata} if p.metadata else {"strategy": self.strategy}
+            for key, (first, last) in locations:
+                meta[first] = bisect.bisect_right(key, p.start)
+                meta[last] = bisect.bisect_right(key, p.end - 1)
             chunks.append(
                 Chunk(
                     doc_id=dt.doc.id,

@@ -43,7 +43,10 @@ class HierarchicalChunker(BaseChunker):
     def pieces(self, dt: DocText) -> list[Piece]:
         out: list[Piece] = []
         parent_budget = self._parents.budget
-        for ps, pe in self._split(dt, 0, len(dt.text), parent_budget, self._parents):
+        parents = self._split(dt, 0, len(dt.text), parent_budget, self._parents)
+        # a parent fits the character cap too (an over-long word is cut by characters)
+        for parent in self._parents.split_long(dt, [Piece(s, e) for s, e in parents]):
+            ps, pe = parent.start, parent.end
             parent_id = make_chunk_id(dt.doc.id, self.config_key + "#parent", ps, pe)
             meta = {"parent_id": parent_id, "parent_start": ps, "parent_end": pe}
             children = [

@@ -7,6 +7,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+# Document metadata that locates text in its source: a list of start offsets into `text`, one per
+# page (PDF) or slide (PPTX), 0 first. A chunk gets the 1-based numbers of its first and last unit.
+LOCATION_KEYS: dict[str, tuple[str, str]] = {
+    "page_starts": ("page", "page_end"),
+    "slide_starts": ("slide", "slide_end"),
+}
+
+
+def without_locations(metadata: dict[str, Any]) -> dict[str, Any]:
+    """A document's metadata minus its location lists: what every one of its chunks may copy."""
+    if not any(key in metadata for key in LOCATION_KEYS):
+        return metadata
+    return {k: v for k, v in metadata.items() if k not in LOCATION_KEYS}
+
 
 def sha256_text(text: str) -> str:
     """Content hash used for change detection and the embedding cache."""

@@ -10,7 +10,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from chunking.base import BaseChunker
-from chunking.types import Chunk, Document
+from chunking.types import Chunk, Document, without_locations
 from retrieval.config import IndexSpec
 from retrieval.indexing.reports import ChunkStageReport, IndexingError
 from retrieval.indexing.staging import clear_staging, merge_stage_report
@@ -124,7 +124,7 @@ def stage_chunks(
                             report.duplicate_chunks_dropped += 1
                             continue
                         seen.add(chunk_id)
-                        metadata = {**language, **doc.metadata, **chunk.metadata}
+                        metadata = {**language, **without_locations(doc.metadata), **chunk.metadata}
                         rows.append(
                             (
                                 index_name,
