@@ -2,24 +2,43 @@
 
 Pure file parsing (no Dagster, no database). A bad file never stops the others: a missing
 folder, an empty file, bytes that are not UTF-8, a broken PDF or an unsupported type each
-yield a `DocumentFailure(path, reason)` with a reason an operator can act on.
+yield a `DocumentFailure(path, reason)` with a reason an operator can act on, and so does any
+other exception a parser raises on one file.
+
+Nothing outside the folder is ever read: every path is resolved, and a symlink whose target lies
+outside the folder (or that dangles, or loops) is refused with its reason. `list_files` (the
+sensor's view) applies the same rule (`resolve_entry`). A file over `max_document_bytes()`
+(`CHUNKYARD_MAX_DOCUMENT_BYTES`, default 20 MiB) is refused before it is read.
 
 Document ids are the POSIX path of the file relative to the folder (`guide/intro.md`), so
-the same file keeps its id across runs and machines.
+the same file keeps its id across runs and machines. A name that is not valid UTF-8 cannot be
+an id: it is reported under its escaped form (`bad\\xff.txt`).
 """
 
 from __future__ import annotations
 
-import io
-import json
+import errno
 import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from chunking.formats import (
+    UnusableFile,
+    decode_text,
+    has_visible_text,
+    parse_docx,
+    parse_html,
+    parse_pdf,
+    parse_pptx,
+    validate_json,
+)
 from chunking.types import Document
+
+__all__ = ["DocumentFailure", "UnusableFile", "list_files", "load_file", "load_folder", "max_document_bytes"]
 
 
 @dataclass(frozen=True)
@@ -77,24 +96,49 @@ CODE_TYPES: dict[str, str] = {
 HTML_TYPES = {".html": "text/html", ".htm": "text/html"}
 JSON_TYPES = {".json": "application/json", ".jsonl": "application/jsonl", ".ndjson": "application/jsonl"}
 PDF_TYPES = {".pdf": "application/pdf"}
+OFFICE_TYPES = {
+    ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    ".pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+}
 
-SUPPORTED_EXTENSIONS = frozenset({*TEXT_TYPES, *CODE_TYPES, *HTML_TYPES, *JSON_TYPES, *PDF_TYPES})
+SUPPORTED_EXTENSIONS = frozenset(
+    {*TEXT_TYPES, *CODE_TYPES, *HTML_TYPES, *JSON_TYPES, *PDF_TYPES, *OFFICE_TYPES}
+)
+
+MAX_DOCUMENT_BYTES_ENV = "CHUNKYARD_MAX_DOCUMENT_BYTES"
+DEFAULT_MAX_DOCUMENT_BYTES = 20 * 1024 * 1024
 
 
-class UnusableFile(ValueError):
-    """Raised by a parser with the reason a file yields no document."""
+def max_document_bytes() -> int:
+    """The per-document size limit: `CHUNKYARD_MAX_DOCUMENT_BYTES` (bytes) or 20 MiB.
+
+    It bounds memory per document (file bytes, and extracted text of as many characters).
+    """
+    raw = os.environ.get(MAX_DOCUMENT_BYTES_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_DOCUMENT_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{MAX_DOCUMENT_BYTES_ENV}: expected a number of bytes, got {raw!r}") from None
+    if value < 1:
+        raise ValueError(f"{MAX_DOCUMENT_BYTES_ENV}: must be >= 1, got {value}")
+    return value
 
 
 def load_folder(
     folder: str | os.PathLike[str],
     include: Sequence[str] = ("**/*",),
     exclude: Sequence[str] = (),
+    *,
+    max_bytes: int | None = None,
 ) -> tuple[list[Document], list[DocumentFailure]]:
     """Every included file under `folder` as a Document, plus a failure for each unusable one.
 
     `include`/`exclude` are globs on the relative POSIX path (`**` spans folders, `*` does
     not cross `/`). Hidden files and folders (names starting with `.`) are skipped unless a
-    pattern names them explicitly. Results are sorted by document id.
+    pattern names them explicitly. Results are sorted by document id. `max_bytes` defaults to
+    `max_document_bytes()`.
     """
     root = Path(folder)
     if not root.exists():
@@ -105,7 +149,8 @@ def load_folder(
         return [], [
             DocumentFailure(str(root), f"documents folder is not readable (permission denied): {root}")
         ]
-
+    limit = max_document_bytes() if max_bytes is None else max_bytes
+    real_root = Path(os.path.realpath(root))
     documents: list[Document] = []
     failures: list[DocumentFailure] = []
     walk_errors: list[OSError] = []
@@ -113,12 +158,15 @@ def load_folder(
         if not _selected(rel_path, include, exclude):
             continue
         try:
-            documents.append(load_file(path, doc_id=rel_path))
+            target = resolve_entry(real_root, rel_path, path)
+            documents.append(_load(target, rel_path, limit, nofollow=True))
         except UnusableFile as exc:
-            failures.append(DocumentFailure(rel_path, str(exc)))
+            failures.append(DocumentFailure(display_path(rel_path), str(exc)))
+        except Exception as exc:  # per-file isolation: one file's parser bug never stops the others
+            failures.append(DocumentFailure(display_path(rel_path), f"cannot load: {_describe(exc)}"))
     for err in walk_errors:
         rel = _relative(root, Path(err.filename)) if err.filename else str(root)
-        failures.append(DocumentFailure(rel, f"cannot list folder: {err.strerror or err}"))
+        failures.append(DocumentFailure(display_path(rel), f"cannot list folder: {err.strerror or err}"))
     documents.sort(key=lambda d: d.id)
     failures.sort(key=lambda f: f.path)
     return documents, failures
@@ -127,130 +175,173 @@ def load_folder(
 def list_files(
     folder: str | os.PathLike[str], include: Sequence[str] = ("**/*",), exclude: Sequence[str] = ()
 ) -> list[tuple[str, Path]]:
-    """(document id, path) of every file `load_folder` would consider; [] for a missing folder."""
+    """(document id, resolved path) of every file `load_folder` would read; [] for a missing folder.
+
+    Entries `load_folder` refuses before reading (links leaving the folder, dangling or looping
+    links, special files, names that are not UTF-8) are left out.
+    """
     root = Path(folder)
     if not root.is_dir():
         return []
-    return [(rel, path) for rel, path in _walk(root, []) if _selected(rel, include, exclude)]
+    real_root = Path(os.path.realpath(root))
+    out: list[tuple[str, Path]] = []
+    for rel, path in _walk(root, []):
+        if not _selected(rel, include, exclude):
+            continue
+        try:
+            out.append((rel, resolve_entry(real_root, rel, path)))
+        except UnusableFile:
+            continue
+    return out
 
 
-def load_file(path: str | os.PathLike[str], doc_id: str | None = None) -> Document:
+def resolve_entry(real_root: Path, rel_path: str, path: Path) -> Path:
+    """The real path of a folder entry that may be read, or UnusableFile saying why not.
+
+    The one rule for what a collection may read: a UTF-8 name, a regular file, and (after every
+    symlink is resolved) a location inside the folder `real_root` (itself resolved).
+    """
+    try:
+        rel_path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnusableFile(
+            f"file name is not valid UTF-8 ({display_path(rel_path)!r}); rename the file"
+        ) from None
+    is_link = path.is_symlink()
+    try:
+        real = Path(os.path.realpath(path, strict=True))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnusableFile("symlink loop: the link never reaches a file") from None
+        if is_link and exc.errno == errno.ENOENT:
+            target = os.readlink(path)
+            raise UnusableFile(f"dangling symlink: its target {target!r} does not exist") from None
+        raise UnusableFile(f"cannot read file: {exc.strerror or exc}") from None
+    if not real.is_relative_to(real_root):
+        raise UnusableFile(
+            f"symlink points outside the documents folder (to {real}): not read, for safety"
+            if is_link
+            else f"resolves outside the documents folder (to {real}): not read, for safety"
+        )
+    try:
+        mode = real.stat().st_mode
+    except OSError as exc:
+        raise UnusableFile(f"cannot read file: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise UnusableFile(f"not a regular file ({_file_kind(mode)})")
+    return real
+
+
+def display_path(rel_path: str) -> str:
+    """A path that is always valid UTF-8: undecodable bytes of the name escaped as `\\xff`."""
+    try:
+        rel_path.encode("utf-8")
+        return rel_path
+    except UnicodeEncodeError:
+        return os.fsencode(rel_path).decode("utf-8", "backslashreplace")
+
+
+def load_file(
+    path: str | os.PathLike[str], doc_id: str | None = None, *, max_bytes: int | None = None
+) -> Document:
     """Parse one file into a Document; raises `UnusableFile` (its message is the reason) when it cannot."""
     path = Path(path)
-    doc_id = doc_id or path.name
+    limit = max_document_bytes() if max_bytes is None else max_bytes
+    return _load(path, doc_id or path.name, limit, nofollow=False)
+
+
+def _load(path: Path, doc_id: str, max_bytes: int, *, nofollow: bool) -> Document:
     ext = path.suffix.lower()
     if ext not in SUPPORTED_EXTENSIONS:
         raise UnusableFile(
             f"unsupported file type {ext or '(no extension)'!r}; supported: {', '.join(sorted(SUPPORTED_EXTENSIONS))}"
         )
+    data = _read_regular_file(path, max_bytes, nofollow=nofollow)
+    if not data.strip():
+        raise UnusableFile("empty file" if not data else "empty file (whitespace only)")
+    metadata: dict = {"path": doc_id, "extension": ext, "size_bytes": len(data)}
+    title = ""
+    if ext in PDF_TYPES or ext in OFFICE_TYPES:
+        parse = {".pdf": parse_pdf, ".docx": parse_docx, ".pptx": parse_pptx}[ext]
+        text, title, extra = parse(data)
+        metadata.update(extra)
+        mime = PDF_TYPES.get(ext) or OFFICE_TYPES[ext]
+    else:
+        text = decode_text(data)
+        if ext in HTML_TYPES:
+            text, title = parse_html(text)
+            mime = HTML_TYPES[ext]
+        elif ext in JSON_TYPES:
+            mime = JSON_TYPES[ext]
+            validate_json(text, jsonl=mime == "application/jsonl")
+            title = path.name
+        elif ext in CODE_TYPES:
+            metadata["language"] = ext.lstrip(".")
+            mime, title = CODE_TYPES[ext], path.name
+        else:
+            mime = TEXT_TYPES[ext]
+            title = _markdown_title(text) if mime == "text/markdown" else ""
+    if not has_visible_text(text):
+        raise UnusableFile("no visible text (only whitespace or invisible characters)")
+    if len(text) > max_bytes:
+        raise UnusableFile(
+            f"extracted text has {len(text)} characters, over the limit of {max_bytes}"
+            f" ({MAX_DOCUMENT_BYTES_ENV})"
+        )
+    return Document(doc_id, text, mime, title or path.stem, metadata)
+
+
+def _read_regular_file(path: Path, max_bytes: int, *, nofollow: bool) -> bytes:
+    """The file's bytes, refusing special files (never blocks on a FIFO) and files over `max_bytes`."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    if nofollow:  # the path was resolved: a link appearing since is refused, not followed
+        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        data = path.read_bytes()
+        fd = os.open(path, flags)
     except PermissionError:
         raise UnusableFile("cannot read file: permission denied") from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnusableFile("cannot read file: it became a symlink while being read") from None
         raise UnusableFile(f"cannot read file: {exc.strerror or exc}") from None
-    if not data.strip():
-        raise UnusableFile("empty file" if not data else "empty file (whitespace only)")
-    metadata = {"path": doc_id, "extension": ext, "size_bytes": len(data)}
-
-    if ext in PDF_TYPES:
-        text, title, pages = _parse_pdf(data)
-        metadata["pages"] = pages
-        return Document(doc_id, text, PDF_TYPES[ext], title or path.stem, metadata)
-
-    text = _decode_utf8(data)
-    if ext in HTML_TYPES:
-        text, title = _parse_html(text)
-        return Document(doc_id, text, HTML_TYPES[ext], title or path.stem, metadata)
-    if ext in JSON_TYPES:
-        _validate_json(text, jsonl=JSON_TYPES[ext] == "application/jsonl")
-        return Document(doc_id, text, JSON_TYPES[ext], path.name, metadata)
-    if ext in CODE_TYPES:
-        metadata["language"] = ext.lstrip(".")
-        return Document(doc_id, text, CODE_TYPES[ext], path.name, metadata)
-    title = _markdown_title(text) if TEXT_TYPES[ext] == "text/markdown" else ""
-    return Document(doc_id, text, TEXT_TYPES[ext], title or path.stem, metadata)
-
-
-def _decode_utf8(data: bytes) -> str:
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        bad = data[exc.start : exc.start + 1].hex()
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise UnusableFile(
-            f"not valid UTF-8: byte 0x{bad} at offset {exc.start} (line {line}); re-save the file as UTF-8"
-        ) from None
-    if "\x00" in text:
-        raise UnusableFile("contains NUL bytes: looks like a binary file, not text")
-    return text
-
-
-def _parse_html(html: str) -> tuple[str, str]:
-    """Visible text of an HTML page (scripts and styles dropped) and its <title>."""
-    from bs4 import BeautifulSoup
-
-    soup = BeautifulSoup(html, "html.parser")
-    title = soup.title.get_text(" ", strip=True) if soup.title else ""
-    for tag in soup(["script", "style", "noscript", "template", "head"]):
-        tag.decompose()
-    lines = (line.strip() for line in soup.get_text("\n").splitlines())
-    text = "\n".join(_squeeze_blank_lines(lines)).strip()
-    if not text:
-        raise UnusableFile("HTML page has no visible text")
-    return text, title
-
-
-def _squeeze_blank_lines(lines: Iterable[str]) -> Iterable[str]:
-    blank = False
-    for line in lines:
-        if line:
-            blank = False
-            yield line
-        elif not blank:
-            blank = True
-            yield ""
-
-
-def _validate_json(text: str, *, jsonl: bool) -> None:
-    if not jsonl:
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise UnusableFile(f"not a regular file ({_file_kind(info.st_mode)})")
+        if info.st_size > max_bytes:
+            raise UnusableFile(_too_large(info.st_size, max_bytes))
         try:
-            json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UnusableFile(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-        return
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            try:
-                json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UnusableFile(f"invalid JSON Lines: line {number}: {exc.msg}") from None
+            data = handle.read(max_bytes + 1)
+        except OSError as exc:
+            raise UnusableFile(f"cannot read file: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:  # grew while being read
+        raise UnusableFile(_too_large(len(data), max_bytes))
+    return data
 
 
-def _parse_pdf(data: bytes) -> tuple[str, str, int]:
-    """Text of every page (pages separated by a blank line), the PDF title and the page count."""
-    import logging
+def _too_large(size: int, max_bytes: int) -> str:
+    return (
+        f"file too large: {size} bytes, over the limit of {max_bytes} bytes"
+        f" (raise {MAX_DOCUMENT_BYTES_ENV} to index it)"
+    )
 
-    from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
 
-    logging.getLogger("pypdf").setLevel(logging.ERROR)
-    try:
-        reader = PdfReader(io.BytesIO(data))
-        if reader.is_encrypted:
-            raise UnusableFile("PDF is encrypted; decrypt it first")
-        pages = [(page.extract_text() or "").strip() for page in reader.pages]
-        title = ""
-        if reader.metadata and reader.metadata.title:
-            title = str(reader.metadata.title).strip()
-    except UnusableFile:
-        raise
-    except (PdfReadError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError) as exc:
-        raise UnusableFile(f"broken or unreadable PDF: {type(exc).__name__}: {exc}") from None
-    text = "\n\n".join(p for p in pages if p).replace("\x00", "")
-    if not text.strip():
-        raise UnusableFile(f"PDF has no extractable text ({len(pages)} pages; scanned images need OCR)")
-    return text, title, len(pages)
+def _file_kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a plain file"
+
+
+def _describe(exc: BaseException) -> str:
+    message = str(exc).strip()
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
 _MD_HEADING = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.MULTILINE)
@@ -262,14 +353,17 @@ def _markdown_title(text: str) -> str:
 
 
 def _walk(root: Path, errors: list[OSError]) -> Iterable[tuple[str, Path]]:
-    """(relative POSIX path, path) of every regular file under root; symlinked folders not followed."""
+    """(relative POSIX path, path) of every non-folder entry under root; symlinked folders not followed.
+
+    Files, symlinks (to files, dangling or looping) and special files all come out: `resolve_entry`
+    decides which may be read.
+    """
     for dirpath, dirnames, filenames in os.walk(root, onerror=errors.append):
         dirnames.sort()
         base = Path(dirpath)
         for name in sorted(filenames):
             path = base / name
-            if path.is_file():
-                yield _relative(root, path), path
+            yield _relative(root, path), path
 
 
 def _relative(root: Path, path: Path) -> str:

@@ -1,0 +1,245 @@
+"""Text out of one file's bytes, per format; a file that yields no usable text raises UnusableFile.
+
+Each parser returns the document text (what chunk spans index into), a title and extra metadata.
+Extracted formats (HTML, PDF, DOCX, PPTX) build their text from blocks joined by blank lines, so
+offsets are offsets into that extracted text; PDF pages and PPTX slides are located by
+`page_starts` / `slide_starts` (start offset of each, see `chunking.types.LOCATION_KEYS`).
+Parsers of untrusted input can fail in any way: every failure becomes an UnusableFile whose
+message names the format and the parser's error.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import zipfile
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+
+class UnusableFile(ValueError):
+    """Raised by a parser with the reason a file yields no document."""
+
+
+Parsed = tuple[str, str, dict[str, Any]]  # (text, title, extra metadata)
+
+# Office files are zip archives of XML: refuse archives that would inflate past this (zip bombs).
+MAX_UNZIPPED_BYTES = 256 * 1024 * 1024
+MAX_ZIP_ENTRIES = 10_000
+
+# Characters that never appear in text: C0/C1 controls except tab, newlines, form feed and ESC.
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f-\x9f]")
+MAX_CONTROL_FRACTION = 0.1
+
+
+def decode_text(data: bytes) -> str:
+    """Strict UTF-8 (a BOM is dropped); refuses binary files: NUL bytes or many control characters."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        bad = data[exc.start : exc.start + 1].hex()
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise UnusableFile(
+            f"not valid UTF-8: byte 0x{bad} at offset {exc.start} (line {line}); re-save the file as UTF-8"
+        ) from None
+    if "\x00" in text:
+        raise UnusableFile("contains NUL bytes: looks like a binary file, not text")
+    controls = len(text) - len(_CONTROL.sub("", text))
+    if controls > MAX_CONTROL_FRACTION * len(text):
+        raise UnusableFile(
+            f"not text: {controls} of {len(text)} characters are control characters (a binary file?)"
+        )
+    return text
+
+
+def has_visible_text(text: str) -> bool:
+    """True when some character is neither whitespace (NBSP included) nor invisible (zero-width, BOM)."""
+    return any(ch.isprintable() and not ch.isspace() for ch in text)
+
+
+def parse_html(html: str) -> tuple[str, str]:
+    """Visible text of an HTML page (scripts and styles dropped) and its <title>."""
+    from bs4 import BeautifulSoup
+
+    try:
+        soup = BeautifulSoup(html, "html.parser")
+        title = soup.title.get_text(" ", strip=True) if soup.title else ""
+        for tag in soup(["script", "style", "noscript", "template", "head"]):
+            tag.decompose()
+        raw = soup.get_text("\n")
+    except RecursionError:
+        raise UnusableFile("HTML nested too deeply to parse") from None
+    lines = (line.strip() for line in raw.splitlines())
+    text = "\n".join(_squeeze_blank_lines(lines)).strip()
+    if not text:
+        raise UnusableFile("HTML page has no visible text")
+    return text, title
+
+
+def _squeeze_blank_lines(lines: Iterable[str]) -> Iterable[str]:
+    blank = False
+    for line in lines:
+        if line:
+            blank = False
+            yield line
+        elif not blank:
+            blank = True
+            yield ""
+
+
+def validate_json(text: str, *, jsonl: bool) -> None:
+    """Raise UnusableFile unless `text` is JSON (or JSON Lines); nesting too deep to parse is refused."""
+    try:
+        if not jsonl:
+            try:
+                json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise UnusableFile(
+                    f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+                ) from None
+            return
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise UnusableFile(f"invalid JSON Lines: line {number}: {exc.msg}") from None
+    except RecursionError:
+        raise UnusableFile("JSON nested too deeply to parse") from None
+
+
+def join_blocks(blocks: Iterable[str]) -> tuple[str, list[int]]:
+    """Non-empty blocks joined by a blank line, and the start offset of every block (empty ones too).
+
+    An empty block starts where the next text starts, so an offset maps to the last block starting
+    at or before it (`bisect_right`).
+    """
+    parts: list[str] = []
+    starts: list[int] = []
+    offset = 0
+    for block in blocks:
+        sep = 2 if parts else 0
+        starts.append(offset + sep)
+        if block:
+            parts.append(block)
+            offset += sep + len(block)
+    return "\n\n".join(parts), starts
+
+
+def parse_pdf(data: bytes) -> Parsed:
+    """Text of every page (pages separated by a blank line), the PDF title, page count and starts."""
+    import logging
+
+    from pypdf import PdfReader
+
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted:
+            raise UnusableFile("PDF is encrypted; decrypt it first")
+        pages = [(page.extract_text() or "").replace("\x00", "").strip() for page in reader.pages]
+        title = ""
+        if reader.metadata and reader.metadata.title:
+            title = str(reader.metadata.title).strip()
+    except UnusableFile:
+        raise
+    except Exception as exc:  # pypdf raises many types on broken input
+        raise UnusableFile(f"broken or unreadable PDF: {type(exc).__name__}: {exc}") from None
+    text, starts = join_blocks(pages)
+    if not text.strip():
+        raise UnusableFile(f"PDF has no extractable text ({len(pages)} pages; scanned images need OCR)")
+    return text, title, {"pages": len(pages), "page_starts": starts}
+
+
+def _check_archive(data: bytes, kind: str) -> None:
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            entries = archive.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError) as exc:
+        raise UnusableFile(f"broken or unreadable {kind}: not a valid Office file ({exc})") from None
+    if len(entries) > MAX_ZIP_ENTRIES:
+        raise UnusableFile(f"{kind} archive has {len(entries)} entries (limit {MAX_ZIP_ENTRIES})")
+    unzipped = sum(e.file_size for e in entries)
+    if unzipped > MAX_UNZIPPED_BYTES:
+        raise UnusableFile(f"{kind} inflates to {unzipped} bytes (limit {MAX_UNZIPPED_BYTES}): refused")
+
+
+def _table_rows(rows: Iterable[Iterable[str]]) -> str:
+    """A table as one line per row, cells joined by ` | ` (merged cells, repeated by the library, once)."""
+    lines = []
+    for row in rows:
+        cells: list[str] = []
+        for cell in row:
+            value = " ".join(cell.split())
+            if not cells or value != cells[-1]:
+                cells.append(value)
+        line = " | ".join(cells).strip(" |")
+        if line:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def parse_docx(data: bytes) -> Parsed:
+    """Paragraphs and tables of a Word document in reading order, one block each."""
+    _check_archive(data, "DOCX")
+    try:
+        import docx
+        from docx.table import Table
+
+        document = docx.Document(io.BytesIO(data))
+        blocks: list[str] = []
+        title = (document.core_properties.title or "").strip()
+        for item in document.iter_inner_content():
+            if isinstance(item, Table):
+                blocks.append(_table_rows((c.text for c in row.cells) for row in item.rows))
+                continue
+            block = item.text.strip()
+            style = (item.style.name if item.style is not None else "") or ""
+            if block and not title and style in ("Title", "Heading 1"):
+                title = block
+            blocks.append(block)
+    except Exception as exc:  # python-docx / lxml raise many types on broken input
+        raise UnusableFile(f"broken or unreadable DOCX: {type(exc).__name__}: {exc}") from None
+    text, _ = join_blocks(blocks)
+    if not text.strip():
+        raise UnusableFile("DOCX has no text")
+    return text, title, {"paragraphs": sum(1 for b in blocks if b)}
+
+
+def _shape_texts(shapes: Iterable[Any], depth: int = 0) -> Iterator[str]:
+    """Text of every shape on a slide in order: text frames by paragraph, tables by row, groups inside."""
+    for shape in shapes:
+        if getattr(shape, "has_text_frame", False) and shape.has_text_frame:
+            for paragraph in shape.text_frame.paragraphs:
+                line = paragraph.text.replace("\v", "\n").strip()
+                if line:
+                    yield line
+        if getattr(shape, "has_table", False) and shape.has_table:
+            rows = _table_rows((c.text for c in row.cells) for row in shape.table.rows)
+            if rows:
+                yield rows
+        inner = getattr(shape, "shapes", None)
+        if inner is not None and depth < 32:
+            yield from _shape_texts(inner, depth + 1)
+
+
+def parse_pptx(data: bytes) -> Parsed:
+    """Text of every slide (one block per slide, a line per paragraph), with each slide's start offset."""
+    _check_archive(data, "PPTX")
+    try:
+        from pptx import Presentation
+
+        deck = Presentation(io.BytesIO(data))
+        title = (deck.core_properties.title or "").strip()
+        slides: list[str] = []
+        for slide in deck.slides:
+            slides.append("\n".join(_shape_texts(slide.shapes)))
+            if not title and slide.shapes.title is not None and slide.shapes.title.has_text_frame:
+                title = slide.shapes.title.text_frame.text.replace("\v", " ").strip()
+    except Exception as exc:  # python-pptx / lxml raise many types on broken input
+        raise UnusableFile(f"broken or unreadable PPTX: {type(exc).__name__}: {exc}") from None
+    text, starts = join_blocks(slides)
+    if not text.strip():
+        raise UnusableFile(f"PPTX has no text ({len(slides)} slides)")
+    return text, title, {"slides": len(slides), "slide_starts": starts}
