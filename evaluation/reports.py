@@ -22,6 +22,8 @@ COST_COLUMNS = (
     "tokens_embedded",
     "overlap_overhead",
     "share_over_model_limit",
+    "build_seconds",
+    "embeddings_per_second",
 )
 # The short view printed by `chunkyard demo`: quality headline plus the fair-budget recall.
 SUMMARY_METRICS = ("hit_at_{k}", "mrr_at_{k}", "recall_at_{k}", "iou_at_{k}", "budget_recall_1024")
