@@ -204,7 +204,7 @@ def parse_docx(data: bytes) -> Parsed:
     text, _ = join_blocks(blocks)
     if not text.strip():
         raise UnusableFile("DOCX has no text")
-    return text, title, {"paragraphs": sum(1 for b in blocks if b)}
+    return text, title, {"blocks": sum(1 for b in blocks if b)}
 
 
 def _shape_texts(shapes: Iterable[Any], depth: int = 0) -> Iterator[str]:
