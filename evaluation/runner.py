@@ -28,8 +28,11 @@ from evaluation.metrics import (
     json_float,
     score_questions,
 )
+from retrieval.names import IndexName
 
 if TYPE_CHECKING:
+    from retrieval.config import IndexSpec
+    from retrieval.query import Searcher, SearchResult
     from retrieval.store import Store
 
 DEFAULT_MODES = ("dense", "bm25", "hybrid")
@@ -254,7 +257,7 @@ def parse_mode(mode: str, default_reranker: str | None) -> tuple[str, str | None
     raise ValueError(f"mode {mode!r}: expected <mode>, <mode>+rerank or <mode>+rerank:<name>")
 
 
-def _reranker_name(spec: Any) -> str | None:
+def _reranker_name(spec: IndexSpec | str) -> str | None:
     rerank = getattr(getattr(spec, "config", None), "rerank", None) or {}
     if isinstance(rerank, dict):
         return rerank.get("model") or rerank.get("name")
@@ -270,7 +273,7 @@ class _TokenCounter:
         self._tokenizer = get_tokenizer("cl100k")
         self._cache: dict[str, int] = {}
 
-    def __call__(self, result: Any) -> int:
+    def __call__(self, result: SearchResult) -> int:
         key = getattr(result, "chunk_id", None) or f"{result.doc_id}:{result.start}:{result.end}"
         if key not in self._cache:
             self._cache[key] = self._tokenizer.count(result.text)
@@ -278,8 +281,8 @@ class _TokenCounter:
 
 
 def evaluate_index(
-    searcher: Any,
-    spec: Any,
+    searcher: Searcher,
+    spec: IndexSpec | str,
     questions: Sequence[Question],
     modes: Sequence[str] = DEFAULT_MODES,
     k: int = 5,
@@ -288,7 +291,7 @@ def evaluate_index(
     min_overlap: int = 1,
     budgets: Sequence[int] = DEFAULT_BUDGETS,
     dataset: str = "",
-    store: Any = None,
+    store: Store | None = None,
     build_seconds: float | None = None,
     n_resamples: int = 2000,
     seed: int = 0,
@@ -307,8 +310,8 @@ def evaluate_index(
         raise ValueError("evaluate_index: no questions to evaluate")
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    index_name = spec if isinstance(spec, str) else spec.name
-    config_name = index_name.split("/", 1)[-1]
+    index_name = IndexName.parse(spec if isinstance(spec, str) else spec.name)
+    config_name = index_name.config
     depth = max(depth, k, FAILURE_K)
     texts = [q.text for q in questions]
     counter = _TokenCounter()
@@ -355,7 +358,7 @@ def evaluate_index(
     cost = index_cost(store or getattr(searcher, "store", None), index_name, spec)
     coarse = getattr(getattr(spec, "config", None), "coarse", None)
     if coarse:  # ambiguous questions are answered from a second index: its cost is part of the config's
-        coarse_name = f"{index_name.split('/', 1)[0]}/{coarse['config']}"
+        coarse_name = index_name.sibling(coarse["config"])
         coarse_cost = index_cost(store or getattr(searcher, "store", None), coarse_name, spec)
         for key in ("chunks", "tokens_embedded", "index_bytes"):
             if key in coarse_cost:
@@ -399,7 +402,7 @@ def latest_reports(store: Store, index_names: Sequence[str]) -> list[EvaluationR
     return reports
 
 
-def index_cost(store: Any, index_name: str, spec: Any = None) -> dict[str, float]:
+def index_cost(store: Store | None, index_name: str, spec: IndexSpec | str | None = None) -> dict[str, float]:
     """Chunks, tokens embedded, overlap overhead, share over the model limit and on-disk size.
 
     Read from the published partition: `tokens_embedded` counts what the model sees (its own

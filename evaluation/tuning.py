@@ -13,12 +13,15 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from evaluation.datasets.types import Question
 from evaluation.metrics import Estimate, bootstrap_ci, score_question
+
+if TYPE_CHECKING:
+    from retrieval.query import Searcher
 
 DEFAULT_WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0)
 
@@ -44,7 +47,7 @@ class WeightSuggestion:
 
 
 def suggest_fusion_weight(
-    searcher: Any,
+    searcher: Searcher,
     index: str,
     questions: Sequence[Question],
     *,
@@ -106,7 +109,7 @@ class SettingsSuggestion:
 
 
 def suggest_search_settings(
-    searcher: Any,
+    searcher: Searcher,
     index: str,
     questions: Sequence[Question],
     grid: dict[str, Sequence[Any]],
