@@ -12,14 +12,11 @@ import shutil
 import threading
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from chunking.models import DEFAULT_MODEL, resolve_model_path
-
-if TYPE_CHECKING:
-    from retrieval.config import IndexConfig
 
 BACKENDS = ("torch", "onnx", "static")
 QUANTIZATIONS = (None, "int8")
@@ -300,7 +297,7 @@ def shared_embedder(model: str = DEFAULT_MODEL, **options: Any) -> Embedder:
         return _shared[key]
 
 
-def embedder_for_config(config: IndexConfig | dict[str, Any]) -> Embedder:
+def embedder_for_config(config: Any) -> Embedder:
     """The shared Embedder an IndexConfig (or its `as_dict()`) asks for."""
     if isinstance(config, dict):
         model = config.get("embedding_model", DEFAULT_MODEL)

@@ -12,7 +12,7 @@ import queue
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import psycopg
@@ -24,9 +24,6 @@ from retrieval.analysis import analyzer_name
 from retrieval.db import connect, database_url
 from retrieval.migrations import MIGRATIONS
 from retrieval.names import IndexName
-
-if TYPE_CHECKING:
-    from retrieval.config import IndexSpec
 
 _MIGRATION_LOCK_KEY = 0x63686B79  # "chky": serialises concurrent migrate() calls
 
@@ -251,7 +248,7 @@ class Store:
 
     # -- indexes -----------------------------------------------------------------------------
 
-    def ensure_index(self, spec: IndexSpec) -> dict[str, Any]:
+    def ensure_index(self, spec: Any) -> dict[str, Any]:
         """Register an index (collection x config) and create its partitions if they do not exist."""
         name = spec.name
         parts = partition_names(name)
