@@ -1,16 +1,27 @@
 """Document-update sensor: watches the folder collections and re-indexes what changed.
 
-The cursor is JSON `{collection: {document id: sha256 of the file's bytes}}`: content hashes,
-not timestamps, so touching a file without changing it does nothing and a restored backup
-with old mtimes is still noticed. Each tick that sees changes requests ONE run (the changed
-collections' documents + chunk/embedding/BM25/publish assets); its run key is a hash of the
-change set, so the same change never runs twice. Evaluations and leaderboards follow through
+The cursor is JSON `{"generation": N, "collections": {collection: {document id: sha256 of the
+file's bytes}}}`: content hashes, not timestamps, so touching a file without changing it does
+nothing and a restored backup with old mtimes is still noticed. The generation counts the changes
+observed; it goes up by one on every tick that sees a change. Each such tick requests ONE run (the
+changed collections' documents + chunk/embedding/BM25/publish assets) whose run key is the
+generation plus a hash of the change set: re-evaluating a tick from the same cursor gives the same
+key (Dagster runs it once), while a change seen again later (A->B, B->A, A->B) gets a new key, so
+it is never dropped as "already completed". A cursor of the earlier format (the bare
+`{collection: {...}}` mapping) reads as generation 0. Evaluations and leaderboards follow through
 their automation conditions. The first tick (no cursor yet) compares the folders with the
-documents already in the database and requests a run (tagged `initial_scan`) only if they differ.
+documents already in the database and requests a run (tagged `initial_scan`) only if they differ;
+its generation starts from the clock, so a reset cursor never reuses an earlier key.
+
+Every tick first sweeps dead runs (`orchestration.runs.sweep_dead_runs`): a run killed while it
+held the `embedding` pool slot is failed and its slot freed, so a daemon heals the pool by
+itself; the runs it requests carry `host_tags()` so later sweeps can judge them.
 """
 
 import hashlib
 import json
+import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -26,11 +37,14 @@ from dagster import (
 )
 
 from orchestration.resources import PostgresResource
+from orchestration.runs import host_tags, sweep_dead_runs
 from pipeline.documents import load_collection_documents, snapshot
 from retrieval.config import CollectionConfig
 
 SENSOR_NAME = "document_update_sensor"
 MINIMUM_INTERVAL_SECONDS = 30
+# Overrides MINIMUM_INTERVAL_SECONDS (whole seconds, at least 1): tests tick fast through the daemon.
+INTERVAL_ENV = "CHUNKYARD_SENSOR_INTERVAL"
 # Up to this many changed documents, the run executes its steps in one process: starting a
 # Python process per step (several seconds each) would cost more than the work itself.
 IN_PROCESS_MAX_CHANGED = 50
@@ -61,8 +75,11 @@ def change_set_key(
     changes: Mapping[str, FolderChanges],
     previous: Mapping[str, Mapping[str, str]],
     current: Mapping[str, Mapping[str, str]],
+    generation: int,
 ) -> str:
-    """Stable hash of exactly what changed (ids and their before/after hashes)."""
+    """The run key of one observed change: its generation and a hash of exactly what changed (ids
+    and their before/after hashes). The same tick evaluated twice gives the same key; the same
+    change observed again at a later generation does not."""
     payload = {
         name: {
             doc: [previous.get(name, {}).get(doc), current.get(name, {}).get(doc)]
@@ -70,7 +87,22 @@ def change_set_key(
         }
         for name, c in sorted(changes.items())
     }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+    digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+    return f"g{generation}-{digest}"
+
+
+def sensor_interval() -> int:
+    """The sensor's minimum interval: CHUNKYARD_SENSOR_INTERVAL if set, else MINIMUM_INTERVAL_SECONDS."""
+    raw = os.environ.get(INTERVAL_ENV, "").strip()
+    if not raw:
+        return MINIMUM_INTERVAL_SECONDS
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{INTERVAL_ENV}: expected whole seconds, got {raw!r}") from None
+    if value < 1:
+        raise ValueError(f"{INTERVAL_ENV}: must be at least 1 second, got {value}")
+    return value
 
 
 def baseline_from_store(
@@ -98,14 +130,56 @@ def baseline_from_store(
     }
 
 
-def _parse_cursor(cursor: str | None) -> dict[str, dict[str, str]] | None:
+@dataclass(frozen=True)
+class Cursor:
+    """What the sensor remembers: the changes observed so far and every file's content hash."""
+
+    generation: int
+    hashes: dict[str, dict[str, str]]
+
+    def dumps(self) -> str:
+        return json.dumps({"generation": self.generation, "collections": self.hashes}, sort_keys=True)
+
+
+def parse_cursor(cursor: str | None) -> Cursor | None:
+    """The cursor's contents; None when there is none or it is unreadable (a first tick).
+
+    The earlier format, `{collection: {document id: sha256}}` without a generation, reads as
+    generation 0 (a collection named `generation` holds a mapping, never an int, so the two
+    formats cannot be confused).
+    """
     if not cursor:
         return None
     try:
         data = json.loads(cursor)
     except json.JSONDecodeError:
         return None
-    return data if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    generation = data.get("generation")
+    if isinstance(generation, int) and not isinstance(generation, bool):
+        collections = data.get("collections")
+        return Cursor(generation, dict(collections)) if isinstance(collections, dict) else None
+    if all(isinstance(v, dict) for v in data.values()):
+        return Cursor(0, dict(data))
+    return None
+
+
+def initial_generation() -> int:
+    """A first tick's generation: the clock in milliseconds, above any counter a reset cursor had."""
+    return time.time_ns() // 1_000_000
+
+
+def sweep(context: SensorEvaluationContext) -> list[str]:
+    """Fail dead runs of this host and free their pool slots; never fails the tick."""
+    try:
+        swept = sweep_dead_runs(context.instance)
+    except Exception as exc:  # the sweep is a repair: a tick must still see the changes without it
+        context.log.warning(f"dead-run sweep failed ({exc}); stuck runs stay until the next tick")
+        return []
+    for run_id in swept:
+        context.log.warning(f"run {run_id}: its process is gone; marked failed and its pool slots freed")
+    return swept
 
 
 def build_document_sensor(
@@ -128,26 +202,31 @@ def build_document_sensor(
             + ", ".join(sorted(watched))
             + ": one run per change set (added, modified, deleted files), deduplicated by content hash."
         ),
-        minimum_interval_seconds=MINIMUM_INTERVAL_SECONDS,
+        minimum_interval_seconds=sensor_interval(),
         default_status=default_status,
         asset_selection=targets,
     )
     def document_update_sensor(context: SensorEvaluationContext, postgres: PostgresResource) -> SensorResult:
+        sweep(context)
         current = {n: snapshot(c) for n, c in watched.items()}
-        cursor = _parse_cursor(context.cursor)
+        cursor = parse_cursor(context.cursor)
         if cursor is None:
             # First tick: compare the folders with what the database already holds, so starting
             # the UI after `chunkyard demo` does not re-run anything.
             previous = {n: baseline_from_store(context, postgres, c, current[n]) for n, c in watched.items()}
+            generation = initial_generation()
         else:
-            previous = cursor
+            previous = cursor.hashes
+            generation = cursor.generation + 1
         changes = {n: diff(previous.get(n, {}), current[n]) for n in watched}
         changed = {n: c for n, c in changes.items() if c}
-        new_cursor = json.dumps(current, sort_keys=True)
         if not changed:
+            kept = cursor.generation if cursor is not None else generation
             return SensorResult(
-                skip_reason=SkipReason("no document changed since the last tick"), cursor=new_cursor
+                skip_reason=SkipReason("no document changed since the last tick"),
+                cursor=Cursor(kept, current).dumps(),
             )
+        new_cursor = Cursor(generation, current).dumps()
         for n, c in changed.items():
             context.log.info(
                 f"{n}: {len(c.added)} added, {len(c.modified)} modified, {len(c.deleted)} deleted: "
@@ -155,6 +234,8 @@ def build_document_sensor(
             )
         selection = [k for n in sorted(changed) for k in indexing_keys[n]]
         tags = {
+            **host_tags(),
+            "chunkyard/generation": str(generation),
             # The first tick has no cursor: it reconciles the folders with the store (cheap when
             # nothing changed: unchanged documents are neither re-chunked nor re-embedded).
             "chunkyard/trigger": "document_update" if context.cursor else "initial_scan",
@@ -167,7 +248,7 @@ def build_document_sensor(
         small = n_changed <= IN_PROCESS_MAX_CHANGED
         tags["chunkyard/executor"] = "in_process" if small else "multiprocess"
         request = RunRequest(
-            run_key=change_set_key(changed, previous, current),
+            run_key=change_set_key(changed, previous, current, generation),
             asset_selection=selection,
             tags=tags,
             run_config=IN_PROCESS_RUN_CONFIG if small else {},

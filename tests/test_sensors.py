@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from dagster import AssetSelection, SensorResult, build_sensor_context, instance_for_test, materialize
 
-from tests.dagster_helpers import check_results, ids, materializations, unique_name, write_project
+from tests.dagster_helpers import DOCS, check_results, ids, materializations, unique_name, write_project
 
 
 @pytest.fixture
@@ -66,7 +66,7 @@ def test_sensor_reindexes_exactly_what_changed(project) -> None:
         assert ids(meta[f"{prefix}/chunks"]["rechunked_documents"]) == ["alpha.md", "beta.md", "gamma.txt"]
         assert all(c.passed for c in checks.values()), {k: c.metadata for k, c in checks.items()}
         cursor = first.cursor
-        assert set(json.loads(cursor)[collection]) == {"alpha.md", "beta.md", "gamma.txt"}
+        assert set(json.loads(cursor)["collections"][collection]) == {"alpha.md", "beta.md", "gamma.txt"}
 
         # Nothing changed (a touch without a content change is not a change): no run.
         (docs_dir / "alpha.md").touch()
@@ -145,3 +145,116 @@ def test_unchanged_rerun_recomputes_no_embedding(project) -> None:
         assert meta[f"{prefix}/chunks"]["chunks_staged"] == 0
         assert meta[f"{prefix}/embeddings"]["embeddings_computed"] == 0
         assert ids(meta[f"{prefix}/embeddings"]["embedded_documents"]) == []
+
+
+def _write(path: Path, text: str) -> None:
+    """Replace a file's content atomically, so a tick never sees it half written."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def test_a_change_seen_again_gets_a_new_run_key(project) -> None:
+    """A->B, B->A, A->B and delete -> re-add -> delete: every observed change is its own run key,
+    and re-evaluating a tick from the same cursor keeps its key (Dagster runs it once)."""
+    from orchestration.runs import RUN_HOST_TAG, this_host
+
+    collection, docs_dir, defs = project
+    beta = docs_dir / "beta.md"
+    a, b = beta.read_text(), beta.read_text() + "\nA second paragraph.\n"
+    with instance_for_test() as instance:
+        first = _tick(defs, instance, None)
+        keys = [first.run_requests[0].run_key]
+        cursor = first.cursor
+        generations = [json.loads(cursor)["generation"]]
+        for step in ("B", "A", "B", "delete", "re-add", "delete"):
+            if step in ("A", "B"):
+                _write(beta, a if step == "A" else b)
+            elif step == "delete":
+                (docs_dir / "gamma.txt").unlink()
+            else:
+                _write(docs_dir / "gamma.txt", DOCS["gamma.txt"])
+            result = _tick(defs, instance, cursor)
+            assert len(result.run_requests) == 1, step
+            request = result.run_requests[0]
+            assert _tick(defs, instance, cursor).run_requests[0].run_key == request.run_key
+            assert request.tags[RUN_HOST_TAG] == this_host()
+            assert request.tags["chunkyard/generation"] == str(json.loads(result.cursor)["generation"])
+            keys.append(request.run_key)
+            generations.append(json.loads(result.cursor)["generation"])
+            cursor = result.cursor
+            idle = _tick(defs, instance, cursor)
+            assert idle.run_requests == [] and json.loads(idle.cursor)["generation"] == generations[-1]
+        assert len(set(keys)) == len(keys), keys
+        assert generations == sorted(generations) and len(set(generations)) == len(generations)
+
+
+def test_a_cursor_of_the_earlier_format_reads_as_generation_zero(project) -> None:
+    from orchestration.sensors import parse_cursor
+
+    collection, docs_dir, defs = project
+    with instance_for_test() as instance:
+        hashes = json.loads(_tick(defs, instance, None).cursor)["collections"]
+        old = json.dumps(hashes, sort_keys=True)  # what earlier versions stored
+        assert parse_cursor(old).generation == 0 and parse_cursor(old).hashes == hashes
+        idle = _tick(defs, instance, old)
+        assert idle.run_requests == []
+        assert json.loads(idle.cursor) == {"generation": 0, "collections": hashes}
+        (docs_dir / "alpha.md").unlink()
+        changed = _tick(defs, instance, old)
+        assert len(changed.run_requests) == 1
+        assert changed.run_requests[0].run_key.startswith("g1-")
+    assert parse_cursor("not json") is None and parse_cursor("[1]") is None
+    assert parse_cursor(json.dumps({"generation": {"a.md": "x"}})).generation == 0  # a collection's name
+
+
+def test_sensor_interval_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestration.sensors import INTERVAL_ENV, MINIMUM_INTERVAL_SECONDS, sensor_interval
+
+    monkeypatch.delenv(INTERVAL_ENV, raising=False)
+    assert sensor_interval() == MINIMUM_INTERVAL_SECONDS
+    monkeypatch.setenv(INTERVAL_ENV, "2")
+    assert sensor_interval() == 2
+    for bad in ("0", "soon"):
+        monkeypatch.setenv(INTERVAL_ENV, bad)
+        with pytest.raises(ValueError, match=INTERVAL_ENV):
+            sensor_interval()
+
+
+def test_a_tick_sweeps_a_dead_run_and_frees_its_pool_slot(
+    project, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose process is gone (its RUN_START pid no longer exists) while holding the `embedding`
+    slot is failed and its slot freed by the next sensor tick: the daemon heals the pool itself."""
+    import subprocess
+    import sys
+    import uuid
+
+    from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRunStatus
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    from orchestration.instance import ensure_instance
+    from orchestration.runs import host_tags
+
+    collection, docs_dir, defs = project
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    ensure_instance(pg_url)
+    instance = DagsterInstance.get()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    run = instance.add_run(
+        DagsterRun(
+            job_name="dead_job", run_id=uuid.uuid4().hex, status=DagsterRunStatus.STARTED, tags=host_tags()
+        )
+    )
+    instance.report_dagster_event(
+        DagsterEvent(DagsterEventType.RUN_START.value, job_name="dead_job", pid=gone.pid), run.run_id
+    )
+    storage = instance.event_log_storage
+    storage.set_concurrency_slots("embedding", 1)
+    assert storage.claim_concurrency_slot("embedding", run.run_id, "embeddings").is_claimed
+    assert storage.get_concurrency_info("embedding").active_slot_count == 1
+
+    _tick(defs, instance, None)
+    assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.FAILURE
+    assert storage.get_concurrency_info("embedding").active_slot_count == 0
