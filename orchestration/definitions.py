@@ -13,10 +13,10 @@ from dagster import (
     AutomationConditionSensorDefinition,
     DefaultSensorStatus,
     Definitions,
-    multi_or_in_process_executor,
 )
 
 from orchestration.assets import build_all
+from orchestration.executors import build_executor
 from orchestration.resources import EmbedderResource, PostgresResource
 from orchestration.schedules import build_nightly_evaluation_schedule
 from orchestration.sensors import build_document_sensor
@@ -60,7 +60,8 @@ def build_definitions(
         # Multiprocess by default (steps in parallel, one per CPU; the `embedding` pool caps the
         # model-heavy steps). A run may ask for `execution: {config: {in_process: {}}}`: the
         # document sensor does for small change sets, where process start-up would dominate.
-        executor=multi_or_in_process_executor,
+        # `celery` sends steps to Celery workers (the default when CHUNKYARD_CELERY_BROKER is set).
+        executor=build_executor(),
     )
 
 

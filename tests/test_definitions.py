@@ -50,7 +50,7 @@ def test_project_graph_names_groups_and_descriptions() -> None:
     )
     assert emb.pools == {"embedding"}
     assert defs.resolve_sensor_def("document_update_sensor") is not None
-    assert defs.executor.name == "multi_or_in_process_executor"
+    assert defs.executor.name == "chunkyard"  # multiprocess, in_process or celery (orchestration.executors)
     assert defs.executor.config_schema.default_value == {"multiprocess": {}}  # multiprocess by default
     schedule = defs.resolve_schedule_def("nightly_evaluation")
     assert schedule.default_status.value == "STOPPED"
