@@ -20,7 +20,10 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from retrieval.rerank import Reranker
 
-MODES = ("dense", "bm25", "hybrid", "hybrid_weighted")
+MODES = ("dense", "bm25", "hybrid", "hybrid_weighted", "hybrid_auto")
+# What a request that names no mode gets: `hybrid_auto`, the fusion that calibrates its dense weight
+# per query and per index language (retrieval/query/fusion.py; numbers in benchmarks/results/defaults.md).
+DEFAULT_MODE = "hybrid_auto"
 MAX_K = 1000  # the library's bound on k and candidates
 SERVICE_MAX_K = 100  # the HTTP service's default bound on k (`create_app(max_k=...)`)
 HNSW_MAX_EF = 1000  # pgvector's upper bound for hnsw.ef_search
@@ -33,6 +36,16 @@ COARSE_DEFAULT_RANK = 5
 DEFAULT_CANDIDATES = 50
 DEFAULT_RRF_K = 60
 DEFAULT_WEIGHT = 0.5
+# `hybrid_auto`: the dense weight at equal dense/BM25 agreement, and its share kept when the index's
+# text is in languages the dense model was not trained on (measured: all-MiniLM-L6-v2 on Spanish is
+# 30 hit@5 points below BM25, benchmarks/results/defaults.md).
+AUTO_WEIGHT = 0.25
+FOREIGN_LANGUAGE_STRENGTH = 0.4
+# Languages an embedding model was trained on; a model not listed is taken to cover every language.
+MODEL_LANGUAGES: dict[str, tuple[str, ...]] = {
+    "all-MiniLM-L6-v2": ("en",),
+    "sentence-transformers/all-MiniLM-L6-v2": ("en",),
+}
 
 Kind = Literal["int", "float", "bool", "choice", "object", "reranker"]
 
@@ -120,7 +133,13 @@ class SearchOptions:
     """
 
     k: int = _option(5, "Number of results.", "int", ge=1, le=MAX_K, flags=("-k",))
-    mode: str = _option("hybrid", "dense, bm25, hybrid (RRF) or hybrid_weighted.", "choice", choices=MODES)
+    mode: str = _option(
+        DEFAULT_MODE,
+        "dense, bm25, hybrid (RRF), hybrid_weighted, or hybrid_auto (weighted, dense weight calibrated per "
+        "query and index language).",
+        "choice",
+        choices=MODES,
+    )
     rerank: str | Reranker | None = _option(
         None,
         "Second-stage reranker: `maxsim`, or `cross-encoder:<local path>`.",
@@ -289,6 +308,7 @@ class SearchOptions:
             candidates=int(candidates),
             rrf_k=float(self.rrf_k if self.rrf_k is not None else defaults.rrf_k),
             weight=weight,
+            auto_weight=defaults.auto_weight,
             context=context,
             collapse=self.collapse_duplicates if self.collapse_duplicates is not None else defaults.collapse,
             coarse=coarse,
@@ -391,6 +411,7 @@ class IndexDefaults:
     candidates: int = DEFAULT_CANDIDATES
     rrf_k: float = DEFAULT_RRF_K
     weight: float = DEFAULT_WEIGHT
+    auto_weight: float = AUTO_WEIGHT
     context: ContextScoring = field(default_factory=ContextScoring)
     collapse: bool = False
     coarse: CoarseFallback | None = None
@@ -408,6 +429,7 @@ class IndexDefaults:
             candidates=int(hybrid.get("candidates", DEFAULT_CANDIDATES)),
             rrf_k=float(hybrid.get("rrf_k", DEFAULT_RRF_K)),
             weight=float(hybrid.get("weight", DEFAULT_WEIGHT)),
+            auto_weight=auto_weight(config),
             context=context,
             collapse=bool(config.get("collapse_duplicates", False)),
             coarse=CoarseFallback(
@@ -420,8 +442,27 @@ class IndexDefaults:
         )
 
 
+def auto_weight(config: Mapping[str, Any]) -> float:
+    """`hybrid_auto`'s base dense weight for an index: AUTO_WEIGHT, less on text its model was not trained on.
+
+    The index's detected languages (`bm25.languages`, published by `analyzer: auto`) are weighed
+    by share: text in a language outside MODEL_LANGUAGES[model] keeps FOREIGN_LANGUAGE_STRENGTH of
+    the weight. Undetected text (no `languages`, or language "") counts as covered.
+    """
+    covers = MODEL_LANGUAGES.get(str(config.get("embedding_model") or ""))
+    languages = (config.get("bm25") or {}).get("languages") or {}
+    if covers is None or not isinstance(languages, Mapping) or not languages:
+        return AUTO_WEIGHT
+    total = sum(float(share) for share in languages.values()) or 1.0
+    foreign = sum(float(share) for lang, share in languages.items() if lang and lang not in covers) / total
+    return AUTO_WEIGHT * (1.0 - foreign * (1.0 - FOREIGN_LANGUAGE_STRENGTH))
+
+
 @dataclass(frozen=True)
 class ResolvedSearch:
+    """The request's options with the index's defaults filled in: what the stages read."""
+
+
     """The request's options with the index's defaults filled in: what the stages read."""
 
     options: SearchOptions
@@ -431,6 +472,7 @@ class ResolvedSearch:
     context: ContextScoring
     collapse: bool
     coarse: CoarseFallback | None
+    auto_weight: float = AUTO_WEIGHT  # hybrid_auto's base dense weight (`auto_weight(config)`)
 
     @property
     def k(self) -> int:

@@ -265,7 +265,7 @@ def fuse_with_context(
     The context score follows the mode: dense cosine, BM25, their weighted mix (`hybrid_weighted`,
     with the mode's dense weight) or their reciprocal rank fusion (`hybrid`).
     """
-    own_key = {"dense": "dense", "bm25": "bm25", "hybrid": "rrf"}.get(mode, "weighted")
+    own_key = {"dense": "dense", "bm25": "bm25", "hybrid": "rrf", "hybrid_auto": "auto"}.get(mode, "weighted")
     ids = [cid for cid, _ in fused]
     scores = dict(fused)
     context_dense = {cid: evidence[cid].dense for cid in ids if cid in evidence}

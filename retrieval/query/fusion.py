@@ -1,4 +1,4 @@
-"""Fusion stage: merge the dense and BM25 candidate lists into one ranking (RRF or weighted scores)."""
+"""Fusion stage: merge the dense and BM25 candidate lists into one ranking (RRF, weighted or calibrated)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,29 @@ import math
 Candidates = list[tuple[str, float]]  # (chunk_id, score), best first
 Ranked = list[tuple[str, dict[str, float]]]  # (chunk_id, every stage's score), best first
 
-RANKING_KEYS = {"dense": "dense", "bm25": "bm25", "hybrid": "rrf", "hybrid_weighted": "weighted"}
+RANKING_KEYS = {
+    "dense": "dense",
+    "bm25": "bm25",
+    "hybrid": "rrf",
+    "hybrid_weighted": "weighted",
+    "hybrid_auto": "auto",
+}
+AGREEMENT_DEPTH = 10  # how many of each list's top candidates the other list is asked to corroborate
 
 
-def fuse(mode: str, dense: Candidates, lexical: Candidates, rrf_k: float, weight: float) -> Ranked:
+def fuse(
+    mode: str,
+    dense: Candidates,
+    lexical: Candidates,
+    rrf_k: float,
+    weight: float,
+    auto_weight: float = 0.25,
+) -> Ranked:
     """Merge ranked lists into one ranking with every stage's score kept per chunk.
 
     `hybrid` adds reciprocal ranks (`1 / (rrf_k + rank)`); `hybrid_weighted` mixes the min-max
-    normalised scores with dense weight `weight`.
+    normalised scores with dense weight `weight`; `hybrid_auto` mixes them with the per-query
+    weight of `calibrated_weight(dense, lexical, auto_weight)` (kept as `scores["auto_weight"]`).
     """
     scores: dict[str, dict[str, float]] = {}
     for rank, (cid, value) in enumerate(dense, start=1):
@@ -27,13 +42,40 @@ def fuse(mode: str, dense: Candidates, lexical: Candidates, rrf_k: float, weight
     if mode == "hybrid":
         for entry in scores.values():
             entry["rrf"] = sum(1.0 / (rrf_k + entry[r]) for r in ("dense_rank", "bm25_rank") if r in entry)
-    elif mode == "hybrid_weighted":
+    elif mode in ("hybrid_weighted", "hybrid_auto"):
+        if mode == "hybrid_auto":
+            weight = calibrated_weight(dense, lexical, auto_weight)
         dense_norm = min_max(dict(dense))
         bm25_norm = min_max(dict(lexical))
         for cid, entry in scores.items():
-            entry["weighted"] = weight * dense_norm.get(cid, 0.0) + (1 - weight) * bm25_norm.get(cid, 0.0)
+            entry[key] = weight * dense_norm.get(cid, 0.0) + (1 - weight) * bm25_norm.get(cid, 0.0)
+            if mode == "hybrid_auto":
+                entry["auto_weight"] = weight
     order = sorted(scores, key=lambda cid: (-scores[cid][key], cid))
     return [(cid, scores[cid]) for cid in order]
+
+
+def corroboration(ranked: Candidates, other: Candidates, depth: int = AGREEMENT_DEPTH) -> float:
+    """The share of `ranked`'s top `depth` chunks that `other` also retrieved (0 when `ranked` is empty)."""
+    top = [cid for cid, _ in ranked[:depth]]
+    if not top:
+        return 0.0
+    seen = {cid for cid, _ in other}
+    return sum(cid in seen for cid in top) / len(top)
+
+
+def calibrated_weight(dense: Candidates, lexical: Candidates, base: float) -> float:
+    """The dense weight of `hybrid_auto` for one query: `base` scaled by how well BM25 backs dense.
+
+    Each list's top candidates are looked up in the other list. A list whose top results the
+    other list also found is the one to trust: `2 * base * c_dense / (c_dense + c_bm25)`, so equal
+    corroboration gives `base`, dense results BM25 never saw push the weight towards 0 (a dense
+    model weak on the corpus), and BM25 results dense never saw push it up to `2 * base`. No
+    corroboration either way (or an empty list) keeps `base`.
+    """
+    c_dense, c_bm25 = corroboration(dense, lexical), corroboration(lexical, dense)
+    share = c_dense / (c_dense + c_bm25) if c_dense + c_bm25 > 0 else 0.5
+    return min(1.0, 2.0 * base * share)
 
 
 def min_max(values: dict[str, float]) -> dict[str, float]:

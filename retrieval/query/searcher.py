@@ -229,13 +229,14 @@ class Searcher:
                     n = first_stage if mode == "bm25" else max(first_stage, plan.candidates)
                     lexical = self.lexical.top_k(conn, handle, query, n, request.filters)
             with _timed(timings, "fuse_ms"):
-                fused = fuse(mode, dense, lexical, plan.rrf_k, plan.weight)
+                fused = fuse(mode, dense, lexical, plan.rrf_k, plan.weight, plan.auto_weight)
             if plan.context.enabled and fused:
                 with _timed(timings, "context_ms"):
                     layout = self._layouts.get(conn, handle)
+                    dense_weight = fused[0][1].get("auto_weight", plan.weight)  # hybrid_auto: this query's
                     fused = rank_with_context(
                         conn, handle, layout, mode, fused, plan.context, query, qvec,
-                        dense_weight=plan.weight, rrf_k=plan.rrf_k,
+                        dense_weight=dense_weight, rrf_k=plan.rrf_k,
                     )  # fmt: skip
             if plan.collapse and fused:
                 with _timed(timings, "collapse_ms"):
