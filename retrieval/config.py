@@ -1,4 +1,5 @@
-"""Index and collection configs: the YAML files under configs/ as typed, validated objects."""
+"""Index and collection configs as typed, validated objects: the project's chunkyard.yaml over the
+bundled configs/ (the project is found like git's: the nearest chunkyard.yaml from the current folder up)."""
 
 from __future__ import annotations
 
@@ -24,19 +25,104 @@ class ConfigError(ValueError):
     """A config file or entry is invalid; the message names the file, entry and field."""
 
 
+PROJECT_FILE = "chunkyard.yaml"
+STATE_DIR = ".chunkyard"
+PROJECT_ENV = "CHUNKYARD_PROJECT"
+LEGACY_PROJECT_ENV = "CHUNKYARD_PROJECT_DIR"  # the older name, still read
+BENCHMARKS_ENV = "CHUNKYARD_BENCHMARKS"
+_PROJECT_KEYS = {"collections", "indexes", "benchmarks", "description"}
+
+
+class ProjectError(ConfigError):
+    """No chunkyard project where one is needed; the message says how to make or name one."""
+
+
+def find_project(start: Path | None = None) -> Path | None:
+    """The project folder: CHUNKYARD_PROJECT if set, else the nearest folder with a chunkyard.yaml
+    from `start` (the current directory) up, as git and dbt look; None when there is none."""
+    named = os.environ.get(PROJECT_ENV) or os.environ.get(LEGACY_PROJECT_ENV)
+    if named:
+        root = Path(named).expanduser().resolve()
+        if root.name == PROJECT_FILE and root.is_file():
+            root = root.parent
+        if not (root / PROJECT_FILE).is_file():
+            variable = PROJECT_ENV if os.environ.get(PROJECT_ENV) else LEGACY_PROJECT_ENV
+            raise ProjectError(
+                f"{root}: not a chunkyard project (no {PROJECT_FILE}), named by --project or {variable}; "
+                f"run `chunkyard init {root}` or name the folder that holds {PROJECT_FILE}"
+            )
+        return root
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / PROJECT_FILE).is_file():
+            return folder
+    return None
+
+
 def project_root() -> Path:
-    """The folder holding configs/: CHUNKYARD_PROJECT_DIR, else the current directory, else the package's."""
-    env = os.environ.get("CHUNKYARD_PROJECT_DIR")
-    if env:
-        return Path(env).resolve()
-    cwd = Path.cwd()
-    if (cwd / "configs").is_dir():
-        return cwd
-    return Path(__file__).resolve().parent.parent
+    """The current project's folder; ProjectError (with the fix) outside a project."""
+    root = find_project()
+    if root is None:
+        raise ProjectError(
+            f"not in a chunkyard project: no {PROJECT_FILE} in {Path.cwd()} or any folder above it; "
+            f"run `chunkyard init` to make this folder one, or pass --project DIR (or set {PROJECT_ENV})"
+        )
+    return root
+
+
+def bundled_configs_dir() -> Path:
+    """The configs shipped with the package (`configs/` of the repository, installed as the package
+    `retrieval.bundled`): the index configs every project starts from, and the bundled collections."""
+    from importlib import resources
+
+    try:
+        return Path(str(resources.files("retrieval.bundled")))
+    except ModuleNotFoundError:  # a source tree on sys.path without an install
+        return Path(__file__).resolve().parent.parent / "configs"
 
 
 def configs_dir() -> Path:
-    return Path(os.environ.get("CHUNKYARD_CONFIGS", project_root() / "configs")).resolve()
+    """Where indexes.yaml and collections.yaml are read: CHUNKYARD_CONFIGS (a folder holding both,
+    used as they stand), else the bundled ones (which the project's chunkyard.yaml adds to)."""
+    env = os.environ.get("CHUNKYARD_CONFIGS")
+    return Path(env).resolve() if env else bundled_configs_dir()
+
+
+def project_file() -> Path:
+    return project_root() / PROJECT_FILE
+
+
+def read_project(root: Path | None = None) -> dict[str, Any]:
+    """The project's chunkyard.yaml, checked at the top level (its entries are checked where used)."""
+    path = (root or project_root()) / PROJECT_FILE
+    raw = _read_yaml(path)
+    unknown = set(raw) - _PROJECT_KEYS
+    if unknown:
+        raise ConfigError(
+            f"{_at(path, raw, sorted(unknown)[0])}: unknown field(s) {sorted(unknown)}; "
+            f"allowed {sorted(_PROJECT_KEYS)}"
+        )
+    for key in ("collections", "indexes"):
+        if key in raw and not isinstance(raw[key] if raw[key] is not None else {}, dict):
+            raise ConfigError(f"{_at(path, raw, key)}: `{key}` must be a mapping of names")
+    if "benchmarks" in raw:
+        _as_bool(raw["benchmarks"], f"{_at(path, raw, 'benchmarks')}: benchmarks")
+    return raw
+
+
+def benchmarks_enabled(project: dict[str, Any] | None = None) -> bool:
+    """Benchmark collections (`benchmark: true`, e.g. chroma_general) are built only when asked:
+    CHUNKYARD_BENCHMARKS=1 (`--with-benchmarks`) or `benchmarks: true` in chunkyard.yaml."""
+    env = os.environ.get(BENCHMARKS_ENV, "").strip().lower()
+    if env:
+        return env in ("1", "true", "yes", "on")
+    return bool((project or {}).get("benchmarks", False))
+
+
+def _at(path: Path, mapping: Any, key: Any) -> str:
+    """`file:line` of `key` in a mapping read by `_read_yaml` (just the file when unknown)."""
+    line = getattr(mapping, "lines", {}).get(key)
+    return f"{path}:{line}" if line else str(path)
 
 
 def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -117,6 +203,10 @@ class CollectionConfig:
     eval_set: str | None = None
     indexes: tuple[str, ...] = ()
     description: str = ""
+    # A benchmark collection (chroma_general) is built only when benchmarks are enabled.
+    benchmark: bool = False
+    # `file:line` of the entry, for errors about it.
+    source: str = field(default="", compare=False)
 
     def folder_paths(self) -> list[Path]:
         root = project_root()
@@ -152,19 +242,44 @@ _INDEX_KEYS = {
     "description",
     "allow_truncation",
 }
-_COLLECTION_KEYS = {"folders", "include", "exclude", "dataset", "eval_set", "indexes", "description"}
+_COLLECTION_KEYS = {
+    "folders",
+    "include",
+    "exclude",
+    "dataset",
+    "eval_set",
+    "indexes",
+    "description",
+    "benchmark",
+}
+
+
+def _project_overlay() -> tuple[Path, dict[str, Any]] | None:
+    """The project's chunkyard.yaml when the configs come from the project (no CHUNKYARD_CONFIGS)."""
+    if os.environ.get("CHUNKYARD_CONFIGS"):
+        return None
+    root = project_root()
+    return root / PROJECT_FILE, read_project(root)
 
 
 def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]:
+    """The index configs of `path`; by default the bundled ones plus (by name, replacing a bundled
+    one) the `indexes:` of the project's chunkyard.yaml, all with the bundled `defaults`."""
     path = Path(path) if path else configs_dir() / "indexes.yaml"
     raw = _read_yaml(path)
     defaults = raw.get("defaults") or {}
     entries = raw.get("indexes")
     if not isinstance(entries, dict) or not entries:
         raise ConfigError(f"{path}: needs a non-empty mapping `indexes:`")
+    sources = {name: (path, entries) for name in entries}
+    overlay = _project_overlay() if path == configs_dir() / "indexes.yaml" else None
+    if overlay and overlay[1].get("indexes"):
+        project_entries = overlay[1]["indexes"]
+        entries = {**entries, **project_entries}
+        sources.update({name: (overlay[0], project_entries) for name in project_entries})
     configs: dict[str, IndexConfig] = {}
     for name, entry in entries.items():
-        where = f"{path}: indexes.{name}"
+        where = f"{_at(sources[name][0], sources[name][1], name)}: indexes.{name}"
         if not isinstance(name, str) or not _NAME.match(name):
             raise ConfigError(f"{where}: name must be lowercase letters, digits, '-', '_' or '.'")
         if not isinstance(entry, dict):
@@ -208,7 +323,7 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
         if not config.coarse:
             continue
         target = config.coarse["config"]
-        where = f"{path}: indexes.{name}.coarse.config"
+        where = f"{_at(sources[name][0], sources[name][1], name)}: indexes.{name}.coarse.config"
         if target not in configs:
             raise ConfigError(f"{where}: unknown index config {target!r}; known: {sorted(configs)}")
         if target == name or configs[target].coarse:
@@ -274,18 +389,46 @@ def _as_bool(value: Any, where: str) -> bool:
     return value
 
 
-def load_collection_configs(path: str | Path | None = None) -> dict[str, CollectionConfig]:
-    path = Path(path) if path else configs_dir() / "collections.yaml"
-    raw = _read_yaml(path)
-    entries = raw.get("collections")
-    if not isinstance(entries, dict) or not entries:
-        raise ConfigError(f"{path}: needs a non-empty mapping `collections:`")
+def load_collection_configs(
+    path: str | Path | None = None, *, include_benchmarks: bool | None = None
+) -> dict[str, CollectionConfig]:
+    """The collections of `path`; by default the project's: the `collections:` of its chunkyard.yaml
+    (the bundled collections when it has none). Benchmark collections (`benchmark: true`) are kept
+    only when `include_benchmarks` (default: `benchmarks_enabled()`); the bundled ones are then added."""
+    located: dict[str, tuple[Path, dict[str, Any]]] = {}
+    project: dict[str, Any] | None = None
+    if path:
+        path = Path(path)
+        entries = _collection_entries(path, _read_yaml(path))
+        located = {name: (path, entries) for name in entries}
+    else:
+        bundled = configs_dir() / "collections.yaml"
+        bundled_entries = _collection_entries(bundled, _read_yaml(bundled))
+        overlay = _project_overlay()
+        project = overlay[1] if overlay else None
+        if overlay and "collections" in overlay[1]:
+            own = overlay[1]["collections"] or {}
+            located = {name: (overlay[0], own) for name in own}
+            # the bundled benchmark collections can be switched on in any project
+            located.update(
+                {
+                    name: (bundled, bundled_entries)
+                    for name, entry in bundled_entries.items()
+                    if name not in own and (entry or {}).get("benchmark")
+                }
+            )
+        else:
+            located = {name: (bundled, bundled_entries) for name in bundled_entries}
+    keep_benchmarks = benchmarks_enabled(project) if include_benchmarks is None else include_benchmarks
     collections: dict[str, CollectionConfig] = {}
-    for name, entry in entries.items():
-        where = f"{path}: collections.{name}"
+    for name, (source, mapping) in located.items():
+        entry = mapping[name]
+        where = f"{_at(source, mapping, name)}: collections.{name}"
         if not isinstance(name, str) or not _NAME.match(name):
             raise ConfigError(f"{where}: name must be lowercase letters, digits, '-', '_' or '.'")
         entry = entry or {}
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: must be a mapping (folders, include, indexes, ...), got {entry!r}")
         unknown = set(entry) - _COLLECTION_KEYS
         if unknown:
             raise ConfigError(
@@ -293,6 +436,9 @@ def load_collection_configs(path: str | Path | None = None) -> dict[str, Collect
             )
         if not entry.get("folders") and not entry.get("dataset"):
             raise ConfigError(f"{where}: needs `folders` or `dataset`")
+        benchmark = _as_bool(entry.get("benchmark", False), f"{where}.benchmark")
+        if benchmark and not keep_benchmarks:
+            continue
         collections[name] = CollectionConfig(
             name=name,
             folders=tuple(entry.get("folders") or ()),
@@ -302,8 +448,17 @@ def load_collection_configs(path: str | Path | None = None) -> dict[str, Collect
             eval_set=entry.get("eval_set"),
             indexes=tuple(entry.get("indexes") or ()),
             description=entry.get("description", ""),
+            benchmark=benchmark,
+            source=where.rpartition(": collections.")[0],
         )
     return collections
+
+
+def _collection_entries(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
+    entries = raw.get("collections")
+    if not isinstance(entries, dict) or not entries:
+        raise ConfigError(f"{path}: needs a non-empty mapping `collections:`")
+    return entries
 
 
 def load_index_specs(
@@ -316,7 +471,8 @@ def load_index_specs(
         for config_name in collection.indexes:
             if config_name not in configs:
                 raise ConfigError(
-                    f"collections.{collection.name}.indexes: unknown index config {config_name!r}; "
+                    f"{collection.source or 'collections'}: collections.{collection.name}.indexes: "
+                    f"unknown index config {config_name!r}; "
                     f"known: {sorted(configs)}"
                 )
         # A config with `coarse` needs its coarse index in the same collection: it is built too.
@@ -325,13 +481,39 @@ def load_index_specs(
     return specs
 
 
+class _Mapping(dict):
+    """A YAML mapping that remembers the line of each key (`lines`), for errors that say where."""
+
+    lines: dict[Any, int]
+
+
+class _LineLoader(yaml.SafeLoader):
+    """yaml.safe_load whose mappings are `_Mapping`s (1-based key lines from the node marks)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> _Mapping:  # type: ignore[override]
+        mapping = _Mapping(super().construct_mapping(node, deep=True))
+        mapping.lines = {}
+        for key_node, _value in node.value:
+            try:
+                mapping.lines[self.construct_object(key_node)] = key_node.start_mark.line + 1
+            except TypeError:  # an unhashable key; the mapping construction has refused it already
+                continue
+        return mapping
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _LineLoader.construct_mapping)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LineLoader) or {}  # noqa: S506
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{where}: invalid YAML: {problem}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping")
     return data

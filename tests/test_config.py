@@ -7,7 +7,8 @@ import pytest
 from retrieval.config import ConfigError, load_index_configs, load_index_specs
 
 
-def test_shipped_configs_load_and_pair_up() -> None:
+def test_shipped_configs_load_and_pair_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHUNKYARD_BENCHMARKS", "1")  # chroma_general is a benchmark collection
     names = {spec.name for spec in load_index_specs()}
     assert {"demo/token-256", "demo/recursive-256", "chroma_general/chroma-token-250-0"} <= names
 

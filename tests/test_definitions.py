@@ -31,8 +31,8 @@ def test_code_location_loads_without_torch() -> None:
     assert done.stdout.strip().endswith("ok")
 
 
-def test_project_graph_names_groups_and_descriptions() -> None:
-    from orchestration.definitions import defs
+def test_project_graph_names_groups_and_descriptions(monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestration.definitions import build_definitions, defs
 
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
@@ -54,6 +54,10 @@ def test_project_graph_names_groups_and_descriptions() -> None:
     assert defs.executor.config_schema.default_value == {"multiprocess": {}}  # multiprocess by default
     schedule = defs.resolve_schedule_def("nightly_evaluation")
     assert schedule.default_status.value == "STOPPED"
+    # The benchmark collection is off unless enabled: the project shows only its own collections.
+    assert not any(k.path[0] == "chroma_general" for k in graph.get_all_asset_keys())
+    monkeypatch.setenv("CHUNKYARD_BENCHMARKS", "1")
+    graph = build_definitions().resolve_asset_graph()
 
     # A config with `coarse` brings its coarse index along, and its evaluation waits for both.
     adaptive = graph.get(

@@ -50,7 +50,7 @@ def _collection_for(dataset_arg: str, collection: str | None) -> tuple[str, tupl
     from retrieval.config import ConfigError, load_collection_configs
 
     try:
-        collections = load_collection_configs()
+        collections = load_collection_configs(include_benchmarks=True)  # chroma_general, enabled or not
     except ConfigError:
         collections = {}
     if collection:

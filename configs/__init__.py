@@ -1,0 +1,1 @@
+"""The bundled configs (indexes.yaml, collections.yaml): package data, installed as `retrieval.bundled`."""
