@@ -2,7 +2,9 @@
 
 `evaluate_index` asks the Searcher exactly what a user would ask (same index, same modes), so
 the numbers describe what is served. Modes are the Searcher's (`dense`, `bm25`, `hybrid`,
-`hybrid_weighted`) plus `<mode>+rerank` (the index's configured reranker, default MaxSim).
+`hybrid_weighted`, `hybrid_auto`) plus `<mode>+rerank` (the index's configured reranker, default
+MaxSim) and `served`: exactly what `/v1/search` runs when a request names nothing but the query
+(`SearchOptions()` with the index config's defaults), whatever mode that is.
 """
 
 from __future__ import annotations
@@ -28,16 +30,19 @@ from evaluation.metrics import (
     json_float,
     score_questions,
 )
+from evaluation.misses import collect_misses, misses_markdown
 from retrieval.names import IndexName
+from retrieval.options import SearchOptions
 
 if TYPE_CHECKING:
     from retrieval.config import IndexSpec
     from retrieval.query import Searcher, SearchResult
     from retrieval.store import Store
 
-DEFAULT_MODES = ("dense", "bm25", "hybrid")
+DEFAULT_MODES = ("dense", "bm25", "hybrid", "served")
 DEFAULT_DEPTH = 50  # results fetched per question for recall@20 and the context-budget recall
 DEFAULT_RERANKER = "maxsim"
+SERVED_MODE = "served"  # the options a request that names none gets (`SearchOptions()`), not a copy
 # Headline metrics shown in tables, in this order (with k substituted).
 TABLE_METRICS = (
     "hit_at_{k}",
@@ -93,6 +98,9 @@ class EvaluationReport:
     latency: dict[str, dict[str, float]] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # per mode, the questions missed (hit@k = 0) with what was retrieved (`evaluation.misses`)
+    misses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    missed: dict[str, int] = field(default_factory=dict)  # per mode, how many questions were missed
 
     @property
     def metrics(self) -> dict[str, dict[str, float]]:
@@ -141,6 +149,8 @@ class EvaluationReport:
             },
             "settings": json.loads(json.dumps(self.settings, default=_json_default)),
             "notes": list(self.notes),
+            "misses": json.loads(json.dumps(self.misses)),
+            "missed": dict(self.missed),
         }
 
     @classmethod
@@ -167,6 +177,8 @@ class EvaluationReport:
                 },
                 settings=dict(data["settings"]),
                 notes=[str(n) for n in data["notes"]],
+                misses={mode: list(rows) for mode, rows in (data.get("misses") or {}).items()},
+                missed={mode: int(n) for mode, n in (data.get("missed") or {}).items()},
             )
         except KeyError as exc:
             raise ReportFormatError(f"evaluation report: missing field {exc.args[0]!r}") from None
@@ -223,6 +235,10 @@ class EvaluationReport:
                 lines.append(f"- ... and {len(self.notes) - max_notes} more (all in the report's notes)")
             lines.append("")
         return "\n".join(lines)
+
+    def misses_markdown(self) -> str:
+        """The per-question table of misses: each mode's missed questions, reference and retrieved spans."""
+        return misses_markdown(self.misses, self.missed, self.k)
 
 
 def format_estimate(est: Estimate, *, scale: float = 100.0, digits: int = 1) -> str:
@@ -318,19 +334,23 @@ def evaluate_index(
     options = dict(search_options or {})
     summaries: dict[str, MetricSummary] = {}
     latency: dict[str, dict[str, float]] = {}
+    kept_retrievals: dict[str, list[Any]] = {}
     for mode in modes:
         if progress:
             progress(mode)
-        base_mode, reranker = parse_mode(mode, _reranker_name(spec))
+        if mode == SERVED_MODE:  # what /v1/search runs for a body with only the query and the index
+            request, mode_options = SearchOptions(), {}
+            top_k_dependent = request.rerank is not None or request.mmr is not None
+        else:
+            base_mode, reranker = parse_mode(mode, _reranker_name(spec))
+            request, mode_options = None, {"mode": base_mode, "rerank": reranker, **options}
+            top_k_dependent = reranker is not None or options.get("mmr") is not None
         started = time.perf_counter()
-        deep = searcher.search_batch(texts, index_name, k=depth, mode=base_mode, rerank=reranker, **options)
+        deep = searcher.search_batch(texts, index_name, request, k=depth, **mode_options)
         elapsed = time.perf_counter() - started
-        top_k_dependent = reranker is not None or options.get("mmr") is not None
         if top_k_dependent:
             started = time.perf_counter()
-            shallow = searcher.search_batch(
-                texts, index_name, k=k, mode=base_mode, rerank=reranker, **options
-            )
+            shallow = searcher.search_batch(texts, index_name, request, k=k, **mode_options)
             elapsed = time.perf_counter() - started
             retrievals = [
                 list(s[:k]) + [r for r in d if r.chunk_id not in {x.chunk_id for x in s[:k]}]
@@ -348,6 +368,7 @@ def evaluate_index(
             n_resamples=n_resamples,
             seed=seed,
         )
+        kept_retrievals[mode] = retrievals
         per_query = [r[0].timings.get("total_ms") for r in retrievals if r and getattr(r[0], "timings", None)]
         per_query = [t for t in per_query if t is not None]
         latency[mode] = {
@@ -355,6 +376,9 @@ def evaluate_index(
             "p50_ms": float(np.percentile(per_query, 50)) if per_query else math.nan,
             "p95_ms": float(np.percentile(per_query, 95)) if per_query else math.nan,
         }
+    misses, missed = collect_misses(
+        questions, kept_retrievals, summaries, k, store or getattr(searcher, "store", None), index_name
+    )
     cost = index_cost(store or getattr(searcher, "store", None), index_name, spec)
     coarse = getattr(getattr(spec, "config", None), "coarse", None)
     if coarse:  # ambiguous questions are answered from a second index: its cost is part of the config's
@@ -382,8 +406,11 @@ def evaluate_index(
             "bootstrap_resamples": n_resamples,
             "seed": seed,
             **options,
+            **({"served_mode": SearchOptions().mode} if SERVED_MODE in modes else {}),
         },
         notes=list(notes),
+        misses=misses,
+        missed=missed,
     )
 
 

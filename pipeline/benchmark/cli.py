@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         dest="modes",
         metavar="MODE",
-        help="dense, bm25, hybrid, hybrid_weighted, or <mode>+rerank (repeatable)",
+        help="dense, bm25, hybrid, hybrid_weighted, hybrid_auto, <mode>+rerank (repeatable), or served: "
+        "exactly what /v1/search runs when a request names no option (default: dense, bm25, hybrid, served)",
     )
     parser.add_argument("--k", type=int, default=5, help="top k (protocol chroma: always 5)")
     parser.add_argument("--collection", help="collection name to index the dataset as")

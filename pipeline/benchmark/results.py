@@ -130,9 +130,19 @@ class BenchmarkResult:
             lines.append("")
         return "\n".join(lines)
 
+    def misses_markdown(self) -> str:
+        """Per index, the questions each mode missed with the spans retrieved instead and the reference."""
+        parts = [
+            f"## {report.index}: questions missed\n\n{report.misses_markdown()}"
+            for report in self.reports
+            if report.missed
+        ]
+        return "\n".join(parts)
+
     def markdown(self) -> str:
         parts = [self.board.markdown()]
-        for extra in (self.reproduction_markdown(), self.weights_markdown(), self.settings_markdown()):
+        extras = (self.reproduction_markdown(), self.weights_markdown(), self.settings_markdown())
+        for extra in (*extras, self.misses_markdown()):
             if extra:
                 parts.append(extra)
         return "\n".join(parts)

@@ -18,13 +18,13 @@ from retrieval.embedder import Embedder
 from retrieval.query.searcher import Searcher
 from retrieval.store import Store
 
-EVALUATION_MODES = ("dense", "bm25", "hybrid")
+EVALUATION_MODES = ("dense", "bm25", "hybrid", "served")  # served: what /v1/search runs
 EVALUATION_K = 5
 REGRESSION_TOLERANCE = 0.01
 
 
 def evaluation_modes(config: IndexConfig) -> tuple[str, ...]:
-    """dense, bm25 and hybrid; plus `hybrid+rerank` when the config names a reranker."""
+    """dense, bm25, hybrid and served; plus `hybrid+rerank` when the config names a reranker."""
     rerank = config.rerank
     named = (rerank.get("model") or rerank.get("name")) if isinstance(rerank, dict) else rerank
     return (*EVALUATION_MODES, "hybrid+rerank") if named else EVALUATION_MODES
@@ -114,7 +114,7 @@ def evaluate_collection_index(
             "questions_skipped": len(found.skipped),
             "dataset": found.dataset,
         },
-        markdown={"report": report.markdown()},
+        markdown={"report": report.markdown(), "misses": report.misses_markdown()},
         checks=[regression],
         warnings=warnings,
     )
