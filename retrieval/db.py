@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import select
+import threading
+import time
 from pathlib import Path
 
 import psycopg
@@ -15,6 +19,10 @@ def chunkyard_home() -> Path:
 
 
 _servers: dict[str, object] = {}
+_revive_lock = threading.Lock()
+_revived_at: dict[str, float] = {}
+REVIVE_INTERVAL_S = 1.0
+log = logging.getLogger("chunkyard.db")
 
 
 def embedded_database_url(data_dir: str | Path | None = None) -> str:
@@ -77,3 +85,48 @@ def ensure_vector_extension(conn: psycopg.Connection) -> None:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         if not conn.autocommit:
             conn.commit()
+
+
+def is_alive(conn: psycopg.Connection) -> bool:
+    """An idle connection the server has not closed (no round trip: an idle socket has nothing to
+    read, so a readable one holds the server's goodbye, or EOF after a restart or crash)."""
+    if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return False
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return False
+    return not readable
+
+
+def revive_embedded(url: str) -> bool:
+    """Start this process's embedded server for `url` again if its postmaster is gone (a crash, an
+    OOM kill, `pg_ctl stop`); True when it was started. At most one try per second per server."""
+    from pgserver.utils import PostmasterInfo
+
+    server = next((s for s in _servers.values() if _uri_or_none(s) == url), None)
+    if server is None:
+        return False
+    with _revive_lock:
+        now = time.monotonic()
+        if now - _revived_at.get(url, 0.0) < REVIVE_INTERVAL_S:
+            return False
+        _revived_at[url] = now
+        try:
+            info = PostmasterInfo.read_from_pgdata(server.pgdata)  # type: ignore[attr-defined]
+            if info is not None and info.is_running():
+                return False
+            log.warning("the embedded Postgres in %s is down; starting it again", server.pgdata)  # type: ignore[attr-defined]
+            with server._lock:  # type: ignore[attr-defined]  # pgserver's lock across processes
+                server.ensure_postgres_running()  # type: ignore[attr-defined]
+        except Exception as exc:  # still down: the caller reports the outage
+            log.error("could not start the embedded Postgres again: %s: %s", type(exc).__name__, exc)
+            return False
+    return _uri_or_none(server) == url
+
+
+def _uri_or_none(server: object) -> str | None:
+    try:
+        return server.get_uri()  # type: ignore[attr-defined]
+    except Exception:
+        return None

@@ -24,8 +24,13 @@ MODES = ("dense", "bm25", "hybrid", "hybrid_weighted", "hybrid_auto")
 # What a request that names no mode gets: `hybrid_auto`, the fusion that calibrates its dense weight
 # per query and per index language (retrieval/query/fusion.py; numbers in benchmarks/results/defaults.md).
 DEFAULT_MODE = "hybrid_auto"
-MAX_K = 1000  # the library's bound on k and candidates
-SERVICE_MAX_K = 100  # the HTTP service's default bound on k (`create_app(max_k=...)`)
+MAX_K = 1000  # the library's bound on k and candidates (evaluation reads deep lists)
+# The one bound on the k a person or a remote caller asks for: the HTTP request model (so OpenAPI),
+# `chunkyard search` and the errors all show it. 100 results are more than any reader looks at, and
+# k sizes the reranker's and MMR's work and the response (up to ~200 KB of chunk text), which a
+# service must bound; `create_app(max_k=...)` may lower it further, never past MAX_K.
+REQUEST_MAX_K = 100
+SERVICE_MAX_K = REQUEST_MAX_K  # the service's default (kept name)
 HNSW_MAX_EF = 1000  # pgvector's upper bound for hnsw.ef_search
 MAX_NEIGHBOURS = 20
 MAX_FOCUS_SIZE = 1000
@@ -70,12 +75,18 @@ class OptionSpec:
     le: float | None = None
     choices: tuple[str, ...] = ()
     index_default: bool = False  # overrides a setting of the index config (not passed to a coarse index)
+    request_le: float | None = None  # a tighter upper bound for requests (HTTP, CLI) than the library's
     flags: tuple[str, ...] = ()
     error: str = ""
 
     @property
     def nullable(self) -> bool:
         return self.default is None
+
+    @property
+    def request_bound(self) -> float | None:
+        """The upper bound a request (HTTP body, CLI flag) is held to."""
+        return self.request_le if self.request_le is not None else self.le
 
     def check(self, value: Any) -> Any:
         """The value, normalised (floats as float), or SearchError naming the option."""
@@ -132,7 +143,7 @@ class SearchOptions:
     returns a validated copy.
     """
 
-    k: int = _option(5, "Number of results.", "int", ge=1, le=MAX_K, flags=("-k",))
+    k: int = _option(5, "Number of results.", "int", ge=1, le=MAX_K, request_le=REQUEST_MAX_K, flags=("-k",))
     mode: str = _option(
         DEFAULT_MODE,
         "dense, bm25, hybrid (RRF), hybrid_weighted, or hybrid_auto (weighted, dense weight calibrated per "
@@ -264,8 +275,11 @@ class SearchOptions:
                 kwargs["action"] = "store_true" if not spec.nullable else argparse.BooleanOptionalAction
             elif spec.kind == "choice":
                 kwargs["choices"] = spec.choices
+            elif spec.kind in ("int", "float"):
+                kwargs["type"] = _bounded(spec)
+                kwargs["help"] = f"{spec.help} ({spec.ge:g}-{spec.request_bound:g}){default_text}"
             else:
-                kwargs["type"] = {"int": int, "float": float, "object": json.loads}.get(spec.kind, str)
+                kwargs["type"] = json.loads if spec.kind == "object" else str
             parser.add_argument(*flags, **kwargs)
 
     @classmethod
@@ -313,6 +327,27 @@ class SearchOptions:
             collapse=self.collapse_duplicates if self.collapse_duplicates is not None else defaults.collapse,
             coarse=coarse,
         )
+
+
+def _bounded(spec: OptionSpec) -> Any:
+    """An argparse type for a numeric option: its request bounds, with the same message as the service."""
+    convert = int if spec.kind == "int" else float
+
+    def parse(text: str) -> int | float:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if convert is int else 'a number'}"
+            ) from None
+        if not spec.ge <= value <= spec.request_bound:
+            raise argparse.ArgumentTypeError(
+                f"must be between {spec.ge:g} and {spec.request_bound:g}, got {text}"
+            )
+        return value
+
+    parse.__name__ = spec.kind
+    return parse
 
 
 def option_specs() -> tuple[OptionSpec, ...]:
@@ -461,7 +496,6 @@ def auto_weight(config: Mapping[str, Any]) -> float:
 @dataclass(frozen=True)
 class ResolvedSearch:
     """The request's options with the index's defaults filled in: what the stages read."""
-
 
     """The request's options with the index's defaults filled in: what the stages read."""
 

