@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import select
 import threading
 import time
@@ -71,9 +72,47 @@ def database_url() -> str:
     return url if url else embedded_database_url()
 
 
+# Server-side bounds on every chunkyard session, so no query outlives its purpose or its client:
+# a statement running past STATEMENT_TIMEOUT is cancelled (generous: the largest measured HNSW build,
+# 1M chunks, took ~17 min); a session idle inside a transaction past IDLE_IN_TRANSACTION_TIMEOUT is
+# closed; and during a long query the server checks every CLIENT_CHECK_INTERVAL that the client is
+# still connected, so a killed client's query stops within seconds. Values use Postgres' units
+# (`ms`, `s`, `min`, `h`); `0` turns a bound off.
+STATEMENT_TIMEOUT_ENV = "CHUNKYARD_STATEMENT_TIMEOUT"
+STATEMENT_TIMEOUT = "1h"
+IDLE_IN_TRANSACTION_TIMEOUT_ENV = "CHUNKYARD_IDLE_IN_TRANSACTION_TIMEOUT"
+IDLE_IN_TRANSACTION_TIMEOUT = "30min"
+CLIENT_CHECK_INTERVAL = "5s"
+_DURATION = re.compile(r"^[0-9]+(ms|s|min|h|d)?$")
+
+
+def _duration(env: str, default: str) -> str:
+    value = os.environ.get(env, "").strip() or default
+    if not _DURATION.match(value):
+        raise ValueError(f"{env}: expected a duration such as 600s, 10min or 0, got {value!r}")
+    return value
+
+
+def session_options(url: str) -> str:
+    """The libpq `options` for a chunkyard session: the URL's own, then the timeouts above."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    settings = {
+        "statement_timeout": _duration(STATEMENT_TIMEOUT_ENV, STATEMENT_TIMEOUT),
+        "idle_in_transaction_session_timeout": _duration(
+            IDLE_IN_TRANSACTION_TIMEOUT_ENV, IDLE_IN_TRANSACTION_TIMEOUT
+        ),
+        "client_connection_check_interval": CLIENT_CHECK_INTERVAL,
+    }
+    own = str(conninfo_to_dict(url).get("options") or "")
+    return " ".join([*([own] if own else []), *(f"-c {k}={v}" for k, v in settings.items())])
+
+
 def connect(url: str | None = None, *, autocommit: bool = False) -> psycopg.Connection:
-    """A psycopg 3 connection with the pgvector extension created and its types registered."""
-    conn = psycopg.connect(url or database_url(), autocommit=autocommit)
+    """A psycopg 3 connection with the pgvector extension created and its types registered, bounded
+    by the session timeouts (see `session_options`)."""
+    url = url or database_url()
+    conn = psycopg.connect(url, autocommit=autocommit, options=session_options(url))
     ensure_vector_extension(conn)
     register_vector(conn)
     return conn
