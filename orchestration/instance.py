@@ -21,6 +21,16 @@ DEFAULT_POOL_LIMIT = 1
 MAX_CONCURRENT_RUNS = 4
 # dagster.yaml names this variable instead of writing the database password into the file.
 PASSWORD_ENV = "DAGSTER_PG_PASSWORD"
+# The daemon's run monitoring: a run stuck STARTING (its process died before it began) or CANCELING
+# is failed after these many seconds, and the pool slots still held by a run that has ended are
+# freed after FREE_SLOTS_AFTER_RUN_END_SECONDS. Runs whose process died while STARTED are the
+# dead-run sweep's (orchestration.runs): the default run launcher cannot check a worker's health.
+RUN_START_TIMEOUT_SECONDS = 180
+RUN_CANCEL_TIMEOUT_SECONDS = 180
+FREE_SLOTS_AFTER_RUN_END_SECONDS = 60
+# Optional hard bound on any run's duration (whole seconds): a run past it is failed, with Dagster's
+# "exceeded maximum runtime" message. Unset by default: a large first build may take hours.
+MAX_RUN_SECONDS_ENV = "CHUNKYARD_MAX_RUN_SECONDS"
 
 
 def default_dagster_home() -> Path:
@@ -69,6 +79,27 @@ def storage_config(database_url: str) -> dict:
     return {"postgres_db": fields}
 
 
+def run_monitoring_config() -> dict:
+    """The `run_monitoring` section: timeouts for stuck runs and freeing ended runs' pool slots."""
+    config: dict = {
+        "enabled": True,
+        "start_timeout_seconds": RUN_START_TIMEOUT_SECONDS,
+        "cancel_timeout_seconds": RUN_CANCEL_TIMEOUT_SECONDS,
+        "free_slots_after_run_end_seconds": FREE_SLOTS_AFTER_RUN_END_SECONDS,
+        "max_resume_run_attempts": 0,  # the default run launcher cannot resume a run
+    }
+    raw = os.environ.get(MAX_RUN_SECONDS_ENV, "").strip()
+    if raw:
+        try:
+            seconds = int(raw)
+        except ValueError:
+            raise ValueError(f"{MAX_RUN_SECONDS_ENV}: expected whole seconds, got {raw!r}") from None
+        if seconds < 1:
+            raise ValueError(f"{MAX_RUN_SECONDS_ENV}: must be at least 1 second, got {seconds}")
+        config["max_runtime_seconds"] = seconds
+    return config
+
+
 def instance_config(database_url: str) -> dict:
     """The dagster.yaml contents for a chunkyard deployment on `database_url`."""
     return {
@@ -78,6 +109,7 @@ def instance_config(database_url: str) -> dict:
             "pools": {"default_limit": DEFAULT_POOL_LIMIT, "granularity": "op"},
             "runs": {"max_concurrent_runs": MAX_CONCURRENT_RUNS},
         },
+        "run_monitoring": run_monitoring_config(),
         "telemetry": {"enabled": False},
         "nux": {"enabled": False},
     }
