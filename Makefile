@@ -6,7 +6,7 @@ STAMP := $(VENV)/.chunkyard-installed
 
 .PHONY: install demo test ui serve eval screenshots bench bench-chunking bench-query bench-embedder bench-incremental bench-adaptive lint clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first, exactly this version: it is the local CPU build (any other spec pulls CUDA).
 	$(BIN)/pip install --quiet torch==2.13.0
@@ -15,8 +15,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# the same commands as for your own documents, on this repository's project (chunkyard.yaml): the
+# bundled demo collection is docs/, evaluated on evaluation/datasets/demo_questions.jsonl
 demo: $(STAMP)
-	$(BIN)/chunkyard demo
+	$(BIN)/chunkyard index demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

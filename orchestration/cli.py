@@ -1,10 +1,12 @@
-"""`chunkyard`: the command line the Makefile targets call.
+"""`chunkyard`: the command line for the whole life of a collection, on the current project.
 
-chunkyard demo     index + evaluate the demo collection through the Dagster instance
-chunkyard ui       the Dagster UI (dagster dev) on the same database
-chunkyard serve    the query service (uvicorn retrieval.service:app)
-chunkyard eval     benchmarks (delegates to pipeline.benchmark)
-chunkyard search   query an index from the terminal
+chunkyard init [DIR]          make DIR (default: here) a project: a chunkyard.yaml
+chunkyard add NAME FOLDER...  add a collection of your documents to chunkyard.yaml
+chunkyard index [NAME]        build its indexes (Dagster runs, shown by `chunkyard ui`)
+chunkyard search "..."        query an index (through `chunkyard serve` when it runs)
+chunkyard serve               the query service (HTTP API on :8000, docs at /docs)
+chunkyard ui                  the Dagster UI on the same database (:3000)
+chunkyard eval                benchmarks (pipeline.benchmark)
 """
 
 from __future__ import annotations
@@ -15,48 +17,108 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from orchestration import service_file
+from orchestration.progress import RunProgress
+
+PROJECT_COMMANDS = {"add", "index", "demo", "search", "serve", "ui", "eval"}
+UI_SHUTDOWN_SECONDS = 30
+
+
+class UsageError(Exception):
+    """A command asked for something that is not there (exit 2); the message says what instead."""
 
 
 def _print(message: str = "") -> None:
     print(message, flush=True)
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    """Materialise every asset of a collection as a real run of the persistent Dagster instance."""
-    from orchestration.instance import get_instance
+def cmd_init(args: argparse.Namespace) -> int:
+    from orchestration.project import init_project
 
+    path = init_project(Path(args.dir))
+    _print(f"Initialised chunkyard project {path.parent} ({path.name}; state in .chunkyard/)")
+    _print('Next: chunkyard add NAME FOLDER  then  chunkyard index  then  chunkyard search "..."')
+    return 0
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    from orchestration.project import add_collection
+    from retrieval.config import PROJECT_FILE, project_root
+
+    root = project_root()
+    entry = add_collection(
+        root,
+        args.name,
+        args.paths,
+        include=args.include,
+        exclude=args.exclude,
+        indexes=args.index,
+        replace=args.replace,
+    )
+    _print(
+        f"Added collection {args.name!r} to {root / PROJECT_FILE}: {', '.join(entry['folders'])} "
+        f"({len(entry['include'])} include pattern(s)), indexes {', '.join(entry['indexes'])}"
+    )
+    _print(f"Next: chunkyard index {args.name}")
+    return 0
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    """Materialise the collection's assets as a real run of the project's Dagster instance."""
+    from retrieval.config import PROJECT_FILE, load_collection_configs, project_root
+
+    name = getattr(args, "name", None) or getattr(args, "collection", None)
+    collections = load_collection_configs()
+    if not collections:
+        raise UsageError(
+            f"{project_root() / PROJECT_FILE} has no collections: add one with `chunkyard add NAME FOLDER`"
+        )
+    if name is not None and name not in collections:
+        raise UsageError(
+            f"collection {name!r} is not in {project_root() / PROJECT_FILE}; known: "
+            f"{', '.join(sorted(collections))} (benchmark collections need --with-benchmarks)"
+        )
+    chosen = [name] if name else sorted(collections)
     started = time.perf_counter()
-    instance = get_instance()
-    _print(f"Dagster home: {os.environ['DAGSTER_HOME']}")
     from dagster import AssetSelection, materialize
 
     from orchestration.definitions import build_definitions
+    from orchestration.instance import get_instance
+    from orchestration.runs import host_tags, sweep_dead_runs
 
+    instance = get_instance()
+    swept = sweep_dead_runs(instance)
+    if swept:
+        _print(f"Marked {len(swept)} run(s) whose process is gone as failed: {', '.join(swept)}")
     defs = build_definitions(database_url=os.environ["DATABASE_URL"])
     graph = defs.resolve_asset_graph()
-    prefix = args.collection.replace("-", "_")
-    keys = [k for k in graph.get_all_asset_keys() if k.path[0] == prefix]
-    if not keys:
-        _print(
-            f"chunkyard demo: no assets for collection {args.collection!r}; check configs/collections.yaml"
-        )
-        return 2
+    prefixes = {c.replace("-", "_") for c in chosen}
+    keys = [k for k in graph.get_all_asset_keys() if k.path[0] in prefixes]
     assets = [a for a in defs.assets if any(k in keys for k in a.keys)]  # type: ignore[union-attr]
-    _print(f"Materialising {len(keys)} assets of collection {args.collection!r} ...")
-    result = materialize(
-        assets,
-        instance=instance,
-        resources=defs.resources,
-        selection=AssetSelection.assets(*keys),
-        tags={"chunkyard/trigger": "demo"},
-        # Step-by-step DEBUG events stay in the event log (see `chunkyard ui`); warnings print here.
-        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
-        raise_on_error=False,
-    )
+    _print(f"Indexing {', '.join(chosen)}: {len(keys)} assets (Dagster home {os.environ['DAGSTER_HOME']})")
+    progress = RunProgress(total=len(keys), stream=sys.stdout)
+    with progress:
+        result = materialize(
+            assets,
+            instance=instance,
+            resources=defs.resources,
+            selection=AssetSelection.assets(*keys),
+            tags={**host_tags(), "chunkyard/trigger": "cli", **progress.tags},
+            # Step events stay in the event log (`chunkyard ui`); the progress display shows steps.
+            run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}},
+            raise_on_error=False,
+        )
     summary = _run_summary(result)
     for line in summary["failures"]:
         _print(f"  ! {line}")
+    if summary["skipped_files"]:
+        _print(f"Files skipped ({len(summary['skipped_files'])}):")
+        for path, reason in summary["skipped_files"]:
+            _print(f"  - {path}: {reason}")
     _print()
     _print(
         f"Run {result.run_id} {'succeeded' if result.success else 'FAILED'} in "
@@ -79,16 +141,41 @@ def cmd_demo(args: argparse.Namespace) -> int:
             _print(f"\nAll metrics with cost: {summary['full_table']}")
         if summary.get("chart"):
             _print(f"Chart: {summary['chart']}")
-    return 0 if result.success else 1
+    if result.success:
+        first = next((s for s in load_collection_configs()[chosen[0]].indexes), None)
+        if first:
+            _print(f'\nSearch it: chunkyard search "your question" --index {chosen[0]}/{first}')
+        return 0
+    raise RuntimeFailure(
+        f"run {result.run_id} failed: {summary['failures'][0] if summary['failures'] else 'see the UI'}",
+        "open `chunkyard ui` (http://127.0.0.1:3000) for the step logs; fix and rerun `chunkyard index`",
+    )
+
+
+class RuntimeFailure(Exception):
+    """A command ran and failed (exit 1); carries the hint that goes under the message."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 def _run_summary(result) -> dict:
-    """Counts and the leaderboard from a run's materialisation metadata."""
-    summary: dict = {"computed": 0, "reused": 0, "staged": 0, "kept": 0, "documents": "", "failures": []}
+    """Counts, skipped files and the leaderboard from a run's materialisation metadata."""
+    summary: dict = {
+        "computed": 0,
+        "reused": 0,
+        "staged": 0,
+        "kept": 0,
+        "documents": "",
+        "failures": [],
+        "skipped_files": [],
+    }
     for event in result.all_events:
         if event.is_step_failure:
             error = event.event_specific_data.error  # type: ignore[union-attr]
-            summary["failures"].append(f"{event.step_key}: {error.message.strip() if error else 'failed'}")
+            message = " ".join(error.message.split()) if error else "failed"
+            summary["failures"].append(f"{event.step_key}: {message}")
         if not event.is_step_materialization:
             continue
         materialization = event.step_materialization_data.materialization
@@ -105,6 +192,7 @@ def _run_summary(result) -> dict:
                 f"{meta.get(f'documents_{k}', 0)} {k}"
                 for k in ("added", "changed", "deleted", "unchanged", "failed")
             )
+            summary["skipped_files"].extend(_failure_rows(str(meta.get("failures", ""))))
         elif key[-1] == "leaderboard":
             summary["leaderboard"] = meta.get("summary") or meta.get("leaderboard")
             summary["chart"] = meta.get("chart_path")
@@ -112,23 +200,23 @@ def _run_summary(result) -> dict:
     return summary
 
 
+def _failure_rows(markdown: str) -> list[tuple[str, str]]:
+    """(file, reason) rows of the documents step's failure table."""
+    rows = []
+    for line in markdown.splitlines():
+        if line.startswith("| `"):
+            path, _, reason = line[3:].partition("` | ")
+            rows.append((path.replace("\\|", "|"), reason.rstrip(" |").replace("\\|", "|")))
+    return rows
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     """`dagster dev -m orchestration.definitions` with DAGSTER_HOME and DATABASE_URL set."""
     from orchestration.instance import ensure_instance
 
     home = ensure_instance()
-    command = [
-        sys.executable,
-        "-m",
-        "dagster",
-        "dev",
-        "-m",
-        "orchestration.definitions",
-        "--host",
-        args.host,
-        "--port",
-        str(args.port),
-    ]
+    command = [sys.executable, "-m", "dagster", "dev", "-m", "orchestration.definitions"]
+    command += ["--host", args.host, "--port", str(args.port)]
     _print(f"Dagster UI on http://{args.host}:{args.port} (DAGSTER_HOME={home})")
     env = {**os.environ, "DAGSTER_HOME": str(home)}
     # SIGINT may be ignored when started in the background; dagster dev needs it to shut down.
@@ -145,14 +233,12 @@ def cmd_ui(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     while True:
         try:
-            return process.wait(timeout=1)
+            code = process.wait(timeout=1)
+            return 0 if stopping else code
         except subprocess.TimeoutExpired:
             if stopping and time.monotonic() - stopping[0] > UI_SHUTDOWN_SECONDS:
                 process.kill()
                 return process.wait()
-
-
-UI_SHUTDOWN_SECONDS = 30
 
 
 def _default_sigint() -> None:
@@ -171,27 +257,47 @@ def cmd_instance(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from retrieval.db import database_url
+    from retrieval.db import chunkyard_home, database_url
 
     os.environ["DATABASE_URL"] = database_url()
-    uvicorn.run("retrieval.service:app", host=args.host, port=args.port, log_level="info")
+    record = service_file.write(chunkyard_home(), args.host, args.port)
+    _print(
+        f"Query service for project {os.environ.get('CHUNKYARD_PROJECT')} on {record['url']} (docs at /docs)"
+    )
+    try:
+        uvicorn.run("retrieval.service:app", host=args.host, port=args.port, log_level="info")
+    finally:
+        service_file.remove(chunkyard_home(), os.getpid())
     return 0
 
 
 def cmd_eval(args: argparse.Namespace, rest: Sequence[str]) -> int:
     from pipeline.benchmark import main as benchmark_main
 
-    result = benchmark_main(list(rest))
-    return int(result or 0)
+    return int(benchmark_main(list(rest)) or 0)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    import retrieval
+    from retrieval.db import chunkyard_home
+    from retrieval.names import IndexName
     from retrieval.options import SearchOptions
 
-    results = retrieval.search(args.query, index=args.index, options=SearchOptions.from_arguments(args))
-    if not results:
-        _print("no results")
+    options = SearchOptions.from_arguments(args)
+    index = str(IndexName.parse(args.index, default_collection=_default_collection()))
+    started = time.perf_counter()
+    running = None if args.no_service else service_file.running(chunkyard_home())
+    if running is not None:
+        from retrieval.client import Client
+
+        with Client(running["url"], api_key=os.environ.get("CHUNKYARD_API_KEY")) as client:
+            results = client.search(args.query, index=index, options=options)
+        path = f"via the running service {running['url']} (pid {running['pid']})"
+    else:
+        import retrieval
+
+        results = retrieval.search(args.query, index=index, options=options)
+        path = "in-process (no running service: `chunkyard serve` keeps the model warm)"
+    _print(f"{index}: {len(results)} result(s) in {time.perf_counter() - started:.2f} s, {path}")
     for hit in results:
         scores = ", ".join(f"{name}={value:.4f}" for name, value in sorted(hit.scores.items()))
         _print(f"{hit.rank}. {hit.doc_id} [{hit.start}:{hit.end}] {scores}")
@@ -200,50 +306,216 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _default_collection() -> str:
+    """The collection a bare config name means: the project's only collection, else `demo`."""
+    from retrieval.config import load_collection_configs
+
+    names = list(load_collection_configs())
+    return names[0] if len(names) == 1 else "demo"
+
+
+def _common() -> argparse.ArgumentParser:
+    """--project, --debug and --with-benchmarks, before or after the command's name."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--project", metavar="DIR", default=argparse.SUPPRESS, help="the project folder")
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+    common.add_argument(
+        "--with-benchmarks",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="include benchmark collections (chroma_general)",
+    )
+    return common
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="chunkyard", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="chunkyard",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common],
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = sub.add_parser("demo", help="index and evaluate the demo collection, print the leaderboard")
-    demo.add_argument("--collection", default="demo", help="collection of configs/collections.yaml")
+    init = sub.add_parser("init", help="make a folder a chunkyard project", parents=[common])
+    init.add_argument("dir", nargs="?", default=".", help="the folder (created if missing; default: here)")
 
-    ui = sub.add_parser("ui", help="start the Dagster UI (dagster dev)")
+    add = sub.add_parser("add", help="add a collection of documents to chunkyard.yaml", parents=[common])
+    add.add_argument("name", help="collection name (lowercase letters, digits, '-', '_', '.')")
+    add.add_argument("paths", nargs="+", metavar="PATH", help="folders of documents")
+    add.add_argument(
+        "--include", action="append", metavar="GLOB", help="default **/* (unsupported types are reported)"
+    )
+    add.add_argument("--exclude", action="append", metavar="GLOB")
+    add.add_argument(
+        "--index", action="append", metavar="CONFIG", help="index config (default recursive-256)"
+    )
+    add.add_argument("--replace", action="store_true", help="overwrite an existing collection of that name")
+
+    index = sub.add_parser(
+        "index", help="build a collection's indexes (all when none named)", parents=[common]
+    )
+    index.add_argument("name", nargs="?", help="collection of chunkyard.yaml")
+    demo = sub.add_parser(
+        "demo", help="index and evaluate the demo collection (= index demo)", parents=[common]
+    )
+    demo.add_argument("--collection", default="demo", help="collection of chunkyard.yaml")
+
+    ui = sub.add_parser("ui", help="start the Dagster UI (dagster dev)", parents=[common])
     ui.add_argument("--host", default="127.0.0.1")
     ui.add_argument("--port", type=int, default=3000)
 
     sub.add_parser("instance", help="write $DAGSTER_HOME/dagster.yaml for DATABASE_URL (or the embedded DB)")
 
-    serve = sub.add_parser("serve", help="start the query service")
+    serve = sub.add_parser("serve", help="start the query service", parents=[common])
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
 
-    sub.add_parser(
-        "eval", help="run benchmarks (all further arguments go to pipeline.benchmark)", add_help=False
-    )
+    sub.add_parser("eval", help="run benchmarks (further arguments go to pipeline.benchmark)", add_help=False)
 
-    search = sub.add_parser("search", help="query an index")
+    search = sub.add_parser("search", help="query an index", parents=[common])
     search.add_argument("query")
-    search.add_argument("--index", default="recursive-256", help="collection/config (bare config = demo)")
+    search.add_argument(
+        "--index", default="recursive-256", help="collection/config (bare config: the project's collection)"
+    )
+    search.add_argument("--no-service", action="store_true", help="search in-process even if a service runs")
     from retrieval.options import SearchOptions
 
     SearchOptions.add_arguments(search)  # one flag per search option: -k, --mode, --context-weight, ...
     return parser
 
 
+def _split_globals(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The global flags before the command (so `chunkyard --project X eval ...` works too)."""
+    flags = argparse.Namespace()
+    rest = list(argv)
+    while (
+        rest
+        and rest[0] in ("--project", "--debug", "--with-benchmarks")
+        or rest[:1]
+        and rest[0].startswith("--project=")
+    ):
+        flag = rest.pop(0)
+        if flag == "--debug":
+            flags.debug = True
+        elif flag == "--with-benchmarks":
+            flags.with_benchmarks = True
+        elif flag.startswith("--project="):
+            flags.project = flag.partition("=")[2]
+        elif rest:
+            flags.project = rest.pop(0)
+    return flags, rest
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    if argv[:1] == ["eval"]:
-        return cmd_eval(argparse.Namespace(command="eval"), argv[1:])
-    args = parser.parse_args(argv)
-    handlers = {
-        "demo": cmd_demo,
-        "ui": cmd_ui,
-        "instance": cmd_instance,
-        "serve": cmd_serve,
-        "search": cmd_search,
-    }
-    return handlers[args.command](args)
+    # pgserver's platformdirs warns on every start where XDG_RUNTIME_DIR is unset (containers, cron)
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR is not set.*")
+    flags, argv = _split_globals(list(sys.argv[1:] if argv is None else argv))
+    command = argv[0] if argv else ""
+    if command == "eval":
+        args, handler = flags, lambda a: cmd_eval(a, argv[1:])
+    else:
+        args = build_parser().parse_args(argv, namespace=flags)
+        handlers: dict[str, Callable[[argparse.Namespace], int]] = {
+            "init": cmd_init,
+            "add": cmd_add,
+            "index": cmd_index,
+            "demo": cmd_index,
+            "ui": cmd_ui,
+            "instance": cmd_instance,
+            "serve": cmd_serve,
+            "search": cmd_search,
+        }
+        handler = handlers[args.command]
+    debug = bool(getattr(args, "debug", False))
+    try:
+        _enter_project(args, command)
+        with _stops_embedded_postgres():
+            return handler(args)
+    except Stopped:
+        print(f"chunkyard {command}: stopped (SIGTERM)", file=sys.stderr)
+        return 0
+    except KeyboardInterrupt:
+        print(f"chunkyard {command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if debug:
+            raise
+        return _report(command, exc)
+
+
+def _enter_project(args: argparse.Namespace, command: str) -> None:
+    """Resolve the project once and name it in the environment, so the processes a command starts
+    (dagster dev, run workers) find the same project wherever they run."""
+    from retrieval.config import BENCHMARKS_ENV, PROJECT_ENV, project_root
+
+    if getattr(args, "project", None):
+        os.environ[PROJECT_ENV] = str(Path(args.project).expanduser().resolve())
+    if getattr(args, "with_benchmarks", False):
+        os.environ[BENCHMARKS_ENV] = "1"
+    if command in PROJECT_COMMANDS:
+        os.environ[PROJECT_ENV] = str(project_root())
+
+
+class _stops_embedded_postgres:
+    """SIGTERM ends the command like Ctrl-C; either way the embedded Postgres this process started
+    is stopped unless another chunkyard process still uses it (pgserver's handle list)."""
+
+    def __enter__(self) -> None:
+        from retrieval.db import embedded_servers
+
+        self._before = embedded_servers()  # a caller's own servers (tests calling main()) stay up
+        self._previous = signal.getsignal(signal.SIGTERM)
+        if self._previous in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, _raise_interrupt)
+
+    def __exit__(self, *exc: object) -> None:
+        from retrieval.db import stop_embedded_servers
+
+        try:
+            stop_embedded_servers(keep=self._before)
+        finally:
+            if self._previous in (signal.SIG_DFL, None):
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM: unwinds like Ctrl-C (cleanup runs), reported as a requested stop."""
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise Stopped
+
+
+def _report(command: str, exc: Exception) -> int:
+    """One line naming what is at fault; exit 2 for configuration and usage, 1 (plus a hint) otherwise."""
+    from pipeline.benchmark.run import BenchmarkError
+    from retrieval.client import AuthenticationError, ServiceError
+    from retrieval.config import ConfigError
+    from retrieval.options import SearchError
+    from retrieval.query.results import IndexNotFoundError
+
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    prefix = f"chunkyard {command}" if command else "chunkyard"
+    if isinstance(exc, ConfigError | UsageError | IndexNotFoundError | SearchError | BenchmarkError):
+        print(f"{prefix}: {message}", file=sys.stderr)
+        return 2
+    if isinstance(exc, RuntimeFailure):
+        hint = exc.hint
+    elif isinstance(exc, ServiceError):
+        hint = "is `chunkyard serve` still running? `chunkyard search --no-service` searches in-process"
+    elif isinstance(exc, AuthenticationError):
+        hint = "set CHUNKYARD_API_KEY to the service's key"
+    elif type(exc).__module__.startswith("psycopg"):
+        hint = "the database failed: check DATABASE_URL, or unset it to use the project's embedded Postgres"
+    elif isinstance(exc, OSError) and "address already in use" in message.lower():
+        hint = "the port is taken: pass --port"
+    else:
+        hint = "rerun with --debug for the traceback"
+        message = f"{type(exc).__name__}: {message}"
+    print(f"{prefix}: {message}\nhint: {hint}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -142,6 +142,11 @@ def stable_hash(obj: Any, length: int = 12) -> str:
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
+def is_valid_name(name: str) -> bool:
+    """Collection and config names: lowercase letters, digits, '-', '_' and '.'."""
+    return bool(_NAME.match(name))
+
+
 @dataclass(frozen=True)
 class IndexConfig:
     """One index config: chunking strategy + parameters + embedding model + retrieval options."""

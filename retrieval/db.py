@@ -15,8 +15,14 @@ from pgvector.psycopg import register_vector
 
 
 def chunkyard_home() -> Path:
-    """Where local state lives (embedded Postgres data, Dagster home): CHUNKYARD_HOME or ./.chunkyard."""
-    return Path(os.environ.get("CHUNKYARD_HOME", ".chunkyard")).resolve()
+    """Where local state lives (embedded Postgres data, Dagster home, caches): CHUNKYARD_HOME, else the
+    project's `.chunkyard/`. Outside a project it raises ProjectError: nothing is created there."""
+    env = os.environ.get("CHUNKYARD_HOME")
+    if env:
+        return Path(env).expanduser().resolve()
+    from retrieval.config import STATE_DIR, project_root
+
+    return project_root() / STATE_DIR
 
 
 _servers: dict[str, object] = {}
@@ -34,6 +40,7 @@ def embedded_database_url(data_dir: str | Path | None = None) -> str:
     path.mkdir(parents=True, exist_ok=True)
     key = str(path.resolve())
     if key not in _servers:
+        forget_dead_handles(path)
         server = pgserver.get_server(key)
         _apply_shared_buffers(server, os.environ.get("CHUNKYARD_PG_SHARED_BUFFERS"))
         _servers[key] = server
@@ -64,6 +71,50 @@ def _apply_shared_buffers(server: object, wanted: str | None) -> None:
         conn.execute(sql.SQL("ALTER SYSTEM SET shared_buffers = {}").format(sql.Literal(wanted)))
     pg_ctl(["-w", "restart"], pgdata=server.pgdata, user=server.system_user)  # type: ignore[attr-defined]
     server.ensure_postgres_running()  # type: ignore[attr-defined]  # track the new postmaster, so exit stops it
+
+
+HANDLE_PIDS = ".handle_pids.json"
+
+
+def forget_dead_handles(data_dir: str | Path) -> list[int]:
+    """Drop the pids of gone processes from pgserver's handle list (`.handle_pids.json`); the pids dropped.
+
+    pgserver stops the server when its last handle exits, but a process killed by a signal never
+    removes its pid, and the server then outlives every later process. Under pgserver's lock.
+    """
+    import json
+
+    import psutil
+    from pgserver.postgres_server import PostgresServer
+
+    path = Path(data_dir) / HANDLE_PIDS
+    with PostgresServer._lock:
+        try:
+            pids = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return []
+        dead = [pid for pid in pids if not psutil.pid_exists(pid)]
+        if dead:
+            path.write_text(json.dumps([pid for pid in pids if pid not in dead]))
+    return dead
+
+
+def embedded_servers() -> set[str]:
+    """The data folders of the embedded servers this process is attached to."""
+    return set(_servers)
+
+
+def stop_embedded_servers(keep: set[str] | frozenset[str] = frozenset()) -> None:
+    """Let go of the embedded servers this process attached to (but those in `keep`): the last process
+    using one stops it (pgserver's rule, also run at exit; called on SIGTERM/Ctrl-C, where exit
+    handlers may not run)."""
+    for key, server in list(_servers.items()):
+        if key in keep:
+            continue
+        try:
+            server._cleanup()  # type: ignore[attr-defined]  # removes this pid; stops if it was the last
+        finally:
+            _servers.pop(key, None)
 
 
 def database_url() -> str:

@@ -1,0 +1,131 @@
+"""`chunkyard init` and `chunkyard add`: write a project's chunkyard.yaml (and nothing else)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from retrieval.config import (
+    PROJECT_FILE,
+    STATE_DIR,
+    ConfigError,
+    is_valid_name,
+    load_collection_configs,
+    load_index_configs,
+    read_project,
+)
+
+DEFAULT_INDEX = "recursive-256"
+HEADER = """\
+# A chunkyard project (docs/configuration.md). `chunkyard add NAME FOLDER` adds a collection here;
+# `chunkyard index` builds it; `chunkyard search "..."`, `chunkyard serve` (API on :8000) and
+# `chunkyard ui` (Dagster on :3000) work on it. Local state lives in .chunkyard/ beside this file.
+# `indexes:` may add index configs (or replace bundled ones by name); `benchmarks: true` adds the
+# bundled benchmark collections (chroma_general).
+"""
+
+
+# Every file: a type the loaders cannot read is reported as skipped, with the supported types.
+DEFAULT_INCLUDE = ("**/*",)
+
+
+def init_project(folder: Path) -> Path:
+    """Make `folder` a project: chunkyard.yaml with no collections yet, and an ignored state folder."""
+    folder = folder.expanduser().resolve()
+    path = folder / PROJECT_FILE
+    if path.exists():
+        raise ConfigError(
+            f"{path}: already a chunkyard project; add documents with `chunkyard add NAME FOLDER`"
+        )
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{folder}: not a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(HEADER + yaml.safe_dump({"collections": {}}, sort_keys=False), encoding="utf-8")
+    state = folder / STATE_DIR
+    state.mkdir(exist_ok=True)
+    (state / ".gitignore").write_text("*\n", encoding="utf-8")
+    return path
+
+
+def add_collection(
+    root: Path,
+    name: str,
+    folders: list[str],
+    *,
+    include: list[str] | None = None,
+    exclude: list[str] | None = None,
+    indexes: list[str] | None = None,
+    replace: bool = False,
+) -> dict[str, Any]:
+    """Write collection `name` into the project's chunkyard.yaml; its entry. The folders must exist;
+    those inside the project are written relative to it, so the project can move."""
+    if not is_valid_name(name):
+        raise ConfigError(f"collection name {name!r}: use lowercase letters, digits, '-', '_' or '.'")
+    paths = []
+    for folder in folders:
+        path = Path(folder).expanduser().resolve()
+        if not path.is_dir():
+            raise ConfigError(f"{folder}: not a folder (chunkyard add takes folders of documents)")
+        paths.append(str(path.relative_to(root)) if path.is_relative_to(root) else str(path))
+    known = load_index_configs()
+    wanted = list(indexes or [DEFAULT_INDEX])
+    unknown = [i for i in wanted if i not in known]
+    if unknown:
+        raise ConfigError(f"--index {unknown[0]}: unknown index config; known: {', '.join(sorted(known))}")
+    raw = read_project(root)
+    collections = dict(raw.get("collections") or {})
+    if "collections" not in raw:
+        # the project used the bundled collections: keep them, now written out
+        collections = {n: _entry_of(c) for n, c in load_collection_configs().items()}
+    if name in collections and not replace:
+        raise ConfigError(
+            f"{root / PROJECT_FILE}: collection {name!r} exists already; pass --replace to overwrite it"
+        )
+    entry: dict[str, Any] = {"folders": paths, "include": list(include or DEFAULT_INCLUDE)}
+    if exclude:
+        entry["exclude"] = list(exclude)
+    entry["indexes"] = wanted
+    collections[name] = entry
+    _write(root, {**{k: v for k, v in raw.items() if k != "collections"}, "collections": collections})
+    return entry
+
+
+def _entry_of(collection: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {}
+    for key in ("description", "folders", "include", "exclude", "dataset", "eval_set", "indexes"):
+        value = getattr(collection, key)
+        if value:
+            entry[key] = list(value) if isinstance(value, tuple) else value
+    return entry
+
+
+def _write(root: Path, data: dict[str, Any]) -> None:
+    """Rewrite chunkyard.yaml keeping its leading comment block (later comments are not kept)."""
+    path = root / PROJECT_FILE
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    header = "".join(line for line in _leading_comments(lines))
+    plain = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    text = header + yaml.safe_dump(_plain(plain), sort_keys=False, default_flow_style=None, width=100)
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def _leading_comments(lines: list[str]) -> list[str]:
+    out = []
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        out.append(line)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """Plain dicts and lists (yaml.safe_dump refuses the line-remembering mapping type)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
