@@ -62,7 +62,9 @@ def rss_kib(pid: int) -> int:
 def service(
     *args: str, ready_timeout: float = 120, wait_status: int = 200, env: dict[str, str] | None = None
 ) -> Iterator[tuple[str, subprocess.Popen]]:
-    """The service in its own process on a free port: (base URL, process); stopped with SIGTERM."""
+    """The service in its own process on a free port: (base URL, process); stopped with SIGTERM.
+
+    Waits until /readyz answers `wait_status` (0: do not wait)."""
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.service_process", str(port), *args],
@@ -71,7 +73,8 @@ def service(
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_for(f"{base}/readyz", wait_status, ready_timeout, process)
+        if wait_status:
+            wait_for(f"{base}/readyz", wait_status, ready_timeout, process)
         yield base, process
     finally:
         if process.poll() is None:
