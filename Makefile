@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chunkyard-installed
 
-.PHONY: install demo test ui serve eval screenshots bench bench-chunking bench-query bench-embedder bench-incremental bench-adaptive lint clean
+.PHONY: install demo test ui serve eval screenshots bench bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale lint clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -56,6 +56,11 @@ bench-embedder: $(STAMP)
 
 bench-incremental: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_incremental
+
+# one vs two Celery workers on a loopback redis-server (Debian's redis-server; see .ci/run), side by
+# side: BENCH_SCALE_ARGS="--docs 300" for a smaller collection
+bench-scale: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_scale $(BENCH_SCALE_ARGS)
 
 # refreshes the UI screenshots in benchmarks/results/ui/ (make test writes them to a temporary folder)
 screenshots: $(STAMP)
