@@ -1,0 +1,185 @@
+"""Projects: found from the current folder up or named; state only inside one; bundled configs as
+package data; project collections and index configs over the bundled ones; errors with file:line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from retrieval.config import (
+    ConfigError,
+    ProjectError,
+    find_project,
+    load_collection_configs,
+    load_index_configs,
+    load_index_specs,
+    project_root,
+)
+from tests.conftest import REPO_ROOT
+
+PROJECT_VARIABLES = ("CHUNKYARD_PROJECT", "CHUNKYARD_PROJECT_DIR", "CHUNKYARD_HOME", "CHUNKYARD_CONFIGS")
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in (*PROJECT_VARIABLES, "CHUNKYARD_BENCHMARKS"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def _project(root: Path, text: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "chunkyard.yaml").write_text(text, encoding="utf-8")
+    return root
+
+
+def test_found_from_any_folder_below_and_named_by_the_environment(tmp_path: Path, clean_env) -> None:
+    root = _project(tmp_path / "proj", "collections: {}\n")
+    deep = root / "a" / "b"
+    deep.mkdir(parents=True)
+    assert find_project(deep) == root.resolve()
+    assert find_project(tmp_path) is None
+    clean_env.chdir(deep)
+    assert project_root() == root.resolve()
+    clean_env.chdir(tmp_path)
+    with pytest.raises(ProjectError, match="chunkyard init"):
+        project_root()
+    clean_env.setenv("CHUNKYARD_PROJECT", str(root))
+    assert project_root() == root.resolve()
+    clean_env.setenv("CHUNKYARD_PROJECT", str(tmp_path))  # a folder without chunkyard.yaml
+    with pytest.raises(ProjectError, match="not a chunkyard project"):
+        project_root()
+    clean_env.delenv("CHUNKYARD_PROJECT")
+    clean_env.setenv("CHUNKYARD_PROJECT_DIR", str(root))  # the older variable still names it
+    assert project_root() == root.resolve()
+
+
+def test_the_repository_is_a_project(clean_env) -> None:
+    clean_env.chdir(REPO_ROOT / "docs")
+    assert project_root() == REPO_ROOT
+    assert list(load_collection_configs()) == ["demo"]  # the benchmark is off unless enabled
+
+
+def test_state_lives_in_the_project_and_never_outside_one(tmp_path: Path, clean_env) -> None:
+    from retrieval.db import chunkyard_home
+
+    clean_env.chdir(tmp_path)
+    with pytest.raises(ProjectError):
+        chunkyard_home()
+    assert list(tmp_path.iterdir()) == []  # nothing created
+    root = _project(tmp_path / "proj", "collections: {}\n")
+    clean_env.chdir(root)
+    assert chunkyard_home() == root.resolve() / ".chunkyard"
+    clean_env.setenv("CHUNKYARD_HOME", str(tmp_path / "elsewhere"))
+    assert chunkyard_home() == (tmp_path / "elsewhere").resolve()
+
+
+def test_a_project_shows_its_own_collections_over_the_bundled_index_configs(
+    tmp_path: Path, clean_env
+) -> None:
+    docs = tmp_path / "proj" / "notes"
+    docs.mkdir(parents=True)
+    root = _project(
+        tmp_path / "proj",
+        "collections:\n"
+        "  mine:\n"
+        "    folders: [notes]\n"
+        "    indexes: [recursive-256, tiny]\n"
+        "indexes:\n"
+        "  tiny:\n"
+        "    chunker: {strategy: token, size: 32, overlap: 0, tokenizer: words}\n",
+    )
+    clean_env.chdir(root)
+    collections = load_collection_configs()
+    assert list(collections) == ["mine"]
+    assert collections["mine"].folder_paths() == [docs.resolve()]
+    configs = load_index_configs()
+    assert "tiny" in configs and "recursive-256" in configs  # the bundled ones stay available
+    assert configs["tiny"].embedder == configs["recursive-256"].embedder  # bundled defaults apply
+    assert {s.name for s in load_index_specs()} == {"mine/recursive-256", "mine/tiny"}
+    # benchmarks on (flag or environment): the bundled benchmark collection is added
+    assert "chroma_general" in load_collection_configs(include_benchmarks=True)
+    clean_env.setenv("CHUNKYARD_BENCHMARKS", "1")
+    assert set(load_collection_configs()) == {"mine", "chroma_general"}
+
+
+def test_config_errors_name_the_file_and_line(tmp_path: Path, clean_env) -> None:
+    root = _project(
+        tmp_path / "proj",
+        "# my project\ncollections:\n  mine:\n    folders: [x]\n    indexes: [recursive-256]\n"
+        "  other:\n    folders: [y]\n    colour: red\n",
+    )
+    clean_env.chdir(root)
+    with pytest.raises(ConfigError) as error:
+        load_collection_configs()
+    assert f"{root.resolve() / 'chunkyard.yaml'}:6: collections.other" in str(error.value)
+    assert "colour" in str(error.value)
+    _project(root, "collections:\n  mine:\n    folders: [x]\n    indexes: [no-such]\n")
+    with pytest.raises(ConfigError) as error:
+        load_index_specs()
+    assert "chunkyard.yaml:2" in str(error.value) and "'no-such'" in str(error.value)
+    assert "recursive-256" in str(error.value)  # the known names
+    _project(root, "collections:\n  mine: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"chunkyard\.yaml:\d+: invalid YAML"):
+        load_collection_configs()
+    _project(root, "colections: {}\n")
+    with pytest.raises(ConfigError, match=r"chunkyard\.yaml:1: unknown field"):
+        load_collection_configs()
+
+
+def test_bundled_configs_and_demo_eval_set_are_package_resources() -> None:
+    from importlib import resources
+
+    bundled = resources.files("retrieval.bundled")
+    assert bundled.joinpath("indexes.yaml").is_file() and bundled.joinpath("collections.yaml").is_file()
+    assert resources.files("evaluation.datasets").joinpath("demo_questions.jsonl").is_file()
+
+
+@pytest.mark.slow
+def test_the_installed_package_works_outside_the_repository(tmp_path: Path) -> None:
+    """A wheel built from the tree, installed into a folder: configs and the eval set resolve from
+    it, and `chunkyard init` + `add` work in a folder outside the repository."""
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", wheels, "."],
+        cwd=REPO_ROOT,
+        check=True,
+        timeout=300,
+    )
+    wheel = next(wheels.glob("chunkyard-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {
+        "retrieval/bundled/indexes.yaml",
+        "retrieval/bundled/collections.yaml",
+        "evaluation/datasets/demo_questions.jsonl",
+    } <= names
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", site, wheel],
+        check=True,
+        timeout=300,
+    )
+    work = tmp_path / "elsewhere"
+    (work / "notes").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if k not in PROJECT_VARIABLES}
+    env["PYTHONPATH"] = str(site)  # ahead of the editable checkout
+    probe = (
+        "import retrieval, evaluation.datasets as d, importlib.resources as r;"
+        "from retrieval.config import bundled_configs_dir;"
+        "print(retrieval.__file__); print(bundled_configs_dir());"
+        "print(r.files(d).joinpath('demo_questions.jsonl').is_file())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=work, env=env, capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    assert out[0].startswith(str(site)) and out[1].startswith(str(site)) and out[2] == "True"
+    cli = [sys.executable, "-m", "orchestration.cli"]
+    for argv in (["init"], ["add", "mine", "notes"]):
+        done = subprocess.run([*cli, *argv], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    assert "mine:" in (work / "chunkyard.yaml").read_text()
