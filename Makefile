@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chunkyard-installed
 
-.PHONY: install demo test ui serve eval screenshots bench bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale lint clean
+.PHONY: install demo test test-faults ui serve eval screenshots bench bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale lint clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The fault tests alone (make test runs them too): dead runs and the pool, the sensor through
+# dagster-daemon, kill -9 mid-embedding then resume, statement timeouts and killed clients.
+FAULT_TESTS := tests/test_dead_runs.py tests/test_sensor_daemon.py tests/test_kill_resume.py \
+	tests/test_query_bounds.py tests/test_run_monitoring.py
+test-faults: $(STAMP)
+	$(BIN)/python -m pytest -q $(FAULT_TESTS)
 
 ui: $(STAMP)
 	$(BIN)/chunkyard ui
