@@ -107,12 +107,16 @@ def stage_chunks(
         seen: set[str] = set()
         with conn.cursor() as cur:
             for i in range(0, len(to_chunk), CHUNK_DOC_BATCH):
+                load_started = time.perf_counter()
                 docs = store.documents(spec.collection, to_chunk[i : i + CHUNK_DOC_BATCH])
+                report.load_seconds += time.perf_counter() - load_started
                 cur.executemany(
                     "INSERT INTO staged_documents (index_name, doc_id, sha256) VALUES (%s, %s, %s)",
                     [(index_name, d.id, d.sha256) for d in docs],
                 )
+                chunk_started = time.perf_counter()
                 chunk_lists = chunker.chunk_batch(docs)  # type: ignore[union-attr]
+                report.chunk_seconds += time.perf_counter() - chunk_started
                 rows = []
                 vectors = []
                 for doc, chunks in zip(docs, chunk_lists, strict=True):
@@ -176,6 +180,10 @@ def stage_chunks(
                 report.chunks_precomputed_embeddings += len(vectors)
         conn.execute("ANALYZE staged_chunks")
         conn.execute("ANALYZE staged_embeddings")
-        report.seconds = round(time.perf_counter() - started, 3)
+        report.seconds = report.chunk_stage_seconds = round(time.perf_counter() - started, 3)
+        report.load_seconds, report.chunk_seconds = (
+            round(report.load_seconds, 3),
+            round(report.chunk_seconds, 3),
+        )
         merge_stage_report(conn, index_name, report.as_metadata())
     return report

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from retrieval.config import IndexSpec
@@ -13,7 +14,29 @@ from retrieval.store import Store
 if TYPE_CHECKING:
     from retrieval.embedder import Embedder
 
-EMBED_BATCH = 256  # texts per embedding + cache round trip (a crash loses at most one batch)
+EMBED_BATCH = 256  # at most this many texts per embedding + cache round trip (a crash loses one batch)
+EMBED_BATCH_TOKENS = 32768  # and at most this many model tokens: short texts go in bigger batches
+
+
+def token_batches(hashes: list[str], tokens: dict[str, int]) -> list[list[str]]:
+    """`hashes` longest first, cut into batches of at most EMBED_BATCH texts and EMBED_BATCH_TOKENS tokens.
+
+    Sorted across all documents, so the model's own sub-batches pad to nearly equal lengths.
+    """
+    ordered = sorted(hashes, key=lambda h: -tokens.get(h, 0))
+    batches: list[list[str]] = []
+    current: list[str] = []
+    total = 0
+    for h in ordered:
+        n = tokens.get(h, 0)
+        if current and (len(current) >= EMBED_BATCH or total + n > EMBED_BATCH_TOKENS):
+            batches.append(current)
+            current, total = [], 0
+        current.append(h)
+        total += n
+    if current:
+        batches.append(current)
+    return batches
 
 
 def stage_embeddings(store: Store, spec: IndexSpec, embedder: Embedder) -> EmbeddingStageReport:
@@ -51,29 +74,46 @@ def stage_embeddings(store: Store, spec: IndexSpec, embedder: Embedder) -> Embed
             (index_name,),
         ).fetchall()
     report.chunks = len(pending) + report.embeddings_precomputed
-    texts_by_hash: dict[str, str] = {}
+    texts_by_hash: dict[str, str] = {}  # one text per content hash: never embedded twice in a run
     for _, content_hash, embed_text in pending:
         texts_by_hash.setdefault(content_hash, embed_text)
+    tokens: dict[str, int] = {}
     if texts_by_hash:
-        token_counts = embedder.tokenizer.count_batch(list(texts_by_hash.values()))
-        long_hashes = {
-            h for h, n in zip(texts_by_hash, token_counts, strict=True) if n > embedder.max_seq_length
-        }
+        tokens = dict(
+            zip(texts_by_hash, embedder.tokenizer.count_batch(list(texts_by_hash.values())), strict=True)
+        )
+        long_hashes = {h for h, n in tokens.items() if n > embedder.max_seq_length}
         report.chunks_longer_than_model_limit = sum(1 for _, h, _ in pending if h in long_hashes)
-    vectors = store.cached_embeddings(embedder.model_id, texts_by_hash)
+    lookup_started = time.perf_counter()
+    vectors = store.cached_embeddings(embedder.model_id, texts_by_hash)  # across runs and configs
+    report.cache_lookup_seconds = round(time.perf_counter() - lookup_started, 3)
     missing = [h for h in texts_by_hash if h not in vectors]
     embed_started = time.perf_counter()
-    for i in range(0, len(missing), EMBED_BATCH):
-        batch = missing[i : i + EMBED_BATCH]
-        computed = embedder.embed([texts_by_hash[h] for h in batch])
-        fresh = dict(zip(batch, computed, strict=True))
-        store.cache_embeddings(embedder.model_id, fresh)
-        vectors.update(fresh)
+    embed_seconds = 0.0
+    # The cache write of one batch runs beside the embedding of the next (psycopg releases the GIL).
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedding-cache") as writer:
+        pending_write: Future | None = None
+        for batch in token_batches(missing, tokens):
+            batch_started = time.perf_counter()
+            computed = embedder.embed([texts_by_hash[h] for h in batch])
+            embed_seconds += time.perf_counter() - batch_started
+            fresh = dict(zip(batch, computed, strict=True))
+            if pending_write is not None:
+                pending_write.result()  # one write in flight: memory bounded, errors surface here
+            pending_write = writer.submit(store.cache_embeddings, embedder.model_id, fresh)
+            vectors.update(fresh)
+        if pending_write is not None:
+            pending_write.result()
     report.embeddings_computed = len(missing)
+    report.tokens_embedded = sum(tokens.get(h, 0) for h in missing)
+    report.embed_seconds = round(embed_seconds, 3)
+    report.cache_write_wait_seconds = round(time.perf_counter() - embed_started - embed_seconds, 3)
     computed_hashes = set(missing)
     report.embeddings_reused = sum(1 for _, h, _ in pending if h not in computed_hashes)
     if missing:
         report.embeddings_per_second = round(len(missing) / max(time.perf_counter() - embed_started, 1e-9), 2)
+        report.embed_tokens_per_second = round(report.tokens_embedded / max(embed_seconds, 1e-9), 1)
+    write_started = time.perf_counter()
     with store.connection() as conn, conn.transaction(), conn.cursor() as cur:
         with cur.copy(
             "COPY staged_embeddings (index_name, chunk_id, embedding) FROM STDIN (FORMAT BINARY)"
@@ -82,6 +122,8 @@ def stage_embeddings(store: Store, spec: IndexSpec, embedder: Embedder) -> Embed
             for chunk_id, content_hash, _ in pending:
                 copy.write_row((index_name, chunk_id, vectors[content_hash]))
         cur.execute("ANALYZE staged_embeddings")
+        report.stage_write_seconds = round(time.perf_counter() - write_started, 3)
         report.seconds = round(time.perf_counter() - started, 3)
+        report.embedding_stage_seconds = report.seconds
         merge_stage_report(conn, index_name, report.as_metadata())
     return report

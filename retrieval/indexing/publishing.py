@@ -14,7 +14,7 @@ from psycopg.types.json import Jsonb
 
 from retrieval.bm25 import refresh_stats
 from retrieval.config import IndexSpec
-from retrieval.indexing.reports import IndexingError, PublishReport
+from retrieval.indexing.reports import IndexingError, PublishReport, stage_timings
 from retrieval.indexing.staging import clear_staging
 from retrieval.languages import published_config
 from retrieval.store import Store, partition_names
@@ -207,6 +207,7 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
         # 4. the per-partition HNSW graph on the vector cast to this index's dimension
         # pgvector 0.6 indexes at most 2,000 dimensions (no halfvec): wider vectors are searched exactly.
         if not hnsw_exists and stats.n_docs > 0 and new_dim and new_dim <= HNSW_MAX_DIM:
+            hnsw_started = time.perf_counter()
             conn.execute(
                 sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(_maintenance_work_mem()))
             )
@@ -224,6 +225,7 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
                 )
             )
             report.hnsw_built = True
+            report.hnsw_seconds = round(time.perf_counter() - hnsw_started, 3)
 
         new_version = conn.execute(
             "UPDATE indexes SET version = version + 1, published_at = now(), config = %s, config_hash = %s,"
@@ -248,6 +250,7 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
     _analyze_partition(store, parts["chunks"], report)
     _analyze_partition(store, parts["postings"], report)
     report.seconds = round(time.perf_counter() - started, 3)
+    report.timings = stage_timings(report.staged, report.seconds, report.hnsw_seconds)
     return report
 
 

@@ -38,6 +38,9 @@ class ChunkStageReport:
     chunks_precomputed_embeddings: int = 0
     full_rebuild: bool = False
     seconds: float = 0.0
+    load_seconds: float = 0.0  # reading document texts from the store
+    chunk_seconds: float = 0.0  # the chunker itself
+    chunk_stage_seconds: float = 0.0  # `seconds` under a name that stays unique in the run's report
 
     def as_metadata(self) -> dict[str, int | float | str]:
         return flat_metadata(self)
@@ -55,6 +58,13 @@ class EmbeddingStageReport:
     model_max_tokens: int = 0
     seconds: float = 0.0
     embeddings_per_second: float = 0.0
+    tokens_embedded: int = 0
+    embed_tokens_per_second: float = 0.0
+    embed_seconds: float = 0.0  # inside the model only
+    cache_lookup_seconds: float = 0.0
+    cache_write_wait_seconds: float = 0.0  # waiting for cache writes that did not overlap the model
+    stage_write_seconds: float = 0.0
+    embedding_stage_seconds: float = 0.0
 
     def as_metadata(self) -> dict[str, int | float | str]:
         return flat_metadata(self)
@@ -70,6 +80,7 @@ class Bm25StageReport:
     postings_staged: int = 0
     distinct_terms_staged: int = 0
     seconds: float = 0.0
+    bm25_stage_seconds: float = 0.0
 
     def as_metadata(self) -> dict[str, int | float | str]:
         return flat_metadata(self)
@@ -87,7 +98,38 @@ class PublishReport:
     bm25_vocabulary: int = 0
     hnsw_built: bool = False
     seconds: float = 0.0
+    hnsw_seconds: float = 0.0
     staged: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)  # see `stage_timings`
 
     def as_metadata(self) -> dict[str, int | float | str]:
         return flat_metadata(self)
+
+
+# The run's stages in order (the keys of `stage_timings`).
+STAGES = ("load", "chunk", "embed", "bm25", "publish", "hnsw")
+
+
+def stage_timings(staged: dict[str, Any], publish_seconds: float, hnsw_seconds: float) -> dict[str, float]:
+    """Seconds and share of the run's wall time per stage: load, chunk, embed, BM25, publish, HNSW build.
+
+    `chunk` is the chunk stage less its document reads (`load`); `embed` the embedding stage (model,
+    cache and staging writes); `publish` the publish transaction less the HNSW build.
+    """
+
+    def number(key: str) -> float:
+        return float(staged.get(key) or 0.0)
+
+    seconds = {
+        "load": number("load_seconds"),
+        "chunk": max(number("chunk_stage_seconds") - number("load_seconds"), 0.0),
+        "embed": number("embedding_stage_seconds"),
+        "bm25": number("bm25_stage_seconds"),
+        "publish": max(publish_seconds - hnsw_seconds, 0.0),
+        "hnsw": hnsw_seconds,
+    }
+    total = sum(seconds.values())
+    out = {f"{name}_stage_share": round(seconds[name] / total, 4) if total else 0.0 for name in STAGES}
+    out.update({f"stage_{name}_seconds": round(seconds[name], 3) for name in STAGES})
+    out["stages_total_seconds"] = round(total, 3)
+    return out

@@ -59,6 +59,6 @@ def stage_bm25(store: Store, spec: IndexSpec) -> Bm25StageReport:
         conn.execute("ANALYZE staged_bm25_lengths")
         report.chunks_analyzed = len(rows)
         report.distinct_terms_staged = len(terms_seen)
-        report.seconds = round(time.perf_counter() - started, 3)
+        report.seconds = report.bm25_stage_seconds = round(time.perf_counter() - started, 3)
         merge_stage_report(conn, index_name, {**report.as_metadata(), "bm25_analysis": analysis.as_staged()})
     return report
