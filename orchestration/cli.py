@@ -22,14 +22,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from orchestration import service_file
+from orchestration.cli_errors import RuntimeFailure, Stopped, UsageError, report, stops_embedded_postgres
 from orchestration.progress import RunProgress
 
 PROJECT_COMMANDS = {"add", "index", "demo", "search", "serve", "ui", "eval"}
 UI_SHUTDOWN_SECONDS = 30
-
-
-class UsageError(Exception):
-    """A command asked for something that is not there (exit 2); the message says what instead."""
 
 
 def _print(message: str = "") -> None:
@@ -150,14 +147,6 @@ def cmd_index(args: argparse.Namespace) -> int:
         f"run {result.run_id} failed: {summary['failures'][0] if summary['failures'] else 'see the UI'}",
         "open `chunkyard ui` (http://127.0.0.1:3000) for the step logs; fix and rerun `chunkyard index`",
     )
-
-
-class RuntimeFailure(Exception):
-    """A command ran and failed (exit 1); carries the hint that goes under the message."""
-
-    def __init__(self, message: str, hint: str) -> None:
-        super().__init__(message)
-        self.hint = hint
 
 
 def _run_summary(result) -> dict:
@@ -293,9 +282,10 @@ def cmd_search(args: argparse.Namespace) -> int:
             results = client.search(args.query, index=index, options=options)
         path = f"via the running service {running['url']} (pid {running['pid']})"
     else:
-        import retrieval
+        from retrieval.query import Searcher
 
-        results = retrieval.search(args.query, index=index, options=options)
+        # one query: BM25 from the postings in Postgres (loading the in-memory copy would cost more)
+        results = Searcher(bm25_backend="sql").search(args.query, index, options)
         path = "in-process (no running service: `chunkyard serve` keeps the model warm)"
     _print(f"{index}: {len(results)} result(s) in {time.perf_counter() - started:.2f} s, {path}")
     for hit in results:
@@ -431,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = bool(getattr(args, "debug", False))
     try:
         _enter_project(args, command)
-        with _stops_embedded_postgres():
+        with stops_embedded_postgres():
             return handler(args)
     except Stopped:
         print(f"chunkyard {command}: stopped (SIGTERM)", file=sys.stderr)
@@ -442,7 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if debug:
             raise
-        return _report(command, exc)
+        return report(command, exc)
 
 
 def _enter_project(args: argparse.Namespace, command: str) -> None:
@@ -456,66 +446,6 @@ def _enter_project(args: argparse.Namespace, command: str) -> None:
         os.environ[BENCHMARKS_ENV] = "1"
     if command in PROJECT_COMMANDS:
         os.environ[PROJECT_ENV] = str(project_root())
-
-
-class _stops_embedded_postgres:
-    """SIGTERM ends the command like Ctrl-C; either way the embedded Postgres this process started
-    is stopped unless another chunkyard process still uses it (pgserver's handle list)."""
-
-    def __enter__(self) -> None:
-        from retrieval.db import embedded_servers
-
-        self._before = embedded_servers()  # a caller's own servers (tests calling main()) stay up
-        self._previous = signal.getsignal(signal.SIGTERM)
-        if self._previous in (signal.SIG_DFL, None):
-            signal.signal(signal.SIGTERM, _raise_interrupt)
-
-    def __exit__(self, *exc: object) -> None:
-        from retrieval.db import stop_embedded_servers
-
-        try:
-            stop_embedded_servers(keep=self._before)
-        finally:
-            if self._previous in (signal.SIG_DFL, None):
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-class Stopped(KeyboardInterrupt):
-    """SIGTERM: unwinds like Ctrl-C (cleanup runs), reported as a requested stop."""
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise Stopped
-
-
-def _report(command: str, exc: Exception) -> int:
-    """One line naming what is at fault; exit 2 for configuration and usage, 1 (plus a hint) otherwise."""
-    from pipeline.benchmark.run import BenchmarkError
-    from retrieval.client import AuthenticationError, ServiceError
-    from retrieval.config import ConfigError
-    from retrieval.options import SearchError
-    from retrieval.query.results import IndexNotFoundError
-
-    message = " ".join(str(exc).split()) or type(exc).__name__
-    prefix = f"chunkyard {command}" if command else "chunkyard"
-    if isinstance(exc, ConfigError | UsageError | IndexNotFoundError | SearchError | BenchmarkError):
-        print(f"{prefix}: {message}", file=sys.stderr)
-        return 2
-    if isinstance(exc, RuntimeFailure):
-        hint = exc.hint
-    elif isinstance(exc, ServiceError):
-        hint = "is `chunkyard serve` still running? `chunkyard search --no-service` searches in-process"
-    elif isinstance(exc, AuthenticationError):
-        hint = "set CHUNKYARD_API_KEY to the service's key"
-    elif type(exc).__module__.startswith("psycopg"):
-        hint = "the database failed: check DATABASE_URL, or unset it to use the project's embedded Postgres"
-    elif isinstance(exc, OSError) and "address already in use" in message.lower():
-        hint = "the port is taken: pass --port"
-    else:
-        hint = "rerun with --debug for the traceback"
-        message = f"{type(exc).__name__}: {message}"
-    print(f"{prefix}: {message}\nhint: {hint}", file=sys.stderr)
-    return 1
 
 
 if __name__ == "__main__":
