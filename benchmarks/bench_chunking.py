@@ -101,6 +101,7 @@ def build_methods(size: int) -> list[tuple[str, str, Callable[[str], object]]]:
 
 
 def run(rounds: int, size: int) -> dict:
+    load_before = [round(x, 2) for x in os.getloadavg()]
     corpora = load_corpora()
     total_bytes = sum(len(t.encode("utf-8")) for t in corpora.values())
     methods = build_methods(size)
@@ -146,6 +147,8 @@ def run(rounds: int, size: int) -> dict:
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "load_before": load_before,
+        "load_after": [round(x, 2) for x in os.getloadavg()],
         "rows": rows,
     }
 
@@ -160,6 +163,8 @@ def markdown(result: dict) -> str:
         "MB/s is wall-clock throughput; CPU MB/s divides by the process CPU time, which is "
         "less sensitive to other work on a shared machine. Methods run interleaved, round by round. "
         "`outputs` is the number of chunks (tokens for the floor row).",
+        f"Load average (1, 5, 15 min, `uptime`): {result.get('load_before')} before, "
+        f"{result.get('load_after')} after.",
         "",
         "| task | method | MB/s | CPU MB/s | median s | outputs |",
         "| --- | --- | ---: | ---: | ---: | ---: |",
@@ -188,6 +193,19 @@ def markdown(result: dict) -> str:
                     f"  - also {r['method']}: {r['mb_per_s']:.2f} MB/s "
                     f"({r['mb_per_s'] / best['mb_per_s']:.2f}x wall, {r['cpu_mb_per_s'] / best['cpu_mb_per_s']:.2f}x CPU)"
                 )
+    floor = next(r for r in result["rows"] if r["task"] == "floor")
+    lines += [
+        "",
+        f"Against the tiktoken encode floor measured in this run ({floor['mb_per_s']:.2f} MB/s wall, "
+        f"{floor['cpu_mb_per_s']:.2f} CPU), goal >= 93 %:",
+        "",
+    ]
+    for r in result["rows"]:
+        if r["method"].startswith(("chunkyard recursive", "chunkyard sentence", "chunkyard token")):
+            lines.append(
+                f"- {r['method']}: {r['mb_per_s'] / floor['mb_per_s']:.1%} wall, "
+                f"{r['cpu_mb_per_s'] / floor['cpu_mb_per_s']:.1%} CPU"
+            )
     lines.append("")
     return "\n".join(lines)
 

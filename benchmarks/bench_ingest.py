@@ -1,0 +1,396 @@
+"""Indexing side by side: chunkyard, LlamaIndex's IngestionPipeline and Haystack, into one Postgres.
+
+The collection is bench_incremental's (the Chroma corpora cut into `--docs` files), the model
+all-MiniLM-L6-v2 from its local path, the backend torch for everyone (chunkyard also on ONNX int8),
+chunks of 256 model tokens without overlap, HNSW m=16 / ef_construction=64. Each system runs in its
+own process on its own database of one embedded Postgres server and reports: full-index wall time,
+chunks/s, peak RSS, the time to re-index after one document changed and after one was deleted, and
+the checks (stored chunk count equals what its splitter makes of the folder; a dense top-10 query
+finds the changed text). chunkyard also reports its stage timings (load, chunk, embed, BM25,
+publish, HNSW build).
+
+    python -m benchmarks.bench_ingest [--docs 1000] [--systems ...] [--peers-python /tmp/peers-venv/bin/python]
+
+Results: benchmarks/results/ingest.md (and .json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.ingest_peers import TOP_K
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS = REPO_ROOT / "benchmarks" / "results"
+CONFIG = "recursive-256"
+SYSTEMS = (
+    "chunkyard-onnx-int8",
+    "chunkyard-torch",
+    "chunkyard-dagster-multiprocess",
+    "llamaindex",
+    "haystack",
+)
+BACKENDS = {
+    "chunkyard-torch": {"backend": "torch"},
+    "chunkyard-onnx-int8": {"backend": "onnx", "quantize": "int8"},
+    "chunkyard-dagster-multiprocess": {"backend": "torch"},
+}
+
+
+def peak_rss_mb() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, children) / 1024.0
+
+
+def write_configs(root: Path, docs_dir: Path, embedder: dict[str, Any]) -> tuple[Path, Path]:
+    """bench_incremental's configs with the embedder backend of this run."""
+    import yaml
+
+    from retrieval.config import load_index_configs
+
+    config = load_index_configs(REPO_ROOT / "configs" / "indexes.yaml")[CONFIG]
+    entry = json.loads(json.dumps({k: v for k, v in config.as_dict().items() if k != "name"}, default=dict))
+    entry["embedder"] = embedder
+    indexes_path, collections_path = root / "indexes.yaml", root / "collections.yaml"
+    indexes_path.write_text(yaml.safe_dump({"indexes": {CONFIG: entry}}))
+    collection = {"folders": [str(docs_dir)], "include": ["**/*.md"], "indexes": [CONFIG]}
+    collections_path.write_text(yaml.safe_dump({"collections": {"bench": collection}}))
+    return indexes_path, collections_path
+
+
+def expected_chunks(spec, docs_dir: Path) -> int:
+    from chunking import Document, build_chunker
+
+    chunker = build_chunker(spec.config.chunker, config_key=spec.config.config_hash)
+    return sum(
+        len(chunker.chunk(Document(p.name, p.read_text(encoding="utf-8"))))
+        for p in sorted(docs_dir.glob("*.md"))
+    )
+
+
+def run_chunkyard_library(system: str, url: str, docs_dir: Path, root: Path) -> dict[str, Any]:
+    """The pipeline steps in one warm process (what `build_index` runs, plus document sync and checks)."""
+    from benchmarks.ingest_peers import exercise
+    from pipeline.steps.bm25 import index_terms
+    from pipeline.steps.chunks import chunk
+    from pipeline.steps.documents import sync_documents
+    from pipeline.steps.embeddings import embed
+    from pipeline.steps.index import publish_index
+    from retrieval.config import load_collection_configs, load_index_specs
+    from retrieval.embedder import Embedder
+    from retrieval.query import Searcher
+    from retrieval.store import Store
+
+    indexes_path, collections_path = write_configs(root, docs_dir, BACKENDS[system])
+    spec = load_index_specs(indexes_path, collections_path)[0]
+    collection = load_collection_configs(collections_path)["bench"]
+    store = Store(url)
+    store.migrate()
+    started = time.perf_counter()
+    embedder = Embedder(spec.config.embedding_model, **BACKENDS[system])
+    load_seconds = time.perf_counter() - started
+    runs: list[dict[str, Any]] = []
+
+    def timed_run() -> float:
+        started = time.perf_counter()
+        reports = [sync_documents(store, collection)]
+        reports.append(chunk(store, spec, embedder))
+        reports.append(embed(store, spec, embedder))
+        reports.append(index_terms(store, spec))
+        reports.append(publish_index(store, spec))
+        seconds = time.perf_counter() - started
+        failed = [c for r in reports for c in r.checks if not c.passed]
+        if failed:
+            raise RuntimeError(f"{system}: checks failed: {failed}")
+        runs.append({**reports[-1].metadata, **reports[2].metadata, "run_seconds": round(seconds, 3)})
+        return seconds
+
+    def stored_chunks() -> int:
+        return int((store.index_info(spec.name) or {}).get("chunks") or runs[-1]["chunks_total"])
+
+    searcher = Searcher(store, embedder_for=lambda _config: embedder)
+
+    def query_finds(needle: str) -> bool:
+        hits = searcher.search(needle, spec.name, k=TOP_K, mode="dense")
+        return any(needle[:30] in h.text for h in hits)
+
+    result = exercise(
+        system,
+        docs_dir,
+        timed_run,
+        stored_chunks,
+        lambda: expected_chunks(spec, docs_dir),
+        query_finds,
+        load_seconds,
+    )
+    result["runs"] = runs
+    result["peak_rss_mb"] = round(peak_rss_mb(), 1)
+    return result
+
+
+def run_chunkyard_dagster(system: str, url: str, docs_dir: Path, root: Path) -> dict[str, Any]:
+    """The deployed path: the document sensor, then `execute_job` with the multiprocess executor."""
+    from benchmarks.bench_incremental import sensor_run
+    from orchestration.definitions import build_definitions
+    from orchestration.instance import get_instance
+    from retrieval.config import load_index_specs
+    from retrieval.store import Store
+
+    indexes_path, collections_path = write_configs(root, docs_dir, BACKENDS[system])
+    os.environ["DAGSTER_HOME"] = str(root / "dagster")
+    os.environ["CHUNKYARD_CONFIGS"] = str(root)  # run subprocesses build the same definitions
+    spec = load_index_specs(indexes_path, collections_path)[0]
+    defs = build_definitions(indexes_path, collections_path, database_url=url)
+    instance = get_instance(url)
+    store = Store(url)
+    state = {"cursor": None}
+    runs: list[dict[str, Any]] = []
+
+    def timed_run() -> float:
+        started = time.perf_counter()
+        run, state["cursor"] = sensor_run(defs, instance, state["cursor"], "multiprocess")
+        runs.append(run)
+        return time.perf_counter() - started
+
+    def stored_chunks() -> int:
+        return int(runs[-1]["chunks_total"])
+
+    def query_finds(needle: str) -> bool:
+        from retrieval.embedder import shared_embedder
+        from retrieval.query import Searcher
+
+        embedder = shared_embedder(spec.config.embedding_model, **BACKENDS[system])
+        hits = Searcher(store, embedder_for=lambda _c: embedder).search(
+            needle, spec.name, k=TOP_K, mode="dense"
+        )
+        return any(needle[:30] in h.text for h in hits)
+
+    from benchmarks.ingest_peers import exercise
+
+    result = exercise(
+        system, docs_dir, timed_run, stored_chunks, lambda: expected_chunks(spec, docs_dir), query_finds, 0.0
+    )
+    result["runs"] = runs
+    result["peak_rss_mb"] = round(peak_rss_mb(), 1)  # the largest step process or this one
+    instance.dispose()
+    return result
+
+
+def worker(args: argparse.Namespace) -> None:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    root = Path(args.root)
+    run = run_chunkyard_dagster if args.worker.endswith("multiprocess") else run_chunkyard_library
+    result = run(args.worker, args.db, Path(args.docs_dir), root)
+    print("RESULT " + json.dumps(result, default=str), flush=True)
+
+
+def database(server_url: str, name: str) -> str:
+    """A fresh database `name` on the server of `server_url`; its URL."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    with psycopg.connect(server_url.replace("/postgres?", f"/{name}?", 1), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    return server_url.replace("/postgres?", f"/{name}?", 1)
+
+
+def run_system(system: str, args: argparse.Namespace, server_url: str, tmp: Path) -> dict[str, Any]:
+    from benchmarks.bench_incremental import build_corpus
+    from chunking.models import resolve_model_path
+
+    root = tmp / system
+    docs_dir = root / "docs"
+    shutil.rmtree(root, ignore_errors=True)
+    build_corpus(1000, docs_dir)  # bench_incremental's documents; a smaller run keeps the first --docs
+    for extra in sorted(docs_dir.glob("*.md"))[args.docs :]:
+        extra.unlink()
+    url = database(server_url, system.replace("-", "_"))
+    env = {
+        **os.environ,
+        "CHUNKYARD_HOME": str(tmp / "home"),
+        "DATABASE_URL": url,
+        "BENCH_THREADS": str(args.threads),
+    }
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    if system in ("llamaindex", "haystack"):
+        command = [
+            args.peers_python,
+            "-m",
+            "benchmarks.ingest_peers",
+            system,
+            "--db",
+            url,
+            "--docs",
+            str(docs_dir),
+        ]
+        command += ["--model", resolve_model_path("all-MiniLM-L6-v2"), "--size", "256"]
+        command += ["--haystack-words", str(args.haystack_words)]
+    else:
+        command = [sys.executable, "-m", "benchmarks.bench_ingest", "--worker", system, "--db", url]
+        command += ["--docs-dir", str(docs_dir), "--root", str(root), "--threads", str(args.threads)]
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    proc = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-6000:])
+        return {"system": system, "error": (proc.stderr.strip().splitlines() or ["failed"])[-1][:300]}
+    result = json.loads(lines[-1][len("RESULT ") :])
+    result.update(
+        process_seconds=round(wall, 1),
+        load_before=[round(x, 2) for x in load_before],
+        load_after=[round(x, 2) for x in os.getloadavg()],
+        documents=len(list(docs_dir.glob("*.md"))) + 1,  # one was deleted
+    )
+    return result
+
+
+def markdown(report: dict[str, Any]) -> str:
+    rows = report["results"]
+    ok = [r for r in rows if "error" not in r]
+    lines = [
+        "# Indexing side by side (full index, one document changed, one deleted)",
+        "",
+        f"Collection: {report['documents']} documents cut from the Chroma corpora (bench_incremental's). "
+        "Model all-MiniLM-L6-v2 from its local path, chunks of 256 model tokens without overlap, embedded "
+        "Postgres 16 + pgvector (one server, a database per system), HNSW m=16 / ef_construction=64, "
+        f"{report['threads']} torch threads. Each system in its own process; update and delete times are "
+        "the re-index call in that warm process (model loaded), except for the Dagster run, which is "
+        "the deployed path (sensor tick + run, each step its own process for the full index).",
+        f"Machine: {report['machine']}. Measured {report['measured_at']}; load average (1, 5, 15 min) "
+        f"{report['load_start']} at the start, {report['load_end']} at the end.",
+        f"Peers: {report['peers']}.",
+        "",
+        "| system | backend | full index s | chunks | chunks/s | peak RSS MB | one changed s | one deleted s "
+        "| chunk counts ok | query finds change | load (1 min) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['system']} | - | failed: {r['error']} |||||||||")
+            continue
+        backend = "onnx int8" if "onnx" in r["system"] else "torch"
+        lines.append(
+            f"| {r['system']} | {backend} | {r['full_seconds']:.1f} | {r['chunks']} | {r['chunks_per_second']:.2f} "
+            f"| {r['peak_rss_mb']:.0f} | {r['update_seconds']:.2f} | {r['delete_seconds']:.2f} "
+            f"| {'yes' if r['check_chunk_counts'] else 'NO'} | {'yes' if r['check_query_finds_changed_text'] else 'NO'} "
+            f"| {r['load_before'][0]:.1f} → {r['load_after'][0]:.1f} |"
+        )
+    peers = [r for r in ok if not r["system"].startswith("chunkyard")]
+    if peers and ok:
+        fastest = min(peers, key=lambda r: r["full_seconds"])
+        fastest_update = min(peers, key=lambda r: r["update_seconds"])
+        lines += ["", "Ratios (peer time / chunkyard time; > 1: chunkyard faster):", ""]
+        for r in ok:
+            if not r["system"].startswith("chunkyard"):
+                continue
+            lines.append(
+                f"- {r['system']}: full index {fastest['full_seconds'] / r['full_seconds']:.2f}x vs "
+                f"{fastest['system']} (goal 1.5x), one changed document "
+                f"{fastest_update['update_seconds'] / r['update_seconds']:.1f}x vs {fastest_update['system']} "
+                "(goal 10x); per peer: "
+                + ", ".join(
+                    f"{p['system']} {p['full_seconds'] / r['full_seconds']:.2f}x full / "
+                    f"{p['update_seconds'] / r['update_seconds']:.1f}x update / "
+                    f"{p['delete_seconds'] / r['delete_seconds']:.2f}x delete"
+                    for p in peers
+                )
+            )
+    stage_rows = [r for r in ok if r["system"].startswith("chunkyard") and r.get("runs")]
+    if stage_rows:
+        lines += [
+            "",
+            "chunkyard's full index by stage (share of the stages' wall time; from the publish step's metadata):",
+            "",
+            "| system | load | chunk | embed | BM25 | publish | HNSW build | embeddings/s | tokens/s |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in stage_rows:
+            first = r["runs"][0]
+            if "load_stage_share" not in first:
+                continue
+            shares = " | ".join(
+                f"{first[f'stage_{s}_seconds']:.2f} s ({first[f'{s}_stage_share']:.1%})"
+                for s in ("load", "chunk", "embed", "bm25", "publish", "hnsw")
+            )
+            lines.append(
+                f"| {r['system']} | {shares} | {first.get('embeddings_per_second', '-')} "
+                f"| {first.get('embed_tokens_per_second', '-')} |"
+            )
+    lines.append("")
+    lines += report.get("notes", [])
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--docs", type=int, default=1000)
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
+    parser.add_argument(
+        "--peers-python", default=os.environ.get("BENCH_PEERS_PYTHON", "/tmp/peers-venv/bin/python")
+    )
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--haystack-words", type=int, default=150)
+    parser.add_argument("--out", type=Path, default=RESULTS / "ingest.md")
+    parser.add_argument("--worker", choices=SYSTEMS, help=argparse.SUPPRESS)
+    parser.add_argument("--db", help=argparse.SUPPRESS)
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    parser.add_argument("--docs-dir", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker(args)
+        return 0
+    from retrieval.db import embedded_database_url
+
+    os.environ.setdefault("CHUNKYARD_DATA", str(REPO_ROOT.parent / "shared" / "datasets"))
+    load_start = [round(x, 2) for x in os.getloadavg()]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="chunkyard-ingest-") as tmp:
+        server_url = embedded_database_url(Path(tmp) / "pg")
+        for system in args.systems:
+            print(f"[{system}] ...", flush=True)
+            result = run_system(system, args, server_url, Path(tmp))
+            print(json.dumps({k: v for k, v in result.items() if k != "runs"}), flush=True)
+            results.append(result)
+    peers = subprocess.run(
+        [args.peers_python, "-m", "pip", "freeze"], capture_output=True, text=True, check=False
+    ).stdout.split()
+    wanted = ("llama-index-core", "llama-index-vector-stores-postgres", "llama-index-embeddings-huggingface")
+    wanted += ("haystack-ai", "pgvector-haystack", "sentence-transformers", "torch", "transformers")
+    report = {
+        "documents": args.docs,
+        "threads": args.threads,
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}",
+        "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load_start": load_start,
+        "load_end": [round(x, 2) for x in os.getloadavg()],
+        "peers": ", ".join(p for p in peers if p.split("==")[0].lower() in wanted),
+        "results": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(markdown(report), encoding="utf-8")
+    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
