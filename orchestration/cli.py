@@ -7,6 +7,7 @@ chunkyard search "..."        query an index (through `chunkyard serve` when it 
 chunkyard serve               the query service (HTTP API on :8000, docs at /docs)
 chunkyard ui                  the Dagster UI on the same database (:3000)
 chunkyard eval                benchmarks (pipeline.benchmark)
+chunkyard questions generate  an eval set from a collection's chunks, by an LLM
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from orchestration import service_file
+from orchestration import cli_questions, service_file
 from orchestration.cli_errors import RuntimeFailure, Stopped, UsageError, report, stops_embedded_postgres
 from orchestration.progress import RunProgress
 
-PROJECT_COMMANDS = {"add", "index", "demo", "search", "serve", "ui", "eval"}
+PROJECT_COMMANDS = {"add", "index", "demo", "search", "serve", "ui", "eval", "questions"}
 UI_SHUTDOWN_SECONDS = 30
 
 
@@ -105,8 +106,9 @@ def cmd_index(args: argparse.Namespace) -> int:
             resources=defs.resources,
             selection=AssetSelection.assets(*keys),
             tags={**host_tags(), "chunkyard/trigger": "cli", **progress.tags},
-            # Step events stay in the event log (`chunkyard ui`); the progress display shows steps.
-            run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}},
+            # Step events stay in the event log (`chunkyard ui`); the progress display and the summary
+            # below show the steps and their errors.
+            run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
             raise_on_error=False,
         )
     summary = _run_summary(result)
@@ -163,6 +165,8 @@ def _run_summary(result) -> dict:
     for event in result.all_events:
         if event.is_step_failure:
             error = event.event_specific_data.error  # type: ignore[union-attr]
+            while error is not None and error.cause is not None:  # Dagster's wrapper -> the step's error
+                error = error.cause
             message = " ".join(error.message.split()) if error else "failed"
             summary["failures"].append(f"{event.step_key}: {message}")
         if not event.is_step_materialization:
@@ -373,6 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     from retrieval.options import SearchOptions
 
     SearchOptions.add_arguments(search)  # one flag per search option: -k, --mode, --context-weight, ...
+    cli_questions.add_parser(sub, common)
     return parser
 
 
@@ -416,6 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "instance": cmd_instance,
             "serve": cmd_serve,
             "search": cmd_search,
+            "questions": cli_questions.cmd_questions,
         }
         handler = handlers[args.command]
     debug = bool(getattr(args, "debug", False))
