@@ -92,6 +92,20 @@ def add_collection(
     return entry
 
 
+def set_eval_set(root: Path, name: str, eval_set: str) -> dict[str, Any]:
+    """Point collection `name` of the project's chunkyard.yaml at `eval_set`; its entry."""
+    raw = read_project(root)
+    collections = dict(raw.get("collections") or {})
+    if "collections" not in raw:
+        collections = {n: _entry_of(c) for n, c in load_collection_configs().items()}
+    if name not in collections:
+        raise ConfigError(f"{root / PROJECT_FILE}: no collection {name!r} to set eval_set on")
+    entry = {**dict(collections[name]), "eval_set": eval_set}
+    collections[name] = entry
+    _write(root, {**{k: v for k, v in raw.items() if k != "collections"}, "collections": collections})
+    return entry
+
+
 def _entry_of(collection: Any) -> dict[str, Any]:
     entry: dict[str, Any] = {}
     for key in ("description", "folders", "include", "exclude", "dataset", "eval_set", "indexes"):
