@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 from retrieval.http_guards import BodyLimit, check_json_values, validation_error_body
 from retrieval.names import IndexNameError
 from retrieval.options import MAX_K, SERVICE_MAX_K, OptionSpec, SearchOptions, option_specs
-from retrieval.query import IndexNotFoundError, Searcher, SearchError
+from retrieval.query import IndexNotFoundError, Searcher, SearchError, SearchResult
 from retrieval.rerank import RerankerConfigError
 from retrieval.store import Store
 
@@ -94,26 +94,11 @@ def request_model(max_k: int = DEFAULT_MAX_K) -> type[BaseModel]:
 SearchRequest = request_model()
 
 
-class SearchResultModel(BaseModel):
-    chunk_id: str
-    doc_id: str
-    start: int
-    end: int
-    text: str
-    metadata: dict[str, Any]
-    scores: dict[str, float]
-    rank: int
-    parent: dict[str, Any] | None = None
-    timings: dict[str, float] = {}
-    index: str = ""
-    index_version: int = 0
-
-
 class SearchResponse(BaseModel):
     index: str
     mode: str
     k: int
-    results: list[SearchResultModel]
+    results: list[SearchResult]
     took_ms: float
 
 
@@ -339,7 +324,7 @@ def create_app(
             index=results[0].index if results else request.index,
             mode=request.mode,
             k=request.k,
-            results=[SearchResultModel(**r.as_dict()) for r in results],
+            results=results,
             took_ms=round((time.perf_counter() - started) * 1000, 3),
         )
 

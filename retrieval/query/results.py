@@ -30,6 +30,9 @@ class SearchResult:
     timings: dict[str, float] = field(default_factory=dict)
     index: str = ""
     index_version: int = 0
+    # Set when the document's file failed to load after it was indexed (the reason): the text
+    # served is its last good version, which the file may no longer say.
+    stale: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -24,6 +24,7 @@ class ChunkRow:
     metadata: dict[str, Any]
     parent_id: str | None
     embedding: np.ndarray | None = None
+    stale: str | None = None
 
 
 def fetch_rows(
@@ -49,8 +50,14 @@ def fetch_rows(
             ),
             (handle.name, chunk_ids),
         )
+        failures = conn.execute(
+            _STALE.format(chunks=sql.Identifier(handle.chunks)),
+            (handle.name, chunk_ids, handle.name.collection),
+        )
         if commit:
             conn.execute("COMMIT")
+    rows = cursor.fetchall()
+    stale = dict(failures.fetchall())
     return {
         row[0]: ChunkRow(
             doc_id=row[1],
@@ -60,9 +67,21 @@ def fetch_rows(
             metadata=row[5] or {},
             parent_id=row[6],
             embedding=as_array(row[7]) if with_vectors else None,
+            stale=stale.get(row[1]),
         )
-        for row in cursor.fetchall()
+        for row in rows
     }
+
+
+# Documents whose file failed to load after they were indexed keep serving their last good
+# version (a transient read error must not drop them); their failure says why they may be stale.
+# A failure keyed by a folder (several-folder collections) covers every document under it.
+_STALE = sql.SQL(
+    "SELECT c.doc_id, f.reason FROM (SELECT DISTINCT doc_id FROM {chunks}"
+    " WHERE index_name = %s AND chunk_id = ANY(%s)) c"
+    " JOIN document_failures f ON f.collection = %s"
+    " AND (f.path = c.doc_id OR left(c.doc_id, length(f.path) + 1) = f.path || '/')"
+)
 
 
 def to_results(handle: IndexHandle, hits: Ranked, rows: dict[str, ChunkRow]) -> list[SearchResult]:
@@ -78,6 +97,7 @@ def to_results(handle: IndexHandle, hits: Ranked, rows: dict[str, ChunkRow]) -> 
             rank=rank,
             index=handle.name,
             index_version=handle.version,
+            stale=rows[cid].stale,
         )
         for rank, (cid, scores) in enumerate(hits, start=1)
     ]
