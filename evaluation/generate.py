@@ -247,7 +247,9 @@ def _judge(
     located = locate_answer(answer, documents)
     if not located.exact:  # absent, or present only when case and whitespace are ignored
         return None, "not_verbatim"
-    inside = [s for s in located.spans if s.doc_id == chunk.doc_id and chunk.start <= s.start < chunk.end]
+    inside = [
+        s for s in located.spans if s.doc_id == chunk.doc_id and chunk.start <= s.start <= s.end <= chunk.end
+    ]
     if not inside:
         return None, "not_verbatim"  # quoted from elsewhere than the chunk shown
     if len(located.spans) > 1:
