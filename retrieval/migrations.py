@@ -179,4 +179,27 @@ CREATE TABLE IF NOT EXISTS staged_documents (
 ALTER TABLE evaluations RENAME COLUMN metrics TO report;
 """,
     ),
+    (
+        5,
+        "serving aliases: immutable targets per generation, and the pointer to the current one",
+        # Swapping an alias updates one `aliases` row: readers resolve the old target or the new one.
+        """
+CREATE TABLE IF NOT EXISTS alias_targets (
+    alias         text NOT NULL,
+    generation    integer NOT NULL,
+    index_name    text NOT NULL,
+    index_version integer NOT NULL,
+    options       jsonb NOT NULL DEFAULT '{}'::jsonb,
+    note          text NOT NULL DEFAULT '',
+    previous      integer,
+    set_at        timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (alias, generation)
+);
+CREATE TABLE IF NOT EXISTS aliases (
+    name       text PRIMARY KEY,
+    generation integer NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+""",
+    ),
 ]

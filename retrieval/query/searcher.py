@@ -19,6 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from retrieval.aliases import could_be_alias
+from retrieval.aliases import request_options as alias_request_options
+from retrieval.aliases import resolve as resolve_alias
 from retrieval.options import (
     COARSE_DEFAULT_RANK,
     HNSW_MAX_EF,
@@ -127,7 +130,7 @@ class Searcher:
         """
         if isinstance(queries, str):
             raise SearchError("queries: expected a list of strings, not a single string")
-        request = SearchOptions.of(options, overrides)
+        index, request = self._through_alias(index, options, overrides)
         for query in queries:
             if not isinstance(query, str) or not query.strip():
                 raise SearchError("query: must be a non-empty string")
@@ -136,6 +139,20 @@ class Searcher:
         handle = self._handle(index)
         plan = request.resolve(handle.defaults, handle.name)
         return self._run(list(queries), index, handle, plan, query_vectors)
+
+    def _through_alias(
+        self, index: str, options: SearchOptions | None, overrides: dict[str, Any]
+    ) -> tuple[str, SearchOptions]:
+        """An alias (a name without '/') becomes its target index, its options the request's defaults.
+
+        Resolved once per call: every query of the call reads that one target (see `retrieval.aliases`).
+        """
+        if could_be_alias(index):
+            with self.store.connection() as conn:
+                target = resolve_alias(conn, index)
+            if target is not None:
+                return target.index, alias_request_options(target, options, overrides)
+        return index, SearchOptions.of(options, overrides)
 
     # -- composition -----------------------------------------------------------------------------
 

@@ -1,0 +1,311 @@
+"""Serving aliases: a stable name (`docs`) for one published index, its version at pin time and its options.
+
+Targets are immutable rows (`alias_targets`, one per generation); the alias row points at the
+current one. Setting or rolling back changes that one pointer in one transaction, so a reader
+resolves the old target or the new one, never a mix (the Searcher resolves once per call and then
+queries that index in its own read snapshot).
+
+Retention: publishing replaces an index's rows in place (`retrieval.indexing.publishing`), so an
+older *version of the same index* is not kept. What an alias returns to on rollback is its previous
+*target* (another index or the same index with other options), served at that index's current
+version; `pinned_version` records the version at pin time and `drifted` says it was republished
+since. Each alias keeps its current target and the `keep` targets before it along its rollback
+chain (CHUNKYARD_ALIAS_KEEP, default 5); older ones are dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from retrieval.names import DEFAULT_COLLECTION, IndexName, IndexNameError
+from retrieval.options import SearchError, SearchOptions, option_names, option_specs
+from retrieval.store import Store
+
+ALIAS_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+DEFAULT_KEEP = 5
+
+
+class AliasError(ValueError):
+    """An alias operation is invalid; the message names the field at fault."""
+
+
+@dataclass(frozen=True)
+class AliasTarget:
+    """What an alias serves: an index, the version it had when pinned, and the request defaults."""
+
+    alias: str
+    generation: int
+    index: IndexName
+    pinned_version: int
+    options: dict[str, Any]
+    note: str = ""
+    set_at: datetime | None = None
+    previous: int | None = None
+    current_version: int | None = None  # the index's published version now (None: dropped)
+
+    @property
+    def drifted(self) -> bool:
+        """The index was republished (or dropped) since the pin: it is served at its current version."""
+        return self.current_version != self.pinned_version
+
+    def search_options(self) -> SearchOptions:
+        return SearchOptions.of(None, self.options)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "alias": self.alias,
+            "generation": self.generation,
+            "index": str(self.index),
+            "pinned_version": self.pinned_version,
+            "current_version": self.current_version,
+            "drifted": self.drifted,
+            "options": dict(self.options),
+            "note": self.note,
+            "set_at": self.set_at.isoformat() if self.set_at else None,
+            "previous": self.previous,
+        }
+
+
+def keep_default() -> int:
+    """How many earlier targets each alias keeps for rollback (CHUNKYARD_ALIAS_KEEP, default 5)."""
+    value = os.environ.get("CHUNKYARD_ALIAS_KEEP", str(DEFAULT_KEEP))
+    try:
+        keep = int(value)
+    except ValueError:
+        raise AliasError(f"CHUNKYARD_ALIAS_KEEP: expected an integer, got {value!r}") from None
+    if keep < 1:
+        raise AliasError(f"CHUNKYARD_ALIAS_KEEP: must be at least 1, got {keep}")
+    return keep
+
+
+def check_alias_name(name: str) -> str:
+    if not isinstance(name, str) or not ALIAS_NAME.match(name):
+        raise AliasError(f"alias: must be lowercase letters, digits, '-', '_' or '.' (no '/'), got {name!r}")
+    return name
+
+
+def could_be_alias(name: str) -> bool:
+    """Only a name without '/' can be an alias; `collection/config` is always an index."""
+    return isinstance(name, str) and "/" not in name and bool(ALIAS_NAME.match(name))
+
+
+def stored_options(options: SearchOptions | Mapping[str, Any] | None) -> dict[str, Any]:
+    """The options an alias stores: validated, only those set, JSON-serialisable (a reranker by name)."""
+    if options is None:
+        return {}
+    try:
+        parsed = options if isinstance(options, SearchOptions) else SearchOptions.of(None, dict(options))
+    except (SearchError, TypeError) as exc:
+        raise AliasError(f"options: {exc}") from exc
+    given = {
+        spec.name: getattr(parsed, spec.name)
+        for spec in option_specs()
+        if getattr(parsed, spec.name) is not None and getattr(parsed, spec.name) != spec.default
+    }
+    if "mode" not in given:
+        given["mode"] = parsed.mode
+    if given.get("rerank") is not None and not isinstance(given["rerank"], str):
+        raise AliasError("options.rerank: an alias stores a reranker by name, not an object")
+    return json.loads(json.dumps(given))
+
+
+def request_options(
+    target: AliasTarget, options: SearchOptions | None, overrides: Mapping[str, Any] | None
+) -> SearchOptions:
+    """The alias's options as the request's defaults: a request value wins where it differs from the
+    built-in default (SearchOptions cannot tell a default it was given from one it was not), and a
+    keyword override always wins."""
+    request = SearchOptions.of(options, None)
+    given = {
+        spec.name: getattr(request, spec.name)
+        for spec in option_specs()
+        if getattr(request, spec.name) != spec.default
+    }
+    unknown = sorted(set(overrides or {}) - set(option_names()))
+    if unknown:
+        raise SearchError(f"{unknown[0]}: not a search option; known: {', '.join(option_names())}")
+    return SearchOptions.of(target.search_options(), {**given, **(overrides or {})})
+
+
+# -- reading -----------------------------------------------------------------------------------------
+
+_TARGET_SQL = (
+    "SELECT t.alias, t.generation, t.index_name, t.index_version, t.options, t.note, t.set_at,"
+    " t.previous, i.version FROM alias_targets t LEFT JOIN indexes i ON i.name = t.index_name"
+)
+
+
+def _target(row: tuple[Any, ...]) -> AliasTarget:
+    current = int(row[8]) if row[8] is not None and int(row[8]) > 0 else None
+    return AliasTarget(
+        alias=row[0],
+        generation=int(row[1]),
+        index=IndexName.parse(row[2]),
+        pinned_version=int(row[3]),
+        options=dict(row[4] or {}),
+        note=row[5],
+        set_at=row[6],
+        previous=row[7],
+        current_version=current,
+    )
+
+
+def resolve(conn: psycopg.Connection, name: str) -> AliasTarget | None:
+    """The alias's current target, or None when `name` is not an alias (one indexed lookup)."""
+    if not could_be_alias(name):
+        return None
+    row = conn.execute(
+        _TARGET_SQL + " JOIN aliases a ON a.name = t.alias AND a.generation = t.generation WHERE a.name = %s",
+        (name,),
+    ).fetchone()
+    return _target(row) if row else None
+
+
+def get_alias(store: Store, name: str) -> AliasTarget | None:
+    with store.connection() as conn:
+        return resolve(conn, check_alias_name(name))
+
+
+def list_aliases(store: Store) -> list[AliasTarget]:
+    with store.connection() as conn:
+        rows = conn.execute(
+            _TARGET_SQL
+            + " JOIN aliases a ON a.name = t.alias AND a.generation = t.generation ORDER BY t.alias"
+        ).fetchall()
+    return [_target(row) for row in rows]
+
+
+def history(store: Store, name: str) -> list[AliasTarget]:
+    """The alias's kept targets, newest first (the current one among them)."""
+    with store.connection() as conn:
+        rows = conn.execute(
+            _TARGET_SQL + " WHERE t.alias = %s ORDER BY t.generation DESC", (check_alias_name(name),)
+        ).fetchall()
+    return [_target(row) for row in rows]
+
+
+# -- writing -----------------------------------------------------------------------------------------
+
+
+def set_alias(
+    store: Store,
+    name: str,
+    index: str,
+    options: SearchOptions | Mapping[str, Any] | None = None,
+    *,
+    note: str = "",
+    keep: int | None = None,
+) -> AliasTarget:
+    """Point `name` at `index` (published) with `options` as its request defaults, in one transaction."""
+    check_alias_name(name)
+    try:
+        index_name = IndexName.parse(index)
+    except IndexNameError as exc:
+        raise AliasError(str(exc)) from exc
+    stored = stored_options(options)
+    keep = keep_default() if keep is None else int(keep)
+    if keep < 1:
+        raise AliasError(f"keep: must be at least 1, got {keep}")
+    with store.connection() as conn, conn.transaction():
+        _lock(conn, name)
+        clash = conn.execute(
+            "SELECT 1 FROM indexes WHERE name = %s", (IndexName(DEFAULT_COLLECTION, name),)
+        ).fetchone()
+        if clash:
+            raise AliasError(
+                f"alias: {name!r} is already the index {DEFAULT_COLLECTION}/{name}; pick another"
+            )
+        row = conn.execute("SELECT version FROM indexes WHERE name = %s", (index_name,)).fetchone()
+        if row is None or not row[0]:
+            raise AliasError(f"index: {index_name!r} is not a published index")
+        current = conn.execute("SELECT generation FROM aliases WHERE name = %s", (name,)).fetchone()
+        generation = int(
+            conn.execute(
+                "SELECT coalesce(max(generation), 0) + 1 FROM alias_targets WHERE alias = %s", (name,)
+            ).fetchone()[0]
+        )
+        conn.execute(
+            "INSERT INTO alias_targets (alias, generation, index_name, index_version, options, note, previous)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (
+                name,
+                generation,
+                index_name,
+                int(row[0]),
+                json.dumps(stored),
+                note,
+                current[0] if current else None,
+            ),
+        )
+        _point(conn, name, generation)
+        _prune(conn, name, keep)
+        return _current(conn, name)
+
+
+def rollback(store: Store, name: str) -> AliasTarget:
+    """Point `name` back at the target it had before its current one (which stays kept)."""
+    check_alias_name(name)
+    with store.connection() as conn, conn.transaction():
+        _lock(conn, name)
+        target = resolve(conn, name)
+        if target is None:
+            raise AliasError(f"alias: {name!r} does not exist")
+        if target.previous is None:
+            raise AliasError(f"alias: {name!r} has no earlier target to roll back to")
+        kept = conn.execute(
+            "SELECT 1 FROM alias_targets WHERE alias = %s AND generation = %s", (name, target.previous)
+        ).fetchone()
+        if kept is None:
+            raise AliasError(f"alias: {name!r}'s earlier target {target.previous} was dropped (retention)")
+        _point(conn, name, target.previous)
+        return _current(conn, name)
+
+
+def drop_alias(store: Store, name: str) -> bool:
+    with store.connection() as conn, conn.transaction():
+        _lock(conn, check_alias_name(name))
+        deleted = conn.execute("DELETE FROM aliases WHERE name = %s", (name,)).rowcount
+        conn.execute("DELETE FROM alias_targets WHERE alias = %s", (name,))
+    return bool(deleted)
+
+
+def _lock(conn: psycopg.Connection, name: str) -> None:
+    """Serialise writers of one alias (readers never wait: they read the committed pointer)."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtext('chunkyard.alias:' || %s))", (name,))
+
+
+def _point(conn: psycopg.Connection, name: str, generation: int) -> None:
+    conn.execute(
+        "INSERT INTO aliases (name, generation) VALUES (%s, %s)"
+        " ON CONFLICT (name) DO UPDATE SET generation = excluded.generation, updated_at = now()",
+        (name, generation),
+    )
+
+
+def _current(conn: psycopg.Connection, name: str) -> AliasTarget:
+    target = resolve(conn, name)
+    assert target is not None
+    return target
+
+
+def _prune(conn: psycopg.Connection, name: str, keep: int) -> None:
+    """Keep the current target and the `keep` before it along the rollback chain; drop the rest."""
+    chain = {
+        int(g): p
+        for g, p in conn.execute("SELECT generation, previous FROM alias_targets WHERE alias = %s", (name,))
+    }
+    current = conn.execute("SELECT generation FROM aliases WHERE name = %s", (name,)).fetchone()[0]
+    kept: list[int] = []
+    generation: int | None = int(current)
+    while generation is not None and generation in chain and len(kept) <= keep:
+        kept.append(generation)
+        generation = chain[generation]
+    conn.execute("DELETE FROM alias_targets WHERE alias = %s AND NOT (generation = ANY(%s))", (name, kept))

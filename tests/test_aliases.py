@@ -1,0 +1,176 @@
+"""Serving aliases on real Postgres: set/show/rollback, retention, request defaults, atomic swaps."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+
+from chunking.types import Document
+from retrieval import aliases
+from retrieval.aliases import AliasError
+from retrieval.indexing import build_index
+from retrieval.query import Searcher
+from tests.test_indexing_support import ParagraphChunker, make_spec
+from tests.test_search import TOPICS
+
+
+@pytest.fixture(scope="module")
+def two_indexes(store, embedder):
+    """Two published indexes of one collection: paragraph chunks, and the same with another BM25 analyzer."""
+    collection = f"c{uuid.uuid4().hex[:10]}"
+    docs = [Document(f"doc{i}", "\n\n".join(TOPICS[i * 4 : i * 4 + 4])) for i in range(3)]
+    specs = [
+        make_spec(collection, "para-a"),
+        make_spec(collection, "para-b", bm25={"k1": 1.2, "b": 0.5, "epsilon": 0.25, "analyzer": "english"}),
+    ]
+    store.sync_documents(collection, docs, [])
+    for spec in specs:
+        build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
+    return specs
+
+
+@pytest.fixture(scope="module")
+def searcher(store, embedder) -> Searcher:
+    return Searcher(store, embedder)
+
+
+def _name() -> str:
+    return f"alias-{uuid.uuid4().hex[:8]}"
+
+
+def test_set_show_and_rollback_walk_the_chain(store, two_indexes) -> None:
+    a, b = two_indexes
+    name = _name()
+    first = aliases.set_alias(store, name, a.name, {"mode": "bm25"}, note="first")
+    assert (first.index, first.options, first.pinned_version, first.drifted) == (
+        a.name,
+        {"mode": "bm25"},
+        1,
+        False,
+    )
+    second = aliases.set_alias(store, name, b.name, {"mode": "hybrid_weighted", "weight": 0.3})
+    assert second.previous == first.generation
+    assert aliases.get_alias(store, name).options == {"mode": "hybrid_weighted", "weight": 0.3}
+    back = aliases.rollback(store, name)
+    assert (back.generation, back.index) == (first.generation, a.name)
+    # a set after a rollback returns, on rollback, to the target it replaced (not the rolled-back one)
+    third = aliases.set_alias(store, name, b.name, {"mode": "dense"})
+    assert third.previous == first.generation
+    assert aliases.rollback(store, name).generation == first.generation
+    with pytest.raises(AliasError, match="no earlier target"):
+        aliases.rollback(store, name)
+    assert [t.generation for t in aliases.history(store, name)][0] == third.generation
+    assert name in [t.alias for t in aliases.list_aliases(store)]
+
+
+def test_retention_keeps_n_earlier_targets_and_drops_the_rest(store, two_indexes) -> None:
+    a, b = two_indexes
+    name = _name()
+    for i in range(6):
+        aliases.set_alias(store, name, (a, b)[i % 2].name, {"mode": "bm25", "k": 3 + i}, keep=2)
+    kept = aliases.history(store, name)
+    assert [t.options["k"] for t in kept] == [8, 7, 6]  # the current one and two before it
+    aliases.rollback(store, name)
+    aliases.rollback(store, name)
+    with pytest.raises(AliasError, match="dropped"):
+        aliases.rollback(store, name)
+
+
+def test_invalid_alias_requests_name_the_field(store, two_indexes) -> None:
+    a, _ = two_indexes
+    with pytest.raises(AliasError, match="alias:"):
+        aliases.set_alias(store, "Bad/Name", a.name)
+    with pytest.raises(AliasError, match="index:"):
+        aliases.set_alias(store, _name(), f"{a.collection}/missing")
+    with pytest.raises(AliasError, match="options:"):
+        aliases.set_alias(store, _name(), a.name, {"mode": "fuzzy"})
+    with pytest.raises(AliasError, match="alias:"):
+        aliases.rollback(store, _name())
+
+
+def test_search_through_an_alias_uses_its_target_and_options_as_defaults(
+    store, two_indexes, searcher
+) -> None:
+    a, b = two_indexes
+    name = _name()
+    aliases.set_alias(store, name, b.name, {"mode": "bm25", "k": 2})
+    query = "volcano magma eruption"
+    got = searcher.search(query, name)
+    assert [r.chunk_id for r in got] == [r.chunk_id for r in searcher.search(query, b.name, k=2, mode="bm25")]
+    assert {r.index for r in got} == {b.name}
+    # request values win over the alias's
+    dense = searcher.search(query, name, mode="dense", k=3)
+    assert [r.chunk_id for r in dense] == [
+        r.chunk_id for r in searcher.search(query, b.name, k=3, mode="dense")
+    ]
+    # the library entry point takes the alias too
+    batch = searcher.search_batch([query, "sourdough flour and water"], name)
+    assert [len(rows) for rows in batch] == [len(got), 2] and {r.index for rows in batch for r in rows} == {
+        b.name
+    }, batch
+
+
+def test_alias_swap_is_atomic_for_readers(store, two_indexes, searcher) -> None:
+    """Readers in threads query the alias while it is swapped back and forth (set and rollback):
+    no errors, and every answer is exactly one target's answer (index, version and options together)."""
+    a, b = two_indexes
+    name = _name()
+    targets = {a.name: {"mode": "bm25", "k": 4}, b.name: {"mode": "dense", "k": 3}}
+    queries = [
+        "postgres write-ahead logging crash",
+        "the feline rested on the rug",
+        "stock market interest rates",
+    ]
+    expected = {
+        (index, q): [(r.index, r.index_version, r.chunk_id) for r in searcher.search(q, index, **options)]
+        for index, options in targets.items()
+        for q in queries
+    }
+    assert all(expected.values())
+    aliases.set_alias(store, name, a.name, targets[a.name])
+    errors: list[BaseException] = []
+    mixed: list[tuple] = []
+    seen: set[str] = set()
+    answered = [0]
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def reader(offset: int) -> None:
+        i = offset
+        while not stop.is_set():
+            q = queries[i % len(queries)]
+            i += 1
+            try:
+                got = [(r.index, r.index_version, r.chunk_id) for r in searcher.search(q, name)]
+            except BaseException as exc:  # noqa: BLE001 - every failure counts
+                errors.append(exc)
+                continue
+            indexes = {row[0] for row in got}
+            with lock:
+                answered[0] += 1
+                if len(indexes) != 1 or got != expected[(indexes.pop(), q)]:
+                    mixed.append((q, got))
+                else:
+                    seen.add(got[0][0])
+
+    threads = [threading.Thread(target=reader, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        for i in range(30):
+            if i % 3 == 2:
+                aliases.rollback(store, name)
+            else:
+                index = (b, a)[i % 2].name
+                aliases.set_alias(store, name, index, targets[index])
+            time.sleep(0.03)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert errors == []
+    assert mixed == []
+    assert answered[0] > 30 and seen == {a.name, b.name}
