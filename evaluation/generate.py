@@ -6,8 +6,8 @@ in the whole collection (so its span is exact and no other chunk answers it), th
 least `MIN_QUESTION_WORDS` words and a content word of its chunk, and it is no near-duplicate of a
 question already kept (token Jaccard >= `DUPLICATE_JACCARD`). Everything else is counted in
 `Generation.skipped`, never raised: malformed JSON, missing fields, paraphrased quotes, timeouts.
-Only an endpoint that cannot serve at all (refused connection, HTTP 4xx, or no usable answer to
-any request) raises `LLMEndpointError`, naming the URL.
+Only an endpoint that cannot serve (refused or timed-out connection, HTTP 4xx, or no usable answer
+to the first `MAX_FAILURES_BEFORE_ANSWER` requests) raises `LLMEndpointError`, naming the URL.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ MIN_QUESTION_WORDS = 4
 MIN_ANSWER_CHARS = 3
 DUPLICATE_JACCARD = 0.7
 QUESTIONS_PER_CHUNK = 3
+# Failed requests in a row, before any usable answer, after which the endpoint is given up on.
+MAX_FAILURES_BEFORE_ANSWER = 5
 SYSTEM_PROMPT = (
     "You write evaluation questions for a search engine over a user's documents. You answer only with JSON."
 )
@@ -94,6 +96,8 @@ class ChatClient:
         }
         try:
             response = self._http.post(self.url, json=body)
+        except httpx.ConnectTimeout as exc:
+            raise LLMEndpointError(f"LLM endpoint {self.url} unreachable: connect timeout") from exc
         except httpx.TimeoutException:
             self.last_failure = "timeout"
             return None
@@ -188,6 +192,7 @@ def generate_questions(
     result = Generation()
     kept_words: list[set[str]] = []
     budget = max_requests if max_requests is not None else 3 * n
+    answered = False
     for chunk in select_chunks(chunks, budget, seed):
         if len(result.records) >= n:
             break
@@ -199,7 +204,10 @@ def generate_questions(
         content = client.complete(USER_PROMPT.format(doc=chunk.doc_id, text=chunk.text, count=per_chunk))
         if content is None:
             result.skipped[client.last_failure or "failed_request"] += 1
+            if not answered and result.requests >= MAX_FAILURES_BEFORE_ANSWER:
+                break
             continue
+        answered = True
         proposals = parse_proposals(content)
         if proposals is None:
             result.skipped["malformed_json"] += 1
@@ -215,15 +223,12 @@ def generate_questions(
             record = {"id": f"{id_prefix}-{len(result.records) + 1:04d}", **record, "model": client.model}
             result.records.append(record)
             kept_words.append(words(record["question"]))
-    if result.requests and not result.proposed and result.skipped.keys() <= _REQUEST_FAILURES:
+    if result.requests and not answered:
         raise LLMEndpointError(
             f"LLM endpoint {client.url} gave no usable answer to {result.requests} request(s) "
             f"({result.summary().partition('skipped: ')[2]})"
         )
     return result
-
-
-_REQUEST_FAILURES = frozenset({"timeout", "http_error", "bad_response", "chunk_without_document"})
 
 
 def _judge(

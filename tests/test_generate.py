@@ -171,7 +171,8 @@ def test_keeps_verbatim_distinct_specific_questions_with_exact_spans(fake_llm, m
 def test_written_set_loads_and_evaluates_like_a_hand_written_one(fake_llm, store, embedder, tmp_path) -> None:
     from evaluation.datasets import read_eval_set
     from evaluation.questions import collection_questions
-    from evaluation.runner import evaluate_index
+    from evaluation.reports import leaderboard
+    from evaluation.runner import evaluate_index, latest_reports
     from retrieval.config import CollectionConfig, IndexConfig, IndexSpec
     from retrieval.indexing import build_index
     from retrieval.query import Searcher
@@ -206,6 +207,10 @@ def test_written_set_loads_and_evaluates_like_a_hand_written_one(fake_llm, store
     )
     assert report.n_questions == 3
     assert report.metrics["bm25"]["hit_at_3"] == 1.0
+    store.record_evaluation(spec.name, report)
+    board = leaderboard(latest_reports(store, [spec.name]))
+    assert [(row.index, row.mode, row.n_questions) for row in board.rows] == [("gentest/words-12", "bm25", 3)]
+    assert "3 questions" in board.markdown()
 
 
 def test_endpoint_errors_name_the_url(fake_llm) -> None:
@@ -222,8 +227,8 @@ def test_endpoint_errors_name_the_url(fake_llm) -> None:
     client = ChatClient(fake_llm, "m", timeout=2)
     with pytest.raises(LLMEndpointError, match=r"/v1/chat/completions answered HTTP 404: .*no such model"):
         generate_questions(documents, chunks, client, n=2)
-    FakeLLM.status = 503  # every request fails softly: no usable answer at all is an error too
-    with pytest.raises(LLMEndpointError, match=r"gave no usable answer to 6 request\(s\) \(6 http_error\)"):
+    FakeLLM.status = 503  # every request fails softly: 5 in a row with no usable answer is an error too
+    with pytest.raises(LLMEndpointError, match=r"gave no usable answer to 5 request\(s\) \(5 http_error\)"):
         generate_questions(documents, chunks, client, n=2)
 
 
