@@ -76,6 +76,10 @@ def leaderboard_key(collection: str) -> AssetKey:
     return AssetKey([safe_name(collection), "leaderboard"])
 
 
+def promotion_key(collection: str) -> AssetKey:
+    return AssetKey([safe_name(collection), "promotion"])
+
+
 def _id_list(ids: Sequence[str], limit: int = ID_LIST_LIMIT) -> str:
     shown = ", ".join(ids[:limit])
     return shown + (f" ... (+{len(ids) - limit})" if len(ids) > limit else "") if ids else "-"
@@ -286,6 +290,32 @@ def build_leaderboard_asset(collection: CollectionConfig, specs: Sequence[IndexS
     return leaderboard
 
 
+def build_promotion_asset(collection: CollectionConfig, specs: Sequence[IndexSpec]) -> AssetsDefinition:
+    """The leaderboard's winner within `serve.budget` served by `serve.alias` (blocked on a regression)."""
+    name, serve = collection.name, collection.serve
+    assert serve is not None
+    names = [spec.name for spec in specs]
+    key = promotion_key(name)
+
+    @asset(
+        key=key,
+        group_name=safe_name(name),
+        description=f"Points alias `{serve.alias}` at the best (config, mode) of `{name}` within its budget.",
+        code_version=code_version("promotion", {"collection": name, "indexes": names, "serve": repr(serve)}),
+        deps=[leaderboard_key(name)],
+        automation_condition=AutomationCondition.eager(),
+        check_specs=check_specs("promotion", key),
+        kinds={"python"},
+        metadata={"collection": name, "alias": serve.alias},
+    )
+    def promotion(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
+        from pipeline.steps.promotion import promote
+
+        return materialize_result(context, promote(postgres.store(), name, names, serve))
+
+    return promotion
+
+
 def build_collection_assets(collection: CollectionConfig, specs: Sequence[IndexSpec]) -> CollectionAssets:
     """The documents asset, every index's assets (companions too) and the leaderboard of one collection."""
     built = CollectionAssets(collection)
@@ -305,6 +335,8 @@ def build_collection_assets(collection: CollectionConfig, specs: Sequence[IndexS
         board = build_leaderboard_asset(collection, listed)
         built.assets.append(board)
         built.leaderboard_key = board.key
+        if collection.serve is not None:
+            built.assets.append(build_promotion_asset(collection, listed))
     return built
 
 

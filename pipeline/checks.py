@@ -59,6 +59,14 @@ CHECKS: dict[str, tuple[CheckSpec, ...]] = {
     "evaluation": (
         CheckSpec("no_regression", "Warns when a metric drops vs the previous evaluation.", "warn"),
     ),
+    "promotion": (
+        CheckSpec(
+            "no_regression",
+            "Blocks the alias swap when the winner scores more than serve.max_regression below the "
+            "alias's current target.",
+        ),
+        CheckSpec("within_budget", "Some (config, mode) is within the collection's serve.budget."),
+    ),
 }
 
 

@@ -22,7 +22,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # The project's library packages: imports of anything else (the standard library, numpy, ...) are
 # not followed.
 PACKAGES = ("chunking", "retrieval", "evaluation", "pipeline")
-KINDS = ("documents", "chunks", "embeddings", "bm25", "index", "evaluation", "leaderboard")
+KINDS = ("documents", "chunks", "embeddings", "bm25", "index", "evaluation", "leaderboard", "promotion")
 
 
 def step_module(kind: str) -> str:

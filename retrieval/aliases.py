@@ -19,7 +19,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -47,6 +47,7 @@ class AliasTarget:
     pinned_version: int
     options: dict[str, Any]
     note: str = ""
+    scores: dict[str, float] = field(default_factory=dict)  # what the target scored when pinned
     set_at: datetime | None = None
     previous: int | None = None
     current_version: int | None = None  # the index's published version now (None: dropped)
@@ -69,6 +70,7 @@ class AliasTarget:
             "drifted": self.drifted,
             "options": dict(self.options),
             "note": self.note,
+            "scores": dict(self.scores),
             "set_at": self.set_at.isoformat() if self.set_at else None,
             "previous": self.previous,
         }
@@ -139,7 +141,7 @@ def request_options(
 
 _TARGET_SQL = (
     "SELECT t.alias, t.generation, t.index_name, t.index_version, t.options, t.note, t.set_at,"
-    " t.previous, i.version FROM alias_targets t LEFT JOIN indexes i ON i.name = t.index_name"
+    " t.previous, i.version, t.scores FROM alias_targets t LEFT JOIN indexes i ON i.name = t.index_name"
 )
 
 
@@ -155,6 +157,7 @@ def _target(row: tuple[Any, ...]) -> AliasTarget:
         set_at=row[6],
         previous=row[7],
         current_version=current,
+        scores=dict(row[9] or {}),
     )
 
 
@@ -202,6 +205,7 @@ def set_alias(
     options: SearchOptions | Mapping[str, Any] | None = None,
     *,
     note: str = "",
+    scores: Mapping[str, float] | None = None,
     keep: int | None = None,
 ) -> AliasTarget:
     """Point `name` at `index` (published) with `options` as its request defaults, in one transaction."""
@@ -233,8 +237,9 @@ def set_alias(
             ).fetchone()[0]
         )
         conn.execute(
-            "INSERT INTO alias_targets (alias, generation, index_name, index_version, options, note, previous)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            "INSERT INTO alias_targets"
+            " (alias, generation, index_name, index_version, options, note, scores, previous)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
             (
                 name,
                 generation,
@@ -242,6 +247,7 @@ def set_alias(
                 int(row[0]),
                 json.dumps(stored),
                 note,
+                json.dumps({key: float(value) for key, value in (scores or {}).items()}),
                 current[0] if current else None,
             ),
         )

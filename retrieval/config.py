@@ -196,6 +196,56 @@ class IndexConfig:
         }
 
 
+SERVE_KEYS = ("alias", "budget", "max_regression", "metric", "keep")
+BUDGET_KEYS = ("p95_ms", "context_tokens", "chunks", "index_bytes")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """What a collection serves: the alias the promotion asset points at its leaderboard's best
+    (config, mode) within `budget`, unless `metric` drops more than `max_regression` (a fraction)
+    below the alias's current target. `keep`: earlier targets kept for rollback (None: the default)."""
+
+    alias: str
+    budget: dict[str, float] = field(default_factory=dict)
+    max_regression: float = 0.02
+    metric: str = "recall_at_{k}"
+    keep: int | None = None
+
+
+def _serve(raw: Any, where: str) -> ServeConfig | None:
+    if raw is None:
+        return None
+    where = f"{where}.serve"
+    if not isinstance(raw, dict) or "alias" not in raw or set(raw) - set(SERVE_KEYS):
+        raise ConfigError(f"{where}: expected a mapping with `alias` and optional {list(SERVE_KEYS[1:])}")
+    alias = raw["alias"]
+    if not isinstance(alias, str) or not _NAME.match(alias) or "/" in alias:
+        raise ConfigError(f"{where}.alias: must be lowercase letters, digits, '-', '_' or '.', got {alias!r}")
+    budget = raw.get("budget") or {}
+    if not isinstance(budget, dict) or set(budget) - set(BUDGET_KEYS):
+        raise ConfigError(f"{where}.budget: expected a mapping of {list(BUDGET_KEYS)}, got {budget!r}")
+    for key, value in budget.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ConfigError(f"{where}.budget.{key}: expected a positive number, got {value!r}")
+    regression = raw.get("max_regression", 0.02)
+    if isinstance(regression, bool) or not isinstance(regression, int | float) or not 0 <= regression <= 1:
+        raise ConfigError(f"{where}.max_regression: expected a fraction between 0 and 1, got {regression!r}")
+    metric = raw.get("metric", "recall_at_{k}")
+    if not isinstance(metric, str) or not metric:
+        raise ConfigError(f"{where}.metric: expected a leaderboard metric name, got {metric!r}")
+    keep = raw.get("keep")
+    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+        raise ConfigError(f"{where}.keep: expected a positive integer, got {keep!r}")
+    return ServeConfig(
+        alias=alias,
+        budget={key: float(value) for key, value in budget.items()},
+        max_regression=float(regression),
+        metric=metric,
+        keep=keep,
+    )
+
+
 @dataclass(frozen=True)
 class CollectionConfig:
     """Where a collection's documents come from: folders (with globs) or a named dataset."""
@@ -210,6 +260,8 @@ class CollectionConfig:
     description: str = ""
     # A benchmark collection (chroma_general) is built only when benchmarks are enabled.
     benchmark: bool = False
+    # the alias its leaderboard's winner is promoted to (None: no promotion asset)
+    serve: ServeConfig | None = None
     # `file:line` of the entry, for errors about it.
     source: str = field(default="", compare=False)
 
@@ -256,6 +308,7 @@ _COLLECTION_KEYS = {
     "indexes",
     "description",
     "benchmark",
+    "serve",
 }
 
 
@@ -454,6 +507,7 @@ def load_collection_configs(
             indexes=tuple(entry.get("indexes") or ()),
             description=entry.get("description", ""),
             benchmark=benchmark,
+            serve=_serve(entry.get("serve"), where),
             source=where.rpartition(": collections.")[0],
         )
     return collections

@@ -191,6 +191,7 @@ CREATE TABLE IF NOT EXISTS alias_targets (
     index_version integer NOT NULL,
     options       jsonb NOT NULL DEFAULT '{}'::jsonb,
     note          text NOT NULL DEFAULT '',
+    scores        jsonb NOT NULL DEFAULT '{}'::jsonb,
     previous      integer,
     set_at        timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (alias, generation)

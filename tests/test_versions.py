@@ -34,7 +34,7 @@ def _versions(root: Path) -> dict[str, str]:
         ("retrieval/indexing/terms.py", {"bm25"}),
         ("retrieval/indexing/publishing.py", {"index"}),
         ("retrieval/query/searcher.py", {"evaluation"}),
-        ("evaluation/reports.py", {"leaderboard"}),
+        ("evaluation/reports.py", {"leaderboard", "promotion"}),
         ("chunking/loaders.py", {"documents", "evaluation"}),
     ],
 )

@@ -1,0 +1,154 @@
+"""Promotion: the leaderboard's winner within budget served by an alias; a regression blocks the swap."""
+
+from __future__ import annotations
+
+import math
+import uuid
+
+import pytest
+from dagster import DagsterInstance, materialize
+
+from chunking.types import Document
+from evaluation.metrics import Estimate
+from evaluation.reports import Leaderboard, LeaderboardRow
+from evaluation.runner import evaluate_index
+from orchestration.assets import build_promotion_asset, promotion_key
+from orchestration.resources import PostgresResource
+from pipeline.steps.promotion import decide, promote
+from retrieval import aliases
+from retrieval.config import CollectionConfig, ConfigError, ServeConfig, _serve
+from retrieval.indexing import build_index
+from retrieval.names import IndexName
+from retrieval.query import Searcher
+from tests.test_evaluation import PASSAGES, QUESTIONS
+from tests.test_indexing_support import ParagraphChunker, make_spec
+
+
+def _row(index: str, mode: str, recall: float, p95: float = 10.0, tokens: float = 500.0, chunks: float = 100):
+    return LeaderboardRow(
+        config=IndexName.parse(index).config,
+        index=index,
+        mode=mode,
+        dataset="d",
+        k=5,
+        n_questions=10,
+        estimates={
+            "recall_at_5": Estimate(recall, recall, recall, 10),
+            "context_tokens_at_5": Estimate(tokens, tokens, tokens, 10),
+        },
+        cost={"chunks": chunks},
+        latency={"p95_ms": p95},
+    )
+
+
+def _target(index: str, mode: str, scores: dict[str, float] | None = None) -> aliases.AliasTarget:
+    return aliases.AliasTarget("docs", 1, IndexName.parse(index), 1, {"mode": mode}, scores=scores or {})
+
+
+BOARD = Leaderboard(
+    [
+        _row("c/big", "hybrid_weighted", 0.95, p95=80.0),
+        _row("c/mid", "bm25", 0.90, tokens=900.0),
+        _row("c/mid", "dense", 0.85),
+        _row("c/small", "hybrid", 0.80, chunks=20),
+    ],
+    k=5,
+)
+
+
+def test_the_winner_is_the_best_row_within_every_budget() -> None:
+    serve = ServeConfig("docs", budget={"p95_ms": 50, "context_tokens": 800, "chunks": 200})
+    decision = decide(BOARD, serve, None)
+    assert (decision.winner.index, decision.winner.mode, decision.winner_value) == ("c/mid", "dense", 0.85)
+    assert decision.over_budget == {
+        "c/big hybrid_weighted": "p95_ms: 80 > 50",
+        "c/mid bm25": "context_tokens: 900 > 800",
+    }
+    assert not decision.blocked
+    # no budget: the best row overall; an unmeasured budget key rules a row out
+    assert decide(BOARD, ServeConfig("docs"), None).winner.index == "c/big"
+    assert decide(BOARD, ServeConfig("docs", budget={"index_bytes": 1e9}), None).winner is None
+
+
+def test_a_regression_against_the_current_target_blocks_the_promotion() -> None:
+    tight = ServeConfig("docs", budget={"p95_ms": 50, "context_tokens": 800}, max_regression=0.02)
+    # the current target (c/big) left the budget: its best replacement scores 0.10 lower -> blocked
+    blocked = decide(BOARD, tight, _target("c/big", "hybrid_weighted"))
+    assert blocked.blocked and blocked.current_value == 0.95
+    assert not decide(
+        BOARD, ServeConfig("docs", max_regression=0.2), _target("c/big", "hybrid_weighted")
+    ).blocked
+    # a current target not on the board is compared by what it scored when it was pinned
+    pinned = decide(BOARD, tight, _target("other/x", "bm25", {"recall_at_5": 0.86}))
+    assert not pinned.blocked and pinned.current_value == 0.86
+    assert decide(BOARD, tight, _target("other/x", "bm25", {"recall_at_5": 0.99})).blocked
+    assert math.isnan(decide(BOARD, tight, _target("other/x", "bm25")).current_value)
+
+
+def test_serve_config_is_validated_with_the_field_named() -> None:
+    assert _serve({"alias": "docs", "budget": {"p95_ms": 40}}, "c").budget == {"p95_ms": 40.0}
+    for raw, field in (
+        ({"budget": {}}, "c.serve"),
+        ({"alias": "Docs/x"}, "c.serve.alias"),
+        ({"alias": "docs", "budget": {"latency": 3}}, "c.serve.budget"),
+        ({"alias": "docs", "budget": {"p95_ms": -1}}, "c.serve.budget.p95_ms"),
+        ({"alias": "docs", "max_regression": 2}, "c.serve.max_regression"),
+        ({"alias": "docs", "keep": 0}, "c.serve.keep"),
+    ):
+        with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+            _serve(raw, "c")
+
+
+@pytest.fixture(scope="module")
+def evaluated(store, embedder):
+    """Two indexes of one collection, each evaluated (bm25, dense) and recorded."""
+    collection = f"c{uuid.uuid4().hex[:10]}"
+    docs = [Document(doc_id, text) for doc_id, text in PASSAGES.items()]
+    store.sync_documents(collection, docs, [])
+    searcher = Searcher(store, embedder)
+    specs = [make_spec(collection, "para-a"), make_spec(collection, "para-b", bm25={"analyzer": "english"})]
+    for spec in specs:
+        build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
+        report = evaluate_index(
+            searcher,
+            spec,
+            QUESTIONS,
+            modes=("bm25", "dense"),
+            k=5,
+            dataset="tiny",
+            store=store,
+            n_resamples=20,
+        )
+        store.record_evaluation(spec.name, report)
+    return collection, specs, searcher
+
+
+def test_promote_serves_the_winner_and_keeps_it_when_nothing_changed(store, evaluated) -> None:
+    collection, specs, searcher = evaluated
+    serve = ServeConfig(f"docs-{uuid.uuid4().hex[:6]}", budget={"context_tokens": 10_000})
+    report = promote(store, collection, [s.name for s in specs], serve)
+    assert report.metadata["promoted"] is True
+    assert {c.name: c.passed for c in report.checks} == {"no_regression": True, "within_budget": True}
+    target = aliases.get_alias(store, serve.alias)
+    assert f"{target.index} {target.options['mode']}" == report.metadata["winner"]
+    assert target.scores == {"recall_at_5": report.metadata["winner_value"]}
+    assert searcher.search("What causes tides?", serve.alias)[0].index == target.index
+    again = promote(store, collection, [s.name for s in specs], serve)
+    assert again.metadata["generation"] == target.generation  # same winner, same version: no new target
+
+
+def test_the_promotion_asset_materializes_with_its_checks(store, evaluated, pg_url) -> None:
+    collection, specs, _ = evaluated
+    alias = f"docs-{uuid.uuid4().hex[:6]}"
+    config = CollectionConfig(
+        collection, folders=("x",), indexes=("para-a", "para-b"), serve=ServeConfig(alias)
+    )
+    asset = build_promotion_asset(config, specs)
+    result = materialize(
+        [asset], instance=DagsterInstance.ephemeral(), resources={"postgres": PostgresResource(url=pg_url)}
+    )
+    assert result.success
+    checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+    assert checks == {"no_regression": True, "within_budget": True}
+    assert asset.key == promotion_key(collection)
+    assert aliases.get_alias(store, alias) is not None
