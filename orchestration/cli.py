@@ -8,6 +8,7 @@ chunkyard serve               the query service (HTTP API on :8000, docs at /doc
 chunkyard ui                  the Dagster UI on the same database (:3000)
 chunkyard eval                benchmarks (pipeline.benchmark)
 chunkyard questions generate  an eval set from a collection's chunks, by an LLM
+chunkyard alias set/show/rollback  what a serving alias (`docs`) answers from
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from orchestration import cli_questions, service_file
+from orchestration import cli_alias, cli_questions, service_file
 from orchestration.cli_errors import RuntimeFailure, Stopped, UsageError, report, stops_embedded_postgres
 from orchestration.progress import RunProgress
 
-PROJECT_COMMANDS = {"add", "index", "demo", "search", "serve", "ui", "eval", "questions"}
+PROJECT_COMMANDS = {"add", "index", "demo", "search", "serve", "ui", "eval", "questions", "alias"}
 UI_SHUTDOWN_SECONDS = 30
 
 
@@ -272,11 +273,10 @@ def cmd_eval(args: argparse.Namespace, rest: Sequence[str]) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     from retrieval.db import chunkyard_home
-    from retrieval.names import IndexName
     from retrieval.options import SearchOptions
 
     options = SearchOptions.from_arguments(args)
-    index = str(IndexName.parse(args.index, default_collection=_default_collection()))
+    index = cli_alias.index_or_alias(args.index, _default_collection())
     started = time.perf_counter()
     running = None if args.no_service else service_file.running(chunkyard_home())
     if running is not None:
@@ -378,6 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     SearchOptions.add_arguments(search)  # one flag per search option: -k, --mode, --context-weight, ...
     cli_questions.add_parser(sub, common)
+    cli_alias.add_parser(sub, common)
     return parser
 
 
@@ -422,6 +423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "serve": cmd_serve,
             "search": cmd_search,
             "questions": cli_questions.cmd_questions,
+            "alias": cli_alias.cmd_alias,
         }
         handler = handlers[args.command]
     debug = bool(getattr(args, "debug", False))

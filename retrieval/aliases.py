@@ -165,10 +165,16 @@ def resolve(conn: psycopg.Connection, name: str) -> AliasTarget | None:
     """The alias's current target, or None when `name` is not an alias (one indexed lookup)."""
     if not could_be_alias(name):
         return None
-    row = conn.execute(
-        _TARGET_SQL + " JOIN aliases a ON a.name = t.alias AND a.generation = t.generation WHERE a.name = %s",
-        (name,),
-    ).fetchone()
+    try:
+        row = conn.execute(
+            _TARGET_SQL + " JOIN aliases a ON a.name = t.alias AND a.generation = t.generation"
+            " WHERE a.name = %s",
+            (name,),
+        ).fetchone()
+    except psycopg.errors.UndefinedTable:  # a database from before migration 5 has no aliases
+        if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+            raise
+        return None
     return _target(row) if row else None
 
 

@@ -174,3 +174,31 @@ def test_alias_swap_is_atomic_for_readers(store, two_indexes, searcher) -> None:
     assert errors == []
     assert mixed == []
     assert answered[0] > 30 and seen == {a.name, b.name}
+
+
+def test_cli_alias_set_show_rollback_and_search(
+    store, two_indexes, pg_url, tmp_path, monkeypatch, capsys
+) -> None:
+    from orchestration.cli import main
+
+    a, b = two_indexes
+    monkeypatch.setenv("DATABASE_URL", pg_url)
+    monkeypatch.setenv("CHUNKYARD_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CHUNKYARD_PROJECT", "")
+    assert main(["init", str(tmp_path / "p")]) == 0
+    project = ["--project", str(tmp_path / "p")]
+    name = _name()
+    assert main([*project, "alias", "set", name, a.name, "--mode", "bm25", "-k", "2", "--note", "first"]) == 0
+    assert main([*project, "alias", "set", name, b.name, "--mode", "hybrid_weighted", "--weight", "0.3"]) == 0
+    capsys.readouterr()
+    assert main([*project, "alias", "show", name]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0].startswith(f"* {name} -> {b.name}@v1 mode=hybrid_weighted weight=0.3")
+    assert shown[1].startswith(f"{name} -> {a.name}@v1 k=2 mode=bm25") and shown[1].endswith("# first")
+    assert main([*project, "alias", "rollback", name]) == 0
+    assert capsys.readouterr().out.startswith(f"{name} -> {a.name}@v1")
+    assert main([*project, "search", "the feline rested on the rug", "--index", name, "--no-service"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{name}: 2 result(s)") and "1. doc0 " in out and "bm25=" in out
+    assert main([*project, "alias", "rollback", name]) == 2  # nothing earlier: a usage error, one line
+    assert main([*project, "alias", "set", name, f"{a.collection}/missing"]) == 2
