@@ -76,6 +76,20 @@ class Client:
     def indexes(self) -> list[dict[str, Any]]:
         return self._request("GET", "/v1/indexes")
 
+    def aliases(self) -> list[dict[str, Any]]:
+        """Every serving alias and its current target (`search(..., index=<alias>)` queries it)."""
+        return self._request("GET", "/v1/aliases")
+
+    def set_alias(
+        self, name: str, index: str, options: dict[str, Any] | None = None, *, note: str = ""
+    ) -> dict[str, Any]:
+        """Point alias `name` at `index`; `options` (search options) become its request defaults."""
+        body = {"index": index, "options": options or {}, "note": note}
+        return self._request("PUT", f"/v1/aliases/{name}", json=body)
+
+    def rollback_alias(self, name: str) -> dict[str, Any]:
+        return self._request("POST", f"/v1/aliases/{name}/rollback")
+
     def ready(self) -> bool:
         try:
             self._request("GET", "/readyz")

@@ -31,6 +31,7 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
+from retrieval.alias_api import add_alias_routes
 from retrieval.http_guards import BodyLimit, check_json_values, validation_error_body
 from retrieval.names import IndexNameError
 from retrieval.options import MAX_K, SERVICE_MAX_K, OptionSpec, SearchOptions, option_specs
@@ -332,6 +333,14 @@ def create_app(
     app.post(
         "/v1/search", response_model=SearchResponse, dependencies=[Depends(require_key)], responses=ERRORS
     )(search)
+    add_alias_routes(
+        app,
+        lambda: get_searcher().store,
+        require_key,
+        ERRORS,
+        max_k=max_k,
+        rerankers=_allowed_rerankers,
+    )
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     return app
 

@@ -202,3 +202,69 @@ def test_cli_alias_set_show_rollback_and_search(
     assert out.startswith(f"{name}: 2 result(s)") and "1. doc0 " in out and "bm25=" in out
     assert main([*project, "alias", "rollback", name]) == 2  # nothing earlier: a usage error, one line
     assert main([*project, "alias", "set", name, f"{a.collection}/missing"]) == 2
+
+
+@pytest.fixture
+def service_url(searcher):
+    """The app (API key `s3cret`) under uvicorn on a loopback socket."""
+    import uvicorn
+
+    from retrieval.service import create_app
+    from tests.service_process import free_port
+
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(searcher, api_key="s3cret"), host="127.0.0.1", port=port, log_level="error")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 20
+    while not server.started and time.time() < deadline:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_the_api_and_client_pin_show_roll_back_and_search_an_alias(
+    two_indexes, searcher, service_url
+) -> None:
+    import httpx
+
+    from retrieval.client import AuthenticationError, Client
+    from retrieval.query.results import SearchError
+
+    a, b = two_indexes
+    name = _name()
+    http = httpx.Client(base_url=service_url, timeout=30)
+    assert http.get("/v1/aliases").status_code == 401
+    assert http.put(f"/v1/aliases/{name}", json={"index": a.name}).status_code == 401
+    client = Client(service_url, api_key="s3cret")
+    with pytest.raises(AuthenticationError):
+        Client(service_url).aliases()
+    pinned = client.set_alias(name, a.name, {"mode": "bm25", "k": 2}, note="api")
+    assert (pinned["index"], pinned["options"], pinned["note"]) == (a.name, {"mode": "bm25", "k": 2}, "api")
+    client.set_alias(name, b.name, {"mode": "dense"})
+    assert name in {entry["alias"] for entry in client.aliases()}
+    shown = http.get(f"/v1/aliases/{name}", headers={"X-API-Key": "s3cret"}).json()
+    assert shown["index"] == b.name and [t["index"] for t in shown["history"]] == [b.name, a.name]
+    query = "the feline rested on the rug"
+    through_client = client.search(query, index=name, k=3)
+    assert [r.chunk_id for r in through_client] == [
+        r.chunk_id for r in searcher.search(query, b.name, k=3, mode="dense")
+    ]
+    assert client.rollback_alias(name)["index"] == a.name
+    assert {r.index for r in client.search(query, index=name)} == {a.name}
+    with pytest.raises(SearchError, match="400"):
+        client.rollback_alias(name)
+    with pytest.raises(SearchError, match="options.k"):
+        client.set_alias(name, a.name, {"k": 500})
+    with pytest.raises(SearchError, match="options.rerank"):
+        client.set_alias(name, a.name, {"rerank": "cross-encoder:/etc"})
+    with pytest.raises(SearchError, match="index:"):
+        client.set_alias(name, f"{a.collection}/missing")
+    headers = {"X-API-Key": "s3cret"}
+    assert http.get(f"/v1/aliases/{_name()}", headers=headers).status_code == 404
+    assert http.post(f"/v1/aliases/{_name()}/rollback", headers=headers).status_code == 404
+    bad = http.put(f"/v1/aliases/{name}", json={"index": a.name, "note": "a\x00b"}, headers=headers)
+    assert bad.status_code in (400, 422)
