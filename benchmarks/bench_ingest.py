@@ -263,6 +263,32 @@ def run_system(system: str, args: argparse.Namespace, server_url: str, tmp: Path
     return result
 
 
+NOTES = [
+    "How each system is set up (its documented indexing path, defaults except where equal settings are "
+    "needed):",
+    "",
+    "- chunkyard library: `pipeline.steps` (document sync, chunks, embeddings, BM25, publish with the "
+    "integrity checks) on `recursive-256`; chunkyard also builds the BM25 index that the peers do not. "
+    "Dagster: the document sensor's run through `execute_job` and the multiprocess executor (one process "
+    "per step, each loading what it needs; the sensor picks in-process for a small change set).",
+    "- LlamaIndex: `IngestionPipeline([SentenceSplitter(chunk_size=256, chunk_overlap=0, tokenizer=the "
+    "model's WordPiece), HuggingFaceEmbedding(embed_batch_size=32)], vector_store=PGVectorStore, "
+    "docstore=SimpleDocumentStore, docstore_strategy=UPSERTS_AND_DELETE)`; documents built from the files "
+    "with the file name excluded from the embedded text. An update is `pipeline.run(all documents)` "
+    "(the docstore skips unchanged ones by hash and deletes missing ones).",
+    "- Haystack 2.x: `RecursiveDocumentSplitter` (word units, `--haystack-words` words, about 256 model "
+    "tokens; Haystack has no splitter counting a Hugging Face tokenizer's tokens) -> "
+    "`SentenceTransformersDocumentEmbedder(batch_size=32)` -> `DocumentWriter(PgvectorDocumentStore, "
+    "hnsw)`. Haystack has no incremental ingestion, so the benchmark does what a user must: hash the files, "
+    "delete a changed or removed file's chunks by a metadata filter, index the changed file.",
+    "- Every system embeds with sentence-transformers on torch (same versions, 2 threads); chunkyard also "
+    "with its ONNX int8 backend. ONNX Runtime already runs with intra-op threads = the 2 cores and "
+    "ORT_ENABLE_ALL graph optimisation by default (`SessionOptions()` here), so setting them changes nothing.",
+    "- The machine is shared: with a load average well above its 2 cores, wall times stretch for every "
+    "system; compare systems by their ratios within this run, not with other runs.",
+]
+
+
 def markdown(report: dict[str, Any]) -> str:
     rows = report["results"]
     ok = [r for r in rows if "error" not in r]
@@ -336,8 +362,99 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| {first.get('embed_tokens_per_second', '-')} |"
             )
     lines.append("")
-    lines += report.get("notes", [])
+    lines += NOTES
     return "\n".join(lines) + "\n"
+
+
+def padding(documents: int, batch: int = 32) -> dict[str, float]:
+    """Padded / real model tokens when chunkyard's chunks of the collection are embedded in batches of
+    `batch`: in document order (what a caller sending `batch` texts per encode call gets) and sorted by
+    length (what one encode call over all texts, or chunkyard's sorted batches, gets)."""
+    from benchmarks.bench_incremental import build_corpus
+    from chunking import Document, build_chunker
+    from chunking.tokenizers import get_tokenizer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = build_corpus(1000, Path(tmp))[:documents]
+        chunker = build_chunker({"strategy": "recursive", "size": 256, "overlap": 0, "tokenizer": "model"})
+        texts = [
+            c.text for p in paths for c in chunker.chunk(Document(p.name, p.read_text(encoding="utf-8")))
+        ]
+    counts = [min(256, n) for n in get_tokenizer("model").count_batch(texts)]
+
+    def padded(ns: list[int]) -> float:
+        return sum(max(ns[i : i + batch]) * len(ns[i : i + batch]) for i in range(0, len(ns), batch)) / sum(
+            ns
+        )
+
+    return {"document_order": round(padded(counts), 3), "sorted": round(padded(sorted(counts)), 3)}
+
+
+def markdown_passes(reports: list[dict[str, Any]]) -> str:
+    """Several passes (the systems in different orders, so a load trend favours none): the geometric
+    mean of each time over the passes and its ratios first, then every pass in full."""
+    import math
+
+    def gmean(values: list[float]) -> float:
+        return math.exp(sum(math.log(max(v, 1e-6)) for v in values) / len(values))
+
+    systems = [r["system"] for r in reports[0]["results"] if "error" not in r]
+    mean: dict[str, dict[str, float]] = {}
+    for system in systems:
+        rows = [r for rep in reports for r in rep["results"] if r["system"] == system and "error" not in r]
+        if len(rows) == len(reports):
+            mean[system] = {
+                k: gmean([r[k] for r in rows]) for k in ("full_seconds", "update_seconds", "delete_seconds")
+            }
+            mean[system]["chunks"] = rows[0]["chunks"]
+    orders = "; ".join(", ".join(r["system"] for r in rep["results"]) for rep in reports)
+    lines = [
+        "# Indexing side by side (full index, one document changed, one deleted)",
+        "",
+        f"{len(reports)} passes with the systems in different orders ({orders}), so the load trend of this "
+        "shared machine favours none; below, the geometric mean over the passes, then each pass.",
+        "",
+        f"Collection: the first {reports[0]['documents']} of bench_incremental's 1,000 documents "
+        "(`--docs`); a full 1,000-document pass is `make bench-ingest` with no arguments.",
+        "",
+        "| system | full index s | chunks | chunks/s | one changed s | one deleted s |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for system, m in mean.items():
+        lines.append(
+            f"| {system} | {m['full_seconds']:.1f} | {m['chunks']} | {m['chunks'] / m['full_seconds']:.2f} "
+            f"| {m['update_seconds']:.2f} | {m['delete_seconds']:.2f} |"
+        )
+    peers = {s: m for s, m in mean.items() if not s.startswith("chunkyard")}
+    if peers:
+        lines += ["", "Ratios of the means (peer time / chunkyard time; > 1: chunkyard faster):", ""]
+        for system, m in mean.items():
+            if system in peers:
+                continue
+            lines.append(
+                f"- {system}: "
+                + ", ".join(
+                    f"{p} {pm['full_seconds'] / m['full_seconds']:.2f}x full, "
+                    f"{pm['update_seconds'] / m['update_seconds']:.2f}x update, "
+                    f"{pm['delete_seconds'] / m['delete_seconds']:.2f}x delete"
+                    for p, pm in peers.items()
+                )
+            )
+    pad = reports[0].get("padding") or padding(int(reports[0]["documents"]))
+    lines += [
+        "",
+        f"Padding (measured on chunkyard's chunks of this collection): batches of 32 texts in document order "
+        f"hold {pad['document_order']:.2f}x the real model tokens, sorted by length {pad['sorted']:.2f}x. "
+        "chunkyard sorts all texts of a run by token count; Haystack's embedder hands all documents to one "
+        "sentence-transformers call, which sorts them too; LlamaIndex calls the model `embed_batch_size` "
+        "texts at a time, each call sorted only within itself.",
+    ]
+    lines.append("")
+    for i, report in enumerate(reports, 1):
+        lines.append(
+            markdown(report).replace("# Indexing side by side", f"## Pass {i}: indexing side by side", 1)
+        )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -354,13 +471,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     parser.add_argument("--docs-dir", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--render", type=Path, nargs="+", help="re-render the markdown from saved JSON reports (one per pass)"
+    )
     args = parser.parse_args(argv)
+    os.environ.setdefault("CHUNKYARD_DATA", str(REPO_ROOT.parent / "shared" / "datasets"))
+    if args.render:
+        reports = [json.loads(path.read_text()) for path in args.render]
+        text = markdown(reports[0]) if len(reports) == 1 else markdown_passes(reports)
+        args.out.write_text(text, encoding="utf-8")
+        args.out.with_suffix(".json").write_text(json.dumps(reports, indent=2, default=str) + "\n")
+        return 0
     if args.worker:
         worker(args)
         return 0
     from retrieval.db import embedded_database_url
 
-    os.environ.setdefault("CHUNKYARD_DATA", str(REPO_ROOT.parent / "shared" / "datasets"))
     load_start = [round(x, 2) for x in os.getloadavg()]
     results = []
     with tempfile.TemporaryDirectory(prefix="chunkyard-ingest-") as tmp:
