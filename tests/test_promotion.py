@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import threading
+import time
 import uuid
 
 import pytest
@@ -152,3 +154,45 @@ def test_the_promotion_asset_materializes_with_its_checks(store, evaluated, pg_u
     assert checks == {"no_regression": True, "within_budget": True}
     assert asset.key == promotion_key(collection)
     assert aliases.get_alias(store, alias) is not None
+
+
+def test_readers_see_no_error_while_promotions_swap_the_alias(store, evaluated) -> None:
+    """A loop of queries on the alias while the promotion step re-points it again and again (after each,
+    an operator pins the other index): 0 errors, every answer from one index version."""
+    collection, specs, searcher = evaluated
+    serve = ServeConfig(f"docs-{uuid.uuid4().hex[:6]}")
+    promote(store, collection, [s.name for s in specs], serve)
+    errors: list[BaseException] = []
+    mixed: list[list[tuple[str, int]]] = []
+    answered = [0]
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            try:
+                got = [(r.index, r.index_version) for r in searcher.search("What causes tides?", serve.alias)]
+            except BaseException as exc:  # noqa: BLE001 - every failure counts
+                errors.append(exc)
+                continue
+            answered[0] += 1
+            if len(set(got)) != 1:
+                mixed.append(got)
+
+    threads = [threading.Thread(target=reader) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    promoted = 0
+    try:
+        for _ in range(8):
+            winner = aliases.get_alias(store, serve.alias)
+            other = next(s.name for s in specs if s.name != winner.index)
+            aliases.set_alias(store, serve.alias, other, {"mode": "bm25"}, note="operator")
+            report = promote(store, collection, [s.name for s in specs], serve)
+            promoted += bool(report.metadata["promoted"])
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert errors == [] and mixed == []
+    assert promoted == 8 and answered[0] > 8
