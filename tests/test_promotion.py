@@ -196,3 +196,28 @@ def test_readers_see_no_error_while_promotions_swap_the_alias(store, evaluated) 
             thread.join(timeout=60)
     assert errors == [] and mixed == []
     assert promoted == 8 and answered[0] > 8
+
+
+def test_a_collection_with_serve_gets_a_promotion_asset(tmp_path) -> None:
+    from orchestration.assets import build_collection_assets
+    from retrieval.config import load_collection_configs, load_index_specs
+
+    path = tmp_path / "collections.yaml"
+    path.write_text(
+        "collections:\n"
+        " docs:\n  folders: [d]\n  eval_set: q.jsonl\n  indexes: [recursive-256]\n"
+        "  serve: {alias: docs, budget: {p95_ms: 50, chunks: 1000}, keep: 3}\n"
+        " plain:\n  folders: [d]\n  eval_set: q.jsonl\n  indexes: [recursive-256]\n"
+    )
+    collections = load_collection_configs(path)
+    assert collections["docs"].serve == ServeConfig("docs", {"p95_ms": 50.0, "chunks": 1000.0}, keep=3)
+    assert collections["plain"].serve is None
+    specs = load_index_specs(None, path)
+    keys = {
+        name: build_collection_assets(c, [s for s in specs if s.collection == name]).keys
+        for name, c in collections.items()
+    }
+    assert promotion_key("docs") in keys["docs"] and promotion_key("plain") not in keys["plain"]
+    path.write_text("collections:\n docs:\n  folders: [d]\n  serve: {alias: docs, budget: {p99_ms: 3}}\n")
+    with pytest.raises(ConfigError, match=r"collections\.docs\.serve\.budget"):
+        load_collection_configs(path)
