@@ -7,7 +7,8 @@ from pathlib import Path
 
 from evaluation.datasets import load_dataset, read_records, resolve_records
 from evaluation.datasets.types import Question
-from retrieval.config import CollectionConfig, project_root
+from retrieval.config import CollectionConfig
+from retrieval.project import project_root
 from retrieval.store import Store
 
 _DOC_KEYS = ("doc", "doc_id", "document")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from chunking.models import model_token_limit
+from evaluation.cost import index_cost
 from evaluation.datasets.types import Question
 from evaluation.metrics import (
     DEFAULT_BUDGETS,
@@ -427,52 +427,3 @@ def latest_reports(store: Store, index_names: Sequence[str]) -> list[EvaluationR
         except ReportFormatError as exc:
             logger.warning("%s: latest evaluation left out (%s)", name, exc)
     return reports
-
-
-def index_cost(store: Store | None, index_name: str, spec: IndexSpec | str | None = None) -> dict[str, float]:
-    """Chunks, tokens embedded, overlap overhead, share over the model limit and on-disk size.
-
-    Read from the published partition: `tokens_embedded` counts what the model sees (its own
-    tokenizer, capped at its input limit); `overlap_overhead` is the characters stored in
-    chunks over the characters of the documents they cover, minus one.
-    """
-    if store is None:
-        return {}
-    from psycopg import sql
-
-    from retrieval.store import partition_names
-
-    part = partition_names(index_name)["chunks"]
-    with store.connection() as conn:
-        exists = conn.execute("SELECT to_regclass(%s)", (part,)).fetchone()[0]
-        if exists is None:
-            return {}
-        rows = conn.execute(
-            sql.SQL('SELECT doc_id, start, "end", embed_text FROM {}').format(sql.Identifier(part))
-        ).fetchall()
-        size = conn.execute("SELECT pg_total_relation_size(%s)", (part,)).fetchone()[0]
-    if not rows:
-        return {"chunks": 0.0}
-    from chunking.tokenizers import get_tokenizer
-
-    model = getattr(getattr(spec, "config", None), "embedding_model", None) or "all-MiniLM-L6-v2"
-    tokenizer = get_tokenizer("model", model)
-    counts = tokenizer.count_batch([r[3] for r in rows])
-    limit = model_token_limit(model, default=512)
-    by_doc: dict[str, list[tuple[int, int]]] = {}
-    stored = 0
-    for doc_id, start, end, _ in rows:
-        by_doc.setdefault(doc_id, []).append((start, end))
-        stored += end - start
-    from evaluation.metrics import merge_intervals
-
-    covered = sum(e - s for spans in by_doc.values() for s, e in merge_intervals(spans))
-    return {
-        "chunks": float(len(rows)),
-        "tokens_embedded": float(sum(min(c, limit) for c in counts)),
-        "tokens_total": float(sum(counts)),
-        "mean_chunk_tokens": float(np.mean(counts)),
-        "overlap_overhead": float(stored / covered - 1.0) if covered else 0.0,
-        "share_over_model_limit": float(np.mean([c > limit for c in counts])),
-        "index_bytes": float(size or 0),
-    }

@@ -46,7 +46,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def cmd_add(args: argparse.Namespace) -> int:
     from orchestration.project import add_collection
-    from retrieval.config import PROJECT_FILE, project_root
+    from retrieval.project import PROJECT_FILE, project_root
 
     root = project_root()
     entry = add_collection(
@@ -68,7 +68,8 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 def cmd_index(args: argparse.Namespace) -> int:
     """Materialise the collection's assets as a real run of the project's Dagster instance."""
-    from retrieval.config import PROJECT_FILE, load_collection_configs, project_root
+    from retrieval.config import load_collection_configs
+    from retrieval.project import PROJECT_FILE, project_root
 
     name = getattr(args, "name", None) or getattr(args, "collection", None)
     collections = load_collection_configs()
@@ -446,7 +447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _enter_project(args: argparse.Namespace, command: str) -> None:
     """Resolve the project once and name it in the environment, so the processes a command starts
     (dagster dev, run workers) find the same project wherever they run."""
-    from retrieval.config import BENCHMARKS_ENV, PROJECT_ENV, project_root
+    from retrieval.project import BENCHMARKS_ENV, PROJECT_ENV, project_root
 
     if getattr(args, "project", None):
         os.environ[PROJECT_ENV] = str(Path(args.project).expanduser().resolve())

@@ -50,7 +50,8 @@ def cmd_questions(args: argparse.Namespace) -> int:
     from evaluation.generate import ChatClient, LLMEndpointError, generate_questions, write_eval_set
     from orchestration.project import set_eval_set
     from pipeline.documents import load_collection_documents
-    from retrieval.config import PROJECT_FILE, load_collection_configs, load_index_configs, project_root
+    from retrieval.config import load_collection_configs, load_index_configs
+    from retrieval.project import PROJECT_FILE, project_root
 
     root = project_root()
     collections = load_collection_configs()

@@ -7,15 +7,8 @@ from typing import Any
 
 import yaml
 
-from retrieval.config import (
-    PROJECT_FILE,
-    STATE_DIR,
-    ConfigError,
-    is_valid_name,
-    load_collection_configs,
-    load_index_configs,
-    read_project,
-)
+from retrieval.config import ConfigError, is_valid_name, load_collection_configs, load_index_configs
+from retrieval.project import PROJECT_FILE, STATE_DIR, read_project
 
 DEFAULT_INDEX = "recursive-256"
 HEADER = """\

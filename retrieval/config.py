@@ -12,117 +12,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from chunking.models import DEFAULT_MODEL
 from retrieval.analysis import AnalyzerConfigError, analyzer_setting, validate_analyzer
 from retrieval.bm25 import Bm25Params
 from retrieval.names import IndexName
 from retrieval.options import COARSE_DEFAULT_RANK, ContextConfigError, ContextScoring
-
-
-class ConfigError(ValueError):
-    """A config file or entry is invalid; the message names the file, entry and field."""
-
-
-PROJECT_FILE = "chunkyard.yaml"
-STATE_DIR = ".chunkyard"
-PROJECT_ENV = "CHUNKYARD_PROJECT"
-LEGACY_PROJECT_ENV = "CHUNKYARD_PROJECT_DIR"  # the older name, still read
-BENCHMARKS_ENV = "CHUNKYARD_BENCHMARKS"
-_PROJECT_KEYS = {"collections", "indexes", "benchmarks", "description"}
-
-
-class ProjectError(ConfigError):
-    """No chunkyard project where one is needed; the message says how to make or name one."""
-
-
-def find_project(start: Path | None = None) -> Path | None:
-    """The project folder: CHUNKYARD_PROJECT if set, else the nearest folder with a chunkyard.yaml
-    from `start` (the current directory) up, as git and dbt look; None when there is none."""
-    named = os.environ.get(PROJECT_ENV) or os.environ.get(LEGACY_PROJECT_ENV)
-    if named:
-        root = Path(named).expanduser().resolve()
-        if root.name == PROJECT_FILE and root.is_file():
-            root = root.parent
-        if not (root / PROJECT_FILE).is_file():
-            variable = PROJECT_ENV if os.environ.get(PROJECT_ENV) else LEGACY_PROJECT_ENV
-            raise ProjectError(
-                f"{root}: not a chunkyard project (no {PROJECT_FILE}), named by --project or {variable}; "
-                f"run `chunkyard init {root}` or name the folder that holds {PROJECT_FILE}"
-            )
-        return root
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / PROJECT_FILE).is_file():
-            return folder
-    return None
-
-
-def project_root() -> Path:
-    """The current project's folder; ProjectError (with the fix) outside a project."""
-    root = find_project()
-    if root is None:
-        raise ProjectError(
-            f"not in a chunkyard project: no {PROJECT_FILE} in {Path.cwd()} or any folder above it; "
-            f"run `chunkyard init` to make this folder one, or pass --project DIR (or set {PROJECT_ENV})"
-        )
-    return root
-
-
-def bundled_configs_dir() -> Path:
-    """The configs shipped with the package (`configs/` of the repository, installed as the package
-    `retrieval.bundled`): the index configs every project starts from, and the bundled collections."""
-    from importlib import resources
-
-    try:
-        return Path(str(resources.files("retrieval.bundled")))
-    except ModuleNotFoundError:  # a source tree on sys.path without an install
-        return Path(__file__).resolve().parent.parent / "configs"
-
-
-def configs_dir() -> Path:
-    """Where indexes.yaml and collections.yaml are read: CHUNKYARD_CONFIGS (a folder holding both,
-    used as they stand), else the bundled ones (which the project's chunkyard.yaml adds to)."""
-    env = os.environ.get("CHUNKYARD_CONFIGS")
-    return Path(env).resolve() if env else bundled_configs_dir()
-
-
-def project_file() -> Path:
-    return project_root() / PROJECT_FILE
-
-
-def read_project(root: Path | None = None) -> dict[str, Any]:
-    """The project's chunkyard.yaml, checked at the top level (its entries are checked where used)."""
-    path = (root or project_root()) / PROJECT_FILE
-    raw = _read_yaml(path)
-    unknown = set(raw) - _PROJECT_KEYS
-    if unknown:
-        raise ConfigError(
-            f"{_at(path, raw, sorted(unknown)[0])}: unknown field(s) {sorted(unknown)}; "
-            f"allowed {sorted(_PROJECT_KEYS)}"
-        )
-    for key in ("collections", "indexes"):
-        if key in raw and not isinstance(raw[key] if raw[key] is not None else {}, dict):
-            raise ConfigError(f"{_at(path, raw, key)}: `{key}` must be a mapping of names")
-    if "benchmarks" in raw:
-        _as_bool(raw["benchmarks"], f"{_at(path, raw, 'benchmarks')}: benchmarks")
-    return raw
-
-
-def benchmarks_enabled(project: dict[str, Any] | None = None) -> bool:
-    """Benchmark collections (`benchmark: true`, e.g. chroma_general) are built only when asked:
-    CHUNKYARD_BENCHMARKS=1 (`--with-benchmarks`) or `benchmarks: true` in chunkyard.yaml."""
-    env = os.environ.get(BENCHMARKS_ENV, "").strip().lower()
-    if env:
-        return env in ("1", "true", "yes", "on")
-    return bool((project or {}).get("benchmarks", False))
-
-
-def _at(path: Path, mapping: Any, key: Any) -> str:
-    """`file:line` of `key` in a mapping read by `_read_yaml` (just the file when unknown)."""
-    line = getattr(mapping, "lines", {}).get(key)
-    return f"{path}:{line}" if line else str(path)
+from retrieval.project import (
+    PROJECT_FILE,
+    ConfigError,
+    as_bool,
+    at_line,
+    benchmarks_enabled,
+    configs_dir,
+    project_root,
+    read_project,
+    read_yaml,
+)
 
 
 def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -324,7 +229,7 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
     """The index configs of `path`; by default the bundled ones plus (by name, replacing a bundled
     one) the `indexes:` of the project's chunkyard.yaml, all with the bundled `defaults`."""
     path = Path(path) if path else configs_dir() / "indexes.yaml"
-    raw = _read_yaml(path)
+    raw = read_yaml(path)
     defaults = raw.get("defaults") or {}
     entries = raw.get("indexes")
     if not isinstance(entries, dict) or not entries:
@@ -337,7 +242,7 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
         sources.update({name: (overlay[0], project_entries) for name in project_entries})
     configs: dict[str, IndexConfig] = {}
     for name, entry in entries.items():
-        where = f"{_at(sources[name][0], sources[name][1], name)}: indexes.{name}"
+        where = f"{at_line(sources[name][0], sources[name][1], name)}: indexes.{name}"
         if not isinstance(name, str) or not _NAME.match(name):
             raise ConfigError(f"{where}: name must be lowercase letters, digits, '-', '_' or '.'")
         if not isinstance(entry, dict):
@@ -370,18 +275,18 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
             hybrid=merged.get("hybrid") or {},
             rerank=merged.get("rerank") or {},
             context_scoring=context_scoring,
-            collapse_duplicates=_as_bool(
+            collapse_duplicates=as_bool(
                 merged.get("collapse_duplicates", False), f"{where}.collapse_duplicates"
             ),
             coarse=_coarse(merged.get("coarse"), f"{where}.coarse"),
             description=merged.get("description", ""),
-            allow_truncation=_as_bool(merged.get("allow_truncation", False), f"{where}.allow_truncation"),
+            allow_truncation=as_bool(merged.get("allow_truncation", False), f"{where}.allow_truncation"),
         )
     for name, config in configs.items():
         if not config.coarse:
             continue
         target = config.coarse["config"]
-        where = f"{_at(sources[name][0], sources[name][1], name)}: indexes.{name}.coarse.config"
+        where = f"{at_line(sources[name][0], sources[name][1], name)}: indexes.{name}.coarse.config"
         if target not in configs:
             raise ConfigError(f"{where}: unknown index config {target!r}; known: {sorted(configs)}")
         if target == name or configs[target].coarse:
@@ -441,12 +346,6 @@ def _validate_bm25(bm25: Any, where: str) -> None:
         ) from exc
 
 
-def _as_bool(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{where}: must be true or false, got {value!r}")
-    return value
-
-
 def load_collection_configs(
     path: str | Path | None = None, *, include_benchmarks: bool | None = None
 ) -> dict[str, CollectionConfig]:
@@ -457,11 +356,11 @@ def load_collection_configs(
     project: dict[str, Any] | None = None
     if path:
         path = Path(path)
-        entries = _collection_entries(path, _read_yaml(path))
+        entries = _collection_entries(path, read_yaml(path))
         located = {name: (path, entries) for name in entries}
     else:
         bundled = configs_dir() / "collections.yaml"
-        bundled_entries = _collection_entries(bundled, _read_yaml(bundled))
+        bundled_entries = _collection_entries(bundled, read_yaml(bundled))
         overlay = _project_overlay()
         project = overlay[1] if overlay else None
         if overlay and "collections" in overlay[1]:
@@ -481,7 +380,7 @@ def load_collection_configs(
     collections: dict[str, CollectionConfig] = {}
     for name, (source, mapping) in located.items():
         entry = mapping[name]
-        where = f"{_at(source, mapping, name)}: collections.{name}"
+        where = f"{at_line(source, mapping, name)}: collections.{name}"
         if not isinstance(name, str) or not _NAME.match(name):
             raise ConfigError(f"{where}: name must be lowercase letters, digits, '-', '_' or '.'")
         entry = entry or {}
@@ -494,7 +393,7 @@ def load_collection_configs(
             )
         if not entry.get("folders") and not entry.get("dataset"):
             raise ConfigError(f"{where}: needs `folders` or `dataset`")
-        benchmark = _as_bool(entry.get("benchmark", False), f"{where}.benchmark")
+        benchmark = as_bool(entry.get("benchmark", False), f"{where}.benchmark")
         if benchmark and not keep_benchmarks:
             continue
         collections[name] = CollectionConfig(
@@ -538,41 +437,3 @@ def load_index_specs(
         for config_name in with_coarse_companions(list(collection.indexes), configs):
             specs.append(IndexSpec(collection.name, configs[config_name]))
     return specs
-
-
-class _Mapping(dict):
-    """A YAML mapping that remembers the line of each key (`lines`), for errors that say where."""
-
-    lines: dict[Any, int]
-
-
-class _LineLoader(yaml.SafeLoader):
-    """yaml.safe_load whose mappings are `_Mapping`s (1-based key lines from the node marks)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> _Mapping:  # type: ignore[override]
-        mapping = _Mapping(super().construct_mapping(node, deep=True))
-        mapping.lines = {}
-        for key_node, _value in node.value:
-            try:
-                mapping.lines[self.construct_object(key_node)] = key_node.start_mark.line + 1
-            except TypeError:  # an unhashable key; the mapping construction has refused it already
-                continue
-        return mapping
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _LineLoader.construct_mapping)
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LineLoader) or {}  # noqa: S506
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{where}: invalid YAML: {problem}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: top level must be a mapping")
-    return data

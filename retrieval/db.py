@@ -20,7 +20,7 @@ def chunkyard_home() -> Path:
     env = os.environ.get("CHUNKYARD_HOME")
     if env:
         return Path(env).expanduser().resolve()
-    from retrieval.config import STATE_DIR, project_root
+    from retrieval.project import STATE_DIR, project_root
 
     return project_root() / STATE_DIR
 

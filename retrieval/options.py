@@ -497,8 +497,6 @@ def auto_weight(config: Mapping[str, Any]) -> float:
 class ResolvedSearch:
     """The request's options with the index's defaults filled in: what the stages read."""
 
-    """The request's options with the index's defaults filled in: what the stages read."""
-
     options: SearchOptions
     candidates: int
     rrf_k: float

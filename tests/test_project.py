@@ -11,15 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.config import (
-    ConfigError,
-    ProjectError,
-    find_project,
-    load_collection_configs,
-    load_index_configs,
-    load_index_specs,
-    project_root,
-)
+from retrieval.config import ConfigError, load_collection_configs, load_index_configs, load_index_specs
+from retrieval.project import ProjectError, find_project, project_root
 from tests.conftest import REPO_ROOT
 
 PROJECT_VARIABLES = ("CHUNKYARD_PROJECT", "CHUNKYARD_PROJECT_DIR", "CHUNKYARD_HOME", "CHUNKYARD_CONFIGS")
@@ -170,7 +163,7 @@ def test_the_installed_package_works_outside_the_repository(tmp_path: Path) -> N
     env["PYTHONPATH"] = str(site)  # ahead of the editable checkout
     probe = (
         "import retrieval, evaluation.datasets as d, importlib.resources as r;"
-        "from retrieval.config import bundled_configs_dir;"
+        "from retrieval.project import bundled_configs_dir;"
         "print(retrieval.__file__); print(bundled_configs_dir());"
         "print(r.files(d).joinpath('demo_questions.jsonl').is_file())"
     )

@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _default_output(dataset: str, protocol: str) -> Path:
-    from retrieval.config import project_root
+    from retrieval.project import project_root
 
     name = "chroma" if dataset == CHROMA_GENERAL and protocol == "chroma" else Path(dataset).stem
     suffix = "" if protocol == "chroma" else f"_{protocol}"

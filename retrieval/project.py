@@ -1,0 +1,161 @@
+"""The chunkyard project: the folder holding chunkyard.yaml, found like git's, and its config files.
+
+Everything here is below the rest of `retrieval`: the database, the configs and the CLI all ask it
+where the project is, so it imports nothing else of the project.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config file or entry is invalid; the message names the file, entry and field."""
+
+
+PROJECT_FILE = "chunkyard.yaml"
+STATE_DIR = ".chunkyard"
+PROJECT_ENV = "CHUNKYARD_PROJECT"
+LEGACY_PROJECT_ENV = "CHUNKYARD_PROJECT_DIR"  # the older name, still read
+BENCHMARKS_ENV = "CHUNKYARD_BENCHMARKS"
+_PROJECT_KEYS = {"collections", "indexes", "benchmarks", "description"}
+
+
+class ProjectError(ConfigError):
+    """No chunkyard project where one is needed; the message says how to make or name one."""
+
+
+def find_project(start: Path | None = None) -> Path | None:
+    """The project folder: CHUNKYARD_PROJECT if set, else the nearest folder with a chunkyard.yaml
+    from `start` (the current directory) up, as git and dbt look; None when there is none."""
+    named = os.environ.get(PROJECT_ENV) or os.environ.get(LEGACY_PROJECT_ENV)
+    if named:
+        root = Path(named).expanduser().resolve()
+        if root.name == PROJECT_FILE and root.is_file():
+            root = root.parent
+        if not (root / PROJECT_FILE).is_file():
+            variable = PROJECT_ENV if os.environ.get(PROJECT_ENV) else LEGACY_PROJECT_ENV
+            raise ProjectError(
+                f"{root}: not a chunkyard project (no {PROJECT_FILE}), named by --project or {variable}; "
+                f"run `chunkyard init {root}` or name the folder that holds {PROJECT_FILE}"
+            )
+        return root
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / PROJECT_FILE).is_file():
+            return folder
+    return None
+
+
+def project_root() -> Path:
+    """The current project's folder; ProjectError (with the fix) outside a project."""
+    root = find_project()
+    if root is None:
+        raise ProjectError(
+            f"not in a chunkyard project: no {PROJECT_FILE} in {Path.cwd()} or any folder above it; "
+            f"run `chunkyard init` to make this folder one, or pass --project DIR (or set {PROJECT_ENV})"
+        )
+    return root
+
+
+def bundled_configs_dir() -> Path:
+    """The configs shipped with the package (`configs/` of the repository, installed as the package
+    `retrieval.bundled`): the index configs every project starts from, and the bundled collections."""
+    from importlib import resources
+
+    try:
+        return Path(str(resources.files("retrieval.bundled")))
+    except ModuleNotFoundError:  # a source tree on sys.path without an install
+        return Path(__file__).resolve().parent.parent / "configs"
+
+
+def configs_dir() -> Path:
+    """Where indexes.yaml and collections.yaml are read: CHUNKYARD_CONFIGS (a folder holding both,
+    used as they stand), else the bundled ones (which the project's chunkyard.yaml adds to)."""
+    env = os.environ.get("CHUNKYARD_CONFIGS")
+    return Path(env).resolve() if env else bundled_configs_dir()
+
+
+def project_file() -> Path:
+    return project_root() / PROJECT_FILE
+
+
+def read_project(root: Path | None = None) -> dict[str, Any]:
+    """The project's chunkyard.yaml, checked at the top level (its entries are checked where used)."""
+    path = (root or project_root()) / PROJECT_FILE
+    raw = read_yaml(path)
+    unknown = set(raw) - _PROJECT_KEYS
+    if unknown:
+        raise ConfigError(
+            f"{at_line(path, raw, sorted(unknown)[0])}: unknown field(s) {sorted(unknown)}; "
+            f"allowed {sorted(_PROJECT_KEYS)}"
+        )
+    for key in ("collections", "indexes"):
+        if key in raw and not isinstance(raw[key] if raw[key] is not None else {}, dict):
+            raise ConfigError(f"{at_line(path, raw, key)}: `{key}` must be a mapping of names")
+    if "benchmarks" in raw:
+        as_bool(raw["benchmarks"], f"{at_line(path, raw, 'benchmarks')}: benchmarks")
+    return raw
+
+
+def benchmarks_enabled(project: dict[str, Any] | None = None) -> bool:
+    """Benchmark collections (`benchmark: true`, e.g. chroma_general) are built only when asked:
+    CHUNKYARD_BENCHMARKS=1 (`--with-benchmarks`) or `benchmarks: true` in chunkyard.yaml."""
+    env = os.environ.get(BENCHMARKS_ENV, "").strip().lower()
+    if env:
+        return env in ("1", "true", "yes", "on")
+    return bool((project or {}).get("benchmarks", False))
+
+
+def at_line(path: Path, mapping: Any, key: Any) -> str:
+    """`file:line` of `key` in a mapping read by `_read_yaml` (just the file when unknown)."""
+    line = getattr(mapping, "lines", {}).get(key)
+    return f"{path}:{line}" if line else str(path)
+
+
+def as_bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: must be true or false, got {value!r}")
+    return value
+
+
+class _Mapping(dict):
+    """A YAML mapping that remembers the line of each key (`lines`), for errors that say where."""
+
+    lines: dict[Any, int]
+
+
+class _LineLoader(yaml.SafeLoader):
+    """yaml.safe_load whose mappings are `_Mapping`s (1-based key lines from the node marks)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> _Mapping:  # type: ignore[override]
+        mapping = _Mapping(super().construct_mapping(node, deep=True))
+        mapping.lines = {}
+        for key_node, _value in node.value:
+            try:
+                mapping.lines[self.construct_object(key_node)] = key_node.start_mark.line + 1
+            except TypeError:  # an unhashable key; the mapping construction has refused it already
+                continue
+        return mapping
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _LineLoader.construct_mapping)
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LineLoader) or {}  # noqa: S506
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{where}: invalid YAML: {problem}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    return data
