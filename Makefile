@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chunkyard-installed
 
-.PHONY: install demo test test-faults ui serve eval screenshots bench bench-load bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale lint clean
+.PHONY: install demo test test-faults ui serve eval screenshots bench bench-load bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest lint clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -68,6 +68,17 @@ bench-load: $(STAMP)
 
 bench-incremental: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_incremental
+
+# chunkyard vs LlamaIndex and Haystack indexing into the same Postgres; the peers (pyproject's `bench`
+# extra) live in their own venv with chunkyard's torch/transformers/sentence-transformers versions.
+BENCH_PEERS_VENV ?= .chunkyard/peers-venv
+bench-ingest: $(STAMP)
+	test -x $(BENCH_PEERS_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_PEERS_VENV)
+	$(BENCH_PEERS_VENV)/bin/pip install --quiet torch==2.13.0
+	$(BIN)/pip freeze | grep -iE '^(torch|transformers|sentence-transformers|tokenizers)==' > $(BENCH_PEERS_VENV)/pins.txt
+	$(BENCH_PEERS_VENV)/bin/pip install --quiet -c $(BENCH_PEERS_VENV)/pins.txt psycopg[binary] \
+		$$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml','rb'))['project']['optional-dependencies']['bench']))")
+	$(BIN)/python -m benchmarks.bench_ingest --peers-python $(BENCH_PEERS_VENV)/bin/python $(BENCH_INGEST_ARGS)
 
 # one vs two Celery workers on a loopback redis-server (Debian's redis-server; see .ci/run), side by
 # side: BENCH_SCALE_ARGS="--docs 300" for a smaller collection
