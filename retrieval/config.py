@@ -15,8 +15,8 @@ from typing import Any
 from chunking.models import DEFAULT_MODEL
 from retrieval.analysis import AnalyzerConfigError, analyzer_setting, validate_analyzer
 from retrieval.bm25 import Bm25Params
+from retrieval.index_defaults import COARSE_DEFAULT_RANK, ContextConfigError, ContextScoring
 from retrieval.names import IndexName
-from retrieval.options import COARSE_DEFAULT_RANK, ContextConfigError, ContextScoring
 from retrieval.project import (
     PROJECT_FILE,
     ConfigError,

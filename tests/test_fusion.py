@@ -11,8 +11,9 @@ from chunking.types import Document
 from evaluation.datasets.evalset import read_eval_set
 from evaluation.runner import SERVED_MODE, EvaluationReport, evaluate_index
 from retrieval.config import IndexConfig, IndexSpec
+from retrieval.index_defaults import AUTO_WEIGHT, auto_weight
 from retrieval.indexing import build_index
-from retrieval.options import AUTO_WEIGHT, DEFAULT_MODE, SearchOptions, auto_weight, option_specs
+from retrieval.options import DEFAULT_MODE, SearchOptions, option_specs
 from retrieval.query import Searcher
 from retrieval.query.fusion import calibrated_weight, corroboration, fuse
 from retrieval.store import Store

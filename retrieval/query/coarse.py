@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from retrieval.options import CoarseFallback, SearchOptions
+from retrieval.index_defaults import CoarseFallback
+from retrieval.options import SearchOptions
 from retrieval.query.fusion import RANKING_KEYS, Ranked
 from retrieval.query.results import IndexNotFoundError, SearchResult
 from retrieval.query.snapshot import IndexHandle

@@ -29,7 +29,7 @@ import psycopg
 from psycopg import sql
 
 from retrieval import bm25 as bm25_lib
-from retrieval.options import ContextScoring
+from retrieval.index_defaults import ContextScoring
 from retrieval.query.fusion import Ranked, min_max
 from retrieval.query.snapshot import IndexHandle
 

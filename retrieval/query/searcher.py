@@ -22,8 +22,8 @@ import numpy as np
 from retrieval.aliases import could_be_alias
 from retrieval.aliases import request_options as alias_request_options
 from retrieval.aliases import resolve as resolve_alias
+from retrieval.index_defaults import COARSE_DEFAULT_RANK
 from retrieval.options import (
-    COARSE_DEFAULT_RANK,
     HNSW_MAX_EF,
     MAX_K,
     ResolvedSearch,

@@ -16,8 +16,9 @@ from typing import Any
 import psycopg
 
 from retrieval import bm25 as bm25_lib
+from retrieval.index_defaults import ContextConfigError, IndexDefaults
 from retrieval.names import IndexName
-from retrieval.options import IndexDefaults
+from retrieval.options import SearchError
 from retrieval.query.results import IndexNotFoundError
 from retrieval.store import partition_names, split_index_name
 
@@ -71,7 +72,7 @@ class IndexHandles:
             postings=parts["postings"],
             bm25_params=bm25_lib.Bm25Params.from_config(bm25_config),
             analyzer=bm25_lib.build_analyzer(bm25_config),
-            defaults=IndexDefaults.from_config(config, name),
+            defaults=_index_defaults(config, name),
         )
         with self._lock:
             self._handles[name] = handle
@@ -95,3 +96,11 @@ def read_snapshot(conn: psycopg.Connection) -> Iterator[None]:
     finally:
         if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             conn.execute("ROLLBACK")
+
+
+def _index_defaults(config: dict[str, Any], name: str) -> IndexDefaults:
+    """The index's ranking defaults; a stored config that no longer validates is the caller's 400."""
+    try:
+        return IndexDefaults.from_config(config, name)
+    except ContextConfigError as exc:
+        raise SearchError(str(exc)) from exc
