@@ -144,6 +144,9 @@ class _LineLoader(yaml.SafeLoader):
 
 
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _LineLoader.construct_mapping)
+# Configs read here are written back out (`chunkyard add`, benchmarks' generated configs): a
+# `_Mapping` dumps as the plain mapping it is, line marks left behind.
+yaml.SafeDumper.add_representer(_Mapping, yaml.representer.SafeRepresenter.represent_dict)
 
 
 def read_yaml(path: Path) -> dict[str, Any]:

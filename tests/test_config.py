@@ -39,3 +39,11 @@ def test_bad_index_config_names_the_field(tmp_path: Path, entry: str, message: s
 def test_missing_config_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="config file not found"):
         load_index_configs(tmp_path / "nope.yaml")
+
+
+def test_loaded_configs_dump_back_as_plain_yaml() -> None:
+    """Configs keep their line marks for errors, yet `yaml.safe_dump` writes them (chunkyard add, benchmarks)."""
+    import yaml
+
+    config = load_index_configs()["recursive-256"]
+    assert yaml.safe_load(yaml.safe_dump(config.as_dict()))["chunker"] == dict(config.chunker)
