@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from chunking.environment import env_int
 from chunking.formats import (
     UnusableFile,
     decode_text,
@@ -114,16 +115,7 @@ def max_document_bytes() -> int:
 
     It bounds memory per document (file bytes, and extracted text of as many characters).
     """
-    raw = os.environ.get(MAX_DOCUMENT_BYTES_ENV, "").strip()
-    if not raw:
-        return DEFAULT_MAX_DOCUMENT_BYTES
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{MAX_DOCUMENT_BYTES_ENV}: expected a number of bytes, got {raw!r}") from None
-    if value < 1:
-        raise ValueError(f"{MAX_DOCUMENT_BYTES_ENV}: must be >= 1, got {value}")
-    return value
+    return env_int(MAX_DOCUMENT_BYTES_ENV, DEFAULT_MAX_DOCUMENT_BYTES, unit="a number of bytes")
 
 
 def load_folder(

@@ -20,7 +20,6 @@ itself; the runs it requests carry `host_tags()` so later sweeps can judge them.
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from dagster import (
     sensor,
 )
 
+from chunking.environment import env_int
 from orchestration.resources import PostgresResource
 from orchestration.runs import host_tags, sweep_dead_runs
 from pipeline.documents import load_collection_documents, snapshot
@@ -93,16 +93,7 @@ def change_set_key(
 
 def sensor_interval() -> int:
     """The sensor's minimum interval: CHUNKYARD_SENSOR_INTERVAL if set, else MINIMUM_INTERVAL_SECONDS."""
-    raw = os.environ.get(INTERVAL_ENV, "").strip()
-    if not raw:
-        return MINIMUM_INTERVAL_SECONDS
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{INTERVAL_ENV}: expected whole seconds, got {raw!r}") from None
-    if value < 1:
-        raise ValueError(f"{INTERVAL_ENV}: must be at least 1 second, got {value}")
-    return value
+    return env_int(INTERVAL_ENV, MINIMUM_INTERVAL_SECONDS, unit="whole seconds")
 
 
 def baseline_from_store(

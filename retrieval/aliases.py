@@ -16,7 +16,6 @@ chain (CHUNKYARD_ALIAS_KEEP, default 5); older ones are dropped.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from typing import Any
 
 import psycopg
 
+from chunking.environment import EnvironmentSettingError, env_int
 from retrieval.names import DEFAULT_COLLECTION, IndexName, IndexNameError
 from retrieval.options import SearchError, SearchOptions, option_names, option_specs
 from retrieval.store import Store
@@ -78,14 +78,10 @@ class AliasTarget:
 
 def keep_default() -> int:
     """How many earlier targets each alias keeps for rollback (CHUNKYARD_ALIAS_KEEP, default 5)."""
-    value = os.environ.get("CHUNKYARD_ALIAS_KEEP", str(DEFAULT_KEEP))
     try:
-        keep = int(value)
-    except ValueError:
-        raise AliasError(f"CHUNKYARD_ALIAS_KEEP: expected an integer, got {value!r}") from None
-    if keep < 1:
-        raise AliasError(f"CHUNKYARD_ALIAS_KEEP: must be at least 1, got {keep}")
-    return keep
+        return env_int("CHUNKYARD_ALIAS_KEEP", DEFAULT_KEEP)
+    except EnvironmentSettingError as exc:
+        raise AliasError(str(exc)) from None
 
 
 def check_alias_name(name: str) -> str:

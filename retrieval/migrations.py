@@ -6,6 +6,18 @@ the store when an index is registered), so each index has its own HNSW graph.
 
 from __future__ import annotations
 
+# The staging area shared by the indexing stages (per index; emptied on publish and on drop).
+STAGING_TABLES = (
+    "staged_chunks",
+    "staged_embeddings",
+    "staged_bm25",
+    "staged_bm25_lengths",
+    "staged_removals",
+    "staged_documents",
+    "staged_runs",
+)
+
+
 MIGRATIONS: list[tuple[int, str, str]] = [
     (
         1,

@@ -22,7 +22,7 @@ from psycopg.types.json import Jsonb
 from chunking.types import Document
 from retrieval.analysis import analyzer_name
 from retrieval.db import connect, database_url, is_alive, revive_embedded
-from retrieval.migrations import MIGRATIONS
+from retrieval.migrations import MIGRATIONS, STAGING_TABLES
 from retrieval.names import IndexName
 
 _MIGRATION_LOCK_KEY = 0x63686B79  # "chky": serialises concurrent migrate() calls
@@ -350,18 +350,7 @@ class Store:
         with self.connection() as conn, conn.transaction():
             for part in (parts["chunks"], parts["postings"]):
                 conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(part)))
-            for table in (
-                "bm25_terms",
-                "bm25_stats",
-                "index_documents",
-                "staged_runs",
-                "staged_chunks",
-                "staged_embeddings",
-                "staged_bm25",
-                "staged_bm25_lengths",
-                "staged_removals",
-                "staged_documents",
-            ):
+            for table in ("bm25_terms", "bm25_stats", "index_documents", *STAGING_TABLES):
                 conn.execute(
                     sql.SQL("DELETE FROM {} WHERE index_name = %s").format(sql.Identifier(table)),
                     (index_name,),

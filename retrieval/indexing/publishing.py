@@ -12,6 +12,7 @@ import time
 from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
 
+from chunking.environment import env_int
 from retrieval.bm25 import refresh_stats
 from retrieval.config import IndexSpec
 from retrieval.indexing.reports import IndexingError, PublishReport, stage_timings
@@ -20,16 +21,6 @@ from retrieval.languages import published_config
 from retrieval.store import Store, partition_names
 
 HNSW_MAX_DIM = 2000  # pgvector's limit for an HNSW index on `vector`
-
-
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    try:
-        return int(value)
-    except ValueError as exc:
-        raise IndexingError(f"{name}: expected an integer, got {value!r}") from exc
 
 
 def _maintenance_work_mem() -> str:
@@ -220,8 +211,8 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
                     sql.Identifier(parts["hnsw"]),
                     chunks_t,
                     sql.Literal(int(new_dim)),
-                    sql.Literal(_env_int("CHUNKYARD_HNSW_M", 16)),
-                    sql.Literal(_env_int("CHUNKYARD_HNSW_EF_CONSTRUCTION", 64)),
+                    sql.Literal(env_int("CHUNKYARD_HNSW_M", 16)),
+                    sql.Literal(env_int("CHUNKYARD_HNSW_EF_CONSTRUCTION", 64)),
                 )
             )
             report.hnsw_built = True

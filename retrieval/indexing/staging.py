@@ -8,16 +8,7 @@ from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
 
 from retrieval.indexing.reports import IndexingError
-
-STAGING_TABLES = (
-    "staged_chunks",
-    "staged_embeddings",
-    "staged_bm25",
-    "staged_bm25_lengths",
-    "staged_removals",
-    "staged_documents",
-    "staged_runs",
-)
+from retrieval.migrations import STAGING_TABLES
 
 
 def merge_stage_report(conn: Connection, index_name: str, values: dict[str, Any]) -> None:
