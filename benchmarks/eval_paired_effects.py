@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from evaluation.datasets import load_dataset
-from evaluation.metrics import Estimate, bootstrap_ci, score_question
+from evaluation.estimates import Estimate, bootstrap_ci
+from evaluation.metrics import score_question
 
 METRICS = ("chroma_recall_at_5", "chroma_iou_at_5", "hit_at_5", "mrr_at_5")
 

@@ -14,7 +14,7 @@ import io
 import json
 import re
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 
@@ -243,3 +243,12 @@ def parse_pptx(data: bytes) -> Parsed:
     if not text.strip():
         raise UnusableFile(f"PPTX has no text ({len(slides)} slides)")
     return text, title, {"slides": len(slides), "slide_starts": starts}
+
+
+# Binary formats: extension -> (MIME type, parser of the file's bytes). A new binary format is its
+# parser above and one entry here; the loaders read this table.
+BINARY_FORMATS: dict[str, tuple[str, Callable[[bytes], Parsed]]] = {
+    ".pdf": ("application/pdf", parse_pdf),
+    ".docx": ("application/vnd.openxmlformats-officedocument.wordprocessingml.document", parse_docx),
+    ".pptx": ("application/vnd.openxmlformats-officedocument.presentationml.presentation", parse_pptx),
+}

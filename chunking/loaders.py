@@ -28,13 +28,11 @@ from pathlib import Path
 
 from chunking.environment import env_int
 from chunking.formats import (
+    BINARY_FORMATS,
     UnusableFile,
     decode_text,
     has_visible_text,
-    parse_docx,
     parse_html,
-    parse_pdf,
-    parse_pptx,
     validate_json,
 )
 from chunking.types import Document
@@ -96,15 +94,8 @@ CODE_TYPES: dict[str, str] = {
 }
 HTML_TYPES = {".html": "text/html", ".htm": "text/html"}
 JSON_TYPES = {".json": "application/json", ".jsonl": "application/jsonl", ".ndjson": "application/jsonl"}
-PDF_TYPES = {".pdf": "application/pdf"}
-OFFICE_TYPES = {
-    ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
-    ".pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
-}
 
-SUPPORTED_EXTENSIONS = frozenset(
-    {*TEXT_TYPES, *CODE_TYPES, *HTML_TYPES, *JSON_TYPES, *PDF_TYPES, *OFFICE_TYPES}
-)
+SUPPORTED_EXTENSIONS = frozenset({*TEXT_TYPES, *CODE_TYPES, *HTML_TYPES, *JSON_TYPES, *BINARY_FORMATS})
 
 MAX_DOCUMENT_BYTES_ENV = "CHUNKYARD_MAX_DOCUMENT_BYTES"
 DEFAULT_MAX_DOCUMENT_BYTES = 20 * 1024 * 1024
@@ -253,11 +244,10 @@ def _load(path: Path, doc_id: str, max_bytes: int, *, nofollow: bool) -> Documen
         raise UnusableFile("empty file" if not data else "empty file (whitespace only)")
     metadata: dict = {"path": doc_id, "extension": ext, "size_bytes": len(data)}
     title = ""
-    if ext in PDF_TYPES or ext in OFFICE_TYPES:
-        parse = {".pdf": parse_pdf, ".docx": parse_docx, ".pptx": parse_pptx}[ext]
+    if ext in BINARY_FORMATS:
+        mime, parse = BINARY_FORMATS[ext]
         text, title, extra = parse(data)
         metadata.update(extra)
-        mime = PDF_TYPES.get(ext) or OFFICE_TYPES[ext]
     else:
         text = decode_text(data)
         if ext in HTML_TYPES:

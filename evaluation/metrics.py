@@ -21,10 +21,38 @@ from typing import Any, Protocol
 import numpy as np
 
 from evaluation.datasets.types import Question, Span
+from evaluation.estimates import Estimate, bootstrap_ci, float_or_nan, json_float
 
 DEFAULT_K = 5
 FAILURE_K = 20
 DEFAULT_BUDGETS = (1024, 2048)
+# The names a metric is reported under (`score_question`'s keys, k substituted): a new metric is a
+# function here, a key in `score_question`, and its name in these lists.
+# Headline metrics shown in tables, in this order (with k substituted).
+TABLE_METRICS = (
+    "hit_at_{k}",
+    "mrr_at_{k}",
+    "ndcg_at_{k}",
+    "map_at_{k}",
+    "recall_at_{k}",
+    "precision_at_{k}",
+    "iou_at_{k}",
+    "chroma_precision_at_{k}",
+    "chroma_iou_at_{k}",
+    "recall_at_20",
+    "budget_recall_1024",
+    "budget_recall_2048",
+)
+# Per mode, the means plotted per materialisation (Dagster numeric metadata), and the cost figures.
+HEADLINE_METRICS = ("hit_at_{k}", "mrr_at_{k}", "recall_at_{k}", "precision_at_{k}", "iou_at_{k}")
+HEADLINE_COST = ("chunks",)
+# Higher-is-better means a regression is measured on ({budget}: each context budget evaluated).
+QUALITY_METRICS = (
+    *HEADLINE_METRICS,
+    "chroma_precision_at_{k}",
+    "chroma_iou_at_{k}",
+    "budget_recall_{budget}",
+)
 
 
 class SpanLike(Protocol):
@@ -286,74 +314,6 @@ def score_question(
 # ---------------------------------------------------------------------------
 # Aggregation: means, bootstrap confidence intervals, per-corpus breakdowns
 # ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A mean over questions with its 95% (by default) percentile-bootstrap interval."""
-
-    mean: float
-    low: float
-    high: float
-    n: int
-
-    def as_dict(self) -> dict[str, float | None]:
-        """`{mean, ci_low, ci_high, n}`, JSON-safe: a NaN (no question scored) is written as None."""
-        return {
-            "mean": json_float(self.mean),
-            "ci_low": json_float(self.low),
-            "ci_high": json_float(self.high),
-            "n": self.n,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, float | None]) -> Estimate:
-        try:
-            return cls(
-                float_or_nan(data["mean"]),
-                float_or_nan(data["ci_low"]),
-                float_or_nan(data["ci_high"]),
-                int(data["n"] or 0),
-            )
-        except KeyError as exc:
-            raise ValueError(f"estimate: missing field {exc.args[0]!r} in {dict(data)!r}") from None
-
-
-def json_float(value: float) -> float | None:
-    """A float as JSON (and Postgres JSONB) can hold it: NaN and infinities become None."""
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
-def float_or_nan(value: float | None) -> float:
-    """The inverse of `json_float`: None reads back as NaN."""
-    return math.nan if value is None else float(value)
-
-
-def bootstrap_ci(
-    values: Sequence[float] | np.ndarray,
-    *,
-    n_resamples: int = 2000,
-    confidence: float = 0.95,
-    seed: int = 0,
-) -> Estimate:
-    """Percentile bootstrap over questions, seeded so reruns give the same interval."""
-    data = np.asarray(values, dtype=np.float64)
-    n = int(data.size)
-    if n == 0:
-        return Estimate(math.nan, math.nan, math.nan, 0)
-    mean = float(data.mean())
-    if n == 1:
-        return Estimate(mean, mean, mean, 1)
-    rng = np.random.default_rng(seed)
-    means = np.empty(n_resamples, dtype=np.float64)
-    for start in range(0, n_resamples, 256):  # chunked: bounded memory for large question sets
-        stop = min(n_resamples, start + 256)
-        idx = rng.integers(0, n, size=(stop - start, n))
-        means[start:stop] = data[idx].mean(axis=1)
-    alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(means, [alpha, 1.0 - alpha])
-    return Estimate(mean, float(low), float(high), n)
 
 
 @dataclass

@@ -21,13 +21,15 @@ import numpy as np
 
 from evaluation.cost import index_cost
 from evaluation.datasets.types import Question
+from evaluation.estimates import Estimate, float_or_nan, json_float
 from evaluation.metrics import (
     DEFAULT_BUDGETS,
     FAILURE_K,
-    Estimate,
+    HEADLINE_COST,
+    HEADLINE_METRICS,
+    QUALITY_METRICS,
+    TABLE_METRICS,
     MetricSummary,
-    float_or_nan,
-    json_float,
     score_questions,
 )
 from evaluation.misses import collect_misses, misses_markdown
@@ -43,31 +45,6 @@ DEFAULT_MODES = ("dense", "bm25", "hybrid", "served")
 DEFAULT_DEPTH = 50  # results fetched per question for recall@20 and the context-budget recall
 DEFAULT_RERANKER = "maxsim"
 SERVED_MODE = "served"  # the options a request that names none gets (`SearchOptions()`), not a copy
-# Headline metrics shown in tables, in this order (with k substituted).
-TABLE_METRICS = (
-    "hit_at_{k}",
-    "mrr_at_{k}",
-    "ndcg_at_{k}",
-    "map_at_{k}",
-    "recall_at_{k}",
-    "precision_at_{k}",
-    "iou_at_{k}",
-    "chroma_precision_at_{k}",
-    "chroma_iou_at_{k}",
-    "recall_at_20",
-    "budget_recall_1024",
-    "budget_recall_2048",
-)
-# Per mode, the means plotted per materialisation (Dagster numeric metadata), and the cost figures.
-HEADLINE_METRICS = ("hit_at_{k}", "mrr_at_{k}", "recall_at_{k}", "precision_at_{k}", "iou_at_{k}")
-HEADLINE_COST = ("chunks",)
-# Higher-is-better means a regression is measured on ({budget}: each context budget evaluated).
-QUALITY_METRICS = (
-    *HEADLINE_METRICS,
-    "chroma_precision_at_{k}",
-    "chroma_iou_at_{k}",
-    "budget_recall_{budget}",
-)
 # Version of `EvaluationReport.as_dict()`; rows recorded before it (flat metrics) have none.
 REPORT_FORMAT = 1
 

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evaluation.datasets.types import Question
-from evaluation.metrics import Estimate, bootstrap_ci, score_question
+from evaluation.estimates import Estimate, bootstrap_ci
+from evaluation.metrics import score_question
 
 if TYPE_CHECKING:
     from retrieval.query import Searcher

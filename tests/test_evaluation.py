@@ -10,7 +10,8 @@ from psycopg.types.json import Jsonb
 
 from chunking.types import Document
 from evaluation.datasets import Question, Span, load_dataset
-from evaluation.metrics import Estimate, score_question
+from evaluation.estimates import Estimate
+from evaluation.metrics import score_question
 from evaluation.reports import leaderboard
 from evaluation.runner import EvaluationReport, ReportFormatError, evaluate_index, latest_reports, parse_mode
 from pipeline.benchmark import main as eval_main

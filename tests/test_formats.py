@@ -14,10 +14,11 @@ from pathlib import Path
 
 import chunking.formats as formats
 from chunking import build_chunker
-from chunking.loaders import OFFICE_TYPES, load_folder
+from chunking.formats import BINARY_FORMATS
+from chunking.loaders import load_folder
 
-DOCX_MIME = OFFICE_TYPES[".docx"]
-PPTX_MIME = OFFICE_TYPES[".pptx"]
+DOCX_MIME = BINARY_FORMATS[".docx"][0]
+PPTX_MIME = BINARY_FORMATS[".pptx"][0]
 
 
 def make_docx(path: Path) -> None:

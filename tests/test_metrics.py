@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evaluation.datasets import Question, Span
+from evaluation.estimates import bootstrap_ci
 from evaluation.metrics import (
     average_precision_at_k,
-    bootstrap_ci,
     chroma_scores,
     hit_at_k,
     merge_intervals,

@@ -11,7 +11,7 @@ import pytest
 from dagster import DagsterInstance, materialize
 
 from chunking.types import Document
-from evaluation.metrics import Estimate
+from evaluation.estimates import Estimate
 from evaluation.reports import Leaderboard, LeaderboardRow
 from evaluation.runner import evaluate_index
 from orchestration.assets import build_promotion_asset, promotion_key

@@ -9,7 +9,8 @@ import pytest
 
 from chunking.loaders import DocumentFailure
 from chunking.types import Document
-from evaluation.metrics import Estimate, MetricSummary
+from evaluation.estimates import Estimate
+from evaluation.metrics import MetricSummary
 from evaluation.runner import EvaluationReport
 from retrieval.migrations import MIGRATIONS
 from retrieval.store import Store, partition_names, split_index_name

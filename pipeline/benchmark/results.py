@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evaluation.metrics import Estimate
+from evaluation.estimates import Estimate
 from evaluation.reports import Leaderboard
 from evaluation.runner import EvaluationReport
 from evaluation.tuning import SettingsSuggestion, WeightSuggestion
