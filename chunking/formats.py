@@ -238,7 +238,9 @@ def parse_pptx(data: bytes) -> Parsed:
             if not title and slide.shapes.title is not None and slide.shapes.title.has_text_frame:
                 title = slide.shapes.title.text_frame.text.replace("\v", " ").strip()
     except Exception as exc:  # python-pptx / lxml raise many types on broken input
-        raise UnusableFile(f"broken or unreadable PPTX: {type(exc).__name__}: {exc}") from None
+        # python-pptx names the in-memory stream in its messages; the reason names the content.
+        reason = re.sub(r"file '<_io\.BytesIO object at 0x[0-9a-f]+>'", "the file", str(exc))
+        raise UnusableFile(f"broken or unreadable PPTX: {type(exc).__name__}: {reason}") from None
     text, starts = join_blocks(slides)
     if not text.strip():
         raise UnusableFile(f"PPTX has no text ({len(slides)} slides)")
