@@ -5,12 +5,12 @@ current one. Setting or rolling back changes that one pointer in one transaction
 resolves the old target or the new one, never a mix (the Searcher resolves once per call and then
 queries that index in its own read snapshot).
 
-Retention: publishing replaces an index's rows in place (`retrieval.indexing.publishing`), so an
-older *version of the same index* is not kept. What an alias returns to on rollback is its previous
-*target* (another index or the same index with other options), served at that index's current
-version; `pinned_version` records the version at pin time and `drifted` says it was republished
-since. Each alias keeps its current target and the `keep` targets before it along its rollback
-chain (CHUNKYARD_ALIAS_KEEP, default 5); older ones are dropped.
+Versions: publishing rewrites an index's rows in place, so pinning an index freezes its current
+version into a read-only snapshot index (`collection/config@v3`, `retrieval.indexing.snapshots`;
+copied once per pinned version) and the target serves that snapshot: later publishes never change
+what an alias serves, and a rollback returns to the previous target's content. Each alias keeps its
+current target and the `keep` targets before it along its rollback chain (CHUNKYARD_ALIAS_KEEP,
+default 5); older targets are dropped, and with them the snapshots no target pins any more.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import Any
 import psycopg
 
 from chunking.environment import EnvironmentSettingError, env_int
-from retrieval.names import DEFAULT_COLLECTION, IndexName, IndexNameError
+from retrieval.indexing.snapshots import SnapshotError, drop_unreferenced, freeze
+from retrieval.names import DEFAULT_COLLECTION, SNAPSHOT_MARK, IndexName, IndexNameError
 from retrieval.options import SearchError, SearchOptions, option_names, option_specs
 from retrieval.store import Store
 
@@ -51,11 +52,17 @@ class AliasTarget:
     set_at: datetime | None = None
     previous: int | None = None
     current_version: int | None = None  # the index's published version now (None: dropped)
+    snapshot: IndexName | None = None  # the frozen copy at pinned_version (None: pinned before snapshots)
+
+    @property
+    def served(self) -> IndexName:
+        """What a search through the alias queries: the snapshot, else (an old target) the live index."""
+        return self.snapshot or self.index
 
     @property
     def drifted(self) -> bool:
-        """The index was republished (or dropped) since the pin: it is served at its current version."""
-        return self.current_version != self.pinned_version
+        """Served content differs from the pin: an old target without a snapshot, republished since."""
+        return self.snapshot is None and self.current_version != self.pinned_version
 
     def search_options(self) -> SearchOptions:
         return SearchOptions.of(None, self.options)
@@ -68,6 +75,7 @@ class AliasTarget:
             "pinned_version": self.pinned_version,
             "current_version": self.current_version,
             "drifted": self.drifted,
+            "snapshot": str(self.snapshot) if self.snapshot else None,
             "options": dict(self.options),
             "note": self.note,
             "scores": dict(self.scores),
@@ -137,7 +145,9 @@ def request_options(
 
 _TARGET_SQL = (
     "SELECT t.alias, t.generation, t.index_name, t.index_version, t.options, t.note, t.set_at,"
-    " t.previous, i.version, t.scores FROM alias_targets t LEFT JOIN indexes i ON i.name = t.index_name"
+    " t.previous, i.version, t.scores, s.name FROM alias_targets t LEFT JOIN indexes i ON i.name = t.index_name"
+    # the snapshot's name, spelled as IndexName.snapshot spells it
+    f" LEFT JOIN indexes s ON s.name = t.index_name || '{SNAPSHOT_MARK}' || t.index_version"
 )
 
 
@@ -154,6 +164,7 @@ def _target(row: tuple[Any, ...]) -> AliasTarget:
         previous=row[7],
         current_version=current,
         scores=dict(row[9] or {}),
+        snapshot=IndexName.parse(row[10]) if row[10] else None,
     )
 
 
@@ -229,9 +240,13 @@ def set_alias(
             raise AliasError(
                 f"alias: {name!r} is already the index {DEFAULT_COLLECTION}/{name}; pick another"
             )
-        row = conn.execute("SELECT version FROM indexes WHERE name = %s", (index_name,)).fetchone()
-        if row is None or not row[0]:
-            raise AliasError(f"index: {index_name!r} is not a published index")
+        try:
+            snapshot = freeze(conn, index_name)  # copy-on-pin, unless this version is frozen already
+        except SnapshotError as exc:
+            raise AliasError(str(exc)) from None
+        frozen = snapshot.snapshot_of
+        assert frozen is not None
+        index_name, version = frozen
         current = conn.execute("SELECT generation FROM aliases WHERE name = %s", (name,)).fetchone()
         generation = int(
             conn.execute(
@@ -246,7 +261,7 @@ def set_alias(
                 name,
                 generation,
                 index_name,
-                int(row[0]),
+                version,
                 json.dumps(stored),
                 note,
                 json.dumps({key: float(value) for key, value in (scores or {}).items()}),
@@ -254,7 +269,7 @@ def set_alias(
             ),
         )
         _point(conn, name, generation)
-        _prune(conn, name, keep)
+        drop_unreferenced(conn, _prune(conn, name, keep))
         return _current(conn, name)
 
 
@@ -281,7 +296,10 @@ def drop_alias(store: Store, name: str) -> bool:
     with store.connection() as conn, conn.transaction():
         _lock(conn, check_alias_name(name))
         deleted = conn.execute("DELETE FROM aliases WHERE name = %s", (name,)).rowcount
-        conn.execute("DELETE FROM alias_targets WHERE alias = %s", (name,))
+        targets = conn.execute(
+            "DELETE FROM alias_targets WHERE alias = %s RETURNING index_name, index_version", (name,)
+        ).fetchall()
+        drop_unreferenced(conn, _snapshots(targets))
     return bool(deleted)
 
 
@@ -304,8 +322,15 @@ def _current(conn: psycopg.Connection, name: str) -> AliasTarget:
     return target
 
 
-def _prune(conn: psycopg.Connection, name: str, keep: int) -> None:
-    """Keep the current target and the `keep` before it along the rollback chain; drop the rest."""
+def _snapshots(targets: list[tuple[str, int]]) -> list[IndexName]:
+    return [IndexName.parse(index).snapshot(version) for index, version in targets]
+
+
+def _prune(conn: psycopg.Connection, name: str, keep: int) -> list[IndexName]:
+    """Keep the current target and the `keep` before it along the rollback chain; drop the rest.
+
+    Returns the snapshots the dropped targets pinned (dropped by the caller once no target pins them).
+    """
     chain = {
         int(g): p
         for g, p in conn.execute("SELECT generation, previous FROM alias_targets WHERE alias = %s", (name,))
@@ -316,4 +341,9 @@ def _prune(conn: psycopg.Connection, name: str, keep: int) -> None:
     while generation is not None and generation in chain and len(kept) <= keep:
         kept.append(generation)
         generation = chain[generation]
-    conn.execute("DELETE FROM alias_targets WHERE alias = %s AND NOT (generation = ANY(%s))", (name, kept))
+    dropped = conn.execute(
+        "DELETE FROM alias_targets WHERE alias = %s AND NOT (generation = ANY(%s))"
+        " RETURNING index_name, index_version",
+        (name, kept),
+    ).fetchall()
+    return _snapshots(dropped)

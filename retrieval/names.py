@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 DEFAULT_COLLECTION = "demo"
+SNAPSHOT_MARK = "@v"  # `config@v3`: a config name never holds '@', so no publishable index has this name
 
 
 class IndexNameError(ValueError):
@@ -49,3 +50,15 @@ class IndexName(str):
     def sibling(self, config: str) -> IndexName:
         """The index of another config in the same collection (a coarse companion, say)."""
         return IndexName(self.collection, config)
+
+    def snapshot(self, version: int) -> IndexName:
+        """The read-only copy of this index at `version` (`collection/config@v3`, see aliases)."""
+        return IndexName(self.collection, f"{self.config}{SNAPSHOT_MARK}{int(version)}")
+
+    @property
+    def snapshot_of(self) -> tuple[IndexName, int] | None:
+        """(live index, version) when this names a snapshot, else None."""
+        config, mark, version = self.config.rpartition(SNAPSHOT_MARK)
+        if not mark or not config or not version.isdigit():
+            return None
+        return IndexName(self.collection, config), int(version)

@@ -79,6 +79,29 @@ def split_index_name(index: str, default_collection: str = "demo") -> IndexName:
     return IndexName.parse(index, default_collection)
 
 
+def create_partitions(conn: psycopg.Connection, index_name: str) -> None:
+    """The index's chunk and postings partitions (list partitions keyed on its name), if absent."""
+    parts = partition_names(index_name)
+    for parent, part in (("chunks", parts["chunks"]), ("bm25_postings", parts["postings"])):
+        conn.execute(
+            sql.SQL("CREATE TABLE IF NOT EXISTS {} PARTITION OF {} FOR VALUES IN ({})").format(
+                sql.Identifier(part), sql.Identifier(parent), sql.Literal(index_name)
+            )
+        )
+
+
+def drop_index_in(conn: psycopg.Connection, index_name: str) -> None:
+    """`Store.drop_index` inside the caller's transaction (alias snapshots drop with their last target)."""
+    parts = partition_names(index_name)
+    for part in (parts["chunks"], parts["postings"]):
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(part)))
+    for table in ("bm25_terms", "bm25_stats", "index_documents", *STAGING_TABLES):
+        conn.execute(
+            sql.SQL("DELETE FROM {} WHERE index_name = %s").format(sql.Identifier(table)), (index_name,)
+        )
+    conn.execute("DELETE FROM indexes WHERE name = %s", (index_name,))
+
+
 class Store:
     """chunkyard's tables in one Postgres database; a small thread-safe connection pool."""
 
@@ -290,12 +313,7 @@ class Store:
                     parts["chunks"],
                 ),
             )
-            for parent, part in (("chunks", parts["chunks"]), ("bm25_postings", parts["postings"])):
-                conn.execute(
-                    sql.SQL("CREATE TABLE IF NOT EXISTS {} PARTITION OF {} FOR VALUES IN ({})").format(
-                        sql.Identifier(part), sql.Identifier(parent), sql.Literal(name)
-                    )
-                )
+            create_partitions(conn, name)
         info = self.index_info(name)
         assert info is not None
         return info
@@ -346,16 +364,8 @@ class Store:
 
     def drop_index(self, index_name: str) -> None:
         """Remove an index entirely: partitions, postings, stats, staging, bookkeeping."""
-        parts = partition_names(index_name)
         with self.connection() as conn, conn.transaction():
-            for part in (parts["chunks"], parts["postings"]):
-                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(part)))
-            for table in ("bm25_terms", "bm25_stats", "index_documents", *STAGING_TABLES):
-                conn.execute(
-                    sql.SQL("DELETE FROM {} WHERE index_name = %s").format(sql.Identifier(table)),
-                    (index_name,),
-                )
-            conn.execute("DELETE FROM indexes WHERE name = %s", (index_name,))
+            drop_index_in(conn, index_name)
 
     # -- embedding cache ---------------------------------------------------------------------
 

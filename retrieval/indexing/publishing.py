@@ -6,25 +6,18 @@ and BM25 statistics land together, and the HNSW graph is rebuilt after bulk load
 
 from __future__ import annotations
 
-import os
 import time
 
 from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
 
-from chunking.environment import env_int
 from retrieval.bm25 import refresh_stats
 from retrieval.config import IndexSpec
+from retrieval.indexing.hnsw import HNSW_MAX_DIM, create_hnsw
 from retrieval.indexing.reports import IndexingError, PublishReport, stage_timings
 from retrieval.indexing.staging import clear_staging
 from retrieval.languages import published_config
 from retrieval.store import Store, partition_names
-
-HNSW_MAX_DIM = 2000  # pgvector's limit for an HNSW index on `vector`
-
-
-def _maintenance_work_mem() -> str:
-    return os.environ.get("CHUNKYARD_MAINTENANCE_WORK_MEM", "512MB")
 
 
 def publish(store: Store, spec: IndexSpec) -> PublishReport:
@@ -199,22 +192,7 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
         # pgvector 0.6 indexes at most 2,000 dimensions (no halfvec): wider vectors are searched exactly.
         if not hnsw_exists and stats.n_docs > 0 and new_dim and new_dim <= HNSW_MAX_DIM:
             hnsw_started = time.perf_counter()
-            conn.execute(
-                sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(_maintenance_work_mem()))
-            )
-            conn.execute("SET LOCAL max_parallel_maintenance_workers = 1")
-            conn.execute(
-                sql.SQL(
-                    "CREATE INDEX {} ON {} USING hnsw ((embedding::vector({})) vector_cosine_ops)"
-                    " WITH (m = {}, ef_construction = {})"
-                ).format(
-                    sql.Identifier(parts["hnsw"]),
-                    chunks_t,
-                    sql.Literal(int(new_dim)),
-                    sql.Literal(env_int("CHUNKYARD_HNSW_M", 16)),
-                    sql.Literal(env_int("CHUNKYARD_HNSW_EF_CONSTRUCTION", 64)),
-                )
-            )
+            create_hnsw(conn, index_name, int(new_dim))
             report.hnsw_built = True
             report.hnsw_seconds = round(time.perf_counter() - hnsw_started, 3)
 

@@ -95,7 +95,7 @@ def to_results(handle: IndexHandle, hits: Ranked, rows: dict[str, ChunkRow]) -> 
             metadata=rows[cid].metadata,
             scores=scores,
             rank=rank,
-            index=handle.name,
+            index=handle.label,
             index_version=handle.version,
             stale=rows[cid].stale,
         )

@@ -151,7 +151,7 @@ class Searcher:
             with self.store.connection() as conn:
                 target = resolve_alias(conn, index)
             if target is not None:
-                return target.index, alias_request_options(target, options, overrides)
+                return target.served, alias_request_options(target, options, overrides)
         return index, SearchOptions.of(options, overrides)
 
     # -- composition -----------------------------------------------------------------------------

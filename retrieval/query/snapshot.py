@@ -36,6 +36,7 @@ class IndexHandle:
     bm25_params: bm25_lib.Bm25Params
     analyzer: bm25_lib.Analyzer
     defaults: IndexDefaults
+    label: IndexName  # what results name: a snapshot (`c/x@v3`) answers as its live index at version 3
 
 
 class IndexHandles:
@@ -73,6 +74,7 @@ class IndexHandles:
             bm25_params=bm25_lib.Bm25Params.from_config(bm25_config),
             analyzer=bm25_lib.build_analyzer(bm25_config),
             defaults=_index_defaults(config, name),
+            label=name.snapshot_of[0] if name.snapshot_of else name,
         )
         with self._lock:
             self._handles[name] = handle
