@@ -65,6 +65,8 @@ def add_alias_routes(
         k, rerank = request.options.get("k"), request.options.get("rerank")
         if isinstance(k, int) and k > max_k:
             raise HTTPException(status_code=400, detail=f"options.k: at most {max_k} on this server, got {k}")
+        if rerank is not None and not isinstance(rerank, str):
+            raise HTTPException(status_code=400, detail="options.rerank: expected a reranker name")
         if rerank is not None and rerank not in rerankers():
             raise HTTPException(
                 status_code=400,

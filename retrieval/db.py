@@ -6,6 +6,7 @@ import logging
 import os
 import re
 import select
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -41,7 +42,16 @@ def embedded_database_url(data_dir: str | Path | None = None) -> str:
     key = str(path.resolve())
     if key not in _servers:
         forget_dead_handles(path)
-        server = pgserver.get_server(key)
+        try:
+            server = pgserver.get_server(key)
+        except subprocess.TimeoutExpired:
+            # pgserver gives `pg_ctl -w start` 10 s; on a loaded machine the postmaster can be up
+            # (its log says "ready") before pg_ctl notices. A second call attaches to the running
+            # server, or starts it with another 10 s.
+            log.warning("embedded Postgres at %s: pg_ctl start timed out; trying once more", key)
+            # pgserver caches the half-started handle before starting; drop it so the retry runs.
+            pgserver.PostgresServer._instances.pop(Path(key), None)
+            server = pgserver.get_server(key)
         _apply_shared_buffers(server, os.environ.get("CHUNKYARD_PG_SHARED_BUFFERS"))
         _servers[key] = server
     return _servers[key].get_uri()  # type: ignore[attr-defined]

@@ -268,3 +268,8 @@ def test_the_api_and_client_pin_show_roll_back_and_search_an_alias(
     assert http.post(f"/v1/aliases/{_name()}/rollback", headers=headers).status_code == 404
     bad = http.put(f"/v1/aliases/{name}", json={"index": a.name, "note": "a\x00b"}, headers=headers)
     assert bad.status_code in (400, 422)
+    # A reranker that is not a name (the fuzzer's list of objects) is a 400, never a 500.
+    listed = http.put(
+        f"/v1/aliases/{name}", json={"index": a.name, "options": {"rerank": [{}]}}, headers=headers
+    )
+    assert listed.status_code == 400 and "options.rerank" in listed.json()["detail"]
