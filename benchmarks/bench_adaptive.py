@@ -3,8 +3,9 @@
     python -m benchmarks.bench_adaptive [INDEX_CONFIG] [--rounds N]
 
 Asks the Searcher (`hybrid_weighted`, in-memory BM25, one question at a time, query embedding
-included) for every chroma_general question, alternating rounds without the fallback
-(`coarse_min_gap` 0) and with the config's threshold, so both see the same machine state.
+included) for every chroma_general question, alternating rounds of plain hybrid_weighted (the same
+index with context scoring, collapsing and the fallback off), the config's ranking without the
+fallback (`coarse_min_gap` 0) and with the config's threshold, so all see the same machine state.
 Writes `benchmarks/results/adaptive.md` and `.json`: per-round p50/p95, their medians, and the
 share of questions answered by the coarse index, per corpus. The index must be built (e.g. by
 `chunkyard eval --config INDEX_CONFIG`).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -41,23 +43,29 @@ def main(argv: list[str] | None = None) -> int:
     index = f"chroma_general/{args.config}"
     searcher = Searcher(Store(), embedder_for_config(config), bm25_backend="memory")
     searcher.search_batch([q.text for q in questions[:50]], index, k=5, mode="hybrid_weighted")  # warm caches
-    settings = {"without fallback": 0.0, f"min_gap {config.coarse['min_gap']}": config.coarse["min_gap"]}
+    min_gap = config.coarse["min_gap"]
+    plain = {"context_weight": 0.0, "focus_weight": 0.0, "collapse_duplicates": False, "coarse_min_gap": 0.0}
+    settings: dict[str, dict[str, float | bool]] = {
+        "plain hybrid_weighted": plain,
+        "without fallback": {"coarse_min_gap": 0.0},
+        f"min_gap {min_gap}": {"coarse_min_gap": min_gap},
+    }
+    load_before = os.getloadavg()
     rounds: dict[str, list[dict[str, float]]] = {name: [] for name in settings}
     shares: dict[str, list[bool]] = {}
     for _ in range(args.rounds):
-        for name, gap in settings.items():
+        for name, overrides in settings.items():
             latencies = []
             for question in questions:
                 started = time.perf_counter()
-                results = searcher.search(
-                    question.text, index, k=5, mode="hybrid_weighted", coarse_min_gap=gap
-                )
+                results = searcher.search(question.text, index, k=5, mode="hybrid_weighted", **overrides)
                 latencies.append((time.perf_counter() - started) * 1000)
-                if gap and len(rounds[name]) == 0:
+                if overrides["coarse_min_gap"] and len(rounds[name]) == 0:
                     shares.setdefault(question.corpus or "all", []).append(results[0].index != index)
             rounds[name].append(
                 {"p50_ms": float(np.median(latencies)), "p95_ms": float(np.percentile(latencies, 95))}
             )
+    load_after = os.getloadavg()
     summary = {
         name: {
             "rounds": values,
@@ -70,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     overall = float(np.mean([flag for flags in shares.values() for flag in flags]))
     payload = {"index": index, "questions": len(questions), "settings": summary, "coarse_share": share}
     payload["coarse_share_overall"] = overall
+    payload["load_average"] = {"before": list(load_before), "after": list(load_after)}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "adaptive.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
     lines = [
@@ -77,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"{len(questions)} chroma_general questions, one at a time, `hybrid_weighted`, in-memory BM25,",
         f"query embedding included; {args.rounds} alternated rounds per setting, medians of the rounds.",
+        f"Load average (1/5/15 min, {os.cpu_count()} cores) before: "
+        + " ".join(f"{v:.2f}" for v in load_before)
+        + ", after: "
+        + " ".join(f"{v:.2f}" for v in load_after)
+        + ".",
         "",
         "| setting | p50 ms | p95 ms | per round (p50 / p95) |",
         "|---|---|---|---|",
@@ -84,6 +98,16 @@ def main(argv: list[str] | None = None) -> int:
     for name, values in summary.items():
         per_round = ", ".join(f"{r['p50_ms']:.1f} / {r['p95_ms']:.1f}" for r in values["rounds"])
         lines.append(f"| {name} | {values['p50_ms']:.1f} | {values['p95_ms']:.1f} | {per_round} |")
+    base = summary["plain hybrid_weighted"]["p95_ms"]
+    lines += [
+        "",
+        "p95 against plain hybrid_weighted: "
+        + ", ".join(
+            f"{name} {values['p95_ms'] / base:.2f}x"
+            for name, values in summary.items()
+            if name != "plain hybrid_weighted"
+        ),
+    ]
     lines += ["", f"Answered by the coarse index: {100 * overall:.1f}% of the questions."]
     lines += [f"- {corpus}: {100 * value:.1f}%" for corpus, value in share.items()]
     (RESULTS / "adaptive.md").write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -5,12 +5,19 @@ its first and `rank`-th (default 5, whatever k is) result's ranking score (`with
 fused score min-max normalised over the candidates). Below `min_gap` (`coarse_min_gap` overrides
 it; 0 never falls back) the query is answered by the sibling index `config` with its own ranking
 settings. Every result carries the gap as `scores["fine_gap"]` and the index that answered as
-`index`; a coarse answer's timings add the fine ranking's time (`fine_ms`) to its `total_ms`.
+`index`; a coarse answer's timings add the fine ranking's time (`fine_ms`) to its `total_ms` (the
+work done: for a single query the two run side by side, so the wall time is lower).
+
+A single query's coarse search starts beside the fine ranking, with the same query vector
+(`speculate`); a batch searches the coarse index afterwards, for its ambiguous queries only. Both
+give the same answers: the coarse search is the same call either way.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 
 import numpy as np
 
@@ -40,27 +47,21 @@ def ranking_gap(mode: str, ranked: Ranked, rank: int, with_context: bool) -> flo
     return float((values[0] - kth) / spread) if spread > 0 else 0.0
 
 
-def coarse_answers(
+def coarse_search(
     fine: IndexHandle,
     fallback: CoarseFallback,
     queries: Sequence[str],
-    gaps: list[float],
-    totals_ms: list[float],
-    results: list[list[SearchResult]],
     *,
     fine_vectors: np.ndarray | None,
     options: SearchOptions,
     load_handle: Callable[[str], IndexHandle],
     search_batch: BatchSearch,
 ) -> list[list[SearchResult]]:
-    """`results` with the ambiguous queries' answers replaced by the coarse index's.
+    """The coarse index's answers to `queries` (`fine_vectors`: one row per query, or None).
 
     The coarse index ranks with its own settings (the request's index-level overrides stay with the
     fine index) and reuses the fine index's query vectors when both use the same model.
     """
-    ambiguous = [qi for qi, gap in enumerate(gaps) if gap < fallback.min_gap]
-    if not ambiguous:
-        return results
     coarse_name = fine.name.sibling(fallback.config)
     try:
         coarse = load_handle(coarse_name)
@@ -71,8 +72,48 @@ def coarse_answers(
     same_model = all(
         coarse.config.get(key) == fine.config.get(key) for key in ("embedding_model", "embedder")
     )
-    vectors = fine_vectors[ambiguous] if same_model and fine_vectors is not None else None
-    answers = search_batch([queries[qi] for qi in ambiguous], coarse.name, options.request_only(), vectors)
+    vectors = fine_vectors if same_model else None
+    return search_batch(list(queries), coarse.name, options.request_only(), vectors)
+
+
+def speculate(search: Callable[[], list[list[SearchResult]]]) -> Future[list[list[SearchResult]]]:
+    """Start the coarse search now, in its own thread (its own pooled connection and read snapshot).
+
+    A single query's coarse candidates are then read while the fine index ranks, so an ambiguous
+    query costs the slower of the two rankings instead of their sum; an unambiguous one drops the
+    answer (and any error: the fallback was not needed). A plain thread, not a pool, so a coarse
+    index with its own fallback can never wait on a saturated pool.
+    """
+    future: Future[list[list[SearchResult]]] = Future()
+
+    def work() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(search())
+        except BaseException as exc:  # handed to whoever asks for the answer
+            future.set_exception(exc)
+
+    threading.Thread(target=work, daemon=True, name="coarse-speculation").start()
+    return future
+
+
+def coarse_answers(
+    gaps: list[float],
+    min_gap: float,
+    totals_ms: list[float],
+    results: list[list[SearchResult]],
+    answers_for: Callable[[list[int]], list[list[SearchResult]]],
+) -> list[list[SearchResult]]:
+    """`results` with the ambiguous queries' answers replaced by the coarse index's.
+
+    `answers_for(positions)` gives the coarse answers of those queries (searched now, or taken from
+    a speculative search started beside the fine ranking).
+    """
+    ambiguous = [qi for qi, gap in enumerate(gaps) if gap < min_gap]
+    if not ambiguous:
+        return results
+    answers = answers_for(ambiguous)
     merged = list(results)
     for qi, answer in zip(ambiguous, answers, strict=True):
         fine_ms = round(totals_ms[qi], 3)

@@ -1,7 +1,8 @@
 """The Searcher: one published index queried through its stages, each in its own module.
 
     query vectors (dense) -> dense / lexical candidates -> fusion -> context scoring -> collapse
-    -> coarse fallback -> rows -> MMR -> rerank -> parents
+    -> coarse fallback (a single query's coarse search runs beside all of this) -> rows -> MMR
+    -> rerank -> parents
 
 The options (`retrieval.options.SearchOptions`) are resolved once per call with the index's
 defaults; each stage reads the resolved value. Every query reads inside one read snapshot (see
@@ -11,6 +12,7 @@ defaults; each stage reads the resolved value. Every query reads inside one read
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -45,6 +47,9 @@ from retrieval.rerank import Reranker
 from retrieval.store import Store
 
 DEFAULT_INDEX = "recursive-256"
+# Up to this many queries per call, the coarse index is searched beside the fine ranking (see
+# `coarse.speculate`); a larger batch searches it afterwards for its ambiguous queries only.
+SPECULATE_MAX_QUERIES = 1
 EmbedderSource = QueryEmbedder | Callable[[str], QueryEmbedder]
 
 
@@ -186,6 +191,23 @@ class Searcher:
         elif needs_vectors:
             vectors, embed_ms = embed_queries(self.embedder(handle.name, handle.config), handle, queries)
 
+        coarse_search = None
+        speculative = None
+        if plan.falls_back:
+            coarse_search = functools.partial(
+                coarse_stage.coarse_search,
+                handle,
+                plan.coarse,
+                fine_vectors=vectors,
+                options=request,
+                load_handle=self._handle,
+                search_batch=lambda qs, name, options, vs: self.search_batch(
+                    qs, name, options, query_vectors=vs
+                ),
+            )
+            if len(queries) <= SPECULATE_MAX_QUERIES:
+                speculative = coarse_stage.speculate(functools.partial(coarse_search, queries))
+
         results: list[list[SearchResult]] = []
         gaps: list[float] = []
         totals_ms: list[float] = []
@@ -202,22 +224,17 @@ class Searcher:
                 if plan.coarse is not None:
                     result.scores["fine_gap"] = gap
             results.append(out)
-        if plan.falls_back:
-            results = coarse_stage.coarse_answers(
-                handle,
-                plan.coarse,
-                queries,
-                gaps,
-                totals_ms,
-                results,
-                fine_vectors=vectors,
-                options=request,
-                load_handle=self._handle,
-                search_batch=lambda qs, name, options, vs: self.search_batch(
-                    qs, name, options, query_vectors=vs
-                ),
-            )
-        return results
+        if coarse_search is None or plan.coarse is None:
+            return results
+
+        def answers_for(positions: list[int]) -> list[list[SearchResult]]:
+            if speculative is not None:
+                answers = speculative.result()
+                return [answers[qi] for qi in positions]
+            subset = None if vectors is None else vectors[positions]
+            return coarse_search([queries[qi] for qi in positions], fine_vectors=subset)
+
+        return coarse_stage.coarse_answers(gaps, plan.coarse.min_gap, totals_ms, results, answers_for)
 
     def _one(
         self,
