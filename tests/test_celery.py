@@ -196,7 +196,8 @@ def test_celery_and_multiprocess_runs_build_the_same_index(runs: dict) -> None:
         mp_ids, mp_vectors = index_rows(mp_url, name)
         assert celery_ids and celery_ids == mp_ids
         assert celery_vectors.shape == mp_vectors.shape == (len(celery_ids), 384)
-        np.testing.assert_array_equal(celery_vectors, mp_vectors)
+        # The same texts, embedded in other batches by other processes: equal up to float32 noise.
+        np.testing.assert_allclose(celery_vectors, mp_vectors, rtol=0, atol=1e-6)
     celery_reports = latest_reports(Store(celery_url), names)
     mp_reports = latest_reports(Store(mp_url), names)
     assert len(celery_reports) == len(mp_reports) == len(names)
