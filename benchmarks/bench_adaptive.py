@@ -5,7 +5,8 @@
 Asks the Searcher (`hybrid_weighted`, in-memory BM25, one question at a time, query embedding
 included) for every chroma_general question, alternating rounds of plain hybrid_weighted (the same
 index with context scoring, collapsing and the fallback off), the config's ranking without the
-fallback (`coarse_min_gap` 0) and with the config's threshold, so all see the same machine state.
+fallback (`coarse_min_gap` 0) and with the config's threshold, its coarse search run after the fine
+ranking (as batches do) and beside it (as single queries do), so all see the same machine state.
 Writes `benchmarks/results/adaptive.md` and `.json`: per-round p50/p95, their medians, and the
 share of questions answered by the coarse index, per corpus. The index must be built (e.g. by
 `chunkyard eval --config INDEX_CONFIG`).
@@ -30,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     from retrieval.config import load_index_configs
     from retrieval.embedder import embedder_for_config
     from retrieval.query import Searcher
+    from retrieval.query import searcher as searcher_module
     from retrieval.store import Store
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -48,19 +50,21 @@ def main(argv: list[str] | None = None) -> int:
     settings: dict[str, dict[str, float | bool]] = {
         "plain hybrid_weighted": plain,
         "without fallback": {"coarse_min_gap": 0.0},
-        f"min_gap {min_gap}": {"coarse_min_gap": min_gap},
+        f"min_gap {min_gap}, coarse after the fine ranking": {"coarse_min_gap": min_gap},
+        f"min_gap {min_gap}, coarse beside the fine ranking": {"coarse_min_gap": min_gap},
     }
     load_before = os.getloadavg()
     rounds: dict[str, list[dict[str, float]]] = {name: [] for name in settings}
     shares: dict[str, list[bool]] = {}
     for _ in range(args.rounds):
         for name, overrides in settings.items():
+            searcher_module.SPECULATE_MAX_QUERIES = 0 if "after" in name else 1
             latencies = []
             for question in questions:
                 started = time.perf_counter()
                 results = searcher.search(question.text, index, k=5, mode="hybrid_weighted", **overrides)
                 latencies.append((time.perf_counter() - started) * 1000)
-                if overrides["coarse_min_gap"] and len(rounds[name]) == 0:
+                if "beside" in name and len(rounds[name]) == 0:
                     shares.setdefault(question.corpus or "all", []).append(results[0].index != index)
             rounds[name].append(
                 {"p50_ms": float(np.median(latencies)), "p95_ms": float(np.percentile(latencies, 95))}

@@ -6,11 +6,11 @@ fused score min-max normalised over the candidates). Below `min_gap` (`coarse_mi
 it; 0 never falls back) the query is answered by the sibling index `config` with its own ranking
 settings. Every result carries the gap as `scores["fine_gap"]` and the index that answered as
 `index`; a coarse answer's timings add the fine ranking's time (`fine_ms`) to its `total_ms` (the
-work done: for a single query the two run side by side, so the wall time is lower).
+work done; run side by side, the wall time is lower).
 
-A single query's coarse search starts beside the fine ranking, with the same query vector
-(`speculate`); a batch searches the coarse index afterwards, for its ambiguous queries only. Both
-give the same answers: the coarse search is the same call either way.
+The coarse search can start beside the fine ranking, with the same query vector (`speculate`, for
+calls of up to `searcher.SPECULATE_MAX_QUERIES` queries, off by default), else it runs afterwards
+for the ambiguous queries only. Both give the same answers: the coarse search is the same call.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The Searcher: one published index queried through its stages, each in its own module.
 
     query vectors (dense) -> dense / lexical candidates -> fusion -> context scoring -> collapse
-    -> coarse fallback (a single query's coarse search runs beside all of this) -> rows -> MMR
+    -> coarse fallback (optionally beside all of this, see SPECULATE_MAX_QUERIES) -> rows -> MMR
     -> rerank -> parents
 
 The options (`retrieval.options.SearchOptions`) are resolved once per call with the index's
@@ -48,8 +48,10 @@ from retrieval.store import Store
 
 DEFAULT_INDEX = "recursive-256"
 # Up to this many queries per call, the coarse index is searched beside the fine ranking (see
-# `coarse.speculate`); a larger batch searches it afterwards for its ambiguous queries only.
-SPECULATE_MAX_QUERIES = 1
+# `coarse.speculate`); a larger batch searches it afterwards for its ambiguous queries only. Off (0):
+# on 2 cores every query then pays for the coarse ranking too, p50 90 -> 136 ms, p95 158 -> 193 ms
+# (benchmarks/results/adaptive.md); worth it only with idle cores.
+SPECULATE_MAX_QUERIES = 0
 EmbedderSource = QueryEmbedder | Callable[[str], QueryEmbedder]
 
 
