@@ -220,3 +220,26 @@ def test_precomputed_query_vectors_give_the_same_answers(indexes, searcher, embe
         assert [[r.chunk_id for r in rs] for rs in given] == [[r.chunk_id for r in rs] for rs in embedded]
     with pytest.raises(SearchError, match=r"query_vectors: expected shape \(2, 384\)"):
         searcher.search_batch(queries, fine.name, k=3, mode="dense", query_vectors=vectors[:1])
+
+
+def test_searching_the_coarse_index_beside_the_fine_ranking_answers_the_same(
+    indexes, searcher, monkeypatch
+) -> None:
+    """The side-by-side path (off by default: slower on 2 cores) gives the same answers as afterwards."""
+    from retrieval.query import searcher as searcher_module
+
+    fine, _, _ = indexes
+    queries = [QUERY, "which documents mention lava", "glaciers"]
+    for gap in (0.0, 1.0):
+        after = [
+            searcher.search(q, fine.name, k=3, mode="hybrid_weighted", coarse_min_gap=gap) for q in queries
+        ]
+        monkeypatch.setattr(searcher_module, "SPECULATE_MAX_QUERIES", 1)
+        beside = [
+            searcher.search(q, fine.name, k=3, mode="hybrid_weighted", coarse_min_gap=gap) for q in queries
+        ]
+        monkeypatch.setattr(searcher_module, "SPECULATE_MAX_QUERIES", 0)
+        for one, two in zip(after, beside, strict=True):
+            assert [(r.chunk_id, r.index, r.scores) for r in one] == [
+                (r.chunk_id, r.index, r.scores) for r in two
+            ]
