@@ -207,23 +207,11 @@ def test_cli_alias_set_show_rollback_and_search(
 @pytest.fixture
 def service_url(searcher):
     """The app (API key `s3cret`) under uvicorn on a loopback socket."""
-    import uvicorn
-
     from retrieval.service import create_app
-    from tests.service_process import free_port
+    from tests.service_process import serve_in_thread
 
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(searcher, api_key="s3cret"), host="127.0.0.1", port=port, log_level="error")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 20
-    while not server.started and time.time() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serve_in_thread(create_app(searcher, api_key="s3cret")) as url:
+        yield url
 
 
 def test_the_api_and_client_pin_show_roll_back_and_search_an_alias(

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
-
 import pytest
 from fastapi.testclient import TestClient
 
@@ -15,6 +11,7 @@ from retrieval.indexing import build_index
 from retrieval.query import IndexNotFoundError, Searcher, SearchError
 from retrieval.service import create_app
 from retrieval.store import Store
+from tests.service_process import serve_in_thread
 from tests.test_indexing_support import ParagraphChunker, make_spec
 
 PARAGRAPHS = [
@@ -134,22 +131,8 @@ def test_api_key_is_required_when_configured(searcher: Searcher, index_name: str
 @pytest.fixture(scope="module")
 def server_url(searcher: Searcher):
     """The app under uvicorn on 127.0.0.1 (a real socket), for the HTTP client."""
-    import uvicorn
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(searcher, api_key="k"), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 20
-    while not server.started and time.time() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serve_in_thread(create_app(searcher, api_key="k")) as url:
+        yield url
 
 
 def test_client_returns_the_same_results_as_in_process_search(

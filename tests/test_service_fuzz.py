@@ -6,9 +6,6 @@ is repeatable and takes well under a minute; every 5xx found is reported with it
 
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
 import requests
 import schemathesis
@@ -21,7 +18,7 @@ from retrieval.indexing import build_index
 from retrieval.query import Searcher
 from retrieval.service import create_app
 from retrieval.store import Store
-from tests.service_process import free_port
+from tests.service_process import serve_in_thread
 from tests.test_indexing_support import ParagraphChunker, make_spec
 
 EXAMPLES = {GenerationMode.POSITIVE: 150, GenerationMode.NEGATIVE: 150}
@@ -36,19 +33,8 @@ def base_url(pg_url: str, embedder):
     spec = make_spec(bm25={"analyzer": "english"})
     store.sync_documents(spec.collection, [Document("f.md", "Fuzzing finds bugs.\n\nQueues hold work.")], [])
     build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
-    import uvicorn
-
-    port = free_port()
-    app = create_app(searcher, api_key=API_KEY)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 20
-    while not server.started and time.time() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serve_in_thread(create_app(searcher, api_key=API_KEY)) as url:
+        yield url
 
 
 @pytest.mark.parametrize("mode", list(EXAMPLES), ids=lambda m: m.value)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import select
 import socket
-import threading
-import time
 from typing import Any
 
 import httpx
@@ -18,7 +16,7 @@ from retrieval.options import REQUEST_MAX_K
 from retrieval.query import Searcher
 from retrieval.service import UNAVAILABLE, create_app
 from retrieval.store import Store
-from tests.service_process import free_port, rss_kib, service
+from tests.service_process import rss_kib, serve_in_thread, service
 from tests.test_indexing_support import ParagraphChunker, make_spec
 
 DEAD_URL = "postgresql://postgres@/postgres?host=/nonexistent-chunkyard-socket-dir"
@@ -48,22 +46,8 @@ def index_name(searcher: Searcher, embedder) -> str:
 @pytest.fixture(scope="module")
 def base_url(searcher: Searcher) -> Any:
     """The app under uvicorn on a real loopback socket."""
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(searcher, max_body_bytes=8192), host="127.0.0.1", port=port, log_level="error"
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 20
-    while not server.started and time.time() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serve_in_thread(create_app(searcher, max_body_bytes=8192)) as url:
+        yield url
 
 
 def _post_raw(base_url: str, raw: bytes, content_type: str | None = "application/json") -> httpx.Response:
