@@ -15,6 +15,7 @@ from typing import Any
 from chunking.models import DEFAULT_MODEL
 from retrieval.analysis import AnalyzerConfigError, analyzer_setting, validate_analyzer
 from retrieval.bm25 import Bm25Params
+from retrieval.capabilities import VECTOR_STORAGES
 from retrieval.index_defaults import COARSE_DEFAULT_RANK, ContextConfigError, ContextScoring
 from retrieval.names import IndexName
 from retrieval.project import (
@@ -76,13 +77,24 @@ class IndexConfig:
     # Chunks may exceed the embedding model's input limit (the model truncates them); the
     # token-limit check then reports the truncated share instead of failing.
     allow_truncation: bool = False
+    # How the HNSW graph stores vectors: `vector` (float32) or `halfvec` (float16, about half the
+    # index size; pgvector >= 0.7). The chunk rows keep float32 either way.
+    vector_storage: str = "vector"
+
+    def __post_init__(self) -> None:
+        _vector_storage(self.vector_storage, f"indexes.{self.name}.vector_storage")
 
     @property
     def config_hash(self) -> str:
         """Hash of everything that shapes the index content; part of every chunk id."""
-        return stable_hash(
-            {"chunker": self.chunker, "embedding_model": self.embedding_model, "bm25": self.bm25}
-        )
+        shaped: dict[str, Any] = {
+            "chunker": self.chunker,
+            "embedding_model": self.embedding_model,
+            "bm25": self.bm25,
+        }
+        if self.vector_storage != "vector":  # only when set, so existing indexes keep their hash and ids
+            shaped["vector_storage"] = self.vector_storage
+        return stable_hash(shaped)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -98,6 +110,7 @@ class IndexConfig:
             "collapse_duplicates": self.collapse_duplicates,
             "coarse": self.coarse,
             "allow_truncation": self.allow_truncation,
+            **({"vector_storage": self.vector_storage} if self.vector_storage != "vector" else {}),
         }
 
 
@@ -203,6 +216,7 @@ _INDEX_KEYS = {
     "coarse",
     "description",
     "allow_truncation",
+    "vector_storage",
 }
 _COLLECTION_KEYS = {
     "folders",
@@ -281,6 +295,7 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
             coarse=_coarse(merged.get("coarse"), f"{where}.coarse"),
             description=merged.get("description", ""),
             allow_truncation=as_bool(merged.get("allow_truncation", False), f"{where}.allow_truncation"),
+            vector_storage=_vector_storage(merged.get("vector_storage", "vector"), f"{where}.vector_storage"),
         )
     for name, config in configs.items():
         if not config.coarse:
@@ -292,6 +307,13 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
         if target == name or configs[target].coarse:
             raise ConfigError(f"{where}: {target!r} must be a plain index config (no `coarse` of its own)")
     return configs
+
+
+def _vector_storage(raw: Any, where: str) -> str:
+    """`vector_storage: vector | halfvec` (whether the server has halfvec is checked at publish)."""
+    if raw not in VECTOR_STORAGES:
+        raise ConfigError(f"{where}: expected one of {list(VECTOR_STORAGES)}, got {raw!r}")
+    return str(raw)
 
 
 COARSE_KEYS = ("config", "min_gap", "rank")

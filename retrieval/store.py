@@ -21,6 +21,7 @@ from psycopg.types.json import Jsonb
 
 from chunking.types import Document
 from retrieval.analysis import analyzer_name
+from retrieval.capabilities import VectorFeatures, detect_features
 from retrieval.db import connect, database_url, is_alive, revive_embedded
 from retrieval.migrations import MIGRATIONS, STAGING_TABLES
 from retrieval.names import IndexName
@@ -110,6 +111,7 @@ class Store:
         self._pool: queue.LifoQueue[psycopg.Connection] = queue.LifoQueue()
         self._pool_size = pool_size
         self._lock = threading.Lock()
+        self._features: VectorFeatures | None = None
 
     # -- connections -------------------------------------------------------------------------
 
@@ -156,6 +158,13 @@ class Store:
             if not revive_embedded(self.url):
                 raise
         return connect(self.url, autocommit=True)
+
+    def vector_features(self) -> VectorFeatures:
+        """The server's Postgres and pgvector versions and what they allow (read once per Store)."""
+        if self._features is None:
+            with self.connection() as conn:
+                self._features = detect_features(conn)
+        return self._features
 
     def close(self) -> None:
         """Close the idle pooled connections (connections in use close when they come back)."""

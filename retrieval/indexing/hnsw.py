@@ -3,32 +3,54 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from psycopg import Connection, sql
 
 from chunking.environment import env_int
+from retrieval.capabilities import HNSW_MAX_DIMS, VectorFeatureError, detect_features
+from retrieval.indexing.reports import IndexingError
 from retrieval.store import partition_names
-
-HNSW_MAX_DIM = 2000  # pgvector's limit for an HNSW index on `vector`
 
 
 def _maintenance_work_mem() -> str:
     return os.environ.get("CHUNKYARD_MAINTENANCE_WORK_MEM", "512MB")
 
 
-def create_hnsw(conn: Connection, index_name: str, dim: int) -> None:
-    """The per-partition HNSW graph on the vector cast to the index's dimension (caller's transaction)."""
+def vector_storage(config: dict[str, Any] | None) -> str:
+    """An index config's (`IndexConfig.as_dict()`, as stored) HNSW storage type: vector or halfvec."""
+    return str((config or {}).get("vector_storage") or "vector")
+
+
+def has_graph(dim: int | None, storage: str = "vector") -> bool:
+    """Whether pgvector can index vectors this wide in this storage (wider ones are searched exactly)."""
+    return bool(dim) and int(dim) <= HNSW_MAX_DIMS[storage]
+
+
+def check_storage(conn: Connection, storage: str, where: str) -> None:
+    """An IndexingError naming the option and the server's pgvector when it lacks `storage`."""
+    try:
+        detect_features(conn).require_storage(storage, where)
+    except VectorFeatureError as exc:
+        raise IndexingError(str(exc)) from None
+
+
+def create_hnsw(conn: Connection, index_name: str, dim: int, storage: str = "vector") -> None:
+    """The per-partition HNSW graph on the vector cast to the index's dimension and storage type
+    (`vector` or `halfvec`, the same expression dense search orders by; caller's transaction)."""
+    check_storage(conn, storage, f"{index_name}: vector_storage")
     parts = partition_names(index_name)
     conn.execute(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(_maintenance_work_mem())))
     conn.execute("SET LOCAL max_parallel_maintenance_workers = 1")
     conn.execute(
         sql.SQL(
-            "CREATE INDEX {} ON {} USING hnsw ((embedding::vector({})) vector_cosine_ops)"
-            " WITH (m = {}, ef_construction = {})"
+            "CREATE INDEX {} ON {} USING hnsw ((embedding::{}({})) {}) WITH (m = {}, ef_construction = {})"
         ).format(
             sql.Identifier(parts["hnsw"]),
             sql.Identifier(parts["chunks"]),
+            sql.SQL(storage),  # one of VECTOR_STORAGES (checked above)
             sql.Literal(int(dim)),
+            sql.Identifier(f"{storage}_cosine_ops"),
             sql.Literal(env_int("CHUNKYARD_HNSW_M", 16)),
             sql.Literal(env_int("CHUNKYARD_HNSW_EF_CONSTRUCTION", 64)),
         )

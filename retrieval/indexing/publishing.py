@@ -13,7 +13,7 @@ from psycopg.types.json import Jsonb
 
 from retrieval.bm25 import refresh_stats
 from retrieval.config import IndexSpec
-from retrieval.indexing.hnsw import HNSW_MAX_DIM, create_hnsw
+from retrieval.indexing.hnsw import check_storage, create_hnsw, has_graph
 from retrieval.indexing.reports import IndexingError, PublishReport, stage_timings
 from retrieval.indexing.staging import clear_staging
 from retrieval.languages import published_config
@@ -96,6 +96,9 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
             raise IndexingError(
                 f"publish: staged vectors have {new_dim} dims but {index_name!r} has {old_dim}; re-run stage_chunks"
             )
+        storage = spec.config.vector_storage
+        if storage != "vector":  # before any change: an old pgvector has no halfvec
+            check_storage(conn, storage, f"publish {index_name!r}: indexes.{spec.config.name}.vector_storage")
 
         # 1. removals: old chunks of changed, deleted (or, on a rebuild, all) documents, with their postings
         conn.execute("CREATE TEMP TABLE _removed (chunk_id text PRIMARY KEY) ON COMMIT DROP")
@@ -188,11 +191,11 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
         stats = refresh_stats(conn, index_name, parts["chunks"])
         report.bm25_vocabulary = stats.vocab_size
 
-        # 4. the per-partition HNSW graph on the vector cast to this index's dimension
-        # pgvector 0.6 indexes at most 2,000 dimensions (no halfvec): wider vectors are searched exactly.
-        if not hnsw_exists and stats.n_docs > 0 and new_dim and new_dim <= HNSW_MAX_DIM:
+        # 4. the per-partition HNSW graph on the vector cast to this index's dimension and storage
+        # pgvector indexes at most 2,000 dimensions as vector, 4,000 as halfvec: wider ones are searched exactly.
+        if not hnsw_exists and stats.n_docs > 0 and has_graph(new_dim, storage):
             hnsw_started = time.perf_counter()
-            create_hnsw(conn, index_name, int(new_dim))
+            create_hnsw(conn, index_name, int(new_dim), storage)
             report.hnsw_built = True
             report.hnsw_seconds = round(time.perf_counter() - hnsw_started, 3)
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from psycopg import Connection, sql
 
-from retrieval.indexing.hnsw import HNSW_MAX_DIM, create_hnsw
+from retrieval.indexing.hnsw import create_hnsw, has_graph, vector_storage
 from retrieval.names import IndexName
 from retrieval.store import create_partitions, drop_index_in, partition_names
 
@@ -51,12 +51,14 @@ def freeze(conn: Connection, index: IndexName) -> IndexName:
     Runs in the caller's transaction. The index row is share-locked, so a publish of `index` waits
     until the copy commits and the copy is of exactly one version.
     """
-    row = conn.execute("SELECT version, dim FROM indexes WHERE name = %s FOR SHARE", (index,)).fetchone()
+    row = conn.execute(
+        "SELECT version, dim, config FROM indexes WHERE name = %s FOR SHARE", (index,)
+    ).fetchone()
     if row is None or not row[0]:
         raise SnapshotError(f"index: {index!r} is not a published index")
     if index.snapshot_of is not None:
         return index  # pinning a snapshot itself: it is already frozen
-    version, dim = int(row[0]), row[1]
+    version, dim, storage = int(row[0]), row[1], vector_storage(row[2])
     snapshot = index.snapshot(version)
     _lock(conn, snapshot)
     if conn.execute("SELECT 1 FROM indexes WHERE name = %s", (snapshot,)).fetchone():
@@ -74,8 +76,8 @@ def freeze(conn: Connection, index: IndexName) -> IndexName:
     for table, columns in _ROW_TABLES:
         _copy(conn, sql.Identifier(table), sql.Identifier(table), columns, index, snapshot)
     chunks = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(target["chunks"])))
-    if int(chunks.fetchone()[0]) > 0 and dim and int(dim) <= HNSW_MAX_DIM:
-        create_hnsw(conn, snapshot, int(dim))
+    if int(chunks.fetchone()[0]) > 0 and has_graph(dim, storage):
+        create_hnsw(conn, snapshot, int(dim), storage)
     for kind in ("chunks", "postings"):
         conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(target[kind])))
     return snapshot

@@ -1,11 +1,12 @@
 """Dense candidates: query embedding, then the index's HNSW graph (pgvector) with an exact fallback.
 
 Dense queries go to the index's own partition and order by the expression its HNSW index is built
-on, so the planner uses that graph.
+on (`embedding::vector(d)` or `embedding::halfvec(d)`), so the planner uses that graph.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -15,9 +16,20 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from chunking.environment import env_int
+from retrieval.capabilities import VECTOR_STORAGES, VectorFeatures
 from retrieval.options import HNSW_MAX_EF, SearchError
 from retrieval.query.fusion import Candidates
 from retrieval.query.snapshot import IndexHandle
+
+# Iterative HNSW scans (pgvector 0.8): strict_order keeps rows in distance order; relaxed_order may
+# return them slightly out of order (re-sorted here); off is the pre-0.8 behaviour.
+ITERATIVE_SCAN_ENV = "CHUNKYARD_HNSW_ITERATIVE_SCAN"
+ITERATIVE_SCAN_MODES = ("strict_order", "relaxed_order", "off")
+# How many tuples one iterative scan may visit before it gives up (pgvector's default); the exact
+# scan answers what it leaves short.
+MAX_SCAN_TUPLES_ENV = "CHUNKYARD_HNSW_MAX_SCAN_TUPLES"
+MAX_SCAN_TUPLES = 20000
 
 
 @runtime_checkable
@@ -53,6 +65,58 @@ def embed_queries(
     return vectors, embed_ms
 
 
+def iterative_scan_mode(features: VectorFeatures | None) -> str:
+    """`hnsw.iterative_scan` for this server: CHUNKYARD_HNSW_ITERATIVE_SCAN (strict_order, the default;
+    relaxed_order; off), and always `off` where pgvector is older than 0.8 (no iterative scans)."""
+    mode = os.environ.get(ITERATIVE_SCAN_ENV, "").strip() or "strict_order"
+    if mode not in ITERATIVE_SCAN_MODES:
+        raise SearchError(f"{ITERATIVE_SCAN_ENV}: expected one of {list(ITERATIVE_SCAN_MODES)}, got {mode!r}")
+    return mode if features is not None and features.iterative_scan else "off"
+
+
+def index_candidates(
+    conn: psycopg.Connection,
+    handle: IndexHandle,
+    query_vector: np.ndarray,
+    n: int,
+    filters: dict[str, Any] | None,
+    ef_search: int,
+    iterative_scan: str = "off",
+) -> Candidates:
+    """The HNSW path alone: at most n nearest chunks by cosine, in one round trip with its settings.
+
+    It orders by the expression the partition's graph is built on (`vector(d)` or `halfvec(d)`);
+    the scores are the float32 cosine either way, and rows come back in that order. With an
+    iterative scan (pgvector 0.8) a selective filter keeps the scan going until n rows match or
+    `hnsw.max_scan_tuples` is spent.
+    """
+    ef = min(HNSW_MAX_EF, max(ef_search, n))
+    exact_type = sql.SQL("vector({})").format(sql.Literal(handle.dim))
+    graph_type = sql.SQL("{}({})").format(sql.SQL(_storage(handle)), sql.Literal(handle.dim))
+    where = sql.SQL(" WHERE metadata @> %(filters)s") if filters else sql.SQL("")
+    params: dict[str, Any] = {"q": np.asarray(query_vector, dtype=np.float32), "n": n}
+    if filters:
+        params["filters"] = Jsonb(filters)
+    query = sql.SQL(
+        "SELECT chunk_id, (embedding::{e}) <=> %(q)s::{e} AS distance FROM {part}{where}"
+        " ORDER BY (embedding::{g}) <=> %(q)s::{g} LIMIT %(n)s"
+    ).format(e=exact_type, g=graph_type, part=sql.Identifier(handle.chunks), where=where)
+    with conn.pipeline():  # one round trip for the settings and the query
+        conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(ef)))
+        if iterative_scan != "off":
+            conn.execute(sql.SQL("SET LOCAL hnsw.iterative_scan = {}").format(sql.Literal(iterative_scan)))
+            conn.execute(
+                sql.SQL("SET LOCAL hnsw.max_scan_tuples = {}").format(
+                    sql.Literal(env_int(MAX_SCAN_TUPLES_ENV, MAX_SCAN_TUPLES))
+                )
+            )
+        cursor = conn.execute(query, params)
+    rows = cursor.fetchall()
+    if handle.vector_storage != "vector" or iterative_scan == "relaxed_order":
+        rows.sort(key=lambda row: row[1])  # float16 graph order, or relaxed order: sort by the exact cosine
+    return [(cid, 1.0 - float(distance)) for cid, distance in rows]
+
+
 def dense_candidates(
     conn: psycopg.Connection,
     handle: IndexHandle,
@@ -60,34 +124,40 @@ def dense_candidates(
     n: int,
     filters: dict[str, Any] | None,
     ef_search: int,
+    features: VectorFeatures | None = None,
 ) -> Candidates:
-    """Nearest chunks by cosine via the partition's HNSW index; exact scan if a filter starves it."""
+    """Nearest chunks by cosine via the partition's HNSW index; exact scan if a filter starves it.
+
+    `features` (the server's, `Store.vector_features`) turns on iterative index scans where pgvector
+    has them (0.8+) for filtered queries; without them (or when `hnsw.max_scan_tuples` runs out) the
+    exact scan below answers.
+    """
     ef = min(HNSW_MAX_EF, max(ef_search, n))
+    iterative = iterative_scan_mode(features) if filters or n > ef else "off"
+    found = index_candidates(conn, handle, query_vector, n, filters, ef_search, iterative)
+    if len(found) >= n:
+        return found
+    # HNSW's candidate list can run dry (a selective filter, or n > ef): count what exists and
+    # fall back to an exact scan so k rows come back whenever k rows match.
     vector_type = sql.SQL("vector({})").format(sql.Literal(handle.dim))
     where = sql.SQL(" WHERE metadata @> %(filters)s") if filters else sql.SQL("")
     params: dict[str, Any] = {"q": np.asarray(query_vector, dtype=np.float32), "n": n}
     if filters:
         params["filters"] = Jsonb(filters)
-    query = sql.SQL(
-        "SELECT chunk_id, (embedding::{t}) <=> %(q)s::{t} AS distance FROM {part}{where}"
-        " ORDER BY (embedding::{t}) <=> %(q)s::{t} LIMIT %(n)s"
+    available = conn.execute(
+        sql.SQL("SELECT count(*) FROM {part}{where}").format(part=sql.Identifier(handle.chunks), where=where),
+        params,
+    ).fetchone()[0]
+    if available <= len(found):
+        return found
+    exact = sql.SQL(
+        "SELECT chunk_id, embedding <=> %(q)s::{t} AS distance FROM {part}{where} ORDER BY 2 LIMIT %(n)s"
     ).format(t=vector_type, part=sql.Identifier(handle.chunks), where=where)
-    with conn.pipeline():  # one round trip for the setting and the query
-        conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(ef)))
-        cursor = conn.execute(query, params)
-    rows = cursor.fetchall()
-    if len(rows) < n:
-        # HNSW's candidate list can run dry (a selective filter, or n > ef): count what exists and
-        # fall back to an exact scan so k rows come back whenever k rows match.
-        available = conn.execute(
-            sql.SQL("SELECT count(*) FROM {part}{where}").format(
-                part=sql.Identifier(handle.chunks), where=where
-            ),
-            params,
-        ).fetchone()[0]
-        if available > len(rows):
-            exact = sql.SQL(
-                "SELECT chunk_id, embedding <=> %(q)s::{t} AS distance FROM {part}{where} ORDER BY 2 LIMIT %(n)s"
-            ).format(t=vector_type, part=sql.Identifier(handle.chunks), where=where)
-            rows = conn.execute(exact, params).fetchall()
+    rows = conn.execute(exact, params).fetchall()
     return [(cid, 1.0 - float(distance)) for cid, distance in rows]
+
+
+def _storage(handle: IndexHandle) -> str:
+    if handle.vector_storage not in VECTOR_STORAGES:
+        raise SearchError(f"index {handle.name!r}: unknown vector_storage {handle.vector_storage!r}")
+    return handle.vector_storage

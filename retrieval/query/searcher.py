@@ -251,6 +251,7 @@ class Searcher:
     ) -> tuple[list[SearchResult], float]:
         """One query through the stages; returns its results and its ranking gap."""
         request, mode = plan.options, plan.mode
+        features = self.store.vector_features() if mode != "bm25" else None
         with self.store.connection() as conn, read_snapshot(conn):
             handle = self._handles.get(conn, index, begin=True)
             dense: Candidates = []
@@ -259,7 +260,7 @@ class Searcher:
                 with _timed(timings, "dense_ms"):
                     n = first_stage if mode == "dense" else max(first_stage, plan.candidates)
                     ef = request.ef_search or self.ef_search
-                    dense = dense_candidates(conn, handle, qvec, n, request.filters, ef)
+                    dense = dense_candidates(conn, handle, qvec, n, request.filters, ef, features)
             if mode != "dense":
                 with _timed(timings, "bm25_ms"):
                     n = first_stage if mode == "bm25" else max(first_stage, plan.candidates)

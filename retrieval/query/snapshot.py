@@ -37,6 +37,7 @@ class IndexHandle:
     analyzer: bm25_lib.Analyzer
     defaults: IndexDefaults
     label: IndexName  # what results name: a snapshot (`c/x@v3`) answers as its live index at version 3
+    vector_storage: str = "vector"  # the type its HNSW graph is built on (`vector` or `halfvec`)
 
 
 class IndexHandles:
@@ -75,6 +76,7 @@ class IndexHandles:
             analyzer=bm25_lib.build_analyzer(bm25_config),
             defaults=_index_defaults(config, name),
             label=name.snapshot_of[0] if name.snapshot_of else name,
+            vector_storage=str(config.get("vector_storage") or "vector"),
         )
         with self._lock:
             self._handles[name] = handle
