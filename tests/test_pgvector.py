@@ -148,6 +148,10 @@ def test_halfvec_storage_gives_the_same_top_results_from_a_smaller_graph(store: 
         store.sync_documents(spec.collection, docs, [])
         report = build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
         assert report.hnsw_built and report.chunks_total == len(SENTENCES) * len(PLACES)
+        meta = report.as_metadata()
+        assert meta["vector_storage"] == storage
+        assert meta["pgvector_version"] == store.vector_features().pgvector_version
+        assert meta["postgres_version"] == store.vector_features().postgres_version
         specs.append(spec)
     vector, half = specs
     with store.connection() as conn:
@@ -235,3 +239,16 @@ def test_without_iterative_scans_the_exact_fallback_still_returns_k(store: Store
     exact = sorted(rows, key=lambda r: -float(as_array(r[1]) @ query))[:10]
     assert [cid for cid, _ in got] == [cid for cid, _ in exact]
     assert np.allclose([s for _, s in got], [float(as_array(v) @ query) for _, v in exact], atol=1e-5)
+
+
+def test_chunkyard_instance_prints_the_postgres_and_pgvector_versions(
+    store: Store, pg_url: str, tmp_path, monkeypatch, capsys
+) -> None:
+    from orchestration.cli import main
+
+    monkeypatch.setenv("DATABASE_URL", pg_url)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    assert main(["instance"]) == 0
+    features = store.vector_features()
+    line = f"Database: PostgreSQL {features.postgres_version}, pgvector {features.pgvector_version}"
+    assert line in capsys.readouterr().out

@@ -26,7 +26,13 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
     index_name = spec.name
     parts = partition_names(index_name)
     chunks_t, postings_t = sql.Identifier(parts["chunks"]), sql.Identifier(parts["postings"])
-    report = PublishReport(index=index_name)
+    features = store.vector_features()
+    report = PublishReport(
+        index=index_name,
+        vector_storage=spec.config.vector_storage,
+        postgres_version=features.postgres_version,
+        pgvector_version=features.pgvector_version,
+    )
     with store.connection() as conn, conn.transaction():
         row = conn.execute(
             "SELECT version, dim FROM indexes WHERE name = %s FOR UPDATE", (index_name,)

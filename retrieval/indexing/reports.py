@@ -99,6 +99,9 @@ class PublishReport:
     hnsw_built: bool = False
     seconds: float = 0.0
     hnsw_seconds: float = 0.0
+    vector_storage: str = "vector"  # the HNSW graph's type (`vector` or `halfvec`)
+    postgres_version: str = ""  # the server the index was published on (`server_version`)
+    pgvector_version: str = ""  # its `vector` extension (`pg_extension.extversion`)
     staged: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)  # see `stage_timings`
 
