@@ -246,6 +246,13 @@ def cmd_instance(args: argparse.Namespace) -> int:
 
     home = ensure_instance()
     _print(f"Dagster instance: {home / 'dagster.yaml'}")
+    from retrieval.store import Store
+
+    store = Store()  # the versions Dagster and the indexes run on (Postgres, pgvector)
+    try:
+        _print(f"Database: {store.vector_features().describe()}")
+    finally:
+        store.close()
     return 0
 
 
