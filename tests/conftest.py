@@ -19,7 +19,7 @@ requires_chroma = pytest.mark.skipif(
 
 @pytest.fixture(scope="session")
 def pg_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A fresh real Postgres 16 + pgvector for this test session; DATABASE_URL is never touched."""
+    """A fresh real PostgreSQL 18 + pgvector 0.8 for this test session; DATABASE_URL is never touched."""
     from retrieval.db import embedded_database_url
 
     return embedded_database_url(tmp_path_factory.mktemp("pg"))
