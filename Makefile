@@ -62,6 +62,8 @@ bench-query: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_query $(BENCH_QUERY_ARGS)
 	$(BIN)/python -m benchmarks.bench_query --sizes 1000000 --hnsw-m 32 --hnsw-ef-construction 128 \
 		--default-ef 800 --append $(BENCH_QUERY_ARGS)
+	# vector vs halfvec graphs and iterative filtered scans, at N chunks (the issue's size: N=1000000)
+	$(BIN)/python -m benchmarks.bench_vector_storage --n $(or $(N),100000)
 
 bench-embedder: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_embedder
