@@ -1,0 +1,62 @@
+"""The published span check after an incremental publish: it reads the written documents only, yet
+still fails when any other document's text no longer matches what the index was built from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chunking.loaders import load_folder
+from pipeline import checks
+from pipeline.steps.index import publish_index
+from retrieval.indexing import stage_bm25, stage_chunks, stage_embeddings
+from tests.test_indexing_support import ParagraphChunker, make_spec
+
+TEXTS = {
+    f"doc{i}.txt": f"Paragraph one of document {i} about topic {i}.\n\nParagraph two of document {i}.\n"
+    for i in range(5)
+}
+
+
+def _publish(store, embedder, spec, folder: Path) -> checks.Check:
+    documents, failures = load_folder(folder)
+    store.sync_documents(spec.collection, documents, failures)
+    stage_chunks(store, spec, chunker=ParagraphChunker(spec.config.config_hash))
+    stage_embeddings(store, spec, embedder)
+    stage_bm25(store, spec)
+    step = publish_index(store, spec)
+    return next(c for c in step.checks if c.name == "published_spans_match")
+
+
+def test_an_incremental_publish_checks_the_written_documents_and_the_hashes_of_the_rest(
+    store, embedder, tmp_path
+) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name, text in TEXTS.items():
+        (folder / name).write_text(text)
+    spec = make_spec()
+
+    first = _publish(store, embedder, spec, folder)
+    assert first.passed, first.metadata
+    assert first.metadata["documents_checked"] == 5 and first.metadata["chunks_checked"] == 10
+
+    (folder / "doc2.txt").write_text(TEXTS["doc2.txt"] + "\nA third paragraph about zebras.\n")
+    update = _publish(store, embedder, spec, folder)
+    assert update.passed, update.metadata
+    assert update.metadata["documents_checked"] == 1 and update.metadata["chunks_checked"] == 3
+    assert update.metadata["documents_changed_since_indexed"] == 0
+
+    # A document's stored text changes under the published index (nothing re-indexed it): the
+    # scoped check still fails and names it; the whole-index check fails on its spans.
+    with store.connection() as conn:
+        conn.execute(
+            "UPDATE documents SET text = upper(text), sha256 = 'edited' WHERE collection = %s AND doc_id = 'doc4.txt'",
+            (spec.collection,),
+        )
+    scoped = checks.check_spans(store, spec.collection, spec.name, "published", doc_ids=["doc2.txt"])
+    assert not scoped.passed
+    assert scoped.metadata["documents_changed_since_indexed"] == 1
+    assert "doc4.txt (text changed since it was indexed)" in scoped.metadata["examples"]
+    whole = checks.check_spans(store, spec.collection, spec.name, "published")
+    assert not whole.passed and whole.metadata["span_mismatches"] == 2
+    assert whole.metadata["chunks_checked"] == 11
