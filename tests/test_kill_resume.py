@@ -130,7 +130,9 @@ def test_kill_9_mid_embedding_then_resume_publishes_a_consistent_index(store, em
         " WHERE index_name = %s ORDER BY chunk_id"
     )
     resumed, expected = _rows(store, chunks_sql, spec.name), _rows(store, chunks_sql, fresh.name)
-    assert len(resumed) == len(expected) == total >= 500
+    assert len(resumed) == len(expected) >= 500
+    # `total` counts distinct texts: two documents may end in the same short tail (one vector each).
+    assert len({r[5] for r in resumed}) == total
     assert resumed == expected  # ids, spans, texts, hashes and vectors
     assert len({r[0] for r in resumed}) == len(resumed)
     by_id = {d.id: d.text for d in docs}
