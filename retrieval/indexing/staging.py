@@ -20,11 +20,12 @@ def merge_stage_report(conn: Connection, index_name: str, values: dict[str, Any]
 
 
 def clear_staging(conn: Connection, index_name: str, tables: tuple[str, ...] | None = None) -> None:
-    """Empty the index's staging area (all of it unless `tables` names some)."""
-    for table in tables or STAGING_TABLES:
-        conn.execute(
-            sql.SQL("DELETE FROM {} WHERE index_name = %s").format(sql.Identifier(table)), (index_name,)
-        )
+    """Empty the index's staging area (all of it unless `tables` names some), in one round trip."""
+    with conn.pipeline():
+        for table in tables or STAGING_TABLES:
+            conn.execute(
+                sql.SQL("DELETE FROM {} WHERE index_name = %s").format(sql.Identifier(table)), (index_name,)
+            )
 
 
 def staged_run(conn: Connection, index_name: str, step: str) -> tuple[str, bool, str | None]:
