@@ -30,6 +30,8 @@ ITERATIVE_SCAN_MODES = ("strict_order", "relaxed_order", "off")
 # scan answers what it leaves short.
 MAX_SCAN_TUPLES_ENV = "CHUNKYARD_HNSW_MAX_SCAN_TUPLES"
 MAX_SCAN_TUPLES = 20000
+# A `halfvec` graph's candidates re-ranked by the float32 cosine, per result asked for.
+HALFVEC_RERANK = 4
 
 
 @runtime_checkable
@@ -86,7 +88,8 @@ def index_candidates(
     """The HNSW path alone: at most n nearest chunks by cosine, in one round trip with its settings.
 
     It orders by the expression the partition's graph is built on (`vector(d)` or `halfvec(d)`);
-    the scores are the float32 cosine either way, and rows come back in that order. With an
+    the scores are the float32 cosine either way, and rows come back in that order (a halfvec
+    graph's nearest HALFVEC_RERANK x n are re-ranked by it). With an
     iterative scan (pgvector 0.8) a selective filter keeps the scan going until n rows match or
     `hnsw.max_scan_tuples` is spent.
     """
@@ -94,7 +97,10 @@ def index_candidates(
     exact_type = sql.SQL("vector({})").format(sql.Literal(handle.dim))
     graph_type = sql.SQL("{}({})").format(sql.SQL(_storage(handle)), sql.Literal(handle.dim))
     where = sql.SQL(" WHERE metadata @> %(filters)s") if filters else sql.SQL("")
-    params: dict[str, Any] = {"q": np.asarray(query_vector, dtype=np.float32), "n": n}
+    # a float16 graph ranks near-ties slightly differently: fetch up to HALFVEC_RERANK x n of its
+    # nearest (within ef) and keep the n best by the float32 cosine
+    fetch = n if handle.vector_storage == "vector" else max(n, min(ef, HALFVEC_RERANK * n))
+    params: dict[str, Any] = {"q": np.asarray(query_vector, dtype=np.float32), "n": fetch}
     if filters:
         params["filters"] = Jsonb(filters)
     query = sql.SQL(
@@ -114,7 +120,7 @@ def index_candidates(
     rows = cursor.fetchall()
     if handle.vector_storage != "vector" or iterative_scan == "relaxed_order":
         rows.sort(key=lambda row: row[1])  # float16 graph order, or relaxed order: sort by the exact cosine
-    return [(cid, 1.0 - float(distance)) for cid, distance in rows]
+    return [(cid, 1.0 - float(distance)) for cid, distance in rows[:n]]
 
 
 def dense_candidates(
