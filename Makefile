@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chunkyard-installed
 
-.PHONY: install demo test test-faults ui serve eval screenshots bench bench-load bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest lint clean
+.PHONY: install demo test test-faults ui serve eval screenshots bench bench-load bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness stack lint clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -91,6 +91,17 @@ bench-ingest: $(STAMP)
 # side: BENCH_SCALE_ARGS="--docs 300" for a smaller collection
 bench-scale: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_scale $(BENCH_SCALE_ARGS)
+
+# the deployed services as local processes on loopback (standalone Postgres, Dagster webserver and
+# daemon, the query service) until Ctrl-C; STACK_ARGS="--sensor-interval 5" etc. (orchestration/stack.py)
+stack: $(STAMP)
+	$(BIN)/chunkyard stack up $(STACK_ARGS)
+
+# file write -> searchable through `chunkyard stack up`, 20 edits of one document in bench_incremental's
+# 1,000-document collection (the first run indexes it: ~6-10 min here; later runs reuse
+# .chunkyard/bench_freshness)
+bench-freshness: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_freshness $(BENCH_FRESHNESS_ARGS)
 
 # refreshes the UI screenshots in benchmarks/results/ui/ (make test writes them to a temporary folder)
 screenshots: $(STAMP)
