@@ -13,7 +13,7 @@ from chunking.base import BaseChunker
 from chunking.types import Chunk, Document, without_locations
 from retrieval.config import IndexSpec
 from retrieval.indexing.reports import ChunkStageReport, IndexingError
-from retrieval.indexing.staging import clear_staging, merge_stage_report
+from retrieval.indexing.staging import analyze_staged, clear_staging, merge_stage_report
 from retrieval.languages import METADATA_KEY, document_language
 from retrieval.store import Store, partition_names
 
@@ -178,8 +178,7 @@ def stage_chunks(
                             copy.write_row(row)
                 report.chunks_staged += len(rows)
                 report.chunks_precomputed_embeddings += len(vectors)
-        conn.execute("ANALYZE staged_chunks")
-        conn.execute("ANALYZE staged_embeddings")
+        analyze_staged(conn, report.chunks_staged, "staged_chunks", "staged_embeddings")
         report.seconds = report.chunk_stage_seconds = round(time.perf_counter() - started, 3)
         report.load_seconds, report.chunk_seconds = (
             round(report.load_seconds, 3),

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from retrieval.config import IndexSpec
 from retrieval.indexing.reports import EmbeddingStageReport, IndexingError
-from retrieval.indexing.staging import merge_stage_report, staged_run
+from retrieval.indexing.staging import analyze_staged, merge_stage_report, staged_run
 from retrieval.store import Store
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def stage_embeddings(store: Store, spec: IndexSpec, embedder: Embedder) -> Embed
             copy.set_types(["text", "text", "vector"])
             for chunk_id, content_hash, _ in pending:
                 copy.write_row((index_name, chunk_id, vectors[content_hash]))
-        cur.execute("ANALYZE staged_embeddings")
+        analyze_staged(conn, len(pending), "staged_embeddings")
         report.stage_write_seconds = round(time.perf_counter() - write_started, 3)
         report.seconds = round(time.perf_counter() - started, 3)
         report.embedding_stage_seconds = report.seconds

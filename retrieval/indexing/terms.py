@@ -7,7 +7,7 @@ from collections import Counter
 
 from retrieval.config import IndexSpec
 from retrieval.indexing.reports import Bm25StageReport, IndexingError
-from retrieval.indexing.staging import clear_staging, merge_stage_report, staged_run
+from retrieval.indexing.staging import analyze_staged, clear_staging, merge_stage_report, staged_run
 from retrieval.languages import index_analysis
 from retrieval.store import Store
 
@@ -55,8 +55,7 @@ def stage_bm25(store: Store, spec: IndexSpec) -> Bm25StageReport:
                 copy.set_types(["text", "text", "int4"])
                 for row in lengths:
                     copy.write_row(row)
-        conn.execute("ANALYZE staged_bm25")
-        conn.execute("ANALYZE staged_bm25_lengths")
+        analyze_staged(conn, len(rows), "staged_bm25", "staged_bm25_lengths")
         report.chunks_analyzed = len(rows)
         report.distinct_terms_staged = len(terms_seen)
         report.seconds = report.bm25_stage_seconds = round(time.perf_counter() - started, 3)
