@@ -127,7 +127,8 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"Collection: {report['documents']} documents ({report['corpus_chars']:,} characters) cut from the "
         f"Chroma benchmark corpora (bench_incremental's collection); index config `{report['config']}` "
-        "(all-MiniLM-L6-v2). Each worker count on a fresh database of one embedded Postgres 16, a loopback "
+        "(all-MiniLM-L6-v2). Each worker count on a fresh database of one embedded "
+        f"{report.get('server', 'Postgres')}, a loopback "
         "redis-server 7 as broker and result backend, `dagster-celery worker start -A dagster_celery.app` "
         "workers with the solo pool (one process each), and one run of every asset by `dagster asset "
         "materialize` with the `celery` executor mode; the `embedding` pool limit is 1.",
@@ -185,18 +186,31 @@ def noise(one: dict[str, Any], two: dict[str, Any]) -> str:
     """How much of the difference is the embedding step itself (same work in both runs: CPU load varying)."""
     embed_one = one["steps"].get("embeddings", {}).get("seconds", 0.0)
     embed_two = two["steps"].get("embeddings", {}).get("seconds", 0.0)
-    gap = one["wall_seconds"] - two["wall_seconds"]
-    if not embed_one or not embed_two or gap <= 0:
+    gap = two["wall_seconds"] - one["wall_seconds"]  # > 0: two workers slower
+    if not embed_one or not embed_two or not gap:
         return ""
-    delta = embed_one - embed_two
-    adjusted = one["wall_seconds"] / (two["wall_seconds"] + delta)
+    delta = embed_two - embed_one
+    adjusted = one["wall_seconds"] / (two["wall_seconds"] - delta)
+    slower = "slower" if gap > 0 else "faster"
     return (
-        f" Of the {gap:.1f} s difference, {delta:.1f} s is the embedding step itself, which did the same "
-        "work in both runs (same chunks, one model step at a time, on one worker): that part is the shared "
-        f"CPU's load changing between the runs, not the second worker. Without it the ratio is "
-        f"{adjusted:.2f}x: on one index the second worker has only bm25 to run beside the "
+        f" Two workers were {abs(gap):.1f} s {slower}; {delta:+.1f} s of that is the embedding step itself, "
+        "which did the same work in both runs (same chunks, one model step at a time, on one worker): that "
+        "part is the shared CPU's load changing between the runs, not the second worker. Without it the "
+        f"ratio is {adjusted:.2f}x: on one index the second worker has only bm25 to run beside the "
         "embedding step, a second or two."
     )
+
+
+def server_versions(url: str) -> str:
+    """`PostgreSQL <version> + pgvector <version>` of the server at `url`."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        version, vector = conn.execute(
+            "SELECT current_setting('server_version'),"
+            " (SELECT default_version FROM pg_available_extensions WHERE name = 'vector')"
+        ).fetchone()
+    return f"PostgreSQL {version.split()[0]} + pgvector {vector}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         server_url = embedded_database_url(root / "pg")
         with redis_server(root / "redis") as broker:
             runs = [measure(n, root, server_url, root, broker) for n in args.workers]
+        server = server_versions(server_url)
     flags = ("" if args.docs == 1000 else f" --docs {args.docs}") + (
         "" if args.workers == [1, 2] else " --workers " + " ".join(map(str, args.workers))
     )
@@ -233,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         "documents": len(docs),
         "corpus_chars": corpus_chars,
         "config": args.config,
+        "server": server,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}",
         "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "args": flags,
