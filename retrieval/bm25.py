@@ -174,7 +174,7 @@ def sql_top_k(
 _COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 
 
-def _binary_copy_int4_rows(data: bytes, n_fields: int) -> np.ndarray:
+def binary_copy_int4_rows(data: bytes, n_fields: int) -> np.ndarray:
     """Parse Postgres binary COPY output whose rows are `n_fields` non-null int4 columns."""
     if not data.startswith(_COPY_SIGNATURE):
         raise ValueError("not a Postgres binary COPY stream")
@@ -261,7 +261,7 @@ class MemoryBm25:
             with conn.cursor() as cur, cur.copy(query) as copy:
                 for block in copy:
                     buffer += block
-        records = _binary_copy_int4_rows(bytes(buffer), 4)
+        records = binary_copy_int4_rows(bytes(buffer), 4)
         cols_idx, rows_idx, tfs, lens = (records[f"v{i}"].astype(np.int64) for i in range(4))
         tf_arr = tfs.astype(np.float64)
         len_arr = lens.astype(np.float64)

@@ -371,3 +371,75 @@ def test_the_http_service_ranks_with_the_same_code_path(plain_index, context_ind
         json={"query": query, "index": plain_index.name, "context_weight": 0.8, "focus_weight": 0.5},
     )
     assert bad.status_code == 400 and "at most 1" in bad.json()["detail"]
+
+
+CONTEXT_KEYS_COMPARED = ("context_bm25", "context_dense", "focus", "context", "with_context")
+
+
+@pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid", "hybrid_weighted"])
+def test_in_memory_context_statistics_give_the_per_query_sql_scores(
+    store, embedder, plain_index, mode
+) -> None:
+    """The memory backend (statistics loaded once per version) ranks and scores as the SQL one."""
+    from_sql = Searcher(store, embedder, context_backend="sql")
+    in_memory = Searcher(store, embedder, context_backend="memory")
+    for query in ("where is the magma of a volcano", "bread in the oven", "a grey summit", "zzz unknown"):
+        for options in (
+            {"context_weight": 0.6, "context_neighbours": 1},
+            {"context_weight": 0.45, "context_neighbours": 2, "focus_weight": 0.2, "focus_size": 4},
+        ):
+            expected = from_sql.search(query, plain_index.name, k=12, mode=mode, **options)
+            got = in_memory.search(query, plain_index.name, k=12, mode=mode, **options)
+            assert [r.chunk_id for r in got] == [r.chunk_id for r in expected]
+            for r, e in zip(got, expected, strict=True):
+                assert set(r.scores) == set(e.scores)
+                for key in CONTEXT_KEYS_COMPARED:
+                    if key in e.scores:  # pgvector sums float32: cosines agree to float noise
+                        assert r.scores[key] == pytest.approx(e.scores[key], rel=1e-9, abs=1e-6), (query, key)
+
+
+def test_context_scoring_sends_no_query_of_its_own(store, embedder, plain_index, monkeypatch) -> None:
+    """After the first query of a version, context scoring reads nothing from Postgres: a search
+    with context (and focus) sends exactly the statements of the same search without it."""
+    import threading
+
+    import psycopg
+
+    searcher = Searcher(store, embedder, context_backend="memory")
+    searcher.warm(plain_index.name)  # the in-memory BM25 copy, so no reload thread runs meanwhile
+    query = "where is the magma of a volcano"
+    with_context = {"context_weight": 0.45, "context_neighbours": 2, "focus_weight": 0.2}
+    searcher.search(query, plain_index.name, k=5, mode="hybrid_weighted", **with_context)  # loads the version
+    sent: list[str] = []
+    execute, copy = psycopg.Cursor.execute, psycopg.Cursor.copy
+    this_thread = threading.get_ident()
+
+    def record(cursor: psycopg.Cursor, statement) -> None:
+        if threading.get_ident() == this_thread:  # other tests' searchers may still reload in the background
+            sent.append(statement if isinstance(statement, str) else statement.as_string(cursor))
+
+    def recording_execute(self, statement, *args, **kwargs):
+        record(self, statement)
+        return execute(self, statement, *args, **kwargs)
+
+    def recording_copy(self, statement, *args, **kwargs):
+        record(self, statement)
+        return copy(self, statement, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", recording_execute)
+    monkeypatch.setattr(psycopg.Cursor, "copy", recording_copy)
+    for mode in ("dense", "bm25", "hybrid_weighted"):
+        sent.clear()
+        searcher.search(query, plain_index.name, k=5, mode=mode, **with_context)
+        context_statements = list(sent)
+        sent.clear()
+        # the same first stage without context scoring (collapsing reads the in-memory layout too)
+        searcher.search(query, plain_index.name, k=5, mode=mode, collapse_duplicates=True)
+        assert context_statements == sent, mode
+        assert not any("bm25_postings" in s or "bm25_terms" in s or "avg(" in s for s in context_statements)
+    # the recording sees what the per-query path sends
+    from_sql = Searcher(store, embedder, context_backend="sql")
+    from_sql.warm(plain_index.name)
+    sent.clear()
+    from_sql.search(query, plain_index.name, k=5, mode="hybrid_weighted", **with_context)
+    assert any("bm25_postings" in s for s in sent) and any("avg(" in s for s in sent)

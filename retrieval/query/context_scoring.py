@@ -16,6 +16,11 @@ avgdl; without chunk overlap this is exactly BM25 of the concatenated span) and 
 between the query and the mean of the context's chunk vectors. Nothing new is stored or
 embedded: chunk ids, spans and vectors stay those of the index, and returned chunks are still
 exact spans; only their order changes. The settings (`ContextScoring`) are in `retrieval.options`.
+
+What the contexts are scored with (term frequencies, document frequencies, vectors, each chunk's
+analysed terms) is loaded once per index version (`ContextStatistics`, like the in-memory BM25
+copy), so a query sends no statement of its own; `score_contexts` is the per-query SQL twin
+(`Searcher(context_backend="sql")`), kept for indexes too large to hold in memory.
 """
 
 from __future__ import annotations
@@ -117,6 +122,140 @@ class ChunkLayout:
                 lo, hi = self._bounds(np.arange(len(self.chunk_ids)), settings)
                 self._mean_length[key] = float(np.mean(self._cumulative[hi] - self._cumulative[lo]))
         return self._mean_length[key]
+
+
+class ContextStatistics:
+    """What context scoring reads about the chunks of one index version, in layout order, in memory.
+
+    BM25: the corpus totals, every term's document frequency and a (chunks x terms) matrix of raw
+    term frequencies; dense: every chunk vector; focus: every chunk's analysed terms as term ids.
+    Each part is loaded once, on first use, inside the caller's snapshot of `version` (published
+    content never changes within a version), so a query reads no neighbour statistics from the
+    database. Memory per chunk: 4 bytes per vector dimension, 16 bytes per posting, 4 per analysed term.
+    """
+
+    def __init__(self, handle: IndexHandle, layout: ChunkLayout) -> None:
+        self.version = handle.version
+        self.layout = layout
+        self._handle = handle
+        self._lock = threading.Lock()
+        self.stats: bm25_lib.CorpusStats | None = None
+        self.term_ids: dict[str, int] = {}
+        self.df = np.zeros(0, dtype=np.int64)
+        self._indptr = np.zeros(1, dtype=np.int64)  # CSC by term: rows (layout positions) and tf
+        self._rows = np.zeros(0, dtype=np.int64)
+        self._tf_cumulative = np.zeros(1, dtype=np.int64)
+        self._vectors: np.ndarray | None = None
+        self._focus: tuple[np.ndarray, np.ndarray] | None = None
+        self._bm25_loaded = False
+
+    def _layout_order(self) -> sql.Composable:
+        return sql.SQL("ORDER BY doc_id, start, chunk_id")  # ChunkLayout.load's order
+
+    def load_bm25(self, conn: psycopg.Connection) -> None:
+        """Totals, document frequencies and term frequencies (one binary COPY of the postings)."""
+        if self._bm25_loaded:
+            return
+        with self._lock:
+            if self._bm25_loaded:
+                return
+            handle = self._handle
+            self.stats = bm25_lib.load_stats(conn, handle.name)
+            terms = conn.execute(
+                "SELECT term, df FROM bm25_terms WHERE index_name = %s ORDER BY term", (handle.name,)
+            ).fetchall()
+            self.term_ids = {t: i for i, (t, _) in enumerate(terms)}
+            self.df = np.array([int(d) for _, d in terms], dtype=np.int64)
+            query = sql.SQL(
+                "COPY (SELECT t.ti::int4, c.ci::int4, p.tf FROM {postings} p"
+                " JOIN (SELECT chunk_id, row_number() OVER ({order}) - 1 AS ci FROM {chunks}) c"
+                " ON c.chunk_id = p.chunk_id"
+                " JOIN (SELECT term, row_number() OVER (ORDER BY term) - 1 AS ti FROM bm25_terms"
+                " WHERE index_name = {name}) t ON t.term = p.term) TO STDOUT (FORMAT BINARY)"
+            ).format(
+                postings=sql.Identifier(handle.postings),
+                chunks=sql.Identifier(handle.chunks),
+                order=self._layout_order(),
+                name=sql.Literal(str(handle.name)),
+            )
+            records = bm25_lib.binary_copy_int4_rows(_copy_bytes(conn, query), 3)
+            term_index, rows, tf = (records[f"v{i}"].astype(np.int64) for i in range(3))
+            order = np.lexsort((rows, term_index))
+            term_index, rows, tf = term_index[order], rows[order], tf[order]
+            self._indptr = np.searchsorted(term_index, np.arange(len(terms) + 1), side="left").astype(
+                np.int64
+            )
+            self._rows = rows
+            self._tf_cumulative = np.concatenate([[0], np.cumsum(tf)]).astype(np.int64)
+            self._bm25_loaded = True
+
+    def context_tf(self, term: str, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Summed tf of `term` over the layout positions `[lo, hi)` of each context."""
+        j = self.term_ids[term]
+        p0, p1 = int(self._indptr[j]), int(self._indptr[j + 1])
+        rows = self._rows[p0:p1]
+        a = p0 + np.searchsorted(rows, lo, side="left")
+        b = p0 + np.searchsorted(rows, hi, side="left")
+        return (self._tf_cumulative[b] - self._tf_cumulative[a]).astype(np.float64)
+
+    def vectors(self, conn: psycopg.Connection) -> np.ndarray:
+        """Every chunk vector in layout order (float32, one binary COPY)."""
+        if self._vectors is None:
+            with self._lock:
+                if self._vectors is None:
+                    dim = int(self._handle.dim)
+                    query = sql.SQL(
+                        "COPY (SELECT embedding::vector({dim}) FROM {chunks} {order}) TO STDOUT (FORMAT BINARY)"
+                    ).format(
+                        dim=sql.Literal(dim),
+                        chunks=sql.Identifier(self._handle.chunks),
+                        order=self._layout_order(),
+                    )
+                    self._vectors = _binary_copy_vectors(_copy_bytes(conn, query), dim)
+                    if len(self._vectors) != len(self.layout.chunk_ids):
+                        raise ValueError("context statistics: chunk vectors do not match the chunk layout")
+        return self._vectors
+
+    def focus_terms(
+        self, conn: psycopg.Connection, analyzer: bm25_lib.Analyzer
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Every chunk's analysed `embed_text` as term ids (-1: not in the vocabulary) and its offsets."""
+        self.load_bm25(conn)
+        if self._focus is None:
+            with self._lock:
+                if self._focus is None:
+                    ids: list[int] = []
+                    offsets = [0]
+                    term_ids = self.term_ids
+                    query = sql.SQL("SELECT embed_text FROM {} {}").format(
+                        sql.Identifier(self._handle.chunks), self._layout_order()
+                    )
+                    for (text,) in conn.execute(query):
+                        ids.extend(term_ids.get(term, -1) for term in analyzer.analyze(text))
+                        offsets.append(len(ids))
+                    self._focus = (np.array(ids, dtype=np.int32), np.array(offsets, dtype=np.int64))
+        return self._focus
+
+
+def _copy_bytes(conn: psycopg.Connection, query: sql.Composable) -> bytes:
+    buffer = bytearray()
+    with conn.cursor() as cur, cur.copy(query) as copy:
+        for block in copy:
+            buffer += block
+    return bytes(buffer)
+
+
+def _binary_copy_vectors(data: bytes, dim: int) -> np.ndarray:
+    """Parse binary COPY output of one non-null pgvector `vector(dim)` column into an (n x dim) array."""
+    if not data.startswith(b"PGCOPY\n\xff\r\n\x00"):
+        raise ValueError("not a Postgres binary COPY stream")
+    extension = int.from_bytes(data[15:19], "big")
+    body = data[19 + extension : len(data) - 2]
+    fields = [("count", ">i2"), ("len", ">i4"), ("dim", ">i2"), ("unused", ">i2"), ("x", ">f4", (dim,))]
+    records = np.frombuffer(body, dtype=np.dtype(fields))
+    if records.size and (np.any(records["count"] != 1) or np.any(records["dim"] != dim)):
+        raise ValueError("unexpected row layout in binary COPY stream (a chunk without a vector?)")
+    return records["x"].astype(np.float32)
 
 
 @dataclass
@@ -232,6 +371,119 @@ def score_contexts(
     }
 
 
+def score_contexts_in_memory(
+    conn: psycopg.Connection,
+    statistics: ContextStatistics,
+    *,
+    settings: ContextScoring,
+    candidates: list[str],
+    terms: list[str] | None,
+    bm25_params: bm25_lib.Bm25Params,
+    query_vector: np.ndarray | None,
+    analyzer: bm25_lib.Analyzer | None = None,
+) -> dict[str, ContextEvidence]:
+    """`score_contexts` from the index version's `ContextStatistics`: the same scores, no query sent.
+
+    `conn` (the caller's snapshot) is only used to load a part of the statistics on its first use.
+    """
+    layout = statistics.layout
+    ids = [cid for cid in candidates if cid in layout.position]
+    if not ids:
+        return {}
+    positions = np.array([layout.position[cid] for cid in ids], dtype=np.int64)
+    lo, hi = layout._bounds(positions, settings)
+    counts = Counter(terms or [])
+    use_focus = settings.focus_weight > 0.0 and analyzer is not None and terms is not None
+    bm25_scores = np.zeros(len(ids))
+    focus_scores = np.zeros(len(ids))
+    if terms is not None and counts:
+        statistics.load_bm25(conn)
+        stats = statistics.stats
+        if stats is not None and stats.n_docs > 0:
+            weights = {
+                t: counts[t] * stats.idf(int(statistics.df[statistics.term_ids[t]]), bm25_params.epsilon)
+                for t in sorted(counts)
+                if t in statistics.term_ids
+            }
+            avg_length = layout.mean_context_length(settings) or 1.0
+            k1, b = bm25_params.k1, bm25_params.b
+            lengths = layout._cumulative[hi] - layout._cumulative[lo]
+            norm = k1 * (1 - b + b * lengths / avg_length)
+            for t, w in weights.items():
+                tf = statistics.context_tf(t, lo, hi)
+                bm25_scores += w * tf * (k1 + 1) / (tf + norm)
+            if use_focus and weights and analyzer is not None:
+                focus_ids, offsets = statistics.focus_terms(conn, analyzer)
+                term_ids = np.array([statistics.term_ids[t] for t in weights], dtype=np.int64)
+                w = np.array(list(weights.values()))
+                focus_scores = _best_windows(
+                    focus_ids, offsets, positions, term_ids, w, settings.focus_size, k1
+                )
+    dense_scores: np.ndarray | None = None
+    if query_vector is not None:
+        vectors = statistics.vectors(conn)
+        sizes = hi - lo
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        members = np.repeat(lo - starts, sizes) + np.arange(int(sizes.sum()))
+        sums = np.add.reduceat(vectors[members].astype(np.float64), starts, axis=0)
+        means = (sums / sizes[:, None]).astype(np.float32).astype(np.float64)  # pgvector's avg: float8 sums
+        q = np.asarray(query_vector, dtype=np.float32).astype(np.float64)
+        cosine = (means @ q) / np.sqrt((means * means).sum(axis=1) * float(q @ q))
+        dense_scores = 1.0 - (1.0 - np.clip(cosine, -1.0, 1.0))  # as `1 - (a <=> b)`
+    return {
+        cid: ContextEvidence(
+            bm25=float(bm25_scores[k]) if terms is not None else None,
+            dense=float(dense_scores[k]) if dense_scores is not None else None,
+            chunks=int(hi[k] - lo[k]),
+            focus=float(focus_scores[k]) if use_focus else None,
+        )
+        for k, cid in enumerate(ids)
+    }
+
+
+def _best_windows(
+    focus_ids: np.ndarray,
+    offsets: np.ndarray,
+    positions: np.ndarray,
+    term_ids: np.ndarray,
+    w: np.ndarray,
+    size: int,
+    k1: float,
+) -> np.ndarray:
+    """`best_window_score` of the chunks at `positions` at once, from their analysed term ids.
+
+    Every window of every chunk is scored in one array; a query term absent from a chunk adds
+    exact zeros, so each value equals `best_window_score` of that chunk.
+    """
+    starts, ends = offsets[positions], offsets[positions + 1]
+    lengths = ends - starts
+    out = np.zeros(len(positions))
+    keep = np.flatnonzero(lengths > 0)
+    if keep.size == 0:
+        return out
+    starts, lengths = starts[keep], lengths[keep]
+    # the chunks' terms one after another, as rows of `w` (-1: not a query term)
+    seg_starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    flat = np.repeat(starts - seg_starts, lengths) + np.arange(int(lengths.sum()))
+    terms = focus_ids[flat].astype(np.int64)
+    order = np.argsort(term_ids, kind="stable")
+    found = np.searchsorted(term_ids[order], terms).clip(max=len(term_ids) - 1)
+    rows = np.where(term_ids[order][found] == terms, order[found], -1)
+    hits = np.zeros((len(w), len(rows)))
+    at = np.flatnonzero(rows >= 0)
+    hits[rows[at], at] = 1.0
+    cumulative = np.concatenate([np.zeros((len(w), 1)), np.cumsum(hits, axis=1)], axis=1)
+    widths = np.minimum(size, lengths)
+    n_windows = lengths - widths + 1
+    window_seg = np.repeat(np.arange(len(keep)), n_windows)
+    first_window = np.concatenate([[0], np.cumsum(n_windows)[:-1]])
+    window_start = seg_starts[window_seg] + np.arange(int(n_windows.sum())) - first_window[window_seg]
+    tf = cumulative[:, window_start + widths[window_seg]] - cumulative[:, window_start]
+    scores = (w[:, None] * tf * (k1 + 1) / (tf + k1)).sum(axis=0)
+    out[keep] = np.maximum.reduceat(scores, first_window)
+    return out
+
+
 def best_window_score(chunk_terms: list[str], weights: dict[str, float], size: int, k1: float) -> float:
     """Highest BM25-style score of any `size` consecutive terms (all windows one length: no length norm)."""
     present = set(chunk_terms)
@@ -239,16 +491,19 @@ def best_window_score(chunk_terms: list[str], weights: dict[str, float], size: i
     if not query_terms:
         return 0.0
     row_of = {t: i for i, t in enumerate(query_terms)}
-    hits = np.zeros((len(query_terms), len(chunk_terms) + 1))
-    for position, term in enumerate(chunk_terms):
-        row = row_of.get(term)
-        if row is not None:
-            hits[row, position + 1] = 1.0
+    rows = np.array([row_of.get(term, -1) for term in chunk_terms], dtype=np.int64)
+    return _best_window(rows, np.array([weights[t] for t in query_terms]), size, k1)
+
+
+def _best_window(rows: np.ndarray, w: np.ndarray, size: int, k1: float) -> float:
+    """`best_window_score` on a chunk's terms as rows of `w` (the query terms present; -1: any other term)."""
+    hits = np.zeros((len(w), len(rows) + 1))
+    positions = np.flatnonzero(rows >= 0)
+    hits[rows[positions], positions + 1] = 1.0
     cumulative = np.cumsum(hits, axis=1)
-    width = min(size, len(chunk_terms))
+    width = min(size, len(rows))
     tf = cumulative[:, width:] - cumulative[:, : cumulative.shape[1] - width]
-    w = np.array([weights[t] for t in query_terms])[:, None]
-    return float((w * tf * (k1 + 1) / (tf + k1)).sum(axis=0).max())
+    return float((w[:, None] * tf * (k1 + 1) / (tf + k1)).sum(axis=0).max())
 
 
 def fuse_with_context(
@@ -311,10 +566,12 @@ def fuse_with_context(
 
 
 class Layouts:
-    """Each index's ChunkLayout at its current version, loaded on first use inside the caller's snapshot."""
+    """Each index's ChunkLayout (and ContextStatistics) at its current version, loaded on first use
+    inside the caller's snapshot."""
 
     def __init__(self) -> None:
         self._layouts: dict[str, ChunkLayout] = {}
+        self._statistics: dict[str, ContextStatistics] = {}
         self._lock = threading.Lock()
 
     def get(self, conn: psycopg.Connection, handle: IndexHandle) -> ChunkLayout:
@@ -324,6 +581,23 @@ class Layouts:
             with self._lock:
                 self._layouts[handle.name] = layout
         return layout
+
+    def statistics(self, conn: psycopg.Connection, handle: IndexHandle) -> ContextStatistics:
+        """The index's ContextStatistics at `handle.version` (its parts load when first used)."""
+        statistics = self._statistics.get(handle.name)
+        if statistics is None or statistics.version != handle.version:
+            statistics = ContextStatistics(handle, self.get(conn, handle))
+            with self._lock:
+                self._statistics[handle.name] = statistics
+        return statistics
+
+    def warm(self, conn: psycopg.Connection, handle: IndexHandle, settings: ContextScoring) -> None:
+        """Load every part of the statistics that context scoring with `settings` reads, now."""
+        statistics = self.statistics(conn, handle)
+        statistics.load_bm25(conn)
+        statistics.vectors(conn)
+        if settings.focus_weight > 0.0:
+            statistics.focus_terms(conn, handle.analyzer)
 
 
 def rank_with_context(
@@ -338,20 +612,40 @@ def rank_with_context(
     *,
     dense_weight: float,
     rrf_k: float,
+    statistics: ContextStatistics | None = None,
 ) -> Ranked:
-    """The context stage: score the candidates' contexts in the snapshot and re-rank with them."""
-    evidence = score_contexts(
-        conn,
-        index_name=handle.name,
-        chunks_partition=handle.chunks,
-        postings_partition=handle.postings,
-        dim=handle.dim,
-        layout=layout,
-        settings=settings,
-        candidates=[cid for cid, _ in fused],
-        terms=handle.analyzer.analyze(query) if mode != "dense" else None,
-        bm25_params=handle.bm25_params,
-        query_vector=query_vector if mode != "bm25" else None,
-        analyzer=handle.analyzer,
-    )
+    """The context stage: score the candidates' contexts and re-rank with them.
+
+    With `statistics` (the index version's, in memory) no query is sent; without, the postings,
+    term statistics and vectors are read in the caller's snapshot (`score_contexts`).
+    """
+    terms = handle.analyzer.analyze(query) if mode != "dense" else None
+    vector = query_vector if mode != "bm25" else None
+    candidates = [cid for cid, _ in fused]
+    if statistics is not None:
+        evidence = score_contexts_in_memory(
+            conn,
+            statistics,
+            settings=settings,
+            candidates=candidates,
+            terms=terms,
+            bm25_params=handle.bm25_params,
+            query_vector=vector,
+            analyzer=handle.analyzer,
+        )
+    else:
+        evidence = score_contexts(
+            conn,
+            index_name=handle.name,
+            chunks_partition=handle.chunks,
+            postings_partition=handle.postings,
+            dim=handle.dim,
+            layout=layout,
+            settings=settings,
+            candidates=candidates,
+            terms=terms,
+            bm25_params=handle.bm25_params,
+            query_vector=vector,
+            analyzer=handle.analyzer,
+        )
     return fuse_with_context(mode, fused, evidence, settings, dense_weight=dense_weight, rrf_k=rrf_k)

@@ -47,6 +47,7 @@ from retrieval.rerank import Reranker
 from retrieval.store import Store
 
 DEFAULT_INDEX = "recursive-256"
+CONTEXT_BACKENDS = ("sql", "memory")
 # Up to this many queries per call, the coarse index is searched beside the fine ranking (see
 # `coarse.speculate`); a larger batch searches it afterwards for its ambiguous queries only. Off (0):
 # on 2 cores every query then pays for the coarse ranking too, p50 90 -> 136 ms, p95 158 -> 193 ms
@@ -61,8 +62,11 @@ class Searcher:
     `ef_search`: the HNSW candidate list, raised to the number of candidates when needed (default
     from CHUNKYARD_EF_SEARCH, else 100: enough at 100k chunks, while a million-chunk index needs
     400-800 for recall@10 >= 0.95, see docs/deployment.md). `bm25_backend`: "sql" or "memory"
-    (default from CHUNKYARD_BM25_BACKEND, else "memory"; see `lexical`). `rerank_candidates`: how
-    many first-stage hits a reranker sees.
+    (default from CHUNKYARD_BM25_BACKEND, else "memory"; see `lexical`). `context_backend`: where
+    context scoring reads the neighbours' term frequencies, vectors and analysed terms: "memory" (the
+    index version's `ContextStatistics`, loaded once) or "sql" (per query; default from
+    CHUNKYARD_CONTEXT_BACKEND, else "memory"). `rerank_candidates`: how many first-stage hits a
+    reranker sees.
     """
 
     def __init__(
@@ -72,6 +76,7 @@ class Searcher:
         *,
         ef_search: int | str | None = None,
         bm25_backend: str | None = None,
+        context_backend: str | None = None,
         rerank_candidates: int = 20,
     ) -> None:
         self.store = store or Store()
@@ -88,6 +93,11 @@ class Searcher:
         backend = bm25_backend or os.environ.get("CHUNKYARD_BM25_BACKEND", "memory")
         self.lexical = LexicalCandidates(self.store, self._handles, backend)
         self._layouts = Layouts()
+        self.context_backend = context_backend or os.environ.get("CHUNKYARD_CONTEXT_BACKEND", "memory")
+        if self.context_backend not in CONTEXT_BACKENDS:
+            raise SearchError(
+                f"context_backend: unknown {self.context_backend!r}; expected 'sql' or 'memory'"
+            )
         shared = embedder_for if isinstance(embedder_for, QueryEmbedder) else None
         self._rerankers = Rerankers(shared)
 
@@ -106,8 +116,19 @@ class Searcher:
         return self._embedder_for(index_name)
 
     def warm(self, index: str) -> float:
-        """Load the in-memory BM25 copy of `index` now (seconds taken); e.g. before serving traffic."""
-        return self.lexical.warm(index)
+        """Load the in-memory BM25 copy of `index` now (seconds taken); e.g. before serving traffic.
+
+        An index whose config turns context scoring on also gets its context statistics loaded.
+        """
+        started = time.perf_counter()
+        self.lexical.warm(index)
+        handle = self._handle(index)
+        if handle.defaults.context.enabled and self.context_backend == "memory":
+            with self.store.connection() as conn, conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                handle = self._handles.get(conn, index)
+                self._layouts.warm(conn, handle, handle.defaults.context)
+        return time.perf_counter() - started
 
     def _handle(self, index: str) -> IndexHandle:
         with self.store.connection() as conn:
@@ -270,10 +291,13 @@ class Searcher:
             if plan.context.enabled and fused:
                 with _timed(timings, "context_ms"):
                     layout = self._layouts.get(conn, handle)
+                    statistics = (
+                        self._layouts.statistics(conn, handle) if self.context_backend == "memory" else None
+                    )
                     dense_weight = fused[0][1].get("auto_weight", plan.weight)  # hybrid_auto: this query's
                     fused = rank_with_context(
                         conn, handle, layout, mode, fused, plan.context, query, qvec,
-                        dense_weight=dense_weight, rrf_k=plan.rrf_k,
+                        dense_weight=dense_weight, rrf_k=plan.rrf_k, statistics=statistics,
                     )  # fmt: skip
             if plan.collapse and fused:
                 with _timed(timings, "collapse_ms"):
