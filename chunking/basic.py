@@ -281,14 +281,18 @@ _ABBREVIATIONS = frozenset(
 # A sentence ends at: Latin terminal punctuation (plus closing quotes/brackets) followed by
 # whitespace; CJK / Arabic / Devanagari terminal punctuation anywhere (no space needed);
 # a line break; or right before an inverted Spanish mark that follows terminal punctuation.
+# The pattern starts with the set of characters a sentence end can start with, so the regex
+# engine scans for them in C (a leading lookahead would make it try every position); each
+# alternative then checks with a lookbehind which kind of character it started with.
 _SENTENCE_END = re.compile(
     r"""
-    (?=[.!?…。！？｡؟۔।॥\r\n])                # cheap first-character filter (lets the scanner skip)
+    [.!?…。！？｡؟۔।॥\r\n]
     (?:
-      [.!?…]+[\"'”’»)\]]*(?:\s+|$)            # Latin-script sentence end + following space
-    | [。！？｡؟۔।॥]+[\"'”’」』）)\]]*\s*     # CJK, Arabic, Urdu, Devanagari: no space needed
-    | [.!?…]+(?=[¿¡])                        # "…fin.¿Qué?" : inverted mark opens the next one
-    | \r?\n(?:[ \t]*\r?\n)*                   # line breaks
+      (?<=[.!?…])[.!?…]*[\"'”’»)\]]*(?:\s+|$)            # Latin-script sentence end + following space
+    | (?<=[。！？｡؟۔।॥])[。！？｡؟۔।॥]*[\"'”’」』）)\]]*\s*  # CJK, Arabic, Urdu, Devanagari: no space needed
+    | (?<=[.!?…])[.!?…]*(?=[¿¡])                          # "…fin.¿Qué?" : inverted mark opens the next one
+    | (?<=\n)(?:[ \t]*\r?\n)*                               # line breaks
+    | (?<=\r)\n(?:[ \t]*\r?\n)*
     )
     """,
     re.VERBOSE,
