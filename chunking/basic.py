@@ -7,6 +7,8 @@ resulting `TokenUnits`; no piece is ever re-encoded.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -207,6 +209,9 @@ class RecursiveChunker(BaseChunker):
     def _merge(self, text: str, splits: list[tuple[int, int, int]], budget: int, out: list) -> None:
         """LangChain's `_merge_splits` on spans; pieces are contiguous so a join is a span."""
         overlap = self.overlap
+        if overlap <= 0:
+            self._merge_without_overlap(text, splits, budget, out)
+            return
         current: list[tuple[int, int, int]] = []
         head = 0  # index of the first live element of `current`
         total = 0
@@ -225,6 +230,33 @@ class RecursiveChunker(BaseChunker):
             s, e = trim_span(text, current[head][0], current[-1][1])
             if e > s:
                 out.append((s, e))
+
+    @staticmethod
+    def _merge_without_overlap(text: str, splits: list[tuple[int, int, int]], budget: int, out: list) -> None:
+        """`_merge` at overlap 0, one step per chunk instead of per piece (same spans).
+
+        A chunk from piece `i` ends before the first later piece that takes it over `budget`
+        (every piece is within `budget`); the next one starts after its last piece with tokens,
+        so zero-token pieces at its end open the next chunk too, as in the loop.
+        """
+        cum = [0, *accumulate(piece[2] for piece in splits)]
+        last_with_tokens: list[int] = []
+        k = -1
+        for index, piece in enumerate(splits):
+            if piece[2]:
+                k = index
+            last_with_tokens.append(k)
+        m = len(splits)
+        i = 0
+        while i < m:
+            u = bisect_right(cum, cum[i] + budget, i + 2)  # first index past the chunk, in `cum`
+            j = m - 1 if u > m else u - 2  # the chunk's last piece
+            s, e = trim_span(text, splits[i][0], splits[j][1])
+            if e > s:
+                out.append((s, e))
+            if u > m:
+                return
+            i = last_with_tokens[j] + 1
 
 
 # ---------------------------------------------------------------------------------------
