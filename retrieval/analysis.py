@@ -105,6 +105,13 @@ def _stemmer(language: str) -> Callable[[str], str]:
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
+# The characters `_is_cjk` accepts, as one character class.
+_CJK_CHAR = re.compile(
+    "[\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\uf900-\ufaff"
+    "\u3040-\u30ff\u31f0-\u31ff\uac00-\ud7af\u1100-\u11ff]"
+)
+
+
 def _is_cjk(ch: str) -> bool:
     code = ord(ch)
     return (
@@ -180,6 +187,10 @@ class Analyzer:
         text = unicodedata.normalize("NFKC", text).lower()
         if self._drop_apostrophes:
             text = _APOSTROPHE_IN_WORD.sub("", text)
+        if _CJK_CHAR.search(text) is None:  # no CJK anywhere: every word is one word (the common case)
+            for match in _WORD.finditer(text):
+                self._add_word(match.group(), terms)
+            return terms
         for match in _WORD.finditer(text):
             word = match.group()
             if not any(_is_cjk(ch) for ch in word):
