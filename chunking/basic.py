@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from itertools import accumulate
+from itertools import accumulate, chain
 from typing import Any
 
 import numpy as np
@@ -379,7 +379,7 @@ def pack_spans(
     """
     if not spans:
         return []
-    arr = np.asarray(spans, dtype=np.int64)
+    arr = np.fromiter(chain.from_iterable(spans), dtype=np.int64, count=2 * len(spans)).reshape(-1, 2)
     first_unit = units.ends.searchsorted(arr[:, 0], side="right")
     after_unit = units.starts.searchsorted(arr[:, 1], side="left")
     cum = units.cum
@@ -392,8 +392,10 @@ def pack_spans(
         partial_end = (units.ends[np.maximum(after_unit - 1, 0)] > arr[:, 1]).astype(np.int64)
     else:
         partial_start = partial_end = np.zeros(len(arr), dtype=np.int64)
-    end_need = end_cum + partial_end
-    start_need = start_cum - partial_start
+    # the loop runs once per chunk: Python ints and bisect, not numpy scalars
+    end_need = (end_cum + partial_end).tolist()
+    start_need = (start_cum - partial_start).tolist()
+    end_cum_list = end_cum.tolist()
     out: list[tuple[int, int]] = []
     i, n = 0, len(spans)
     while i < n:
@@ -402,7 +404,7 @@ def pack_spans(
             i += 1
             continue
         # last j with end_need[j] - start_need[i] <= budget (end_cum is non-decreasing)
-        j = int(np.searchsorted(end_cum, start_need[i] + budget, side="right")) - 1
+        j = bisect_right(end_cum_list, start_need[i] + budget) - 1
         j = max(j, i)
         while j > i and end_need[j] - start_need[i] > budget:
             j -= 1
