@@ -61,9 +61,10 @@ class Target:
     """Where the services run: addresses, ports, the state folder and the database password.
 
     `listen` is the address the webserver and query service bind; `db_host` how the others reach
-    Postgres; `home` is CHUNKYARD_HOME (Dagster's home is `<home>/dagster`); `password` is the
-    database password as it appears in the environment (a literal locally, `${POSTGRES_PASSWORD...}`
-    in Compose); `pgdata` is the local server's data folder (empty in Compose: the image's own).
+    Postgres; `home` is CHUNKYARD_HOME (reports, model caches, the query service's `service.json`);
+    `dagster_home` is DAGSTER_HOME; `password` is the database password as it appears in the
+    environment (a literal locally, `${POSTGRES_PASSWORD...}` in Compose); `pgdata` is the local
+    server's data folder and `state` the folder of its logs and pid file (both empty in Compose).
     """
 
     listen: str
@@ -72,9 +73,11 @@ class Target:
     webserver_port: int
     query_port: int
     home: str
+    dagster_home: str
     password: str
     project: str = ""
     pgdata: str = ""
+    state: str = ""
     sensor_interval: int = DEFAULT_SENSOR_INTERVAL
     automation_interval: int = DEFAULT_AUTOMATION_INTERVAL
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -94,7 +97,7 @@ def chunkyard_environment(target: Target) -> dict[str, str]:
         # dagster.yaml (orchestration.instance) names this variable instead of holding the password.
         "DAGSTER_PG_PASSWORD": target.password,
         "CHUNKYARD_HOME": target.home,
-        "DAGSTER_HOME": f"{target.home}/dagster",
+        "DAGSTER_HOME": target.dagster_home,
         SENSOR_INTERVAL_ENV: str(target.sensor_interval),
         AUTOMATION_INTERVAL_ENV: str(target.automation_interval),
     }
@@ -186,6 +189,7 @@ def compose_target() -> Target:
         webserver_port=3000,
         query_port=8000,
         home="/var/lib/chunkyard",
+        dagster_home="/var/lib/chunkyard/dagster",
         password="${POSTGRES_PASSWORD:-chunkyard}",
     )
 

@@ -90,8 +90,10 @@ def local_target(
     automation_interval: int | None = None,
     secret: str | None = None,
 ) -> Target:
-    """The stack on this machine: every service on 127.0.0.1, state under `<home>/stack` (the
-    database password from `<home>/stack/pgpass`, made on first use, unless `secret` is given)."""
+    """The stack on this machine: every service on 127.0.0.1 with CHUNKYARD_HOME `home` (so
+    `chunkyard search` finds its query service), the server's data, Dagster's home and the logs under
+    `<home>/stack` (the database password from `<home>/stack/pgpass`, made on first use, unless
+    `secret` is given)."""
     from orchestration.stack import DEFAULT_AUTOMATION_INTERVAL, DEFAULT_SENSOR_INTERVAL
 
     state = state_dir(home)
@@ -101,7 +103,9 @@ def local_target(
         pg_port=pg_port,
         webserver_port=webserver_port,
         query_port=query_port,
-        home=str(state),
+        home=str(home),
+        dagster_home=str(state / "dagster"),
+        state=str(state),
         password=secret if secret is not None else password(state),
         project=str(project) if project else "",
         pgdata=str(state / "pgdata"),
@@ -220,7 +224,7 @@ class Stack:
     def __init__(self, target: Target, out: IO[str] | None = None) -> None:
         self.target = target
         self.services = services(target)
-        self.state = Path(target.home)
+        self.state = Path(target.state)
         self.out = out or sys.stdout
         self.running: dict[str, Running] = {}
         self.stop_requested = threading.Event()
@@ -252,6 +256,9 @@ class Stack:
     def _on_signal(self, signum: int, frame: object) -> None:
         self.signals += 1
         self.stop_requested.set()
+        if self.signals > 1:  # a second Ctrl-C: no more waiting for a clean stop
+            for running in self.running.values():
+                _signal_group(running.process.pid, signal.SIGKILL)
 
     def start(self, service: Service) -> Running:
         log = self.state / f"{service.name}.log"
