@@ -297,7 +297,8 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"Collection: {report['documents']} documents cut from the Chroma corpora (bench_incremental's). "
         "Model all-MiniLM-L6-v2 from its local path, chunks of 256 model tokens without overlap, embedded "
-        "Postgres 16 + pgvector (one server, a database per system), HNSW m=16 / ef_construction=64, "
+        f"{report.get('server', 'Postgres + pgvector')} (one server, a database per system), HNSW m=16 / "
+        "ef_construction=64, "
         f"{report['threads']} torch threads. Each system in its own process; update and delete times are "
         "the re-index call in that warm process (model loaded), except for the Dagster run, which is "
         "the deployed path (sensor tick + run, each step its own process for the full index).",
@@ -496,6 +497,9 @@ def main(argv: list[str] | None = None) -> int:
             result = run_system(system, args, server_url, Path(tmp))
             print(json.dumps({k: v for k, v in result.items() if k != "runs"}), flush=True)
             results.append(result)
+        from benchmarks.bench_scale import server_versions
+
+        server = server_versions(server_url)
     peers = subprocess.run(
         [args.peers_python, "-m", "pip", "freeze"], capture_output=True, text=True, check=False
     ).stdout.split()
@@ -504,6 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "documents": args.docs,
         "threads": args.threads,
+        "server": server,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}",
         "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "load_start": load_start,
