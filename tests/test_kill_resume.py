@@ -20,6 +20,7 @@ import uuid
 
 from chunking.types import Document
 from retrieval.config import IndexConfig, IndexSpec
+from retrieval.migrations import STAGING_TABLES
 from tests.conftest import REPO_ROOT
 
 CONFIG = IndexConfig(
@@ -28,15 +29,6 @@ CONFIG = IndexConfig(
     bm25={"k1": 1.5, "b": 0.75, "epsilon": 0.25, "analyzer": "english"},
 )
 N_DOCS, WORDS_PER_DOC = 24, 1000
-STAGING = (
-    "staged_runs",
-    "staged_chunks",
-    "staged_embeddings",
-    "staged_bm25",
-    "staged_bm25_lengths",
-    "staged_removals",
-    "staged_documents",
-)
 
 CHILD = """
 import sys
@@ -154,7 +146,7 @@ def test_kill_9_mid_embedding_then_resume_publishes_a_consistent_index(store, em
     assert _rows(store, stats, spec.name) == _rows(store, stats, fresh.name)
 
     with store.connection() as conn:
-        for table in STAGING:
+        for table in STAGING_TABLES:
             left = conn.execute(
                 f"SELECT count(*) FROM {table} WHERE index_name = %s", (spec.name,)
             ).fetchone()[0]
