@@ -250,28 +250,44 @@ def is_alive(conn: psycopg.Connection) -> bool:
 
 def revive_embedded(url: str) -> bool:
     """Start this process's embedded server for `url` again if its postmaster is gone (a crash, an
-    OOM kill, `pg_ctl stop`); True when it was started. At most one try per second per server."""
+    OOM kill, `pg_ctl stop`); True when it was started, or when another thread started it within
+    the last second (so a caller that failed during the start connects again). At most one try per
+    second per server."""
     from pgserver.utils import PostmasterInfo
 
     server = next((s for s in _servers.values() if _uri_or_none(s) == url), None)
     if server is None:
         return False
-    with _revive_lock:
+    with _revive_lock:  # a caller that waited here while another thread revived the server retries
         now = time.monotonic()
-        if now - _revived_at.get(url, 0.0) < REVIVE_INTERVAL_S:
-            return False
-        _revived_at[url] = now
+        recent = now - _revived_at.get(url, float("-inf")) < REVIVE_INTERVAL_S
         try:
             info = PostmasterInfo.read_from_pgdata(server.pgdata)  # type: ignore[attr-defined]
-            if info is not None and info.is_running():
+            if postmaster_running(info):
+                return recent  # up again by another thread's start: connect once more
+            if recent:
                 return False
+            _revived_at[url] = now
             log.warning("the embedded Postgres in %s is down; starting it again", server.pgdata)  # type: ignore[attr-defined]
             with server._lock:  # type: ignore[attr-defined]  # pgserver's lock across processes
                 server.ensure_postgres_running()  # type: ignore[attr-defined]
+            _revived_at[url] = time.monotonic()  # the waiters behind this lock count from the end
         except Exception as exc:  # still down: the caller reports the outage
             log.error("could not start the embedded Postgres again: %s: %s", type(exc).__name__, exc)
             return False
     return _uri_or_none(server) == url
+
+
+def postmaster_running(info: object | None) -> bool:
+    """A postmaster.pid's process is alive (a zombie is not: where PID 1 does not reap, a stopped
+    postmaster stays a zombie, which psutil still calls running)."""
+    import psutil
+
+    process = getattr(info, "process", None)
+    try:
+        return process is not None and process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _uri_or_none(server: object) -> str | None:
