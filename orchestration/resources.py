@@ -75,10 +75,8 @@ class EmbedderResource(ConfigurableResource):
     preload: bool = False
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        # The heavy imports happen here, inside the run, never at code-location load.
-        import sentence_transformers  # noqa: F401
-        import torch  # noqa: F401
-
+        # Models load inside the run, never at code-location load: here with `preload`, else on first
+        # use. The ONNX backend needs neither torch nor sentence-transformers (retrieval.onnx_encoder).
         if self.preload:
             self.get()
 

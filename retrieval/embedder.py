@@ -1,7 +1,9 @@
 """Sentence embeddings from a local model (torch, ONNX or static backend), plus contextual token vectors.
 
 Heavy imports (torch, sentence_transformers, model2vec) happen in `__init__`, so importing this module
-is cheap. The static backend (`retrieval.static_model`) is a lookup table distilled from the model.
+is cheap. The ONNX backend runs its export with onnxruntime alone (`retrieval.onnx_encoder`): torch
+and sentence-transformers are imported only to make the export, once per machine. The static backend
+(`retrieval.static_model`) is a lookup table distilled from the model.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from chunking.models import DEFAULT_MODEL, resolve_model_path
+from retrieval.onnx_encoder import OnnxEncoder
 
 BACKENDS = ("torch", "onnx", "static")
 QUANTIZATIONS = (None, "int8")
@@ -72,11 +75,8 @@ class Embedder:
         for option, value in (("pca_dims", pca_dims), ("vocabulary_size", vocabulary_size)):
             if value is not None:
                 raise EmbedderConfigError(f"embedder.{option}: only the static backend is distilled")
-        import torch
-        from sentence_transformers import SentenceTransformer
-
-        if threads:
-            torch.set_num_threads(threads)
+        if backend == "onnx" and device != "cpu":
+            raise EmbedderConfigError(f"embedder.device: the onnx backend runs on the CPU, got {device!r}")
         self.model_name = model
         self.backend = backend
         self.quantize = quantize
@@ -84,15 +84,22 @@ class Embedder:
         self.device = device
         self.model_path = resolve_model_path(model)
         self._lock = threading.Lock()
+        self._threads = threads
         if backend == "torch":
+            import torch
+            from sentence_transformers import SentenceTransformer
+
+            if threads:
+                torch.set_num_threads(threads)
             self._model = SentenceTransformer(self.model_path, device=device, local_files_only=True)
+            dimension = (
+                getattr(self._model, "get_embedding_dimension", None)
+                or self._model.get_sentence_embedding_dimension
+            )
+            self.dim: int = int(dimension())
         else:
-            self._model = self._load_onnx(SentenceTransformer)
-        dimension = (
-            getattr(self._model, "get_embedding_dimension", None)
-            or self._model.get_sentence_embedding_dimension
-        )
-        self.dim: int = int(dimension())
+            self._model = self._load_onnx()
+            self.dim = self._model.dim
         self.max_seq_length: int = int(self._model.max_seq_length)
         suffix = "" if backend == "torch" else f"@{backend}" + (f"-{quantize}" if quantize else "")
         self.model_id: str = f"{model}{suffix}"
@@ -131,7 +138,7 @@ class Embedder:
         self.model_id = f"{model}@{self.static_settings.suffix}"
         self._tokenizer = None
 
-    def _load_onnx(self, sentence_transformer_cls: Any) -> Any:
+    def _load_onnx(self) -> OnnxEncoder:
         """Load the offline ONNX export of the local model, exporting (or repairing) it first.
 
         An export is written under a temporary name, verified by embedding a probe sentence, marked
@@ -142,16 +149,16 @@ class Embedder:
         export_dir = _onnx_cache_dir(self.model_path, None)
         if (export_dir / EXPORT_READY).is_file():
             try:
-                return self._open_onnx(sentence_transformer_cls, export_dir, self.quantize)
+                return self._open_onnx(export_dir, self.quantize)
             except Exception as exc:  # onnxruntime raises its own types (INVALID_PROTOBUF, ...)
                 warnings.warn(
                     f"ONNX model cache {export_dir} is unusable ({type(exc).__name__}: {exc}); rebuilding it",
                     stacklevel=2,
                 )
-        self._export_onnx(sentence_transformer_cls, export_dir)
-        return self._open_onnx(sentence_transformer_cls, export_dir, self.quantize)
+        self._export_onnx(export_dir)
+        return self._open_onnx(export_dir, self.quantize)
 
-    def _open_onnx(self, sentence_transformer_cls: Any, export_dir: Path, quantize: str | None = None) -> Any:
+    def _open_onnx(self, export_dir: Path, quantize: str | None = None) -> OnnxEncoder:
         """The export's fp32 (or int8) model, checked by embedding a probe sentence."""
         file_name = ONNX_FP32_FILE
         if quantize:
@@ -159,32 +166,26 @@ class Embedder:
             if not quantized:
                 raise FileNotFoundError(f"{export_dir}: no int8 model file")
             file_name = f"onnx/{quantized[0].name}"
-        model = sentence_transformer_cls(
-            str(export_dir),
-            device=self.device,
-            backend="onnx",
-            local_files_only=True,
-            model_kwargs={"file_name": file_name},
-        )
-        vector = np.asarray(model.encode(["probe"]))
+        model = OnnxEncoder(export_dir, file_name, self._threads)
+        vector = model.encode(["probe"], 1)
         if vector.ndim != 2 or not np.isfinite(vector).all():
             raise ValueError(f"{export_dir / file_name}: the probe embedding is not finite")
         return model
 
-    def _export_onnx(self, sentence_transformer_cls: Any, export_dir: Path) -> None:
+    def _export_onnx(self, export_dir: Path) -> None:
         """fp32 and int8 exports into a temporary folder, verified, then renamed to `export_dir`."""
-        from sentence_transformers import export_dynamic_quantized_onnx_model
+        from sentence_transformers import SentenceTransformer, export_dynamic_quantized_onnx_model
 
         export_dir.parent.mkdir(parents=True, exist_ok=True)
         staging = export_dir.with_name(f"{export_dir.name}.tmp-{os.getpid()}-{threading.get_ident()}")
         retired = export_dir.with_name(f"{export_dir.name}.old-{os.getpid()}-{threading.get_ident()}")
         shutil.rmtree(staging, ignore_errors=True)
         try:
-            exported = sentence_transformer_cls(
+            exported = SentenceTransformer(
                 self.model_path, device=self.device, backend="onnx", local_files_only=True
             )
             exported.save_pretrained(str(staging))
-            base = sentence_transformer_cls(
+            base = SentenceTransformer(
                 str(staging),
                 device=self.device,
                 backend="onnx",
@@ -193,7 +194,7 @@ class Embedder:
             )
             export_dynamic_quantized_onnx_model(base, "avx2", str(staging))
             for quantize in QUANTIZATIONS:  # raises if a file is unusable
-                self._open_onnx(sentence_transformer_cls, staging, quantize)
+                self._open_onnx(staging, quantize)
             (staging / EXPORT_READY).write_text(f"exported from {self.model_path}\n", encoding="utf-8")
             if export_dir.exists():
                 export_dir.rename(retired)
@@ -226,6 +227,8 @@ class Embedder:
             from retrieval.static_model import encode_static
 
             return encode_static(self._model, list(texts), self.batch_size, self.max_seq_length)
+        if self.backend == "onnx":
+            return self._model.encode(list(texts), self.batch_size)
         with self._lock:
             vectors = self._model.encode(
                 list(texts),
@@ -247,26 +250,26 @@ class Embedder:
                 "embedder.backend: static has no contextual token vectors (late chunking and the maxsim "
                 "reranker need them); use backend torch or onnx for this index"
             )
-        import torch
+        if self.backend == "onnx":
+            ((encoding, token_vectors),) = self._model.token_embeddings([text], 1)
+            offsets, special = encoding.offsets, encoding.special_tokens_mask
+        else:
+            import torch
 
-        hf_tokenizer = self._model.tokenizer
-        encoded = hf_tokenizer(
-            [text],
-            truncation=True,
-            max_length=self.max_seq_length,
-            return_offsets_mapping=True,
-            return_special_tokens_mask=True,
-            return_tensors="pt",
-        )
-        offsets = encoded.pop("offset_mapping")[0].tolist()
-        special = encoded.pop("special_tokens_mask")[0].tolist()
-        features = {k: v.to(self.device) for k, v in encoded.items()}
-        with self._lock, torch.no_grad():
-            output = self._model[0](features)
-        token_vectors = output["token_embeddings"][0]
-        if hasattr(token_vectors, "detach"):
-            token_vectors = token_vectors.detach().cpu().numpy()
-        token_vectors = np.asarray(token_vectors, dtype=np.float32)
+            encoded = self._model.tokenizer(
+                [text],
+                truncation=True,
+                max_length=self.max_seq_length,
+                return_offsets_mapping=True,
+                return_special_tokens_mask=True,
+                return_tensors="pt",
+            )
+            offsets = encoded.pop("offset_mapping")[0].tolist()
+            special = encoded.pop("special_tokens_mask")[0].tolist()
+            features = {k: v.to(self.device) for k, v in encoded.items()}
+            with self._lock, torch.no_grad():
+                output = self._model[0](features)
+            token_vectors = np.asarray(output["token_embeddings"][0].detach().cpu().numpy(), dtype=np.float32)
         spans: list[tuple[int, int]] = []
         keep: list[int] = []
         for i, ((start, end), is_special) in enumerate(zip(offsets, special, strict=True)):
@@ -275,6 +278,23 @@ class Embedder:
             spans.append((int(start), int(end)))
             keep.append(i)
         return spans, token_vectors[keep]
+
+    def token_embeddings(self, texts: list[str]) -> list[np.ndarray]:
+        """Each text's contextual token vectors ([CLS] and [SEP] included, padding dropped), batched
+        as `embed` batches; for late interaction (the maxsim reranker)."""
+        if self.backend == "static":
+            raise EmbedderConfigError("embedder.backend: static has no contextual token vectors")
+        if self.backend == "onnx":
+            return [vectors for _, vectors in self._model.token_embeddings(list(texts), self.batch_size)]
+        with self._lock:
+            outputs = self._model.encode(
+                list(texts),
+                output_value="token_embeddings",
+                batch_size=self.batch_size,
+                convert_to_numpy=False,
+                show_progress_bar=False,
+            )
+        return [np.asarray(t.detach().cpu().numpy(), dtype=np.float32) for t in outputs]
 
     def __repr__(self) -> str:
         return f"Embedder({self.model_id!r}, dim={self.dim}, max_seq_length={self.max_seq_length})"

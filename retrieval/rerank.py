@@ -86,21 +86,9 @@ class MaxSimReranker:
         self.name = f"maxsim:{embedder.model_id}"
 
     def _token_vectors(self, texts: list[str]) -> list[np.ndarray]:
-        model = self.embedder._model
-        with self.embedder._lock:
-            outputs = model.encode(
-                texts,
-                output_value="token_embeddings",
-                batch_size=self.embedder.batch_size,
-                convert_to_numpy=False,
-                show_progress_bar=False,
-            )
         vectors = []
-        for tokens in outputs:
-            array = tokens.detach().cpu().numpy() if hasattr(tokens, "detach") else np.asarray(tokens)
-            array = array.astype(np.float32)
-            array /= np.linalg.norm(array, axis=1, keepdims=True).clip(min=1e-12)
-            vectors.append(array)
+        for array in self.embedder.token_embeddings(texts):
+            vectors.append(array / np.linalg.norm(array, axis=1, keepdims=True).clip(min=1e-12))
         return vectors
 
     def score(self, query: str, texts: list[str]) -> list[float]:

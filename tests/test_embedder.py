@@ -104,3 +104,44 @@ def test_an_unfinished_onnx_export_is_redone(tmp_path, monkeypatch) -> None:
     onnx = Embedder(backend="onnx")
     assert (export / "chunkyard-export-ready").is_file()
     assert onnx.embed(["still works"]).shape == (1, 384)
+
+
+def test_the_onnx_backend_matches_sentence_transformers_onnx_without_importing_torch() -> None:
+    """onnxruntime alone (retrieval.onnx_encoder) gives sentence-transformers' ONNX vectors, batch for
+    batch: the int8 model's vectors depend on their batch neighbours, so the batching must match too.
+    And loading it from a ready export imports neither torch nor sentence-transformers."""
+    import subprocess
+    import sys
+
+    from sentence_transformers import SentenceTransformer
+
+    texts = [
+        "Postgres stores vectors with pgvector.",
+        "Gletscher formen Täler, während sie langsam bergab fließen. " * 30,  # past 256 word pieces
+        "東京の地下鉄は朝が一番混む。",
+        "",
+        "k",
+        "Rust's borrow checker rejects two mutable references.",
+    ] * 3
+    for quantize, file_glob in ((None, "model.onnx"), ("int8", "model_*int8_avx2.onnx")):
+        ours = Embedder(backend="onnx", quantize=quantize, batch_size=4)
+        (model_file,) = (ours._model.export_dir / "onnx").glob(file_glob)
+        theirs = SentenceTransformer(
+            str(ours._model.export_dir),
+            backend="onnx",
+            local_files_only=True,
+            model_kwargs={"file_name": f"onnx/{model_file.name}"},
+        )
+        expected = theirs.encode(texts, batch_size=4, normalize_embeddings=True, convert_to_numpy=True)
+        np.testing.assert_allclose(ours.embed(texts), expected, atol=1e-5)
+        tokens = theirs.encode(texts, batch_size=4, output_value="token_embeddings", convert_to_numpy=False)
+        for mine, reference in zip(ours.token_embeddings(texts), tokens, strict=True):
+            np.testing.assert_allclose(mine, reference.numpy(), atol=1e-5)
+        assert ours.max_seq_length == theirs.max_seq_length == 256
+    probe = (
+        "import sys; from retrieval.embedder import Embedder; "
+        "e = Embedder(backend='onnx', quantize='int8'); e.embed(['x']); e.embed_tokens('x'); "
+        "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
