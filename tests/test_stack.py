@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
+from retrieval.embedder import Embedder
 from tests.conftest import REPO_ROOT
 from tests.dagster_helpers import DOCS
 from tests.service_process import free_port
@@ -56,7 +57,10 @@ def _write(path: Path, text: str) -> None:
 
 
 def write_project(root: Path) -> Path:
-    """A project: two tiny docs, a 32-token token chunker on the bundled model (torch), two questions."""
+    """A project: two tiny docs, a 32-token token chunker on the bundled model (ONNX int8), two questions.
+
+    The project's state folder gets this session's ONNX export (a link): exporting needs torch and
+    takes a minute, which is not what the test is about; runs then load the model without torch."""
     docs = root / "docs"
     docs.mkdir(parents=True)
     for name in ("alpha.md", "beta.md"):
@@ -76,11 +80,14 @@ def write_project(root: Path) -> Path:
         "indexes": {
             CONFIG: {
                 "chunker": {"strategy": "token", "size": 32, "overlap": 0, "tokenizer": "model"},
-                "embedder": {"backend": "torch", "quantize": None, "batch_size": 32},
+                "embedder": {"backend": "onnx", "quantize": "int8", "batch_size": 32},
             }
         },
     }
     (root / "chunkyard.yaml").write_text(yaml.safe_dump(project), encoding="utf-8")
+    export = Embedder(backend="onnx", quantize="int8")._model.export_dir
+    (root / ".chunkyard" / "models" / "onnx").mkdir(parents=True)
+    (root / ".chunkyard" / "models" / "onnx" / export.name).symlink_to(export, target_is_directory=True)
     return docs
 
 
