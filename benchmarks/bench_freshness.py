@@ -327,6 +327,11 @@ def markdown(report: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
     ]
     mean_total = statistics.mean(totals)
+    med = {name: statistics.median(e["parts"][name] for e in edits) for name in SEGMENTS}
+    work = sum(
+        med[n]
+        for n in ("documents step", "chunks step", "embeddings step", "bm25 step", "publish -> visible")
+    )
     for name in SEGMENTS:
         values = [e["parts"][name] for e in edits]
         lines.append(
@@ -346,23 +351,23 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "## Reading",
         "",
-        "- **Step start-up** (the new run process's RUN_START -> its first step) is the largest part: the "
-        "in-process executor initialises the run's resources first, and `EmbedderResource` imports "
-        "sentence-transformers and torch there (`python -c 'import sentence_transformers, torch'` took "
-        "17 s on this machine at load 9, `import torch` alone 4.6 s). The embeddings step cannot skip it: "
-        "the ONNX backend is loaded through sentence-transformers too.",
-        "- **Run process start** (dequeued -> RUN_START) is the default run launcher's new Python process "
-        "per run, which imports Dagster and chunkyard and loads the code location "
-        "(`import orchestration.definitions`: 6.3 s at load 9). The daemon's code server stays warm "
-        "between runs, but a run never executes in it.",
-        "- Sensor, queue and the work itself are small: one 1 s sensor tick over 1,000 files (hashing "
-        "them), at most one dequeue interval, then chunking, embedding and BM25 of one document's "
-        "chunks and the publish are each about a second or two; the publish is visible to the service "
-        "within one 0.1 s poll.",
-        "- So with these settings about two thirds of the figure is process and import start-up, which "
-        "grows with the machine's load (edits 16-20 ran at load 8-10). What would remove it, not done "
-        "here: a run launcher that runs the sensor's small runs in a long-lived worker with the model "
-        "already loaded (fork from a warm process), instead of a new process per run.",
+        f"- **Run process start** (dequeued -> RUN_START, median {med['run process start']:.1f} s) is the "
+        "default run launcher's new Python process per run, which imports Dagster and chunkyard and loads "
+        "the code location. The daemon's code server stays warm between runs, but a run never executes "
+        "in it. Together with the sensor tick, its evaluation and the queue "
+        f"({med['sensor tick wait'] + med['sensor evaluation'] + med['queue (run coordinator)']:.1f} s), "
+        "this is Dagster's own share.",
+        f"- **Step start-up** (RUN_START -> the first step, median {med['step start-up']:.1f} s) is the "
+        "run's resources. The ONNX backend runs on onnxruntime alone (`retrieval/onnx_encoder.py`), so "
+        "no run imports torch or sentence-transformers; before that change this segment was 14.6 s of "
+        "a 31.4 s p50 (the 13:26 UTC run of this benchmark, load 3-9), because "
+        "`import sentence_transformers, torch` took 17 s at load 9.",
+        "- The work itself is small: loading the folder, then chunking, embedding and BM25 of one document's "
+        "chunks and the "
+        f"publish take {work:.1f} s (medians summed); the publish is visible to the service within one "
+        "0.1 s poll.",
+        "- What would remove most of the rest, not done here: a run launcher that runs the sensor's small "
+        "runs in a long-lived worker (fork from a warm process) instead of a new process per run.",
         "",
         "## Every edit",
         "",
