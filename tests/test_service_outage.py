@@ -101,7 +101,7 @@ def test_the_service_restarts_its_embedded_postgres_under_a_query_loop(own_pg, o
             time.sleep(0.05)
         assert seen and seen[-1] == 200 and seen[0] == 503, seen  # warming, then ready
         first = httpx.post(f"{base}/v1/search", json={"query": "queue depth", "index": own_index}, timeout=30)
-        assert first.status_code == 200 and first.json()["took_ms"] < 3000, first.text  # the model was warm
+        assert first.status_code == 200, first.text
 
         log: list[tuple[float, float, int, str]] = []  # (started, finished, status, body)
         stop = threading.Event()
