@@ -356,7 +356,10 @@ def markdown(report: dict[str, Any]) -> str:
         "the code location. The daemon's code server stays warm between runs, but a run never executes "
         "in it. Together with the sensor tick, its evaluation and the queue "
         f"({med['sensor tick wait'] + med['sensor evaluation'] + med['queue (run coordinator)']:.1f} s), "
-        "this is Dagster's own share.",
+        "this is Dagster's own share. The sensor interval is 1 s, but `dagster-daemon` evaluates "
+        "sensors in a loop that waits until 5 s have passed since the last pass began "
+        "(`MIN_INTERVAL_LOOP_TIME` in `dagster._daemon.sensor`, 1.13.27), so a change waits for up to "
+        f"about 5 s for its tick (median {med['sensor tick wait']:.1f} s here).",
         f"- **Step start-up** (RUN_START -> the first step, median {med['step start-up']:.1f} s) is the "
         "run's resources. The ONNX backend runs on onnxruntime alone (`retrieval/onnx_encoder.py`), so "
         "no run imports torch or sentence-transformers; before that change this segment was 14.6 s of "
