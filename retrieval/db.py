@@ -39,6 +39,26 @@ class DataFolderVersionError(ProjectError):
     """The embedded data folder was created by another PostgreSQL major version than the one installed."""
 
 
+class EmbeddedStartError(ProjectError):
+    """The embedded Postgres did not start; the message ends with its log's last lines."""
+
+
+LOG_TAIL_LINES = 15
+
+
+def _start_failure(folder: Path, exc: Exception) -> EmbeddedStartError:
+    """The error for a failed start, with the tail of the server log (pgserver writes `<folder>/log`)."""
+    log_file = folder / "log"
+    try:
+        tail = log_file.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:]
+    except OSError as error:
+        tail = [f"(no log to show: {error.strerror or error})"]
+    return EmbeddedStartError(
+        f"the embedded Postgres in {folder} did not start ({type(exc).__name__}: {exc}). "
+        f"The end of {log_file}:\n" + "\n".join(f"  {line}" for line in tail)
+    )
+
+
 def bundled_postgres_major() -> int:
     """The major version of the PostgreSQL binaries pgserver ships (`pg_config --version`), cached."""
     global _bundled_major
@@ -92,18 +112,33 @@ def embedded_database_url(data_dir: str | Path | None = None) -> str:
         check_data_folder_version(Path(key), bundled_postgres_major())
         forget_dead_handles(path)
         try:
-            server = pgserver.get_server(key)
-        except subprocess.TimeoutExpired:
-            # pgserver gives `pg_ctl -w start` 10 s; on a loaded machine the postmaster can be up
-            # (its log says "ready") before pg_ctl notices. A second call attaches to the running
-            # server, or starts it with another 10 s.
-            log.warning("embedded Postgres at %s: pg_ctl start timed out; trying once more", key)
-            # pgserver caches the half-started handle before starting; drop it so the retry runs.
-            pgserver.PostgresServer._instances.pop(Path(key), None)
-            server = pgserver.get_server(key)
+            try:
+                server = pgserver.get_server(key)
+            except subprocess.TimeoutExpired:
+                # pgserver gives `pg_ctl -w start` 10 s; on a loaded machine the postmaster can be up
+                # (its log says "ready") before pg_ctl notices. A second call attaches to the running
+                # server, or starts it with another 10 s.
+                log.warning("embedded Postgres at %s: pg_ctl start timed out; trying once more", key)
+                _drop_handle(Path(key))  # pgserver cached the half-started handle; the retry starts anew
+                server = pgserver.get_server(key)
+        except (subprocess.SubprocessError, OSError) as exc:
+            _drop_handle(Path(key))  # a later call (after a fix) starts it again
+            raise _start_failure(Path(key), exc) from exc
         _apply_shared_buffers(server, os.environ.get("CHUNKYARD_PG_SHARED_BUFFERS"))
         _servers[key] = server
     return _servers[key].get_uri()  # type: ignore[attr-defined]
+
+
+def _drop_handle(folder: Path) -> None:
+    """Forget pgserver's handle of a server that did not start, and its exit hook (which would
+    stop a server that is not running and fail on the forgotten handle)."""
+    import atexit
+
+    import pgserver
+
+    handle = pgserver.PostgresServer._instances.pop(folder, None)
+    if handle is not None:
+        atexit.unregister(handle._cleanup)
 
 
 def _apply_shared_buffers(server: object, wanted: str | None) -> None:

@@ -70,6 +70,32 @@ def test_a_data_folder_of_another_major_version_is_refused_and_left_alone(tmp_pa
     assert sorted(p.name for p in folder.iterdir()) == before
 
 
+def test_a_server_that_does_not_start_is_reported_with_its_log_tail(tmp_path) -> None:
+    """A start that fails (here a bad setting; elsewhere a full disk or a taken socket) names the
+    folder and shows the end of the server's log instead of a bare pg_ctl exit status."""
+    import atexit
+
+    import pgserver
+    from pgserver._commands import pg_ctl
+
+    from retrieval.db import EmbeddedStartError, _servers
+
+    folder = tmp_path / "pg"
+    embedded_database_url(folder)
+    key = str(folder.resolve())
+    server = _servers.pop(key)
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)
+    pgserver.PostgresServer._instances.pop(folder.resolve(), None)
+    atexit.unregister(server._cleanup)
+    with open(folder / "postgresql.auto.conf", "a", encoding="utf-8") as conf:
+        conf.write("shared_buffers = 'banana'\n")
+    with pytest.raises(EmbeddedStartError) as caught:
+        embedded_database_url(folder)
+    message = str(caught.value)
+    assert key in message and "shared_buffers" in message and "banana" in message, message
+    assert key not in _servers
+
+
 def test_the_embedded_server_has_halfvec_and_iterative_scans(store: Store) -> None:
     features = store.vector_features()
     with store.connection() as conn:
