@@ -18,9 +18,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+# Long enough to dominate the chunk it lands in (about 130 words): a two-sentence note merged into a
+# 256-token chunk of financial text ranked below the top 10 of 2,000 chunks for every system (the
+# corpus talks about ledgers and counts), so the check failed for reasons that were not indexing.
 CHANGED_TEXT = (
     "The zebra-striped lighthouse keeper counts forty-two herons every dawn. "
-    "Each heron is logged in a green ledger kept beside the lighthouse lamp."
+    "Each heron is logged in a green notebook kept beside the lighthouse lamp. "
+    "On foggy mornings the herons stand on the black rocks below the tower, and the keeper "
+    "climbs the spiral stairs with a brass telescope to see them through the mist. "
+    "The youngest heron has a crooked grey feather and always lands last. "
+    "In winter the keeper scatters small silver fish on the pier, and the herons wade out "
+    "from the reeds to eat them while the foghorn sounds twice an hour. "
+    "Sailors passing the island say the lighthouse keeper knows every heron by name, "
+    "and that the birds gather at the lamp room window whenever a storm is coming from the west."
 )
 TOP_K = 10
 
