@@ -415,8 +415,12 @@ def markdown_passes(reports: list[dict[str, Any]]) -> str:
         f"{len(reports)} passes with the systems in different orders ({orders}), so the load trend of this "
         "shared machine favours none; below, the geometric mean over the passes, then each pass.",
         "",
-        f"Collection: the first {reports[0]['documents']} of bench_incremental's 1,000 documents "
-        "(`--docs`); a full 1,000-document pass is `make bench-ingest` with no arguments.",
+        (
+            "Collection: bench_incremental's 1,000 documents (`make bench-ingest` with no arguments)."
+            if reports[0]["documents"] >= 1000
+            else f"Collection: the first {reports[0]['documents']} of bench_incremental's 1,000 documents "
+            "(`--docs`); a full 1,000-document pass is `make bench-ingest` with no arguments."
+        ),
         "",
         "| system | full index s | chunks | chunks/s | one changed s | one deleted s |",
         "|---|---:|---:|---:|---:|---:|",
