@@ -172,7 +172,7 @@ def reading(runs: list[dict[str, Any]], docs: int) -> str:
     return (
         f"Two workers took {two['wall_seconds']:.1f} s against {one['wall_seconds']:.1f} s for one: "
         f"a ratio of {ratio:.2f}x (one-worker time over two-worker time). Little gain was expected: the machine has "
-        f"{os.cpu_count()} cores shared with other work, torch already uses both cores inside one "
+        f"{os.cpu_count()} cores shared with other work, the model already uses both cores inside one "
         f"embedding step, and the embedding step is {share:.0%} of the one-worker run. "
         "A single index is a chain (documents -> chunks -> embeddings + bm25 -> index), so only bm25 "
         "can overlap the embedding step, and the `embedding` pool lets one model step run at a time "
