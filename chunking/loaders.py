@@ -13,6 +13,11 @@ sensor's view) applies the same rule (`resolve_entry`). A file over `max_documen
 Document ids are the POSIX path of the file relative to the folder (`guide/intro.md`), so
 the same file keeps its id across runs and machines. A name that is not valid UTF-8 cannot be
 an id: it is reported under its escaped form (`bad\\xff.txt`).
+
+`scan_folder` also skips reading a file whose stat signature (size, mtime, ctime, inode) equals the
+one recorded when it was last read, as git's index does: a one-document update of a large folder
+then reads one file. A signature from within `RACY_SECONDS` of the scan is not recorded, so a file
+rewritten twice within one clock tick is still read again.
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ import errno
 import os
 import re
 import stat
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -37,7 +43,16 @@ from chunking.formats import (
 )
 from chunking.types import Document
 
-__all__ = ["DocumentFailure", "UnusableFile", "list_files", "load_file", "load_folder", "max_document_bytes"]
+__all__ = [
+    "DocumentFailure",
+    "FolderScan",
+    "UnusableFile",
+    "list_files",
+    "load_file",
+    "load_folder",
+    "max_document_bytes",
+    "scan_folder",
+]
 
 
 @dataclass(frozen=True)
@@ -46,6 +61,20 @@ class DocumentFailure:
 
     path: str
     reason: str
+
+
+@dataclass
+class FolderScan:
+    """What `scan_folder` found: documents read, files that gave none, and files left unread.
+
+    `unchanged` holds the ids whose stat signature matched `known` (not read, so no Document);
+    `signatures` the signature of every read or unchanged file that may be trusted next time.
+    """
+
+    documents: list[Document] = field(default_factory=list)
+    failures: list[DocumentFailure] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    signatures: dict[str, str] = field(default_factory=dict)
 
 
 # Extension -> MIME type of plain-text files kept exactly as decoded.
@@ -123,36 +152,96 @@ def load_folder(
     pattern names them explicitly. Results are sorted by document id. `max_bytes` defaults to
     `max_document_bytes()`.
     """
+    scan = scan_folder(folder, include, exclude, max_bytes=max_bytes)
+    return scan.documents, scan.failures
+
+
+RACY_SECONDS = 2.0  # a file changed this recently may change again within one mtime tick
+SIGNATURE_VERSION = "1"  # bump when a parser changes what a file yields, so every file is read again
+
+
+def file_signature(info: os.stat_result, now_ns: int) -> str | None:
+    """A file's stat signature, or None while a change within the same clock tick is possible."""
+    racy_ns = int(RACY_SECONDS * 1e9)
+    if now_ns - info.st_mtime_ns < racy_ns or now_ns - info.st_ctime_ns < racy_ns:
+        return None
+    return f"{SIGNATURE_VERSION}:{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}:{info.st_ino}"
+
+
+def scan_folder(
+    folder: str | os.PathLike[str],
+    include: Sequence[str] = ("**/*",),
+    exclude: Sequence[str] = (),
+    *,
+    known: Mapping[str, str] | None = None,
+    max_bytes: int | None = None,
+) -> FolderScan:
+    """`load_folder`, leaving unread each file whose signature equals `known[its id]`.
+
+    Same rules and order as `load_folder`; an unchanged file's id goes to `unchanged` instead of
+    `documents`. Without `known` every file is read.
+    """
     root = Path(folder)
     if not root.exists():
-        return [], [DocumentFailure(str(root), f"documents folder not found: {root}")]
+        return FolderScan(failures=[DocumentFailure(str(root), f"documents folder not found: {root}")])
     if not root.is_dir():
-        return [], [DocumentFailure(str(root), f"documents folder is not a directory: {root}")]
+        return FolderScan(
+            failures=[DocumentFailure(str(root), f"documents folder is not a directory: {root}")]
+        )
     if not os.access(root, os.R_OK | os.X_OK):
-        return [], [
-            DocumentFailure(str(root), f"documents folder is not readable (permission denied): {root}")
-        ]
+        return FolderScan(
+            failures=[
+                DocumentFailure(str(root), f"documents folder is not readable (permission denied): {root}")
+            ]
+        )
     limit = max_document_bytes() if max_bytes is None else max_bytes
+    known = known or {}
+    now_ns = time.time_ns()
     real_root = Path(os.path.realpath(root))
-    documents: list[Document] = []
-    failures: list[DocumentFailure] = []
+    scan = FolderScan()
     walk_errors: list[OSError] = []
-    for rel_path, path in _walk(root, walk_errors):
+    for rel_path, entry in _scan(str(root), "", walk_errors):
         if not _selected(rel_path, include, exclude):
             continue
         try:
-            target = resolve_entry(real_root, rel_path, path)
-            documents.append(_load(target, rel_path, limit, nofollow=True))
+            target, info = _readable_entry(real_root, rel_path, entry)
+            signature = file_signature(info, now_ns) if info is not None else None
+            if signature is not None and known.get(rel_path) == signature and info.st_size <= limit:
+                scan.unchanged.append(rel_path)
+            else:
+                scan.documents.append(_load(target, rel_path, limit, nofollow=True))
+            if signature is not None:
+                scan.signatures[rel_path] = signature
         except UnusableFile as exc:
-            failures.append(DocumentFailure(display_path(rel_path), str(exc)))
+            scan.failures.append(DocumentFailure(display_path(rel_path), str(exc)))
         except Exception as exc:  # per-file isolation: one file's parser bug never stops the others
-            failures.append(DocumentFailure(display_path(rel_path), f"cannot load: {_describe(exc)}"))
+            scan.failures.append(DocumentFailure(display_path(rel_path), f"cannot load: {_describe(exc)}"))
     for err in walk_errors:
         rel = _relative(root, Path(err.filename)) if err.filename else str(root)
-        failures.append(DocumentFailure(display_path(rel), f"cannot list folder: {err.strerror or err}"))
-    documents.sort(key=lambda d: d.id)
-    failures.sort(key=lambda f: f.path)
-    return documents, failures
+        scan.failures.append(DocumentFailure(display_path(rel), f"cannot list folder: {err.strerror or err}"))
+    scan.documents.sort(key=lambda d: d.id)
+    scan.failures.sort(key=lambda f: f.path)
+    scan.unchanged.sort()
+    return scan
+
+
+def _readable_entry(
+    real_root: Path, rel_path: str, entry: os.DirEntry[str]
+) -> tuple[Path, os.stat_result | None]:
+    """`resolve_entry` for a walked entry, with the stat the walk already holds for plain files.
+
+    A regular file that is no symlink, reached by a walk that never enters a symlinked folder, lies
+    at `real_root/rel_path`: no realpath call is needed. Links go through `resolve_entry`.
+    """
+    if not entry.is_symlink():
+        try:
+            rel_path.encode("utf-8")
+            info = entry.stat(follow_symlinks=False)
+        except (UnicodeEncodeError, OSError):
+            return resolve_entry(real_root, rel_path, Path(entry.path)), None
+        if stat.S_ISREG(info.st_mode):
+            return real_root / rel_path, info
+    return resolve_entry(real_root, rel_path, Path(entry.path)), None
 
 
 def list_files(
@@ -168,11 +257,11 @@ def list_files(
         return []
     real_root = Path(os.path.realpath(root))
     out: list[tuple[str, Path]] = []
-    for rel, path in _walk(root, []):
+    for rel, entry in _scan(str(root), "", []):
         if not _selected(rel, include, exclude):
             continue
         try:
-            out.append((rel, resolve_entry(real_root, rel, path)))
+            out.append((rel, _readable_entry(real_root, rel, entry)[0]))
         except UnusableFile:
             continue
     return out
@@ -334,18 +423,31 @@ def _markdown_title(text: str) -> str:
     return match.group(1).strip() if match else ""
 
 
-def _walk(root: Path, errors: list[OSError]) -> Iterable[tuple[str, Path]]:
-    """(relative POSIX path, path) of every non-folder entry under root; symlinked folders not followed.
+def _scan(folder: str, prefix: str, errors: list[OSError]) -> Iterable[tuple[str, os.DirEntry[str]]]:
+    """(relative POSIX path, entry) of every non-folder entry under `folder`, sorted like `os.walk`
+    with sorted names (a folder's files, then its sub-folders); symlinked folders are not followed.
 
     Files, symlinks (to files, dangling or looping) and special files all come out: `resolve_entry`
-    decides which may be read.
+    decides which may be read. A folder that cannot be listed is reported in `errors`.
     """
-    for dirpath, dirnames, filenames in os.walk(root, onerror=errors.append):
-        dirnames.sort()
-        base = Path(dirpath)
-        for name in sorted(filenames):
-            path = base / name
-            yield _relative(root, path), path
+    try:
+        with os.scandir(folder) as listing:
+            entries = sorted(listing, key=lambda e: e.name)
+    except OSError as exc:
+        errors.append(exc)
+        return
+    folders = []
+    for entry in entries:
+        try:
+            is_folder = entry.is_dir()
+        except OSError:
+            is_folder = False
+        if is_folder and not entry.is_symlink():
+            folders.append(entry)
+        elif not is_folder:
+            yield prefix + entry.name, entry
+    for entry in folders:
+        yield from _scan(entry.path, f"{prefix}{entry.name}/", errors)
 
 
 def _relative(root: Path, path: Path) -> str:

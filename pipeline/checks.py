@@ -264,15 +264,26 @@ def check_staged_embeddings(store: Store, index_name: str, dim: int) -> Check:
     return Check("one_vector_per_chunk", missing == 0 and wrong_dim == 0 and vectors == chunks, metadata)
 
 
-def check_published_embeddings(store: Store, index_name: str, dim: int) -> Check:
-    """Every published chunk has a vector of the model's dimension."""
+def check_published_embeddings(
+    store: Store, index_name: str, dim: int, *, doc_ids: Sequence[str] | None = None
+) -> Check:
+    """Every published chunk has a vector of the model's dimension.
+
+    `doc_ids` (after an incremental publish) checks only those documents' chunks: the others were
+    checked when they were published, and publish refuses staged vectors of another dimension, so a
+    one-document update does not scan the whole partition.
+    """
+    scope = sql.SQL(" AND doc_id = ANY(%s)") if doc_ids is not None else sql.SQL("")
+    params: tuple = (dim, dim, index_name) + ((list(doc_ids),) if doc_ids is not None else ())
     with store.connection() as conn:
         chunks, missing, wrong_dim, dims = conn.execute(
-            "SELECT count(*), count(*) FILTER (WHERE embedding IS NULL),"
-            " count(*) FILTER (WHERE embedding IS NOT NULL AND %s > 0 AND vector_dims(embedding) <> %s),"
-            " count(DISTINCT vector_dims(embedding))"
-            " FROM chunks WHERE index_name = %s",
-            (dim, dim, index_name),
+            sql.SQL(
+                "SELECT count(*), count(*) FILTER (WHERE embedding IS NULL),"
+                " count(*) FILTER (WHERE embedding IS NOT NULL AND %s > 0 AND vector_dims(embedding) <> %s),"
+                " count(DISTINCT vector_dims(embedding))"
+                " FROM chunks WHERE index_name = %s{}"
+            ).format(scope),
+            params,
         ).fetchone()
     if dims > 1:
         wrong_dim = max(int(wrong_dim), 1)
@@ -281,6 +292,7 @@ def check_published_embeddings(store: Store, index_name: str, dim: int) -> Check
         "chunks_without_vector": int(missing),
         "vectors_with_wrong_dims": int(wrong_dim),
         "expected_dims": int(dim),
+        "scope": "documents written" if doc_ids is not None else "whole index",
     }
     return Check("published_vectors", missing == 0 and wrong_dim == 0, metadata)
 

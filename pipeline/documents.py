@@ -8,11 +8,11 @@ folders, a document id is prefixed with its folder's name so ids stay unique.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chunking.loaders import DocumentFailure, list_files, load_folder
+from chunking.loaders import DocumentFailure, list_files, scan_folder
 from chunking.types import Document
 from retrieval.config import CollectionConfig
 
@@ -25,6 +25,13 @@ class CollectionDocuments:
     documents: list[Document] = field(default_factory=list)
     failures: list[DocumentFailure] = field(default_factory=list)
     usable: bool = True
+    unchanged: list[str] = field(default_factory=list)  # ids left unread: their file signature matched
+    signatures: dict[str, str] = field(default_factory=dict)  # id -> file signature (chunking.loaders)
+
+    @property
+    def total(self) -> int:
+        """Documents the collection has now: those read plus those unchanged."""
+        return len(self.documents) + len(self.unchanged)
 
 
 def folder_prefix(folder: Path, folders: list[Path]) -> str:
@@ -64,8 +71,13 @@ def snapshot(collection: CollectionConfig) -> dict[str, str]:
     return hashes
 
 
-def load_collection_documents(collection: CollectionConfig) -> CollectionDocuments:
-    """Load a collection's documents from its dataset or its folders (ids as `collection_files`)."""
+def load_collection_documents(
+    collection: CollectionConfig, known: Mapping[str, str] | None = None
+) -> CollectionDocuments:
+    """Load a collection's documents from its dataset or its folders (ids as `collection_files`).
+
+    `known` ({document id: file signature}, from the store) leaves unchanged files unread.
+    """
     if collection.dataset:
         from evaluation.datasets import load_dataset
 
@@ -73,14 +85,18 @@ def load_collection_documents(collection: CollectionConfig) -> CollectionDocumen
     folders = collection.folder_paths()
     loaded = CollectionDocuments(usable=False)
     for folder in folders:
-        docs, fails = load_folder(folder, collection.include, collection.exclude)
         prefix = folder_prefix(folder, folders)
+        folder_known = {k[len(prefix) :]: v for k, v in (known or {}).items() if k.startswith(prefix)}
+        scan = scan_folder(folder, collection.include, collection.exclude, known=folder_known)
+        fails = scan.failures
         folder_failed = bool(fails) and fails[0].path == str(folder)
         loaded.usable = loaded.usable or not folder_failed
-        for doc in docs:
+        for doc in scan.documents:
             if prefix:
                 doc = Document(prefix + doc.id, doc.text, doc.mime_type, doc.title, dict(doc.metadata))
             loaded.documents.append(doc)
+        loaded.unchanged.extend(prefix + doc_id for doc_id in scan.unchanged)
+        loaded.signatures.update({prefix + k: v for k, v in scan.signatures.items()})
         for fail in fails:
             if fail.path == str(folder):
                 # Keyed by the folder's id prefix, so the store keeps that folder's documents.

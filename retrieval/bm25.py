@@ -91,7 +91,8 @@ def refresh_stats(conn: Any, index_name: str, chunks_partition: str) -> CorpusSt
         )
     ).fetchone()
     vocab_size, idf_sum = conn.execute(
-        "SELECT count(*), coalesce(sum(ln(%s - df + 0.5) - ln(df + 0.5)), 0)"
+        # float8, as rank-bm25's math.log: ln() on numeric costs 20x more (60 ms at 11k terms)
+        "SELECT count(*), coalesce(sum(ln(%s - df + 0.5::float8) - ln(df + 0.5::float8)), 0)"
         " FROM bm25_terms WHERE index_name = %s",
         (int(n_docs), index_name),
     ).fetchone()

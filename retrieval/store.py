@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import queue
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -36,6 +36,10 @@ class RecordableReport(Protocol):
     dataset: str
 
     def as_dict(self) -> dict[str, Any]: ...
+
+
+class StaleSignatures(RuntimeError):
+    """Documents left unread as unchanged were deleted meanwhile: the folder must be read in full."""
 
 
 @dataclass
@@ -205,12 +209,22 @@ class Store:
     # -- documents ---------------------------------------------------------------------------
 
     def sync_documents(
-        self, collection: str, documents: Sequence[Document], failures: Sequence[Any] = ()
+        self,
+        collection: str,
+        documents: Sequence[Document],
+        failures: Sequence[Any] = (),
+        *,
+        unchanged: Sequence[str] = (),
+        signatures: Mapping[str, str] | None = None,
     ) -> DocumentSync:
-        """Make the stored collection equal `documents`: upsert added/changed, delete absent ones.
+        """Make the stored collection equal `documents` plus `unchanged`: upsert added/changed, delete
+        absent ones.
 
         A document that failed to load this time (its id or folder in `failures`) keeps its previous
         stored version instead of being deleted: a transient read error must not drop it.
+        `unchanged` are ids left unread because their file signature matched (`document_signatures`);
+        `signatures` ({id: file signature}) is recorded for the documents given, None where absent.
+        An unchanged id that is no longer stored raises `StaleSignatures`: read the files again.
         """
         ids = [d.id for d in documents]
         if len(set(ids)) != len(ids):
@@ -219,20 +233,34 @@ class Store:
         failed_paths = [str(f.path).rstrip("/") for f in failures]
         report = DocumentSync(failed=list(failures))
         with self.connection() as conn, conn.transaction():
-            existing = dict(
-                conn.execute(
-                    "SELECT doc_id, sha256 FROM documents WHERE collection = %s FOR UPDATE", (collection,)
-                ).fetchall()
+            # one sync of a collection at a time; an advisory lock, as row locks on every document
+            # would write each row's xmax (a one-document update then dirties the whole collection)
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('chunkyard.documents:' || %s))", (collection,)
             )
-            upserts = []
+            existing = {
+                doc_id: (sha, signature)
+                for doc_id, sha, signature in conn.execute(
+                    "SELECT doc_id, sha256, file_signature FROM documents WHERE collection = %s",
+                    (collection,),
+                ).fetchall()
+            }
+            gone = [doc_id for doc_id in unchanged if doc_id not in existing]
+            if gone:
+                raise StaleSignatures(f"sync_documents: {len(gone)} unread document(s) are no longer stored")
+            report.unchanged.extend(unchanged)
+            upserts, resigned = [], []
             for doc in documents:
                 sha = doc.sha256
+                signature = signatures.get(doc.id) if signatures is not None else None
                 if doc.id not in existing:
                     report.added.append(doc.id)
-                elif existing[doc.id] != sha:
+                elif existing[doc.id][0] != sha:
                     report.changed.append(doc.id)
                 else:
                     report.unchanged.append(doc.id)
+                    if signatures is not None and existing[doc.id][1] != signature:
+                        resigned.append((signature, collection, doc.id))
                     continue
                 upserts.append(
                     (
@@ -244,23 +272,30 @@ class Store:
                         doc.mime_type,
                         doc.title,
                         Jsonb(doc.metadata),
+                        signature,
                     )
                 )
-            given = set(ids)
+            given = set(ids).union(unchanged)
 
             def kept_by_failure(doc_id: str) -> bool:
                 return any(doc_id == p or doc_id.startswith(p + "/") for p in failed_paths)
 
             report.deleted = sorted(d for d in existing if d not in given and not kept_by_failure(d))
-            if upserts:
-                with conn.cursor() as cur:
+            with conn.cursor() as cur:
+                if upserts:
                     cur.executemany(
                         "INSERT INTO documents (collection, doc_id, path, sha256, text, mime_type, title,"
-                        " metadata) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+                        " metadata, file_signature) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
                         " ON CONFLICT (collection, doc_id) DO UPDATE SET path = excluded.path,"
                         " sha256 = excluded.sha256, text = excluded.text, mime_type = excluded.mime_type,"
-                        " title = excluded.title, metadata = excluded.metadata, updated_at = now()",
+                        " title = excluded.title, metadata = excluded.metadata,"
+                        " file_signature = excluded.file_signature, updated_at = now()",
                         upserts,
+                    )
+                if resigned:
+                    cur.executemany(
+                        "UPDATE documents SET file_signature = %s WHERE collection = %s AND doc_id = %s",
+                        resigned,
                     )
             if report.deleted:
                 conn.execute(
@@ -287,6 +322,15 @@ class Store:
         with self.connection() as conn:
             rows = conn.execute(query + " ORDER BY doc_id", params).fetchall()
         return [Document(id=r[0], text=r[1], mime_type=r[2], title=r[3], metadata=r[4] or {}) for r in rows]
+
+    def document_signatures(self, collection: str) -> dict[str, str]:
+        """{document id: file signature} of the stored documents that have one (see `sync_documents`)."""
+        with self.connection() as conn:
+            rows = conn.execute(
+                "SELECT doc_id, file_signature FROM documents WHERE collection = %s AND file_signature IS NOT NULL",
+                (collection,),
+            ).fetchall()
+        return dict(rows)
 
     def document_hashes(self, collection: str) -> dict[str, str]:
         with self.connection() as conn:

@@ -6,10 +6,10 @@ import time
 from collections.abc import Sequence
 
 from chunking.loaders import DocumentFailure
-from pipeline.documents import load_collection_documents
+from pipeline.documents import CollectionDocuments, load_collection_documents
 from pipeline.report import StepReport
 from retrieval.config import CollectionConfig
-from retrieval.store import Store
+from retrieval.store import DocumentSync, StaleSignatures, Store
 
 FAILURE_TABLE_ROWS = 200
 
@@ -29,13 +29,20 @@ def failures_markdown(failures: Sequence[DocumentFailure], limit: int = FAILURE_
 
 
 def sync_documents(store: Store, collection: CollectionConfig) -> StepReport:
-    """Load and sync; when no folder is readable (missing, unmounted) the stored documents are kept."""
+    """Load and sync; when no folder is readable (missing, unmounted) the stored documents are kept.
+
+    Files whose stat signature matches the stored one are not read again (`chunking.loaders`).
+    """
     started = time.perf_counter()
     name = collection.name
-    loaded = load_collection_documents(collection)
+    loaded = load_collection_documents(collection, store.document_signatures(name))
     report = StepReport(warnings=[f"{name}: skipped {f.path}: {f.reason}" for f in loaded.failures])
     if loaded.usable:
-        sync = store.sync_documents(name, loaded.documents, loaded.failures)
+        try:
+            sync = _sync(store, name, loaded)
+        except StaleSignatures:  # documents deleted meanwhile (another sync): read every file
+            loaded = load_collection_documents(collection)
+            sync = _sync(store, name, loaded)
         report.metadata.update(sync.as_metadata())
         report.ids = {"added_ids": sync.added, "changed_ids": sync.changed, "deleted_ids": sync.deleted}
     else:
@@ -53,7 +60,14 @@ def sync_documents(store: Store, collection: CollectionConfig) -> StepReport:
             }
         )
         report.ids = {"added_ids": [], "changed_ids": [], "deleted_ids": []}
-    report.metadata["documents_total"] = len(loaded.documents)
+    report.metadata["documents_total"] = loaded.total
+    report.metadata["documents_read"] = len(loaded.documents)
     report.markdown["failures"] = failures_markdown(loaded.failures)
     report.metadata["seconds"] = float(time.perf_counter() - started)
     return report
+
+
+def _sync(store: Store, name: str, loaded: CollectionDocuments) -> DocumentSync:
+    return store.sync_documents(
+        name, loaded.documents, loaded.failures, unchanged=loaded.unchanged, signatures=loaded.signatures
+    )

@@ -17,13 +17,14 @@ def publish_index(store: Store, spec: IndexSpec) -> StepReport:
     """
     written = checks.staged_documents(store, spec.name)["chunked"]
     published = publish(store, spec)
+    scope = None if published.full_rebuild else written  # the rest was checked when published
     info = store.index_info(spec.name) or {}
     dim = int(info.get("dim") or 0)  # 0: nothing published yet, any single dimension passes
     return StepReport(
         metadata=dict(published.as_metadata()),
         checks=[
             checks.check_spans(store, spec.collection, spec.name, "published", doc_ids=written),
-            checks.check_published_embeddings(store, spec.name, dim),
+            checks.check_published_embeddings(store, spec.name, dim, doc_ids=scope),
             checks.check_bm25_counts(store, spec.name),
         ],
     )

@@ -97,6 +97,7 @@ class PublishReport:
     documents_total: int = 0
     bm25_vocabulary: int = 0
     hnsw_built: bool = False
+    full_rebuild: bool = False  # every chunk was replaced (a new config, or a first build)
     seconds: float = 0.0
     hnsw_seconds: float = 0.0
     vector_storage: str = "vector"  # the HNSW graph's type (`vector` or `halfvec`)
