@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from itertools import accumulate, chain
+from operator import add
 from typing import Any
 
 import numpy as np
@@ -140,6 +141,7 @@ class RecursiveChunker(BaseChunker):
         self._patterns = [
             None if s == "" else re.compile(s if is_regex else re.escape(s)) for s in self.separators
         ]
+        self._literals = [None if is_regex else s for s in self.separators]  # str.split fast path
 
     def pieces(self, dt: DocText) -> list[Piece]:
         spans = self.split_span(dt, 0, len(dt.text))
@@ -147,12 +149,21 @@ class RecursiveChunker(BaseChunker):
         return [Piece(s, e, dict(meta)) for s, e in spans]
 
     # The recursion works on (start, end) spans of the document; `level` indexes separators.
+    # It runs breadth-first: all spans of one depth are cut and counted together (one numpy
+    # call per depth instead of one per span), and each span's output is a list holding its
+    # chunks and, in place, the lists of the spans it recursed into (flattened at the end).
     def split_span(
         self, dt: DocText, start: int, end: int, budget: int | None = None
     ) -> list[tuple[int, int]]:
         budget = self.budget if budget is None else budget
+        if end <= start:
+            return []
+        root: list = []
+        tasks: list[tuple[int, int, int, list]] = [(start, end, 0, root)]
+        while tasks:
+            tasks = self._split_depth(dt, tasks, budget)
         out: list[tuple[int, int]] = []
-        self._split(dt, start, end, 0, budget, out)
+        _flatten(root, out)
         return out
 
     def _boundaries(self, dt: DocText, start: int, end: int, level: int) -> tuple[list[int], int]:
@@ -162,6 +173,11 @@ class RecursiveChunker(BaseChunker):
             pattern = self._patterns[lv]
             if pattern is None:
                 return self._unit_boundaries(dt.units, start, end), len(self._patterns)
+            literal = self._literals[lv]
+            if literal:
+                if text.find(literal, start, end) >= 0:
+                    return self._literal_cuts(text, start, end, literal), lv + 1
+                continue
             if self.keep_separator == "end":
                 cuts = [m.end() for m in pattern.finditer(text, start, end) if m.end() > m.start()]
             else:
@@ -171,6 +187,19 @@ class RecursiveChunker(BaseChunker):
                 return [start, *inner, end], lv + 1
         return [start, end], len(self._patterns)
 
+    def _literal_cuts(self, text: str, start: int, end: int, literal: str) -> list[int]:
+        """`_boundaries` for a plain-string separator: `str.split` finds the same matches as
+        `finditer` (leftmost, non-overlapping) without a match object each."""
+        parts = text[start:end].split(literal)
+        width = len(literal)
+        first = start + (width if self.keep_separator == "end" else 0)  # where match 0 cuts, less its prefix
+        cuts = list(map(add, accumulate(map(len, parts[:-1])), range(first, end + width, width)))
+        if cuts[0] == start:  # a separator right at the start (kept at the start): no cut
+            del cuts[0]
+        if cuts and cuts[-1] == end:  # or right at the end (kept at the end)
+            del cuts[-1]
+        return [start, *cuts, end]
+
     @staticmethod
     def _unit_boundaries(units: TokenUnits, start: int, end: int) -> list[int]:
         i = units.first_unit_ending_after(start)
@@ -179,84 +208,133 @@ class RecursiveChunker(BaseChunker):
         inner = inner[(inner > start) & (inner < end)]
         return [start, *inner.tolist(), end]
 
-    def _split(self, dt: DocText, start: int, end: int, level: int, budget: int, out: list) -> None:
-        cuts, next_level = self._boundaries(dt, start, end, level)
-        arr = np.asarray(cuts, dtype=np.int64)
-        if self.exact_lengths:
-            lengths = refined_counts(dt, arr[:-1], arr[1:], 0).tolist()
-        else:
-            lengths = dt.units.estimate(arr[:-1], arr[1:]).tolist()
-        good: list[tuple[int, int, int]] = []
-        for k, n in enumerate(lengths):
-            a, b = cuts[k], cuts[k + 1]
-            if b <= a:
-                continue
-            if n < budget or (n <= budget and next_level >= len(self._patterns)):
-                good.append((a, b, n))
-                continue
-            if good:
-                self._merge(dt.text, good, budget, out)
-                good = []
-            if next_level >= len(self._patterns):
-                s, e = trim_span(dt.text, a, b)
-                if e > s:
-                    out.append((s, e))
-            else:
-                self._split(dt, a, b, next_level, budget, out)
-        if good:
-            self._merge(dt.text, good, budget, out)
+    def _split_depth(
+        self, dt: DocText, tasks: list[tuple[int, int, int, list]], budget: int
+    ) -> list[tuple[int, int, int, list]]:
+        """Cut, count and merge every span of one recursion depth; returns the next depth's spans.
 
-    def _merge(self, text: str, splits: list[tuple[int, int, int]], budget: int, out: list) -> None:
-        """LangChain's `_merge_splits` on spans; pieces are contiguous so a join is a span."""
-        overlap = self.overlap
-        if overlap <= 0:
-            self._merge_without_overlap(text, splits, budget, out)
-            return
-        current: list[tuple[int, int, int]] = []
-        head = 0  # index of the first live element of `current`
-        total = 0
-        for piece in splits:
-            n = piece[2]
-            if total + n > budget and len(current) > head:
-                s, e = trim_span(text, current[head][0], current[-1][1])
-                if e > s:
-                    out.append((s, e))
-                while total > overlap or (total + n > budget and total > 0):
-                    total -= current[head][2]
-                    head += 1
-            current.append(piece)
-            total += n
-        if len(current) > head:
-            s, e = trim_span(text, current[head][0], current[-1][1])
-            if e > s:
-                out.append((s, e))
-
-    @staticmethod
-    def _merge_without_overlap(text: str, splits: list[tuple[int, int, int]], budget: int, out: list) -> None:
-        """`_merge` at overlap 0, one step per chunk instead of per piece (same spans).
-
-        A chunk from piece `i` ends before the first later piece that takes it over `budget`
-        (every piece is within `budget`); the next one starts after its last piece with tokens,
-        so zero-token pieces at its end open the next chunk too, as in the loop.
+        A span's pieces under the budget are merged in runs (LangChain's `_merge_splits`); a
+        piece over it recurses with the next separator, or at the last one is a chunk itself.
+        Pieces are never empty: cuts are strictly inside a non-empty span and increasing.
         """
-        cum = [0, *accumulate(piece[2] for piece in splits)]
-        last_with_tokens: list[int] = []
-        k = -1
-        for index, piece in enumerate(splits):
-            if piece[2]:
-                k = index
-            last_with_tokens.append(k)
-        m = len(splits)
-        i = 0
+        text = dt.text
+        n_patterns = len(self._patterns)
+        starts: list[int] = []
+        ends: list[int] = []
+        spans: list[tuple[int, int, list]] = []  # (first piece, next level, output list)
+        thresholds: list[int] = []  # a piece with more tokens than this does not merge
+        sizes: list[int] = []
+        for a, b, level, out in tasks:
+            cuts, next_level = self._boundaries(dt, a, b, level)
+            spans.append((len(starts), next_level, out))
+            starts += cuts[:-1]
+            ends += cuts[1:]
+            sizes.append(len(cuts) - 1)
+            thresholds.append(budget if next_level >= n_patterns else budget - 1)
+        starts_arr = np.asarray(starts, dtype=np.int64)
+        ends_arr = np.asarray(ends, dtype=np.int64)
+        if self.exact_lengths:
+            counts_arr = refined_counts(dt, starts_arr, ends_arr, 0)
+        else:
+            counts_arr = dt.units.estimate(starts_arr, ends_arr)
+        over = np.flatnonzero(counts_arr > np.repeat(thresholds, sizes)).tolist()
+        merge = _Merge(text, starts, ends, counts_arr, budget, self.overlap)
+        over.append(len(starts))  # sentinel
+        o = 0
+        next_tasks: list[tuple[int, int, int, list]] = []
+        for t, (first, next_level, out) in enumerate(spans):
+            stop = first + sizes[t]
+            i = first
+            while True:
+                k = over[o]
+                if k >= stop:
+                    break
+                o += 1
+                if k > i:
+                    merge.run(i, k, out)
+                i = k + 1
+                if next_level >= n_patterns:
+                    s, e = trim_span(text, starts[k], ends[k])
+                    if e > s:
+                        out.append((s, e))
+                else:
+                    child: list = []
+                    out.append(child)
+                    next_tasks.append((starts[k], ends[k], next_level, child))
+            if stop > i:
+                merge.run(i, stop, out)
+        return next_tasks
+
+
+def _flatten(items: list, out: list[tuple[int, int]]) -> None:
+    """Chunks in document order from a span's output list (sub-lists are recursed spans)."""
+    for item in items:
+        if type(item) is list:
+            _flatten(item, out)
+        else:
+            out.append(item)
+
+
+class _Merge:
+    """LangChain's `_merge_splits` on runs of consecutive pieces of one recursion depth.
+
+    Pieces are contiguous, so a join is a span. `cum` (token prefix sums) and `last_with_tokens`
+    are built once per depth; a run is an index range into them.
+    """
+
+    def __init__(
+        self, text: str, starts: list[int], ends: list[int], counts: np.ndarray, budget: int, overlap: int
+    ) -> None:
+        self.text, self.starts, self.ends, self.counts = text, starts, ends, counts.tolist()
+        self.budget, self.overlap = budget, overlap
+        if overlap <= 0:
+            self.cum = [0, *accumulate(self.counts)]
+            with_tokens = np.where(counts > 0, np.arange(len(counts)), -1)
+            self.last_with_tokens = np.maximum.accumulate(with_tokens).tolist()
+
+    def run(self, i: int, m: int, out: list) -> None:
+        if self.overlap > 0:
+            self._run_with_overlap(i, m, out)
+            return
+        # One step per chunk (same spans as the per-piece loop): a chunk from piece `i` ends
+        # before the first later piece that takes it over `budget` (every piece is within
+        # `budget`); the next one starts after its last piece with tokens, so zero-token
+        # pieces at its end open the next chunk too, as in the loop (a chunk always holds a
+        # piece with tokens, else its next piece alone would be over `budget`).
+        text, starts, ends, cum, budget = self.text, self.starts, self.ends, self.cum, self.budget
+        last_with_tokens = self.last_with_tokens
         while i < m:
-            u = bisect_right(cum, cum[i] + budget, i + 2)  # first index past the chunk, in `cum`
+            u = bisect_right(cum, cum[i] + budget, i + 2, m + 1)  # first index past the chunk, in `cum`
             j = m - 1 if u > m else u - 2  # the chunk's last piece
-            s, e = trim_span(text, splits[i][0], splits[j][1])
+            s, e = trim_span(text, starts[i], ends[j])
             if e > s:
                 out.append((s, e))
             if u > m:
                 return
             i = last_with_tokens[j] + 1
+
+    def _run_with_overlap(self, i: int, m: int, out: list) -> None:
+        """A new chunk starts with as many trailing pieces of the previous one as fit in `overlap`."""
+        text, starts, ends, counts = self.text, self.starts, self.ends, self.counts
+        budget, overlap = self.budget, self.overlap
+        head = i  # index of the first live piece of the current chunk
+        last = i - 1  # its last piece
+        total = 0
+        for k in range(i, m):
+            n = counts[k]
+            if total + n > budget and last >= head:
+                s, e = trim_span(text, starts[head], ends[last])
+                if e > s:
+                    out.append((s, e))
+                while total > overlap or (total + n > budget and total > 0):
+                    total -= counts[head]
+                    head += 1
+            last = k
+            total += n
+        if last >= head:
+            s, e = trim_span(text, starts[head], ends[last])
+            if e > s:
+                out.append((s, e))
 
 
 # ---------------------------------------------------------------------------------------
