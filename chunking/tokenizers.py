@@ -188,13 +188,14 @@ class TiktokenTokenizer:
         The cumulative sum over a document's tokens is then the character offset where
         each token ends (a token ending inside a multi-byte character counts that
         character as started, i.e. its end snaps forward to the character's end).
-        Built once; no decoding per document.
+        Built once; no decoding per document. One byte per entry where every token fits
+        (cl100k's longest is 128 bytes): the per-document gather reads 8x less memory.
         """
         if self._char_starts is None:
             table = np.zeros(self._enc.n_vocab, dtype=np.int64)
             for token_bytes, rank in self._enc._mergeable_ranks.items():
                 table[rank] = sum(1 for b in token_bytes if b & 0xC0 != 0x80)
-            self._char_starts = table
+            self._char_starts = table.astype(np.uint8) if table.max() <= 255 else table
         return self._char_starts
 
     def encode_array(self, text: str) -> np.ndarray:
@@ -211,9 +212,9 @@ class TiktokenTokenizer:
         chars_started = self._token_char_starts()[ids]
         if chars_started.min() > 0:  # every token ends on a new character: units are tokens
             bounds = np.zeros(len(ids) + 1, dtype=np.int64)
-            np.cumsum(chars_started, out=bounds[1:])
+            np.cumsum(chars_started, dtype=np.int64, out=bounds[1:])
             return TokenUnits(bounds[:-1], bounds[1:], np.arange(len(ids) + 1, dtype=np.int64))
-        return _units_from_token_ends(np.cumsum(chars_started))
+        return _units_from_token_ends(np.cumsum(chars_started, dtype=np.int64))
 
     def count(self, text: str) -> int:
         return len(self._enc.encode_ordinary(text))
