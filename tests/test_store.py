@@ -25,6 +25,18 @@ def test_migrations_are_versioned_and_idempotent(store: Store) -> None:
     assert versions == [v for v, _, _ in MIGRATIONS]
 
 
+def test_chunk_vectors_are_stored_inside_their_rows(store: Store) -> None:
+    """STORAGE MAIN: a vector is never moved to the TOAST table before the texts (migration 7)."""
+    spec = make_spec()
+    store.ensure_index(spec)
+    with store.connection() as conn:
+        storage = conn.execute(
+            "SELECT attstorage FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'embedding'",
+            (partition_names(spec.name)["chunks"],),
+        ).fetchone()[0]
+    assert storage == "m"
+
+
 def test_sync_documents_reports_added_changed_deleted_unchanged(store: Store) -> None:
     collection = "sync-test"
     first = store.sync_documents(collection, [Document("a", "alpha"), Document("b", "beta")], [])
