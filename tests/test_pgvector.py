@@ -153,7 +153,10 @@ def _hnsw_bytes(store: Store, spec: IndexSpec) -> int:
         )
 
 
-def test_halfvec_storage_gives_the_same_top_results_from_a_smaller_graph(store: Store, embedder) -> None:
+def test_halfvec_storage_gives_the_same_top_results_from_a_smaller_graph(
+    store: Store, embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CHUNKYARD_EXACT_SEARCH_MAX_CHUNKS", "0")  # search the graphs, not an exact scan
     docs = [
         Document(f"d{i}", "\n\n".join(f"{s[:-1]} in the {place}." for s in SENTENCES), metadata={"n": i})
         for i, place in enumerate(PLACES)

@@ -66,9 +66,10 @@ def _exact(store: Store, spec, qvec: np.ndarray, k: int, allowed: set[str] | Non
 
 
 def test_dense_equals_exact_search_on_a_small_index(store, text_index, searcher, embedder) -> None:
+    """At most EXACT_MAX_CHUNKS chunks: every vector is compared, even at a small ef_search."""
     for query in ("a cat sleeping on a carpet", "how do databases survive crashes", "bread baking"):
         qvec = embedder.embed([query])[0]
-        got = [r.chunk_id for r in searcher.search(query, text_index.name, k=5, mode="dense")]
+        got = [r.chunk_id for r in searcher.search(query, text_index.name, k=5, mode="dense", ef_search=5)]
         assert got == _exact(store, text_index, qvec, 5)
 
 
@@ -196,7 +197,10 @@ def test_dense_query_expression_matches_the_partition_hnsw_index(store, random_i
     assert f"Index Scan using {parts['hnsw']}" in plan, plan
 
 
-def test_hnsw_recall_on_a_600_vector_partition(store, random_indexes, searcher, embedder) -> None:
+def test_hnsw_recall_on_a_600_vector_partition(
+    store, random_indexes, searcher, embedder, monkeypatch
+) -> None:
+    monkeypatch.setenv("CHUNKYARD_EXACT_SEARCH_MAX_CHUNKS", "0")  # the graph, not the small-index exact scan
     big, _ = random_indexes
     queries = [f"query number {i}" for i in range(10)]
     qvecs = embedder.embed(queries)

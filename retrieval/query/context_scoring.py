@@ -38,6 +38,9 @@ from retrieval.index_defaults import ContextScoring
 from retrieval.query.fusion import Ranked, min_max
 from retrieval.query.snapshot import IndexHandle
 
+# Context means are computed this many chunks at a time (bounds the temporaries on a large index).
+MEANS_BLOCK = 4096
+
 
 class ChunkLayout:
     """Every chunk of one published index version in document order (`doc_id`, `start`).
@@ -147,6 +150,7 @@ class ContextStatistics:
         self._tf_cumulative = np.zeros(1, dtype=np.int64)
         self._vectors: np.ndarray | None = None
         self._focus: tuple[np.ndarray, np.ndarray] | None = None
+        self._means: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
         self._bm25_loaded = False
 
     def _layout_order(self) -> sql.Composable:
@@ -215,6 +219,34 @@ class ContextStatistics:
                     if len(self._vectors) != len(self.layout.chunk_ids):
                         raise ValueError("context statistics: chunk vectors do not match the chunk layout")
         return self._vectors
+
+    def context_means(
+        self, conn: psycopg.Connection, settings: ContextScoring
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Every chunk's context mean vector (float32) and its squared norm (float64), per context shape.
+
+        Computed once per index version and shape, so a query's dense context score is one
+        product with the query vector. The means are float64 sums of the members cast to float32
+        (pgvector's `avg`), summed in the same order as a query-time sum, so the values are equal.
+        """
+        key = (settings.span, settings.neighbours)
+        cached = self._means.get(key)
+        if cached is not None:
+            return cached
+        vectors = self.vectors(conn)
+        with self._lock:
+            cached = self._means.get(key)
+            if cached is None:
+                n = len(vectors)
+                means = np.zeros_like(vectors)
+                for block in range(0, n, MEANS_BLOCK):  # bounded temporaries on a large index
+                    positions = np.arange(block, min(n, block + MEANS_BLOCK))
+                    lo, hi = self.layout._bounds(positions, settings)
+                    means[positions] = _window_means(vectors, lo, hi)
+                wide = means.astype(np.float64)
+                cached = (means, (wide * wide).sum(axis=1))
+                self._means[key] = cached
+        return cached
 
     def focus_terms(
         self, conn: psycopg.Connection, analyzer: bm25_lib.Analyzer
@@ -421,14 +453,10 @@ def score_contexts_in_memory(
                 )
     dense_scores: np.ndarray | None = None
     if query_vector is not None:
-        vectors = statistics.vectors(conn)
-        sizes = hi - lo
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        members = np.repeat(lo - starts, sizes) + np.arange(int(sizes.sum()))
-        sums = np.add.reduceat(vectors[members].astype(np.float64), starts, axis=0)
-        means = (sums / sizes[:, None]).astype(np.float32).astype(np.float64)  # pgvector's avg: float8 sums
+        all_means, all_norms = statistics.context_means(conn, settings)  # norms squared
+        means = all_means[positions].astype(np.float64)
         q = np.asarray(query_vector, dtype=np.float32).astype(np.float64)
-        cosine = (means @ q) / np.sqrt((means * means).sum(axis=1) * float(q @ q))
+        cosine = (means @ q) / np.sqrt(all_norms[positions] * float(q @ q))
         dense_scores = 1.0 - (1.0 - np.clip(cosine, -1.0, 1.0))  # as `1 - (a <=> b)`
     return {
         cid: ContextEvidence(
@@ -439,6 +467,15 @@ def score_contexts_in_memory(
         )
         for k, cid in enumerate(ids)
     }
+
+
+def _window_means(vectors: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The float32 mean of `vectors[lo:hi]` for each pair, as pgvector's `avg` (float8 sums)."""
+    sizes = hi - lo
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    members = np.repeat(lo - starts, sizes) + np.arange(int(sizes.sum()))
+    sums = np.add.reduceat(vectors[members].astype(np.float64), starts, axis=0)
+    return (sums / sizes[:, None]).astype(np.float32)
 
 
 def _best_windows(

@@ -38,6 +38,7 @@ class IndexHandle:
     defaults: IndexDefaults
     label: IndexName  # what results name: a snapshot (`c/x@v3`) answers as its live index at version 3
     vector_storage: str = "vector"  # the type its HNSW graph is built on (`vector` or `halfvec`)
+    chunks_total: int = 0  # chunks in this version (its BM25 statistics' N)
 
 
 class IndexHandles:
@@ -65,6 +66,7 @@ class IndexHandles:
             return cached
         parts = partition_names(name)
         bm25_config = config.get("bm25") or {}
+        stats = bm25_lib.load_stats(conn, name)
         handle = IndexHandle(
             name=name,
             version=version,
@@ -77,6 +79,7 @@ class IndexHandles:
             defaults=_index_defaults(config, name),
             label=name.snapshot_of[0] if name.snapshot_of else name,
             vector_storage=str(config.get("vector_storage") or "vector"),
+            chunks_total=stats.n_docs if stats is not None else 0,
         )
         with self._lock:
             self._handles[name] = handle
