@@ -443,3 +443,25 @@ def test_context_scoring_sends_no_query_of_its_own(store, embedder, plain_index,
     sent.clear()
     from_sql.search(query, plain_index.name, k=5, mode="hybrid_weighted", **with_context)
     assert any("bm25_postings" in s for s in sent) and any("avg(" in s for s in sent)
+
+
+def test_window_scoring_at_hits_equals_scoring_every_window() -> None:
+    """Only windows starting at a query term's hit are scored, with bit-identical best scores."""
+    from retrieval.query.context_scoring import _best_windows, _best_windows_at_hits
+
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        lengths = rng.integers(0, int(rng.choice([3, 60, 200])), int(rng.integers(1, 30)))
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        vocabulary = int(rng.integers(1, 25))
+        ids = rng.integers(-1, vocabulary, int(offsets[-1])).astype(np.int32)
+        known = np.flatnonzero(ids >= 0)
+        order = np.argsort(ids[known], kind="stable")
+        indptr = np.searchsorted(ids[known][order], np.arange(vocabulary + 1)).astype(np.int64)
+        positions = rng.permutation(len(lengths))[: int(rng.integers(1, len(lengths) + 1))].astype(np.int64)
+        terms = rng.permutation(vocabulary)[: int(rng.integers(1, vocabulary + 1))].astype(np.int64)
+        w = rng.random(len(terms)) * 5
+        size = int(rng.integers(1, 40))
+        expected = _best_windows(ids, offsets, positions, terms, w, size, 1.2)
+        found = _best_windows_at_hits(indptr, known[order], offsets, positions, terms, w, size, 1.2)
+        assert np.array_equal(found, expected)

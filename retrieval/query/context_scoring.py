@@ -150,6 +150,7 @@ class ContextStatistics:
         self._tf_cumulative = np.zeros(1, dtype=np.int64)
         self._vectors: np.ndarray | None = None
         self._focus: tuple[np.ndarray, np.ndarray] | None = None
+        self._occurrences: tuple[np.ndarray, np.ndarray] | None = None
         self._means: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
         self._bm25_loaded = False
 
@@ -267,6 +268,26 @@ class ContextStatistics:
                         offsets.append(len(ids))
                     self._focus = (np.array(ids, dtype=np.int32), np.array(offsets, dtype=np.int64))
         return self._focus
+
+    def focus_occurrences(
+        self, conn: psycopg.Connection, analyzer: bm25_lib.Analyzer
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Where each term occurs in `focus_terms`' flat array: a CSR by term id (indptr, positions).
+
+        Built once per index version, so a query's window scoring reads only its own terms'
+        occurrences instead of every analysed term of every candidate. Memory: 8 bytes per term.
+        """
+        focus_ids, _ = self.focus_terms(conn, analyzer)
+        if self._occurrences is None:
+            with self._lock:
+                if self._occurrences is None:
+                    known = np.flatnonzero(focus_ids >= 0)
+                    order = np.argsort(focus_ids[known], kind="stable")  # by term, then position
+                    indptr = np.searchsorted(
+                        focus_ids[known][order], np.arange(len(self.term_ids) + 1), side="left"
+                    )
+                    self._occurrences = (indptr.astype(np.int64), known[order].astype(np.int64))
+        return self._occurrences
 
 
 def _copy_bytes(conn: psycopg.Connection, query: sql.Composable) -> bytes:
@@ -448,9 +469,15 @@ def score_contexts_in_memory(
                 focus_ids, offsets = statistics.focus_terms(conn, analyzer)
                 term_ids = np.array([statistics.term_ids[t] for t in weights], dtype=np.int64)
                 w = np.array(list(weights.values()))
-                focus_scores = _best_windows(
-                    focus_ids, offsets, positions, term_ids, w, settings.focus_size, k1
-                )
+                if np.all(w >= 0):
+                    indptr, occurrences = statistics.focus_occurrences(conn, analyzer)
+                    focus_scores = _best_windows_at_hits(
+                        indptr, occurrences, offsets, positions, term_ids, w, settings.focus_size, k1
+                    )
+                else:  # a negative idf: a window may do better by dropping a hit, so score them all
+                    focus_scores = _best_windows(
+                        focus_ids, offsets, positions, term_ids, w, settings.focus_size, k1
+                    )
     dense_scores: np.ndarray | None = None
     if query_vector is not None:
         all_means, all_norms = statistics.context_means(conn, settings)  # norms squared
@@ -518,6 +545,52 @@ def _best_windows(
     tf = cumulative[:, window_start + widths[window_seg]] - cumulative[:, window_start]
     scores = (w[:, None] * tf * (k1 + 1) / (tf + k1)).sum(axis=0)
     out[keep] = np.maximum.reduceat(scores, first_window)
+    return out
+
+
+def _best_windows_at_hits(
+    indptr: np.ndarray,
+    occurrences: np.ndarray,
+    offsets: np.ndarray,
+    positions: np.ndarray,
+    term_ids: np.ndarray,
+    w: np.ndarray,
+    size: int,
+    k1: float,
+) -> np.ndarray:
+    """`_best_windows` from the query terms' occurrences alone (`focus_occurrences`), for `w >= 0`.
+
+    With no negative weight a window's score never drops when it slides right onto its first hit
+    (or up to the chunk's last window), so some window starting there is a best one: only those
+    windows, one per hit, are scored, with the same per-term values summed in the same order, so
+    each value equals `_best_windows`'.
+    """
+    out = np.zeros(len(positions))
+    if len(positions) == 0 or len(term_ids) == 0:
+        return out
+    order = np.argsort(positions)
+    sorted_positions = positions[order]
+    hits: list[np.ndarray] = []
+    for j in term_ids:
+        found = occurrences[indptr[j] : indptr[j + 1]]
+        chunk = np.searchsorted(offsets, found, side="right") - 1
+        slot = np.searchsorted(sorted_positions, chunk).clip(max=len(positions) - 1)
+        hits.append(found[sorted_positions[slot] == chunk])  # ascending: within candidate chunks
+    every = np.concatenate(hits)
+    if every.size == 0:
+        return out
+    chunk = np.searchsorted(offsets, every, side="right") - 1
+    lengths = offsets[chunk + 1] - offsets[chunk]
+    widths = np.minimum(size, lengths)
+    starts, first = np.unique(np.minimum(every, offsets[chunk] + lengths - widths), return_index=True)
+    ends = starts + widths[first]
+    # (windows x terms), each window's terms contiguous: summed pairwise as `_best_windows`' columns
+    tf = np.stack([np.searchsorted(found, ends) - np.searchsorted(found, starts) for found in hits], axis=1)
+    scores = (w[None, :] * tf * (k1 + 1) / (tf + k1)).sum(axis=1)
+    window_chunk = chunk[first]  # starts are sorted, so windows are grouped by chunk
+    group = np.flatnonzero(np.r_[True, window_chunk[1:] != window_chunk[:-1]])
+    best = np.maximum.reduceat(scores, group)
+    out[order[np.searchsorted(sorted_positions, window_chunk[group])]] = best
     return out
 
 
