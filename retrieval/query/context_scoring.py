@@ -25,6 +25,7 @@ copy), so a query sends no statement of its own; `score_contexts` is the per-que
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import Counter
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from psycopg import sql
 
 from retrieval import bm25 as bm25_lib
 from retrieval.index_defaults import ContextScoring
-from retrieval.query.fusion import Ranked, min_max
+from retrieval.query.fusion import Ranked
 from retrieval.query.snapshot import IndexHandle
 
 # Context means are computed this many chunks at a time (bounds the temporaries on a large index).
@@ -313,15 +314,33 @@ def _binary_copy_vectors(data: bytes, dim: int) -> np.ndarray:
 
 @dataclass
 class ContextEvidence:
-    """A candidate's context: its BM25 score (None in dense mode) and dense cosine (None in bm25 mode).
+    """The candidates' contexts, one value per candidate in the caller's order (NaN: not scored).
 
-    `focus`: the candidate's best window score (None when focus scoring is off or the mode is dense).
+    `bm25`: context BM25 (None in dense mode); `dense`: the cosine with the context's mean vector
+    (None in bm25 mode); `focus`: the best window score (None when focus scoring is off or the mode
+    is dense). Arrays, so re-ranking the candidates is a few vector operations, not a loop.
     """
 
-    bm25: float | None
-    dense: float | None
-    chunks: int
-    focus: float | None = None
+    bm25: np.ndarray | None
+    dense: np.ndarray | None
+    focus: np.ndarray | None = None
+
+    @classmethod
+    def of(
+        cls,
+        candidates: list[str],
+        bm25: dict[str, float] | None,
+        dense: dict[str, float] | None,
+        focus: dict[str, float] | None,
+    ) -> ContextEvidence:
+        """From per-candidate scores (a candidate missing from a dict was not scored)."""
+
+        def aligned(values: dict[str, float] | None) -> np.ndarray | None:
+            if values is None:
+                return None
+            return np.array([values.get(cid, np.nan) for cid in candidates], dtype=np.float64)
+
+        return cls(aligned(bm25), aligned(dense), aligned(focus))
 
 
 def score_contexts(
@@ -338,7 +357,7 @@ def score_contexts(
     bm25_params: bm25_lib.Bm25Params,
     query_vector: np.ndarray | None,
     analyzer: bm25_lib.Analyzer | None = None,
-) -> dict[str, ContextEvidence]:
+) -> ContextEvidence:
     """BM25 and/or dense scores of each candidate's context, read inside the caller's snapshot.
 
     `terms=None` skips BM25 and `query_vector=None` skips the dense score (the mode does not use it).
@@ -346,7 +365,7 @@ def score_contexts(
     """
     members = {cid: layout.members(cid, settings) for cid in candidates if cid in layout.position}
     if not members:
-        return {}
+        return ContextEvidence(None, None)
     all_members = sorted({m for ids in members.values() for m in ids})
     bm25_scores: dict[str, float] = {}
     dense_scores: dict[str, float] = {}
@@ -413,15 +432,12 @@ def score_contexts(
                     )
     if dense_cursor is not None:
         dense_scores = {anchor: float(value) for anchor, value in dense_cursor.fetchall()}
-    return {
-        cid: ContextEvidence(
-            bm25=bm25_scores.get(cid, 0.0) if terms is not None else None,
-            dense=dense_scores.get(cid) if query_vector is not None else None,
-            chunks=len(ids),
-            focus=focus_scores.get(cid, 0.0) if use_focus else None,
-        )
-        for cid, ids in members.items()
-    }
+    return ContextEvidence.of(
+        candidates,
+        {cid: bm25_scores.get(cid, 0.0) for cid in members} if terms is not None else None,
+        dense_scores if query_vector is not None else None,
+        {cid: focus_scores.get(cid, 0.0) for cid in members} if use_focus else None,
+    )
 
 
 def score_contexts_in_memory(
@@ -434,16 +450,18 @@ def score_contexts_in_memory(
     bm25_params: bm25_lib.Bm25Params,
     query_vector: np.ndarray | None,
     analyzer: bm25_lib.Analyzer | None = None,
-) -> dict[str, ContextEvidence]:
+) -> ContextEvidence:
     """`score_contexts` from the index version's `ContextStatistics`: the same scores, no query sent.
 
     `conn` (the caller's snapshot) is only used to load a part of the statistics on its first use.
     """
     layout = statistics.layout
-    ids = [cid for cid in candidates if cid in layout.position]
-    if not ids:
-        return {}
-    positions = np.array([layout.position[cid] for cid in ids], dtype=np.int64)
+    where = layout.position
+    found = [k for k, cid in enumerate(candidates) if cid in where]
+    if not found:
+        return ContextEvidence(None, None)
+    ids = candidates if len(found) == len(candidates) else [candidates[k] for k in found]
+    positions = np.array([where[cid] for cid in ids], dtype=np.int64)
     lo, hi = layout._bounds(positions, settings)
     counts = Counter(terms or [])
     use_focus = settings.focus_weight > 0.0 and analyzer is not None and terms is not None
@@ -485,15 +503,19 @@ def score_contexts_in_memory(
         q = np.asarray(query_vector, dtype=np.float32).astype(np.float64)
         cosine = (means @ q) / np.sqrt(all_norms[positions] * float(q @ q))
         dense_scores = 1.0 - (1.0 - np.clip(cosine, -1.0, 1.0))  # as `1 - (a <=> b)`
-    return {
-        cid: ContextEvidence(
-            bm25=float(bm25_scores[k]) if terms is not None else None,
-            dense=float(dense_scores[k]) if dense_scores is not None else None,
-            chunks=int(hi[k] - lo[k]),
-            focus=float(focus_scores[k]) if use_focus else None,
-        )
-        for k, cid in enumerate(ids)
-    }
+
+    def aligned(values: np.ndarray | None) -> np.ndarray | None:
+        if values is None or len(found) == len(candidates):
+            return values
+        out = np.full(len(candidates), np.nan)
+        out[found] = values
+        return out
+
+    return ContextEvidence(
+        aligned(bm25_scores if terms is not None else None),
+        aligned(dense_scores),
+        aligned(focus_scores if use_focus else None),
+    )
 
 
 def _window_means(vectors: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -619,7 +641,7 @@ def _best_window(rows: np.ndarray, w: np.ndarray, size: int, k1: float) -> float
 def fuse_with_context(
     mode: str,
     fused: Ranked,
-    evidence: dict[str, ContextEvidence],
+    evidence: ContextEvidence,
     settings: ContextScoring,
     *,
     dense_weight: float,
@@ -628,51 +650,68 @@ def fuse_with_context(
     """Re-rank fused candidates by `(1 - weight) * own + weight * context`, keeping every score.
 
     The context score follows the mode: dense cosine, BM25, their weighted mix (`hybrid_weighted`,
-    with the mode's dense weight) or their reciprocal rank fusion (`hybrid`).
+    with the mode's dense weight) or their reciprocal rank fusion (`hybrid`). `evidence` is aligned
+    with `fused`; each step is the same float operation per candidate as a loop would do.
     """
     own_key = {"dense": "dense", "bm25": "bm25", "hybrid": "rrf", "hybrid_auto": "auto"}.get(mode, "weighted")
     ids = [cid for cid, _ in fused]
-    scores = dict(fused)
-    context_dense = {cid: evidence[cid].dense for cid in ids if cid in evidence}
-    context_bm25 = {cid: evidence[cid].bm25 for cid in ids if cid in evidence}
-    for cid in ids:
-        if context_dense.get(cid) is not None:
-            scores[cid]["context_dense"] = float(context_dense[cid])  # type: ignore[arg-type]
-        if context_bm25.get(cid) is not None:
-            scores[cid]["context_bm25"] = float(context_bm25[cid])  # type: ignore[arg-type]
-    dense_values = {c: v for c, v in context_dense.items() if v is not None}
-    bm25_values = {c: v for c, v in context_bm25.items() if v is not None}
+    entries = [scores for _, scores in fused]
+    n = len(ids)
+    dense, has_dense = _scored(evidence.dense, n)
+    bm25, has_bm25 = _scored(evidence.bm25, n)
+    focus, has_focus = _scored(evidence.focus, n)
     if mode == "dense":
-        context = dense_values
+        context = np.where(has_dense, dense, 0.0)
     elif mode == "bm25":
-        context = bm25_values
+        context = np.where(has_bm25, bm25, 0.0)
     elif mode == "hybrid":
-        context = {}
-        for values in (dense_values, bm25_values):
-            order = sorted(values, key=lambda c: (-values[c], c))
-            for rank, cid in enumerate(order, start=1):
-                context[cid] = context.get(cid, 0.0) + 1.0 / (rrf_k + rank)
+        context = np.zeros(n)
+        for values, scored in ((dense, has_dense), (bm25, has_bm25)):
+            order = sorted(np.flatnonzero(scored).tolist(), key=lambda k: (-values[k], ids[k]))
+            context[order] += 1.0 / (rrf_k + np.arange(1, len(order) + 1))
     else:
-        dense_norm, bm25_norm = min_max(dense_values), min_max(bm25_values)
-        context = {
-            cid: dense_weight * dense_norm.get(cid, 0.0) + (1 - dense_weight) * bm25_norm.get(cid, 0.0)
-            for cid in ids
-        }
-    focus = {cid: evidence[cid].focus for cid in ids if cid in evidence and evidence[cid].focus is not None}
-    focus_weight = settings.focus_weight if focus else 0.0
-    own_norm = min_max({cid: scores[cid].get(own_key, 0.0) for cid in ids})
-    context_norm = min_max({cid: context.get(cid, 0.0) for cid in ids})
-    focus_norm = min_max({cid: focus.get(cid) or 0.0 for cid in ids}) if focus else {}
+        context = dense_weight * _min_max(dense, has_dense) + (1 - dense_weight) * _min_max(bm25, has_bm25)
+    with_focus = bool(has_focus.any())
+    focus_weight = settings.focus_weight if with_focus else 0.0
+    everyone = np.ones(n, dtype=bool)
+    own = np.array([scores.get(own_key, 0.0) for scores in entries], dtype=np.float64)
     own_weight = 1.0 - settings.weight - focus_weight
-    for cid in ids:
-        scores[cid]["context"] = float(context.get(cid, 0.0))
-        value = own_weight * own_norm[cid] + settings.weight * context_norm[cid]
-        if focus:
-            scores[cid]["focus"] = float(focus.get(cid) or 0.0)
-            value += focus_weight * focus_norm[cid]
-        scores[cid]["with_context"] = value
-    order = sorted(ids, key=lambda cid: (-scores[cid]["with_context"], cid))
-    return [(cid, scores[cid]) for cid in order]
+    value = own_weight * _min_max(own, everyone) + settings.weight * _min_max(context, everyone)
+    focus = np.where(has_focus, focus, 0.0)
+    if with_focus:
+        value += focus_weight * _min_max(focus, everyone)
+    columns = [dense.tolist(), has_dense.tolist(), bm25.tolist(), has_bm25.tolist(), context.tolist()]
+    focus_list, value_list = focus.tolist(), value.tolist()
+    for k, (d, has_d, b, has_b, c) in enumerate(zip(*columns, strict=True)):
+        scores = entries[k]
+        if has_d:
+            scores["context_dense"] = d
+        if has_b:
+            scores["context_bm25"] = b
+        scores["context"] = c
+        if with_focus:
+            scores["focus"] = focus_list[k]
+        scores["with_context"] = value_list[k]
+    order = sorted(range(n), key=lambda k: (-value_list[k], ids[k]))
+    return [fused[k] for k in order]
+
+
+def _scored(values: np.ndarray | None, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """`values` (NaN: not scored) as an array and its mask of scored candidates; None: none scored."""
+    if values is None:
+        return np.zeros(n), np.zeros(n, dtype=bool)
+    return values, ~np.isnan(values)
+
+
+def _min_max(values: np.ndarray, scored: np.ndarray) -> np.ndarray:
+    """`fusion.min_max` over the scored values (1.0 when they are equal); 0.0 for the others."""
+    out = np.zeros(len(values))
+    if not scored.any():
+        return out
+    present = values[scored]
+    low, high = float(present.min()), float(present.max())
+    out[scored] = 1.0 if math.isclose(high, low) else (present - low) / (high - low)
+    return out
 
 
 class Layouts:
