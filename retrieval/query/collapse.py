@@ -6,15 +6,18 @@ from retrieval.query.context_scoring import ChunkLayout
 from retrieval.query.fusion import Ranked
 
 
-def collapse_identical_texts(ranked: Ranked, layout: ChunkLayout) -> Ranked:
+def collapse_identical_texts(ranked: Ranked, layout: ChunkLayout, limit: int | None = None) -> Ranked:
     """One result per chunk text: repeated passages (reports, boilerplate) take one slot, not several.
 
     The copy returned is the earliest in the best-ranked copy's document (a document's first
-    occurrence is its canonical one), at the best copy's rank and with its scores.
+    occurrence is its canonical one), at the best copy's rank and with its scores. `limit`: stop
+    after that many results (the caller reads no further), instead of walking every candidate.
     """
     seen: set[int] = set()
     out: Ranked = []
     for cid, scores in ranked:
+        if limit is not None and len(out) >= limit:
+            break
         if cid not in layout.position:
             out.append((cid, scores))
             continue

@@ -299,15 +299,16 @@ class Searcher:
                         conn, handle, layout, mode, fused, plan.context, query, qvec,
                         dense_weight=dense_weight, rrf_k=plan.rrf_k, statistics=statistics,
                     )  # fmt: skip
+            rank = plan.coarse.rank if plan.coarse is not None else COARSE_DEFAULT_RANK
+            keep = first_stage if (reranker is not None or request.mmr is not None) else request.k
             if plan.collapse and fused:
                 with _timed(timings, "collapse_ms"):
-                    fused = collapse_identical_texts(fused, self._layouts.get(conn, handle))
-            rank = plan.coarse.rank if plan.coarse is not None else COARSE_DEFAULT_RANK
+                    # the gap reads the `rank`-th score, or (without context) the whole list's spread
+                    limit = max(keep, rank) if plan.context.enabled or plan.coarse is None else None
+                    fused = collapse_identical_texts(fused, self._layouts.get(conn, handle), limit)
             gap = coarse_stage.ranking_gap(mode, fused, rank, plan.context.enabled)
             with _timed(timings, "fetch_ms"):
-                ranked = fused[
-                    : first_stage if (reranker is not None or request.mmr is not None) else request.k
-                ]
+                ranked = fused[:keep]
                 ids = [cid for cid, _ in ranked]
                 rows = fetch_rows(conn, handle, ids, with_vectors=request.mmr is not None, commit=True)
         hits: Ranked = [(cid, scores) for cid, scores in ranked if cid in rows]
