@@ -8,9 +8,11 @@ settings. Every result carries the gap as `scores["fine_gap"]` and the index tha
 `index`; a coarse answer's timings add the fine ranking's time (`fine_ms`) to its `total_ms` (the
 work done; run side by side, the wall time is lower).
 
-The coarse search can start beside the fine ranking, with the same query vector (`speculate`, for
-calls of up to `searcher.SPECULATE_MAX_QUERIES` queries, off by default), else it runs afterwards
-for the ambiguous queries only. Both give the same answers: the coarse search is the same call.
+An ambiguous query's coarse ranking runs inside the fine query's own snapshot and connection, right
+after its gap is known, and the fine ranking's rows are never fetched (when the coarse index uses
+the same model and has no fallback of its own; else it is searched again afterwards). The coarse
+search can also start beside the fine ranking, with the same query vector (`speculate`, for calls
+of up to `searcher.SPECULATE_MAX_QUERIES` queries, off by default). All give the same answers.
 """
 
 from __future__ import annotations
@@ -69,11 +71,13 @@ def coarse_search(
         raise IndexNotFoundError(
             f"index {fine.name!r} falls back to {coarse_name!r} for ambiguous queries, but: {exc}"
         ) from exc
-    same_model = all(
-        coarse.config.get(key) == fine.config.get(key) for key in ("embedding_model", "embedder")
-    )
-    vectors = fine_vectors if same_model else None
+    vectors = fine_vectors if same_model(fine, coarse) else None
     return search_batch(list(queries), coarse.name, options.request_only(), vectors)
+
+
+def same_model(fine: IndexHandle, coarse: IndexHandle) -> bool:
+    """Whether the coarse index embeds with the fine one's model (so the query vectors carry over)."""
+    return all(coarse.config.get(key) == fine.config.get(key) for key in ("embedding_model", "embedder"))
 
 
 def speculate(search: Callable[[], list[list[SearchResult]]]) -> Future[list[list[SearchResult]]]:
@@ -99,30 +103,32 @@ def speculate(search: Callable[[], list[list[SearchResult]]]) -> Future[list[lis
 
 
 def coarse_answers(
+    ambiguous: list[int],
     gaps: list[float],
-    min_gap: float,
     totals_ms: list[float],
     results: list[list[SearchResult]],
     answers_for: Callable[[list[int]], list[list[SearchResult]]],
 ) -> list[list[SearchResult]]:
-    """`results` with the ambiguous queries' answers replaced by the coarse index's.
+    """`results` with the `ambiguous` queries' answers replaced by the coarse index's.
 
     `answers_for(positions)` gives the coarse answers of those queries (searched now, or taken from
     a speculative search started beside the fine ranking).
     """
-    ambiguous = [qi for qi, gap in enumerate(gaps) if gap < min_gap]
-    if not ambiguous:
-        return results
     answers = answers_for(ambiguous)
     merged = list(results)
     for qi, answer in zip(ambiguous, answers, strict=True):
-        fine_ms = round(totals_ms[qi], 3)
-        for result in answer:
-            result.scores["fine_gap"] = gaps[qi]
-            result.timings = {
-                **result.timings,
-                "fine_ms": fine_ms,
-                "total_ms": round(result.timings.get("total_ms", 0.0) + fine_ms, 3),
-            }
-        merged[qi] = answer
+        merged[qi] = as_coarse_answer(answer, gaps[qi], totals_ms[qi])
     return merged
+
+
+def as_coarse_answer(answer: list[SearchResult], gap: float, fine_ms: float) -> list[SearchResult]:
+    """The coarse index's `answer` to a query whose fine ranking had `gap` and took `fine_ms`."""
+    fine_ms = round(fine_ms, 3)
+    for result in answer:
+        result.scores["fine_gap"] = gap
+        result.timings = {
+            **result.timings,
+            "fine_ms": fine_ms,
+            "total_ms": round(result.timings.get("total_ms", 0.0) + fine_ms, 3),
+        }
+    return answer

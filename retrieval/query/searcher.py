@@ -17,13 +17,16 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import psycopg
 
 from retrieval.aliases import could_be_alias
 from retrieval.aliases import request_options as alias_request_options
 from retrieval.aliases import resolve as resolve_alias
+from retrieval.capabilities import VectorFeatures
 from retrieval.index_defaults import COARSE_DEFAULT_RANK
 from retrieval.options import (
     HNSW_MAX_EF,
@@ -40,7 +43,7 @@ from retrieval.query.fusion import Candidates, Ranked, fuse
 from retrieval.query.lexical import LexicalCandidates
 from retrieval.query.mmr import mmr
 from retrieval.query.reranking import Rerankers, rerank
-from retrieval.query.results import SearchResult
+from retrieval.query.results import IndexNotFoundError, SearchResult
 from retrieval.query.rows import attach_parents, fetch_rows, to_results
 from retrieval.query.snapshot import IndexHandle, IndexHandles, read_snapshot
 from retrieval.rerank import Reranker
@@ -184,14 +187,8 @@ class Searcher:
 
     # -- composition -----------------------------------------------------------------------------
 
-    def _run(
-        self,
-        queries: list[str],
-        index: str,
-        handle: IndexHandle,
-        plan: ResolvedSearch,
-        given_vectors: np.ndarray | None,
-    ) -> list[list[SearchResult]]:
+    def _shape(self, plan: ResolvedSearch) -> _Shape:
+        """How many candidates each stage keeps for `plan`, its reranker, and whether it embeds."""
         request = plan.options
         reranker = self._rerankers.get(request.rerank)
         k = request.k
@@ -208,10 +205,22 @@ class Searcher:
         )
         first_stage = pool if single_list else max(pool, plan.candidates)
         needs_vectors = plan.mode != "bm25" or request.mmr is not None
+        return _Shape(reranker, pool, first_stage, needs_vectors)
+
+    def _run(
+        self,
+        queries: list[str],
+        index: str,
+        handle: IndexHandle,
+        plan: ResolvedSearch,
+        given_vectors: np.ndarray | None,
+    ) -> list[list[SearchResult]]:
+        request = plan.options
+        shape = self._shape(plan)
         vectors, embed_ms = None, 0.0
         if given_vectors is not None:
             vectors = checked_vectors(given_vectors, handle, len(queries))
-        elif needs_vectors:
+        elif shape.needs_vectors:
             vectors, embed_ms = embed_queries(self.embedder(handle.name, handle.config), handle, queries)
 
         coarse_search = None
@@ -230,24 +239,34 @@ class Searcher:
             )
             if len(queries) <= SPECULATE_MAX_QUERIES:
                 speculative = coarse_stage.speculate(functools.partial(coarse_search, queries))
+        # without a speculative search, an ambiguous query is answered by the coarse index inside
+        # its own snapshot (see `_one`); what cannot be (another model, a coarse index's own
+        # fallback) is searched afterwards
+        inline = plan.falls_back and speculative is None
 
         results: list[list[SearchResult]] = []
         gaps: list[float] = []
         totals_ms: list[float] = []
+        pending: list[int] = []  # ambiguous queries still to be answered by the coarse index
         for qi, query in enumerate(queries):
             started = time.perf_counter()
-            timings = {"embed_ms": embed_ms} if needs_vectors else {}
+            timings = {"embed_ms": embed_ms} if shape.needs_vectors else {}
             qvec = vectors[qi] if vectors is not None else None
-            out, gap = self._one(query, qvec, index, plan, reranker, pool, first_stage, timings)
+            out, gap, coarse_timings = self._one(query, qvec, index, plan, shape, timings, inline)
             gaps.append(gap)
-            timings["total_ms"] = (time.perf_counter() - started) * 1000 + timings.get("embed_ms", 0.0)
+            if coarse_timings is None:
+                timings["total_ms"] = (time.perf_counter() - started) * 1000 + timings.get("embed_ms", 0.0)
             totals_ms.append(timings["total_ms"])
             for result in out:
-                result.timings = {key: round(value, 3) for key, value in timings.items()}
-                if plan.coarse is not None:
+                result.timings = _rounded(timings if coarse_timings is None else coarse_timings)
+                if plan.coarse is not None and coarse_timings is None:
                     result.scores["fine_gap"] = gap
+            if coarse_timings is not None:
+                out = coarse_stage.as_coarse_answer(out, gap, timings["total_ms"])
+            elif plan.falls_back and gap < plan.coarse.min_gap:  # type: ignore[union-attr]
+                pending.append(qi)
             results.append(out)
-        if coarse_search is None or plan.coarse is None:
+        if coarse_search is None or not pending:
             return results
 
         def answers_for(positions: list[int]) -> list[list[SearchResult]]:
@@ -257,7 +276,7 @@ class Searcher:
             subset = None if vectors is None else vectors[positions]
             return coarse_search([queries[qi] for qi in positions], fine_vectors=subset)
 
-        return coarse_stage.coarse_answers(gaps, plan.coarse.min_gap, totals_ms, results, answers_for)
+        return coarse_stage.coarse_answers(pending, gaps, totals_ms, results, answers_for)
 
     def _one(
         self,
@@ -265,53 +284,42 @@ class Searcher:
         qvec: np.ndarray | None,
         index: str,
         plan: ResolvedSearch,
-        reranker: Reranker | None,
-        pool: int,
-        first_stage: int,
+        shape: _Shape,
         timings: dict[str, float],
-    ) -> tuple[list[SearchResult], float]:
-        """One query through the stages; returns its results and its ranking gap."""
-        request, mode = plan.options, plan.mode
-        features = self.store.vector_features() if mode != "bm25" else None
+        inline: bool = False,
+    ) -> tuple[list[SearchResult], float, dict[str, float] | None]:
+        """One query through the stages; returns its results, its ranking gap and, when the coarse
+        index answered it (`inline`: an ambiguous query is answered by the coarse index in the same
+        snapshot), the coarse search's timings (`timings` then holds the fine ranking's, total
+        included)."""
+        started = time.perf_counter()
+        features = self.store.vector_features() if plan.mode != "bm25" else None
         with self.store.connection() as conn, read_snapshot(conn):
             handle = self._handles.get(conn, index, begin=True)
-            dense: Candidates = []
-            lexical: Candidates = []
-            if mode != "bm25":
-                with _timed(timings, "dense_ms"):
-                    n = first_stage if mode == "dense" else max(first_stage, plan.candidates)
-                    ef = request.ef_search or self.ef_search
-                    dense = dense_candidates(conn, handle, qvec, n, request.filters, ef, features)
-            if mode != "dense":
-                with _timed(timings, "bm25_ms"):
-                    n = first_stage if mode == "bm25" else max(first_stage, plan.candidates)
-                    lexical = self.lexical.top_k(conn, handle, query, n, request.filters)
-            with _timed(timings, "fuse_ms"):
-                fused = fuse(mode, dense, lexical, plan.rrf_k, plan.weight, plan.auto_weight)
-            if plan.context.enabled and fused:
-                with _timed(timings, "context_ms"):
-                    layout = self._layouts.get(conn, handle)
-                    statistics = (
-                        self._layouts.statistics(conn, handle) if self.context_backend == "memory" else None
-                    )
-                    dense_weight = fused[0][1].get("auto_weight", plan.weight)  # hybrid_auto: this query's
-                    fused = rank_with_context(
-                        conn, handle, layout, mode, fused, plan.context, query, qvec,
-                        dense_weight=dense_weight, rrf_k=plan.rrf_k, statistics=statistics,
-                    )  # fmt: skip
-            rank = plan.coarse.rank if plan.coarse is not None else COARSE_DEFAULT_RANK
-            keep = first_stage if (reranker is not None or request.mmr is not None) else request.k
-            if plan.collapse and fused:
-                with _timed(timings, "collapse_ms"):
-                    # the gap reads the `rank`-th score, or (without context) the whole list's spread
-                    limit = max(keep, rank) if plan.context.enabled or plan.coarse is None else None
-                    fused = collapse_identical_texts(fused, self._layouts.get(conn, handle), limit)
-            gap = coarse_stage.ranking_gap(mode, fused, rank, plan.context.enabled)
+            fused, gap = self._rank(conn, handle, query, qvec, plan, shape, timings, features)
+            coarse = None
+            if inline and gap < plan.coarse.min_gap:  # type: ignore[union-attr]
+                coarse = self._coarse_plan(conn, handle, plan)
+            if coarse is not None:
+                # the fine ranking is dropped unread: its rows are never fetched
+                timings["total_ms"] = (time.perf_counter() - started) * 1000 + timings.get("embed_ms", 0.0)
+                started = time.perf_counter()
+                handle, plan = coarse
+                shape = self._shape(plan)
+                fine_timings, timings = timings, {"embed_ms": 0.0} if shape.needs_vectors else {}
+                fused, _ = self._rank(conn, handle, query, qvec, plan, shape, timings, features)
+            request = plan.options
             with _timed(timings, "fetch_ms"):
+                keep = (
+                    shape.first_stage
+                    if (shape.reranker is not None or request.mmr is not None)
+                    else request.k
+                )
                 ranked = fused[:keep]
                 ids = [cid for cid, _ in ranked]
                 rows = fetch_rows(conn, handle, ids, with_vectors=request.mmr is not None, commit=True)
         hits: Ranked = [(cid, scores) for cid, scores in ranked if cid in rows]
+        reranker, pool = shape.reranker, shape.pool
         if request.mmr is not None and qvec is not None:
             with _timed(timings, "mmr_ms"):
                 hits = mmr(hits, rows, qvec, request.mmr, max(request.k, pool if reranker else request.k))
@@ -322,7 +330,94 @@ class Searcher:
         if request.include_parent and out:
             with _timed(timings, "parent_ms"):
                 attach_parents(self.store, handle, out, rows)
-        return out, gap
+        if coarse is None:
+            return out, gap, None
+        timings["total_ms"] = (time.perf_counter() - started) * 1000 + timings.get("embed_ms", 0.0)
+        coarse_timings = timings
+        timings = fine_timings
+        return out, gap, coarse_timings
+
+    def _coarse_plan(
+        self, conn: psycopg.Connection, fine: IndexHandle, plan: ResolvedSearch
+    ) -> tuple[IndexHandle, ResolvedSearch] | None:
+        """The coarse index and its plan, when it can rank in the fine query's snapshot.
+
+        It can when it uses the fine index's model (the query vector carries over) and has no
+        fallback of its own; otherwise (None) the query is searched again afterwards.
+        """
+        if plan.coarse is None:
+            return None
+        name = fine.name.sibling(plan.coarse.config)
+        try:
+            coarse = self._handles.get(conn, name)
+        except IndexNotFoundError as exc:
+            raise IndexNotFoundError(
+                f"index {fine.name!r} falls back to {name!r} for ambiguous queries, but: {exc}"
+            ) from exc
+        if not coarse_stage.same_model(fine, coarse):
+            return None
+        coarse_plan = plan.options.request_only().resolve(coarse.defaults, coarse.name)
+        return None if coarse_plan.falls_back else (coarse, coarse_plan)
+
+    def _rank(
+        self,
+        conn: psycopg.Connection,
+        handle: IndexHandle,
+        query: str,
+        qvec: np.ndarray | None,
+        plan: ResolvedSearch,
+        shape: _Shape,
+        timings: dict[str, float],
+        features: VectorFeatures | None,
+    ) -> tuple[Ranked, float]:
+        """The ranking stages in the caller's snapshot: the ranked candidates and the ranking gap."""
+        request, mode, first_stage = plan.options, plan.mode, shape.first_stage
+        dense: Candidates = []
+        lexical: Candidates = []
+        if mode != "bm25":
+            with _timed(timings, "dense_ms"):
+                n = first_stage if mode == "dense" else max(first_stage, plan.candidates)
+                ef = request.ef_search or self.ef_search
+                dense = dense_candidates(conn, handle, qvec, n, request.filters, ef, features)
+        if mode != "dense":
+            with _timed(timings, "bm25_ms"):
+                n = first_stage if mode == "bm25" else max(first_stage, plan.candidates)
+                lexical = self.lexical.top_k(conn, handle, query, n, request.filters)
+        with _timed(timings, "fuse_ms"):
+            fused = fuse(mode, dense, lexical, plan.rrf_k, plan.weight, plan.auto_weight)
+        if plan.context.enabled and fused:
+            with _timed(timings, "context_ms"):
+                layout = self._layouts.get(conn, handle)
+                statistics = (
+                    self._layouts.statistics(conn, handle) if self.context_backend == "memory" else None
+                )
+                dense_weight = fused[0][1].get("auto_weight", plan.weight)  # hybrid_auto: this query's
+                fused = rank_with_context(
+                    conn, handle, layout, mode, fused, plan.context, query, qvec,
+                    dense_weight=dense_weight, rrf_k=plan.rrf_k, statistics=statistics,
+                )  # fmt: skip
+        rank = plan.coarse.rank if plan.coarse is not None else COARSE_DEFAULT_RANK
+        keep = first_stage if (shape.reranker is not None or request.mmr is not None) else request.k
+        if plan.collapse and fused:
+            with _timed(timings, "collapse_ms"):
+                # the gap reads the `rank`-th score, or (without context) the whole list's spread
+                limit = max(keep, rank) if plan.context.enabled or plan.coarse is None else None
+                fused = collapse_identical_texts(fused, self._layouts.get(conn, handle), limit)
+        return fused, coarse_stage.ranking_gap(mode, fused, rank, plan.context.enabled)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What a plan's stages keep: the reranker, its pool, the first stage's candidates, the embedding."""
+
+    reranker: Reranker | None
+    pool: int
+    first_stage: int
+    needs_vectors: bool
+
+
+def _rounded(timings: dict[str, float]) -> dict[str, float]:
+    return {key: round(value, 3) for key, value in timings.items()}
 
 
 @contextlib.contextmanager
