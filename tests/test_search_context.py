@@ -463,5 +463,6 @@ def test_window_scoring_at_hits_equals_scoring_every_window() -> None:
         w = rng.random(len(terms)) * 5
         size = int(rng.integers(1, 40))
         expected = _best_windows(ids, offsets, positions, terms, w, size, 1.2)
-        found = _best_windows_at_hits(indptr, known[order], offsets, positions, terms, w, size, 1.2)
+        chunk_of = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
+        found = _best_windows_at_hits(indptr, known[order], chunk_of, offsets, positions, terms, w, size, 1.2)
         assert np.array_equal(found, expected)

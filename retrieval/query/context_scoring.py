@@ -151,7 +151,7 @@ class ContextStatistics:
         self._tf_cumulative = np.zeros(1, dtype=np.int64)
         self._vectors: np.ndarray | None = None
         self._focus: tuple[np.ndarray, np.ndarray] | None = None
-        self._occurrences: tuple[np.ndarray, np.ndarray] | None = None
+        self._occurrences: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._means: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
         self._bm25_loaded = False
 
@@ -272,13 +272,14 @@ class ContextStatistics:
 
     def focus_occurrences(
         self, conn: psycopg.Connection, analyzer: bm25_lib.Analyzer
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Where each term occurs in `focus_terms`' flat array: a CSR by term id (indptr, positions).
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Where each term occurs in `focus_terms`' flat array: a CSR by term id (indptr, positions),
+        and the chunk (layout position) of every flat position.
 
         Built once per index version, so a query's window scoring reads only its own terms'
-        occurrences instead of every analysed term of every candidate. Memory: 8 bytes per term.
+        occurrences instead of every analysed term of every candidate. Memory: 12 bytes per term.
         """
-        focus_ids, _ = self.focus_terms(conn, analyzer)
+        focus_ids, offsets = self.focus_terms(conn, analyzer)
         if self._occurrences is None:
             with self._lock:
                 if self._occurrences is None:
@@ -287,7 +288,8 @@ class ContextStatistics:
                     indptr = np.searchsorted(
                         focus_ids[known][order], np.arange(len(self.term_ids) + 1), side="left"
                     )
-                    self._occurrences = (indptr.astype(np.int64), known[order].astype(np.int64))
+                    chunk_of = np.repeat(np.arange(len(offsets) - 1, dtype=np.int32), np.diff(offsets))
+                    self._occurrences = (indptr.astype(np.int64), known[order].astype(np.int64), chunk_of)
         return self._occurrences
 
 
@@ -488,9 +490,17 @@ def score_contexts_in_memory(
                 term_ids = np.array([statistics.term_ids[t] for t in weights], dtype=np.int64)
                 w = np.array(list(weights.values()))
                 if np.all(w >= 0):
-                    indptr, occurrences = statistics.focus_occurrences(conn, analyzer)
+                    indptr, occurrences, chunk_of = statistics.focus_occurrences(conn, analyzer)
                     focus_scores = _best_windows_at_hits(
-                        indptr, occurrences, offsets, positions, term_ids, w, settings.focus_size, k1
+                        indptr,
+                        occurrences,
+                        chunk_of,
+                        offsets,
+                        positions,
+                        term_ids,
+                        w,
+                        settings.focus_size,
+                        k1,
                     )
                 else:  # a negative idf: a window may do better by dropping a hit, so score them all
                     focus_scores = _best_windows(
@@ -573,6 +583,7 @@ def _best_windows(
 def _best_windows_at_hits(
     indptr: np.ndarray,
     occurrences: np.ndarray,
+    chunk_of: np.ndarray,
     offsets: np.ndarray,
     positions: np.ndarray,
     term_ids: np.ndarray,
@@ -590,29 +601,31 @@ def _best_windows_at_hits(
     out = np.zeros(len(positions))
     if len(positions) == 0 or len(term_ids) == 0:
         return out
-    order = np.argsort(positions)
-    sorted_positions = positions[order]
-    hits: list[np.ndarray] = []
-    for j in term_ids:
-        found = occurrences[indptr[j] : indptr[j + 1]]
-        chunk = np.searchsorted(offsets, found, side="right") - 1
-        slot = np.searchsorted(sorted_positions, chunk).clip(max=len(positions) - 1)
-        hits.append(found[sorted_positions[slot] == chunk])  # ascending: within candidate chunks
-    every = np.concatenate(hits)
-    if every.size == 0:
+    slot = np.full(len(offsets) - 1, -1, dtype=np.int64)  # chunk -> its candidate index
+    slot[positions] = np.arange(len(positions))
+    counts = indptr[term_ids + 1] - indptr[term_ids]
+    found = np.concatenate([occurrences[indptr[j] : indptr[j + 1]] for j in term_ids.tolist()])
+    row = np.repeat(np.arange(len(term_ids)), counts)
+    keep = slot[chunk_of[found]] >= 0  # hits inside candidate chunks, by term then position
+    found, row = found[keep], row[keep]
+    if found.size == 0:
         return out
-    chunk = np.searchsorted(offsets, every, side="right") - 1
+    chunk = chunk_of[found]
     lengths = offsets[chunk + 1] - offsets[chunk]
-    widths = np.minimum(size, lengths)
-    starts, first = np.unique(np.minimum(every, offsets[chunk] + lengths - widths), return_index=True)
-    ends = starts + widths[first]
+    starts = np.unique(np.minimum(found, offsets[chunk + 1] - np.minimum(size, lengths)))
+    window_chunk = chunk_of[starts]  # starts are sorted, so windows are grouped by chunk
+    ends = starts + np.minimum(size, offsets[window_chunk + 1] - offsets[window_chunk])
+    # each hit keyed by (term, position), ascending: a window's tf per term is one searchsorted pair
+    stride = int(offsets[-1]) + 1
+    keys = row * stride + found
+    base = np.arange(len(term_ids)) * stride
+    tf = np.searchsorted(keys, base[None, :] + ends[:, None]) - np.searchsorted(
+        keys, base[None, :] + starts[:, None]
+    )
     # (windows x terms), each window's terms contiguous: summed pairwise as `_best_windows`' columns
-    tf = np.stack([np.searchsorted(found, ends) - np.searchsorted(found, starts) for found in hits], axis=1)
     scores = (w[None, :] * tf * (k1 + 1) / (tf + k1)).sum(axis=1)
-    window_chunk = chunk[first]  # starts are sorted, so windows are grouped by chunk
-    group = np.flatnonzero(np.r_[True, window_chunk[1:] != window_chunk[:-1]])
-    best = np.maximum.reduceat(scores, group)
-    out[order[np.searchsorted(sorted_positions, window_chunk[group])]] = best
+    group = np.flatnonzero(np.concatenate(([True], window_chunk[1:] != window_chunk[:-1])))
+    out[slot[window_chunk[group]]] = np.maximum.reduceat(scores, group)
     return out
 
 
