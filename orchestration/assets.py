@@ -254,7 +254,7 @@ def build_index_assets(
         **common("evaluation", settings),
         deps=[keys["index"], *coarse],
         # Re-evaluate when the index is republished, or when never evaluated.
-        automation_condition=AutomationCondition.eager() | AutomationCondition.on_missing(),
+        automation_condition=catches_up() | AutomationCondition.on_missing(),
         kinds={"python"},
     )
     def evaluation(
@@ -268,6 +268,25 @@ def build_index_assets(
     return [*built, evaluation]
 
 
+def catches_up() -> AutomationCondition:
+    """`eager()` reset only by its own requests, for assets only automation materializes.
+
+    `eager()` also counts a materialization as handling a parent's update, so when an index is
+    republished while its evaluation run is in flight (that run read the previous version), the
+    run's own materialization hides the update and the evaluation stays stale. Here the update
+    still stands after that run, and one more run is requested when it ends.
+    """
+    return (
+        AutomationCondition.in_latest_time_window()
+        & (AutomationCondition.newly_missing() | AutomationCondition.any_deps_updated()).since(
+            AutomationCondition.newly_requested() | AutomationCondition.initial_evaluation()
+        )
+        & ~AutomationCondition.any_deps_missing()
+        & ~AutomationCondition.any_deps_in_progress()
+        & ~AutomationCondition.in_progress()
+    ).with_label("eager, catching up with parents updated mid-run")
+
+
 def build_leaderboard_asset(collection: CollectionConfig, specs: Sequence[IndexSpec]) -> AssetsDefinition:
     name = collection.name
     names = [spec.name for spec in specs]
@@ -278,7 +297,7 @@ def build_leaderboard_asset(collection: CollectionConfig, specs: Sequence[IndexS
         description=f"Every index config of `{name}` compared on the same questions (table + chart).",
         code_version=code_version("leaderboard", {"collection": name, "indexes": names}),
         deps=[index_key(n, "evaluation") for n in names],
-        automation_condition=AutomationCondition.eager(),
+        automation_condition=catches_up(),
         kinds={"python"},
         metadata={"collection": name, "indexes": ", ".join(names)},
     )
@@ -303,7 +322,7 @@ def build_promotion_asset(collection: CollectionConfig, specs: Sequence[IndexSpe
         description=f"Points alias `{serve.alias}` at the best (config, mode) of `{name}` within its budget.",
         code_version=code_version("promotion", {"collection": name, "indexes": names, "serve": repr(serve)}),
         deps=[leaderboard_key(name)],
-        automation_condition=AutomationCondition.eager(),
+        automation_condition=catches_up(),
         check_specs=check_specs("promotion", key),
         kinds={"python"},
         metadata={"collection": name, "alias": serve.alias},
