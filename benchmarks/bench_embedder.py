@@ -4,12 +4,15 @@ Throughput: chunks/s on 256-token chunks of the Chroma corpora with 2 threads, b
 round-robin rounds over the backends (the static tier is timed over repeated passes, at least
 `--min-seconds`). Quality: the Chroma general benchmark (472 questions) indexed with
 `chroma-recursive-250-0` chunking, one index per backend, evaluated in dense and hybrid_weighted
-mode (recall@5 = token-level recall of the gold spans in the top 5, IoU@5, hit@5, MRR@5), with the
-hybrid recall at several dense weights, and the demo set (docs/ and its hand-written questions).
-The default should be the fastest backend whose dense recall@5 is within 0.5 points of torch; the
-static tier is a separate, cheaper tier (goal: >= 20x MiniLM's throughput with hybrid recall within
-3 points). Writes `benchmarks/results/embedder.{md,json}`, with the machine's load (`uptime`);
-uses the benchmark database (CHUNKYARD_HOME/bench-pg or CHUNKYARD_BENCH_DATABASE_URL).
+mode and as served (what `/v1/search` runs for a request with no options: hybrid_auto, whose dense
+weight follows each query's dense/BM25 agreement). Metrics: recall@5 (token-level recall of the
+gold spans in the top 5), IoU@5, hit@5, MRR@5, the hybrid recall at several dense weights, and the
+demo set (docs/ and its hand-written questions). The default should be the fastest backend whose
+dense recall@5 is within 0.5 points of torch; the static tier is a separate, cheaper tier (goal:
+>= 20x MiniLM's throughput with hybrid recall within 3 points, judged on the served ranking, with
+the fixed 0.5 weight reported beside it). Writes `benchmarks/results/embedder.{md,json}`, with the
+machine's load (`uptime`); uses the benchmark database (CHUNKYARD_HOME/bench-pg or
+CHUNKYARD_BENCH_DATABASE_URL).
 
     python -m benchmarks.bench_embedder [--throughput-chunks 128]
 """
@@ -32,7 +35,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 # (backend, quantize, batch size): the static tier batches more texts per call (a lookup, no padding)
 BACKENDS = (("torch", None, 32), ("onnx", None, 32), ("onnx", "int8", 32), ("static", None, 1024))
-MODES = ("dense", "hybrid_weighted")
+MODES = ("dense", "hybrid_weighted", "served")
 WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5)
 METRICS = ("recall_at_5", "iou_at_5", "hit_at_5", "mrr_at_5", "chroma_recall_at_5", "chroma_iou_at_5")
 
@@ -230,13 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     ]
     report["fastest_within_half_a_recall_point"] = max(eligible)[1] if eligible else None
     minilm = max(rate for rate, _ in eligible) if eligible else float("nan")
-    hybrid = max(v["hybrid_weighted"]["recall_at_5"] for v in rows.values() if v["min_cosine_to_torch"])
     static = {name: v for name, v in rows.items() if v["min_cosine_to_torch"] is None}
     for values in static.values():
         values["speedup_over_fastest_minilm"] = values["chunks_per_second_256_tokens"] / minilm
-        values["hybrid_recall_points_below_best_minilm"] = 100 * (
-            hybrid - values["hybrid_weighted"]["recall_at_5"]
-        )
+        for mode in ("hybrid_weighted", "served"):
+            best = max(v[mode]["recall_at_5"] for v in rows.values() if v["min_cosine_to_torch"])
+            values[f"{mode}_recall_points_below_best_minilm"] = 100 * (best - values[mode]["recall_at_5"])
     lines = [
         "# Embedder backends",
         "",
@@ -248,8 +250,9 @@ def main(argv: list[str] | None = None) -> int:
         f"(recall = token recall of the gold spans, IoU as Chroma computes it).",
         "",
         "| backend | dim | chunks/s | load s | min cosine to torch | dense recall@5 | dense IoU@5 "
-        "| hybrid_weighted recall@5 | hybrid_weighted IoU@5 | hit@5 (dense) | MRR@5 (dense) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| hybrid_weighted recall@5 | hybrid_weighted IoU@5 | served recall@5 | served IoU@5 "
+        "| hit@5 (dense) | MRR@5 (dense) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def pct(values: dict[str, float], key: str) -> str:
@@ -257,12 +260,13 @@ def main(argv: list[str] | None = None) -> int:
 
     for name, values in rows.items():
         cosine = values["min_cosine_to_torch"]
-        dense, hw = values["dense"], values["hybrid_weighted"]
+        dense, hw, served = values["dense"], values["hybrid_weighted"], values["served"]
         lines.append(
             f"| {name} | {values['dim']} | {values['chunks_per_second_256_tokens']:.1f} | "
             f"{values['load_s']:.1f} | {'own space' if cosine is None else f'{cosine:.4f}'} | "
             f"{pct(dense, 'recall_at_5')} | {pct(dense, 'chroma_iou_at_5')} | {pct(hw, 'recall_at_5')} | "
-            f"{pct(hw, 'chroma_iou_at_5')} | {pct(dense, 'hit_at_5')} | {pct(dense, 'mrr_at_5')} |"
+            f"{pct(hw, 'chroma_iou_at_5')} | {pct(served, 'recall_at_5')} | {pct(served, 'chroma_iou_at_5')} | "
+            f"{pct(dense, 'hit_at_5')} | {pct(dense, 'mrr_at_5')} |"
         )
     lines += [
         "",
@@ -285,23 +289,28 @@ def main(argv: list[str] | None = None) -> int:
     if demo is not None:
         lines += [
             "",
-            "| backend | dense recall@5 | dense IoU@5 | hybrid_weighted recall@5 | hybrid_weighted IoU@5 |",
-            "|---|---|---|---|---|",
+            "| backend | dense recall@5 | dense IoU@5 | hybrid_weighted recall@5 | hybrid_weighted IoU@5 "
+            "| served recall@5 | served IoU@5 |",
+            "|---|---|---|---|---|---|---|",
         ]
         for name, values in rows.items():
-            dense, hw = values["demo"]["dense"], values["demo"]["hybrid_weighted"]
+            dense, hw, served = (values["demo"][mode] for mode in MODES)
             lines.append(
                 f"| {name} | {pct(dense, 'recall_at_5')} | {pct(dense, 'iou_at_5')} | "
-                f"{pct(hw, 'recall_at_5')} | {pct(hw, 'iou_at_5')} |"
+                f"{pct(hw, 'recall_at_5')} | {pct(hw, 'iou_at_5')} | "
+                f"{pct(served, 'recall_at_5')} | {pct(served, 'iou_at_5')} |"
             )
     lines.append("")
     for name, values in static.items():
         speedup = values["speedup_over_fastest_minilm"]
-        gap = values["hybrid_recall_points_below_best_minilm"]
+        gap = values["served_recall_points_below_best_minilm"]
+        fixed = values["hybrid_weighted_recall_points_below_best_minilm"]
         met = "met" if speedup >= 20 and gap <= 3 else "not met"
         lines.append(
-            f"Static tier {name}: {speedup:.1f}x the fastest MiniLM backend's throughput, hybrid_weighted "
-            f"recall@5 {gap:.2f} points below the best MiniLM backend (goal >= 20x and <= 3 points: {met}); "
+            f"Static tier {name}: {speedup:.1f}x the fastest MiniLM backend's throughput; served (hybrid_auto) "
+            f"recall@5 {gap:.2f} points below the best MiniLM backend's served recall (goal >= 20x and "
+            f"<= 3 points: {met}); at the fixed dense weight 0.5 (hybrid_weighted) {fixed:.2f} points below"
+            f"{'' if fixed <= 3 else ', over the 3 points: a weak dense model needs the lower weight that hybrid_auto gives it'}. "
             f"load s includes a distillation when the model was not cached yet."
         )
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
