@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from chunking.models import DEFAULT_MODEL, resolve_model_path
-from retrieval.onnx_encoder import OnnxEncoder
+from retrieval.onnx_encoder import BATCH_TOKENS, OnnxEncoder, length_groups
 
 BACKENDS = ("torch", "onnx", "static")
 QUANTIZATIONS = (None, "int8")
@@ -229,15 +229,20 @@ class Embedder:
             return encode_static(self._model, list(texts), self.batch_size, self.max_seq_length)
         if self.backend == "onnx":
             return self._model.encode(list(texts), self.batch_size)
-        with self._lock:
-            vectors = self._model.encode(
-                list(texts),
-                batch_size=self.batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
-        return np.ascontiguousarray(vectors, dtype=np.float32)
+        texts = list(texts)
+        vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
+        encoded = self._model.tokenizer(texts, truncation=True, max_length=self.max_seq_length)
+        lengths = [len(ids) for ids in encoded["input_ids"]]
+        for positions in length_groups(texts, lengths, self.batch_size, BATCH_TOKENS):
+            with self._lock:
+                vectors[positions] = self._model.encode(
+                    [texts[i] for i in positions],
+                    batch_size=len(positions),
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
+        return vectors
 
     def embed_tokens(self, text: str) -> tuple[list[tuple[int, int]], np.ndarray]:
         """Char spans of the model's tokens in `text` and their contextual vectors (special tokens dropped).

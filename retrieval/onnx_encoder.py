@@ -18,6 +18,34 @@ from typing import Any
 import numpy as np
 
 POOLING_MODES = ("mean", "cls", "max")
+# At most this many padded tokens per model call: 8 texts of 256 word pieces. A call's activations
+# (the feed-forward layer's are tokens x 1536 floats) then stay in the CPU's cache; batches of 32 such
+# texts ran 15-40 % slower on this machine's 2 cores, torch and ONNX alike (benchmarks/results/embedder.md).
+BATCH_TOKENS = 2048
+
+
+def length_groups(
+    texts: list[str], lengths: list[int], batch_size: int, batch_tokens: int
+) -> list[np.ndarray]:
+    """Positions of `texts` in sentence-transformers' order (longest by characters first), cut into
+    groups of at most `batch_size` texts whose padded size (texts x the group's longest, in tokens,
+    from `lengths`) stays within `batch_tokens`; a text longer than the budget gets a group alone.
+
+    With `batch_size` x the longest text within the budget, the groups are sentence-transformers'
+    own batches, so vectors match its batch for batch (the int8 model's depend on their batch).
+    """
+    order = np.argsort([-len(t) for t in texts])
+    groups: list[np.ndarray] = []
+    start, widest = 0, 0
+    for end, position in enumerate(order):
+        widest_with = max(widest, lengths[position])
+        if end > start and (end - start >= batch_size or (end - start + 1) * widest_with > batch_tokens):
+            groups.append(order[start:end])
+            start, widest_with = end, lengths[position]
+        widest = widest_with
+    if len(order):
+        groups.append(order[start:])
+    return groups
 
 
 class OnnxEncoderError(ValueError):
@@ -92,12 +120,12 @@ class OnnxEncoder:
         self.dim = int(self.session.get_outputs()[0].shape[-1])
         self._lock = threading.Lock()
 
-    def _batches(self, texts: list[str], batch_size: int):
-        """(positions, token embeddings, attention mask, encodings) per batch, in sentence-transformers' order."""
-        order = np.argsort([-len(t) for t in texts])
-        for start in range(0, len(texts), batch_size):
-            positions = order[start : start + batch_size]
-            encodings = self.tokenizer.encode_batch([texts[i] for i in positions])
+    def _batches(self, texts: list[str], batch_size: int, batch_tokens: int = BATCH_TOKENS):
+        """(positions, token embeddings, attention mask, encodings) per batch, in sentence-transformers'
+        order, each batch within `batch_tokens` padded tokens (`length_groups`)."""
+        everything = self.tokenizer.encode_batch(texts)
+        for positions in length_groups(texts, [len(e.ids) for e in everything], batch_size, batch_tokens):
+            encodings = [everything[i] for i in positions]
             width = max(len(e.ids) for e in encodings)
             ids = np.zeros((len(encodings), width), dtype=np.int64)
             mask = np.zeros_like(ids)
@@ -114,10 +142,10 @@ class OnnxEncoder:
                 (hidden,) = self.session.run([self._output], feeds)
             yield positions, hidden, mask, encodings
 
-    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+    def encode(self, texts: list[str], batch_size: int, batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
         """L2-normalised pooled vectors, shape (len(texts), dim), in the order of `texts`."""
         vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for positions, hidden, mask, _ in self._batches(texts, batch_size):
+        for positions, hidden, mask, _ in self._batches(texts, batch_size, batch_tokens):
             weights = mask[..., None].astype(np.float32)
             if self.pooling == "mean":
                 pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)

@@ -145,3 +145,35 @@ def test_the_onnx_backend_matches_sentence_transformers_onnx_without_importing_t
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_length_groups_keep_each_model_call_within_the_token_budget() -> None:
+    """Positions in sentence-transformers' order (longest by characters first), each exactly once;
+    a group holds at most batch_size texts and texts x its longest <= the budget, unless one text
+    alone exceeds it; within the budget the groups are plain batches of batch_size."""
+    from retrieval.onnx_encoder import length_groups
+
+    rng = np.random.default_rng(7)
+    lengths = [int(n) for n in rng.integers(3, 257, size=200)]
+    texts = ["x" * n for n in lengths]  # characters order them as tokens do here
+    for batch_size, budget in ((32, 2048), (8, 100), (4, 10**9), (1, 2048)):
+        groups = length_groups(texts, lengths, batch_size, budget)
+        flat = np.concatenate(groups)
+        assert sorted(flat.tolist()) == list(range(len(texts)))
+        assert flat.tolist() == np.argsort([-len(t) for t in texts]).tolist()
+        for group in groups:
+            widest = max(lengths[i] for i in group)
+            assert len(group) <= batch_size
+            assert len(group) * widest <= budget or len(group) == 1
+        if budget == 10**9:
+            assert [len(g) for g in groups[:-1]] == [batch_size] * (len(groups) - 1)
+    assert length_groups([], [], 32, 2048) == []
+
+
+def test_budgeted_batches_give_the_vectors_of_one_text_at_a_time(embedder) -> None:
+    """Cutting a call into token-budgeted model batches changes padding only: each vector is the
+    text's own (torch, fp32), long and short texts mixed in one call."""
+    texts = ["Gletscher formen Täler. " * 60, "short", "Postgres stores vectors with pgvector. " * 20] * 6
+    together = embedder.embed(texts)
+    alone = np.vstack([embedder.embed([t]) for t in texts[:3]] * 6)
+    np.testing.assert_allclose(together, alone, atol=1e-5)
