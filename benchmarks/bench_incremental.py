@@ -134,9 +134,9 @@ def sensor_run(
     """Tick the document sensor and execute the run it requests; returns timings and the new cursor."""
     from dagster import AssetSelection, build_sensor_context, execute_job, materialize, reconstructable
 
-    import orchestration.resources as resources
+    from retrieval.embedder import forget_shared_embedders
 
-    resources._EMBEDDERS.clear()  # a new run process loads the model again
+    forget_shared_embedders()  # a new run process loads the model again
     sensor = defs.resolve_sensor_def("document_update_sensor")
     started = time.perf_counter()
     tick = sensor(build_sensor_context(instance=instance, cursor=cursor, resources=defs.resources))
@@ -191,9 +191,9 @@ def rebuild_warm(defs, instance, store, index_name: str) -> dict[str, Any]:
     """Drop the index (the cache stays) and rebuild every asset: re-chunk all, reuse all vectors."""
     from dagster import AssetSelection, materialize
 
-    import orchestration.resources as resources
+    from retrieval.embedder import forget_shared_embedders
 
-    resources._EMBEDDERS.clear()
+    forget_shared_embedders()
     store.drop_index(index_name)
     keys = [k for a in defs.assets for k in a.keys if k.path[-1] != "documents"]
     started = time.perf_counter()

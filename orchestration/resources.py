@@ -6,7 +6,6 @@ Nothing heavy is imported here at module level: torch and sentence-transformers 
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING
 
 from dagster import ConfigurableResource, InitResourceContext
@@ -36,31 +35,6 @@ class PostgresResource(ConfigurableResource):
         return store
 
 
-# One loaded model per (model, backend, quantisation, batch size, device) per process: a run's
-# assets share it instead of loading the weights once per asset.
-_EMBEDDERS: dict[tuple[str, str, str | None, int, str], Embedder] = {}
-_EMBEDDERS_LOCK = threading.Lock()
-
-
-def cached_embedder(
-    model: str,
-    backend: str = "torch",
-    quantize: str | None = None,
-    batch_size: int = 32,
-    device: str = "cpu",
-) -> Embedder:
-    """The process-wide Embedder for these settings (loaded on first use)."""
-    key = (model, backend, quantize, batch_size, device)
-    with _EMBEDDERS_LOCK:
-        if key not in _EMBEDDERS:
-            from retrieval.embedder import Embedder
-
-            _EMBEDDERS[key] = Embedder(
-                model, backend=backend, quantize=quantize, batch_size=batch_size, device=device
-            )
-        return _EMBEDDERS[key]
-
-
 class EmbedderResource(ConfigurableResource):
     """Embedding models. Index configs name their model; these fields are the run-wide defaults.
 
@@ -81,12 +55,17 @@ class EmbedderResource(ConfigurableResource):
             self.get()
 
     def get(self, model: str | None = None, **overrides: str | int | None) -> Embedder:
-        """The Embedder for `model` (default: this resource's), with config overrides applied."""
+        """The process-wide Embedder for `model` (default: this resource's) with an index config's
+        `embedder:` options over this resource's defaults; an unknown option is an error naming it.
+
+        The same shared instance the query side uses (`retrieval.embedder.shared_embedder`), so an
+        asset and a search of one config load one model and agree on its options.
+        """
+        from retrieval.embedder import shared_embedder
+
         settings = {"backend": self.backend, "batch_size": self.batch_size, "device": self.device}
-        settings.update(
-            {k: v for k, v in overrides.items() if k in ("backend", "quantize", "batch_size", "device")}
-        )
-        return cached_embedder(model or self.model, **settings)
+        settings.update(overrides)
+        return shared_embedder(model or self.model, **settings)
 
     def for_config(self, config: IndexConfig) -> Embedder:
         """The Embedder an `IndexConfig` asks for (its `embedding_model` and `embedder:` options)."""

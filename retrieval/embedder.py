@@ -9,6 +9,7 @@ and sentence-transformers are imported only to make the export, once per machine
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import shutil
 import threading
@@ -310,16 +311,33 @@ _shared_lock = threading.Lock()
 
 
 def shared_embedder(model: str = DEFAULT_MODEL, **options: Any) -> Embedder:
-    """One Embedder per (model, options) per process: models are large and slow to load."""
-    allowed = {"backend", "quantize", "batch_size", "device", "threads", "pca_dims", "vocabulary_size"}
-    unknown = set(options) - allowed
+    """One Embedder per (model, options) per process: models are large and slow to load.
+
+    Options left out count as `Embedder`'s defaults, so callers that spell them out or not share one.
+    """
+    defaults = _option_defaults()
+    unknown = set(options) - set(defaults)
     if unknown:
-        raise EmbedderConfigError(f"embedder: unknown option(s) {sorted(unknown)}; allowed {sorted(allowed)}")
-    key = (model, tuple(sorted(options.items())))
+        raise EmbedderConfigError(
+            f"embedder: unknown option(s) {sorted(unknown)}; allowed {sorted(defaults)}"
+        )
+    key = (model, tuple(sorted({**defaults, **options}.items())))
     with _shared_lock:
         if key not in _shared:
             _shared[key] = Embedder(model, **options)
         return _shared[key]
+
+
+def _option_defaults() -> dict[str, Any]:
+    """`Embedder`'s options and their defaults, read from its signature (the one list of them)."""
+    parameters = inspect.signature(Embedder.__init__).parameters
+    return {name: p.default for name, p in parameters.items() if name not in ("self", "model")}
+
+
+def forget_shared_embedders() -> None:
+    """Drop the shared Embedders, as a new process starts without them (benchmarks of run start-up)."""
+    with _shared_lock:
+        _shared.clear()
 
 
 def embedder_for_config(config: Any) -> Embedder:

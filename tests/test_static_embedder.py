@@ -119,3 +119,25 @@ def test_a_static_index_builds_and_searches_through_the_pipeline(store, static_e
     # rebuilding reuses the cached vectors of this model id (the static tier's own cache key)
     again = indexing.build_index(store, spec, static_embedder).as_metadata()
     assert again["embeddings_computed"] == 0
+
+
+def test_dagster_assets_get_the_static_options_of_the_index_config(static_embedder, static_home) -> None:
+    """The Dagster resource passes every `embedder:` option (vocabulary_size, pca_dims) on, and hands
+    out the instance the query side uses: a dropped option would index with another model."""
+    from orchestration.resources import EmbedderResource
+    from retrieval.embedder import embedder_for_config
+
+    config = IndexConfig(
+        name="static-resource",
+        chunker={"strategy": "token", "size": 64, "overlap": 0, "tokenizer": "words"},
+        embedder=OPTIONS,
+    )
+    os.environ["CHUNKYARD_HOME"] = str(static_home)
+    try:
+        from_dagster = EmbedderResource().for_config(config)
+        assert from_dagster.model_id == static_embedder.model_id == "all-MiniLM-L6-v2@static-v4000"
+        assert from_dagster is embedder_for_config(config)
+        with pytest.raises(EmbedderConfigError, match="unknown option"):
+            EmbedderResource().get(pooling="max")
+    finally:
+        os.environ.pop("CHUNKYARD_HOME", None)
