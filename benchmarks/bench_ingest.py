@@ -4,7 +4,8 @@ The collection is bench_incremental's (the Chroma corpora cut into `--docs` file
 all-MiniLM-L6-v2 from its local path, the backend torch for everyone (chunkyard also on ONNX int8),
 chunks of 256 model tokens without overlap, HNSW m=16 / ef_construction=64. Each system runs in its
 own process on its own database of one embedded Postgres server and reports: full-index wall time,
-chunks/s, peak RSS, the time to re-index after one document changed and after one was deleted, and
+chunks/s, peak RSS, the time to re-index after one document changed and after one was deleted (the
+median of ROUNDS changes and ROUNDS deletions, another document each time), and
 the checks (stored chunk count equals what its splitter makes of the folder; a dense top-10 query
 finds the changed text). chunkyard also reports its stage timings (load, chunk, embed, BM25,
 publish, HNSW build).
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.ingest_peers import TOP_K
+from benchmarks.ingest_peers import ROUNDS, TOP_K
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = REPO_ROOT / "benchmarks" / "results"
@@ -267,7 +268,7 @@ def run_system(system: str, args: argparse.Namespace, server_url: str, tmp: Path
         process_seconds=round(wall, 1),
         load_before=[round(x, 2) for x in load_before],
         load_after=[round(x, 2) for x in os.getloadavg()],
-        documents=len(list(docs_dir.glob("*.md"))) + 1,  # one was deleted
+        documents=len(list(docs_dir.glob("*.md"))) + ROUNDS,  # ROUNDS were deleted
     )
     return result
 
@@ -312,7 +313,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"{report.get('server', 'Postgres + pgvector')} (one server, a database per system), HNSW m=16 / "
         "ef_construction=64, "
         f"{report['threads']} torch threads. Each system in its own process; update and delete times are "
-        "the re-index call in that warm process (model loaded), except for the Dagster run, which is "
+        f"the median of {ROUNDS} re-index calls (another document changed, then deleted, each time; every "
+        "round in the JSON) in that warm process (model loaded), except for the Dagster run, which is "
         "the deployed path (sensor tick + run, each step its own process for the full index).",
         f"Machine: {report['machine']}. Measured {report['measured_at']}; load average (1, 5, 15 min) "
         f"{report['load_start']} at the start, {report['load_end']} at the end.",
