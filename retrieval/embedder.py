@@ -232,10 +232,16 @@ class Embedder:
             return self._model.encode(list(texts), self.batch_size)
         texts = list(texts)
         vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
-        encoded = self._model.tokenizer(texts, truncation=True, max_length=self.max_seq_length)
-        lengths = [len(ids) for ids in encoded["input_ids"]]
-        for positions in length_groups(texts, lengths, self.batch_size, BATCH_TOKENS):
-            with self._lock:
+        # under the lock, as the model: a fast tokenizer sets its truncation on every call and
+        # raises "Already borrowed" when two threads call it at once (concurrent searches)
+        with self._lock:
+            if len(texts) == 1:  # a query: nothing to group
+                groups = [np.zeros(1, dtype=np.int64)]
+            else:
+                encoded = self._model.tokenizer(texts, truncation=True, max_length=self.max_seq_length)
+                lengths = [len(ids) for ids in encoded["input_ids"]]
+                groups = length_groups(texts, lengths, self.batch_size, BATCH_TOKENS)
+            for positions in groups:
                 vectors[positions] = self._model.encode(
                     [texts[i] for i in positions],
                     batch_size=len(positions),

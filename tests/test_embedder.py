@@ -177,3 +177,16 @@ def test_budgeted_batches_give_the_vectors_of_one_text_at_a_time(embedder) -> No
     together = embedder.embed(texts)
     alone = np.vstack([embedder.embed([t]) for t in texts[:3]] * 6)
     np.testing.assert_allclose(together, alone, atol=1e-5)
+
+
+def test_concurrent_embed_calls_share_one_tokenizer_safely(embedder) -> None:
+    """Searches embed from several threads at once: the length counting before the model calls must
+    not race on the fast tokenizer (it raised "Already borrowed" and the service answered 500)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = ["crash recovery in Postgres", "queue depth of a worker " * 40, "k"]
+    expected = embedder.embed(texts)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda _: embedder.embed(texts), range(24)))
+    for vectors in results:
+        np.testing.assert_allclose(vectors, expected, atol=1e-5)
