@@ -292,8 +292,8 @@ NOTES = [
     "hnsw)`. Haystack has no incremental ingestion, so the benchmark does what a user must: hash the files, "
     "delete a changed or removed file's chunks by a metadata filter, index the changed file. "
     "`haystack-batch8` is the same pipeline with `batch_size=8`: chunkyard's embedder cuts each model call "
-    "to at most 2,048 padded tokens (8 texts of 256 word pieces), which ran 15-40 % faster here than 32 "
-    "texts per call, so this row gives a peer the same setting.",
+    "to at most 2,048 padded tokens (8 texts of 256 word pieces), which embedded 256-token chunks 12-34 % faster "
+    "here than 32 texts per call, so this row gives a peer the same setting.",
     "- Every system embeds with sentence-transformers on torch (same versions, 2 threads); chunkyard also "
     "with its ONNX int8 backend. ONNX Runtime already runs with intra-op threads = the 2 cores and "
     "ORT_ENABLE_ALL graph optimisation by default (`SessionOptions()` here), so setting them changes nothing.",

@@ -8,6 +8,7 @@ and sentence-transformers are imported only to make the export, once per machine
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import os
@@ -334,6 +335,7 @@ def shared_embedder(model: str = DEFAULT_MODEL, **options: Any) -> Embedder:
         return _shared[key]
 
 
+@functools.cache
 def _option_defaults() -> dict[str, Any]:
     """`Embedder`'s options and their defaults, read from its signature (the one list of them)."""
     parameters = inspect.signature(Embedder.__init__).parameters
