@@ -121,7 +121,9 @@ def test_a_static_index_builds_and_searches_through_the_pipeline(store, static_e
     assert again["embeddings_computed"] == 0
 
 
-def test_dagster_assets_get_the_static_options_of_the_index_config(static_embedder, static_home) -> None:
+def test_dagster_assets_get_the_static_options_of_the_index_config(
+    static_embedder, static_home, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The Dagster resource passes every `embedder:` option (vocabulary_size, pca_dims) on, and hands
     out the instance the query side uses: a dropped option would index with another model."""
     from orchestration.resources import EmbedderResource
@@ -132,12 +134,9 @@ def test_dagster_assets_get_the_static_options_of_the_index_config(static_embedd
         chunker={"strategy": "token", "size": 64, "overlap": 0, "tokenizer": "words"},
         embedder=OPTIONS,
     )
-    os.environ["CHUNKYARD_HOME"] = str(static_home)
-    try:
-        from_dagster = EmbedderResource().for_config(config)
-        assert from_dagster.model_id == static_embedder.model_id == "all-MiniLM-L6-v2@static-v4000"
-        assert from_dagster is embedder_for_config(config)
-        with pytest.raises(EmbedderConfigError, match="unknown option"):
-            EmbedderResource().get(pooling="max")
-    finally:
-        os.environ.pop("CHUNKYARD_HOME", None)
+    monkeypatch.setenv("CHUNKYARD_HOME", str(static_home))
+    from_dagster = EmbedderResource().for_config(config)
+    assert from_dagster.model_id == static_embedder.model_id == "all-MiniLM-L6-v2@static-v4000"
+    assert from_dagster is embedder_for_config(config)
+    with pytest.raises(EmbedderConfigError, match="unknown option"):
+        EmbedderResource().get(pooling="max")
