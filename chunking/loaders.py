@@ -204,12 +204,18 @@ def scan_folder(
         if not _selected(rel_path, include, exclude):
             continue
         try:
-            target, info = _readable_entry(real_root, rel_path, entry)
+            info = _plain_file_stat(rel_path, entry)
             signature = file_signature(info, now_ns) if info is not None else None
             if signature is not None and known.get(rel_path) == signature and info.st_size <= limit:
-                scan.unchanged.append(rel_path)
-            else:
-                scan.documents.append(_load(target, rel_path, limit, nofollow=True))
+                scan.unchanged.append(rel_path)  # unread: no path object, no realpath for it
+                scan.signatures[rel_path] = signature
+                continue
+            target = (
+                real_root / rel_path
+                if info is not None
+                else resolve_entry(real_root, rel_path, Path(entry.path))
+            )
+            scan.documents.append(_load(target, rel_path, limit, nofollow=True))
             if signature is not None:
                 scan.signatures[rel_path] = signature
         except UnusableFile as exc:
@@ -225,23 +231,27 @@ def scan_folder(
     return scan
 
 
-def _readable_entry(
-    real_root: Path, rel_path: str, entry: os.DirEntry[str]
-) -> tuple[Path, os.stat_result | None]:
-    """`resolve_entry` for a walked entry, with the stat the walk already holds for plain files.
+def _plain_file_stat(rel_path: str, entry: os.DirEntry[str]) -> os.stat_result | None:
+    """The stat of a walked entry that is a regular file, no symlink, with a UTF-8 name; else None.
 
-    A regular file that is no symlink, reached by a walk that never enters a symlinked folder, lies
-    at `real_root/rel_path`: no realpath call is needed. Links go through `resolve_entry`.
+    Such a file, reached by a walk that never enters a symlinked folder, lies at `real_root/rel_path`:
+    no realpath call is needed. For anything else (None) `resolve_entry` decides.
     """
-    if not entry.is_symlink():
-        try:
-            rel_path.encode("utf-8")
-            info = entry.stat(follow_symlinks=False)
-        except (UnicodeEncodeError, OSError):
-            return resolve_entry(real_root, rel_path, Path(entry.path)), None
-        if stat.S_ISREG(info.st_mode):
-            return real_root / rel_path, info
-    return resolve_entry(real_root, rel_path, Path(entry.path)), None
+    if entry.is_symlink():
+        return None
+    try:
+        rel_path.encode("utf-8")
+        info = entry.stat(follow_symlinks=False)
+    except (UnicodeEncodeError, OSError):
+        return None
+    return info if stat.S_ISREG(info.st_mode) else None
+
+
+def _readable_entry(real_root: Path, rel_path: str, entry: os.DirEntry[str]) -> Path:
+    """`resolve_entry` for a walked entry, skipping realpath for a plain file (`_plain_file_stat`)."""
+    if _plain_file_stat(rel_path, entry) is not None:
+        return real_root / rel_path
+    return resolve_entry(real_root, rel_path, Path(entry.path))
 
 
 def list_files(
@@ -261,7 +271,7 @@ def list_files(
         if not _selected(rel, include, exclude):
             continue
         try:
-            out.append((rel, _readable_entry(real_root, rel, entry)[0]))
+            out.append((rel, _readable_entry(real_root, rel, entry)))
         except UnusableFile:
             continue
     return out
@@ -458,7 +468,7 @@ def _relative(root: Path, path: Path) -> str:
 
 
 def _selected(rel_path: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
-    hidden = any(part.startswith(".") for part in rel_path.split("/"))
+    hidden = rel_path.startswith(".") or "/." in rel_path  # a name (file or folder) starting with "."
     included = any(_glob_regex(p).match(rel_path) for p in include)
     if hidden and not any(_names_hidden(p) and _glob_regex(p).match(rel_path) for p in include):
         return False

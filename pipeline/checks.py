@@ -177,13 +177,15 @@ def check_no_empty_chunks(store: Store, index_name: str, where: str = "staged") 
             ).format(table),
             (index_name,),
         ).fetchone()
-        examples = conn.execute(
-            sql.SQL(
-                'SELECT doc_id, start, "end" FROM {}'
-                " WHERE index_name = %s AND (text ~ '^\\s*$' OR embed_text ~ '^\\s*$') LIMIT %s"
-            ).format(table),
-            (index_name, SAMPLE),
-        ).fetchall()
+        examples = []
+        if empty:
+            examples = conn.execute(
+                sql.SQL(
+                    'SELECT doc_id, start, "end" FROM {}'
+                    " WHERE index_name = %s AND (text ~ '^\\s*$' OR embed_text ~ '^\\s*$') LIMIT %s"
+                ).format(table),
+                (index_name, SAMPLE),
+            ).fetchall()
     metadata: Metadata = {"chunks_checked": int(total), "empty_chunks": int(empty)}
     if examples:
         metadata["examples"] = "; ".join(f"{d}[{s}:{e}]" for d, s, e in examples)
@@ -240,19 +242,14 @@ def check_token_limit(
 def check_staged_embeddings(store: Store, index_name: str, dim: int) -> Check:
     """Every staged chunk has exactly one staged vector, of the model's dimension."""
     with store.connection() as conn:
-        chunks = conn.execute(
-            "SELECT count(*) FROM staged_chunks WHERE index_name = %s", (index_name,)
-        ).fetchone()[0]
-        missing = conn.execute(
-            "SELECT count(*) FROM staged_chunks c LEFT JOIN staged_embeddings e"
-            " ON e.index_name = c.index_name AND e.chunk_id = c.chunk_id"
-            " WHERE c.index_name = %s AND e.chunk_id IS NULL",
-            (index_name,),
-        ).fetchone()[0]
-        vectors, wrong_dim = conn.execute(
-            "SELECT count(*), count(*) FILTER (WHERE vector_dims(embedding) <> %s)"
-            " FROM staged_embeddings WHERE index_name = %s",
-            (dim, index_name),
+        chunks, missing, vectors, wrong_dim = conn.execute(
+            "SELECT (SELECT count(*) FROM staged_chunks WHERE index_name = %(index)s),"
+            " (SELECT count(*) FROM staged_chunks c LEFT JOIN staged_embeddings e"
+            "  ON e.index_name = c.index_name AND e.chunk_id = c.chunk_id"
+            "  WHERE c.index_name = %(index)s AND e.chunk_id IS NULL),"
+            " count(*), count(*) FILTER (WHERE vector_dims(embedding) <> %(dim)s)"
+            " FROM staged_embeddings WHERE index_name = %(index)s",
+            {"index": index_name, "dim": dim},
         ).fetchone()
     metadata: Metadata = {
         "chunks": int(chunks),
@@ -298,18 +295,27 @@ def check_published_embeddings(
 
 
 def check_bm25_counts(store: Store, index_name: str) -> Check:
-    """The BM25 index's document count equals the published chunk count."""
+    """The BM25 index's document count and total length equal the published chunks' (one scan).
+
+    An incremental publish adjusts both by what it removes and adds, so this also catches drift.
+    """
     with store.connection() as conn:
-        chunks = conn.execute("SELECT count(*) FROM chunks WHERE index_name = %s", (index_name,)).fetchone()[
-            0
-        ]
-        row = conn.execute("SELECT n_docs FROM bm25_stats WHERE index_name = %s", (index_name,)).fetchone()
-        with_length = conn.execute(
-            "SELECT count(*) FROM chunks WHERE index_name = %s AND bm25_length > 0", (index_name,)
-        ).fetchone()[0]
-    n_docs = int(row[0]) if row else 0
-    metadata = {"chunks": int(chunks), "bm25_documents": n_docs, "chunks_with_terms": int(with_length)}
-    return Check("bm25_count_matches_chunks", n_docs == chunks, metadata)
+        chunks, with_length, length, n_docs, total_length = conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE bm25_length > 0), coalesce(sum(bm25_length), 0),"
+            " (SELECT n_docs FROM bm25_stats WHERE index_name = %(index)s),"
+            " (SELECT total_length FROM bm25_stats WHERE index_name = %(index)s)"
+            " FROM chunks WHERE index_name = %(index)s",
+            {"index": index_name},
+        ).fetchone()
+    n_docs, total_length = int(n_docs or 0), int(total_length or 0)
+    metadata = {
+        "chunks": int(chunks),
+        "bm25_documents": n_docs,
+        "chunks_with_terms": int(with_length),
+        "chunks_total_length": int(length),
+        "bm25_total_length": total_length,
+    }
+    return Check("bm25_count_matches_chunks", n_docs == chunks and total_length == length, metadata)
 
 
 def regression(current: dict[str, float], previous: dict[str, float], tolerance: float = 0.01) -> Check:

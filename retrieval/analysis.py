@@ -270,9 +270,15 @@ def build_analyzer(bm25_config: Mapping[str, Any] | None = None) -> Analyzer:
     spec = analyzer_setting(bm25_config)
     validate_analyzer(spec)
     if isinstance(spec, dict):
-        return Analyzer(
+        return shared_analyzer(
             spec.get("language"),
             stopwords=bool(spec.get("stopwords", True)),
             stem=bool(spec.get("stem", True)),
         )
-    return Analyzer(analyzer_name(bm25_config))
+    return shared_analyzer(analyzer_name(bm25_config))
+
+
+@functools.lru_cache(maxsize=64)
+def shared_analyzer(language: str | None, *, stopwords: bool = True, stem: bool = True) -> Analyzer:
+    """One Analyzer per setting in a process, so every stage and search reuses its cache of stems."""
+    return Analyzer(language, stopwords=stopwords, stem=stem)

@@ -25,6 +25,7 @@ from retrieval.analysis import (
     Analyzer,
     analyzer_setting,
     build_analyzer,
+    shared_analyzer,
 )
 
 METADATA_KEY = "text_language"
@@ -137,7 +138,7 @@ def index_analysis(
     if published is not None and published.get(RESOLVED_KEY):
         return IndexAnalysis(build_analyzer(published), AUTO, dict(published.get("languages") or {}))
     name, shares = choose_analyzer(staged_text_by_language(conn, index_name))
-    return IndexAnalysis(Analyzer(name), AUTO, shares)
+    return IndexAnalysis(shared_analyzer(name), AUTO, shares)
 
 
 def published_config(

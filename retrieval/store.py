@@ -183,7 +183,12 @@ class Store:
     # -- schema ------------------------------------------------------------------------------
 
     def migrate(self) -> list[int]:
-        """Apply the migrations not yet applied (versioned, idempotent); return the versions applied."""
+        """Apply the migrations not yet applied (versioned, idempotent); return the versions applied.
+
+        Every pipeline step calls this: a schema already current costs one read and no lock.
+        """
+        if self._schema_current():
+            return []
         applied: list[int] = []
         with self.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_KEY,))
@@ -200,6 +205,14 @@ class Store:
                 conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name))
                 applied.append(version)
         return applied
+
+    def _schema_current(self) -> bool:
+        with self.connection() as conn:
+            try:
+                done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+            except psycopg.errors.UndefinedTable:
+                return False
+        return all(version in done for version, _, _ in MIGRATIONS)
 
     def schema_version(self) -> int:
         with self.connection() as conn:
@@ -353,6 +366,15 @@ class Store:
         """Register an index (collection x config) and create its partitions if they do not exist."""
         name = spec.name
         parts = partition_names(name)
+        info = self.index_info(name)
+        if info is not None:  # registered: the partitions are checked, not created again (no DDL)
+            with self.connection() as conn:
+                exists = conn.execute(
+                    "SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL",
+                    (parts["chunks"], parts["postings"]),
+                ).fetchone()[0]
+            if exists:
+                return info
         with self.connection() as conn, conn.transaction():
             conn.execute(
                 "INSERT INTO indexes (name, collection, config_name, config, config_hash, partition)"

@@ -93,15 +93,18 @@ def stage_chunks(
                     "INSERT INTO staged_removals (index_name, doc_id) VALUES (%s, %s)",
                     [(index_name, d) for d in removals],
                 )
-        counts = dict(
-            conn.execute(
-                sql.SQL("SELECT doc_id, count(*) FROM {} GROUP BY doc_id").format(
-                    sql.Identifier(parts["chunks"])
-                )
-            ).fetchall()
-        )
-        report.chunks_kept = sum(int(counts.get(d, 0)) for d in unchanged)
-        report.chunks_to_delete = sum(int(counts.get(d, 0)) for d in removals)
+        # counted over the removed documents only (the doc_id index), not the whole partition: the
+        # published chunk count (BM25's N, checked against the partition at every publish) gives the rest
+        if removals:
+            report.chunks_to_delete = int(
+                conn.execute(
+                    sql.SQL("SELECT count(*) FROM {} WHERE index_name = %s AND doc_id = ANY(%s)").format(
+                        sql.Identifier(parts["chunks"])
+                    ),
+                    (index_name, removals),
+                ).fetchone()[0]
+            )
+        report.chunks_kept = max(int(info["chunk_count"]) - report.chunks_to_delete, 0)
 
         to_chunk = added + changed
         seen: set[str] = set()

@@ -109,6 +109,12 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
         if storage != "vector":  # before any change: an old pgvector has no halfvec
             check_storage(conn, storage, f"publish {index_name!r}: indexes.{spec.config.name}.vector_storage")
 
+        # the published sizes, kept up to date by each publish (check_bm25_counts compares N with the
+        # partition): an incremental publish adjusts them by what it removes and adds instead of scanning
+        sizes = conn.execute(
+            "SELECT n_docs, total_length FROM bm25_stats WHERE index_name = %s", (index_name,)
+        ).fetchone()
+
         # 1. removals: old chunks of changed, deleted (or, on a rebuild, all) documents, with their postings
         conn.execute("CREATE TEMP TABLE _removed (chunk_id text PRIMARY KEY) ON COMMIT DROP")
         conn.execute(
@@ -136,13 +142,15 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
             ).format(postings_t),
             (index_name,),
         )
-        deleted = conn.execute(
+        deleted, deleted_length = conn.execute(
             sql.SQL(
-                "DELETE FROM {} c USING _removed r WHERE c.index_name = %s AND c.chunk_id = r.chunk_id"
+                "WITH d AS (DELETE FROM {} c USING _removed r WHERE c.index_name = %s"
+                " AND c.chunk_id = r.chunk_id RETURNING c.bm25_length)"
+                " SELECT count(*), coalesce(sum(bm25_length), 0) FROM d"
             ).format(chunks_t),
             (index_name,),
-        )
-        report.chunks_deleted = deleted.rowcount
+        ).fetchone()
+        report.chunks_deleted = int(deleted)
         if full_rebuild:
             conn.execute("DELETE FROM index_documents WHERE index_name = %s", (index_name,))
         else:
@@ -153,32 +161,33 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
             )
 
         # 2. HNSW: bulk loads drop the graph and rebuild it after the load (much faster than inserting)
-        remaining = int(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(chunks_t)).fetchone()[0])
-        incoming = int(
-            conn.execute(
-                "SELECT count(*) FROM staged_chunks WHERE index_name = %s", (index_name,)
-            ).fetchone()[0]
-        )
+        incremental = sizes is not None and not report.full_rebuild
+        if incremental:
+            remaining = int(sizes[0]) - report.chunks_deleted
+        else:
+            remaining = int(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(chunks_t)).fetchone()[0])
+        incoming = int(staged_chunks)
         hnsw_exists = conn.execute("SELECT to_regclass(%s)", (parts["hnsw"],)).fetchone()[0] is not None
         if hnsw_exists and (incoming > remaining or new_dim != old_dim):
             conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(parts["hnsw"])))
             hnsw_exists = False
 
         # 3. new chunks with vectors and BM25 lengths, postings, document frequencies
-        inserted = conn.execute(
+        inserted, inserted_length = conn.execute(
             sql.SQL(
-                'INSERT INTO {} (index_name, chunk_id, doc_id, start, "end", text, embed_text, token_count,'
-                " content_hash, metadata, parent_id, bm25_length, embedding)"
+                'WITH i AS (INSERT INTO {} (index_name, chunk_id, doc_id, start, "end", text, embed_text,'
+                " token_count, content_hash, metadata, parent_id, bm25_length, embedding)"
                 ' SELECT s.index_name, s.chunk_id, s.doc_id, s.start, s."end", s.text, s.embed_text,'
                 " s.token_count, s.content_hash, s.metadata, s.parent_id, l.length, e.embedding"
                 " FROM staged_chunks s"
                 " JOIN staged_embeddings e ON e.index_name = s.index_name AND e.chunk_id = s.chunk_id"
                 " JOIN staged_bm25_lengths l ON l.index_name = s.index_name AND l.chunk_id = s.chunk_id"
-                " WHERE s.index_name = %s"
+                " WHERE s.index_name = %s RETURNING bm25_length)"
+                " SELECT count(*), coalesce(sum(bm25_length), 0) FROM i"
             ).format(chunks_t),
             (index_name,),
-        )
-        report.chunks_inserted = inserted.rowcount
+        ).fetchone()
+        report.chunks_inserted = int(inserted)
         conn.execute(
             sql.SQL(
                 "INSERT INTO {} (index_name, term, chunk_id, tf, doc_len)"
@@ -200,7 +209,13 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
             " ON CONFLICT (index_name, doc_id) DO UPDATE SET sha256 = excluded.sha256",
             (index_name,),
         )
-        stats = refresh_stats(conn, index_name, parts["chunks"])
+        new_sizes = None
+        if incremental:
+            new_sizes = (
+                remaining + report.chunks_inserted,
+                int(sizes[1]) - int(deleted_length) + int(inserted_length),
+            )
+        stats = refresh_stats(conn, index_name, parts["chunks"], new_sizes)
         report.bm25_vocabulary = stats.vocab_size
 
         # 4. the per-partition HNSW graph on the vector cast to this index's dimension and storage
