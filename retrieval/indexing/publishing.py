@@ -116,40 +116,7 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
         ).fetchone()
 
         # 1. removals: old chunks of changed, deleted (or, on a rebuild, all) documents, with their postings
-        conn.execute("CREATE TEMP TABLE _removed (chunk_id text PRIMARY KEY) ON COMMIT DROP")
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO _removed SELECT c.chunk_id FROM {} c WHERE c.index_name = %s"
-                " AND (%s OR c.doc_id IN (SELECT doc_id FROM staged_removals WHERE index_name = %s))"
-            ).format(chunks_t),
-            (index_name, bool(full_rebuild), index_name),
-        )
-        # planner statistics for the temp table: without them it hash-joins a whole postings partition
-        # (30 ms at 100k postings) where the chunk_id index finds a one-document removal's rows
-        conn.execute("ANALYZE _removed")
-        conn.execute(
-            sql.SQL(
-                "UPDATE bm25_terms t SET df = t.df - d.n FROM (SELECT p.term, count(*) AS n FROM {} p"
-                " JOIN _removed r ON r.chunk_id = p.chunk_id WHERE p.index_name = %s GROUP BY p.term) d"
-                " WHERE t.index_name = %s AND t.term = d.term"
-            ).format(postings_t),
-            (index_name, index_name),
-        )
-        conn.execute("DELETE FROM bm25_terms WHERE index_name = %s AND df <= 0", (index_name,))
-        conn.execute(
-            sql.SQL(
-                "DELETE FROM {} p USING _removed r WHERE p.index_name = %s AND p.chunk_id = r.chunk_id"
-            ).format(postings_t),
-            (index_name,),
-        )
-        deleted, deleted_length = conn.execute(
-            sql.SQL(
-                "WITH d AS (DELETE FROM {} c USING _removed r WHERE c.index_name = %s"
-                " AND c.chunk_id = r.chunk_id RETURNING c.bm25_length)"
-                " SELECT count(*), coalesce(sum(bm25_length), 0) FROM d"
-            ).format(chunks_t),
-            (index_name,),
-        ).fetchone()
+        deleted, deleted_length = _remove_chunks(conn, index_name, chunks_t, postings_t, bool(full_rebuild))
         report.chunks_deleted = int(deleted)
         if full_rebuild:
             conn.execute("DELETE FROM index_documents WHERE index_name = %s", (index_name,))
@@ -173,36 +140,38 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
             hnsw_exists = False
 
         # 3. new chunks with vectors and BM25 lengths, postings, document frequencies
-        inserted, inserted_length = conn.execute(
-            sql.SQL(
-                'WITH i AS (INSERT INTO {} (index_name, chunk_id, doc_id, start, "end", text, embed_text,'
-                " token_count, content_hash, metadata, parent_id, bm25_length, embedding)"
-                ' SELECT s.index_name, s.chunk_id, s.doc_id, s.start, s."end", s.text, s.embed_text,'
-                " s.token_count, s.content_hash, s.metadata, s.parent_id, l.length, e.embedding"
-                " FROM staged_chunks s"
-                " JOIN staged_embeddings e ON e.index_name = s.index_name AND e.chunk_id = s.chunk_id"
-                " JOIN staged_bm25_lengths l ON l.index_name = s.index_name AND l.chunk_id = s.chunk_id"
-                " WHERE s.index_name = %s RETURNING bm25_length)"
-                " SELECT count(*), coalesce(sum(bm25_length), 0) FROM i"
-            ).format(chunks_t),
-            (index_name,),
-        ).fetchone()
-        report.chunks_inserted = int(inserted)
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO {} (index_name, term, chunk_id, tf, doc_len)"
-                " SELECT b.index_name, b.term, b.chunk_id, b.tf, l.length FROM staged_bm25 b"
-                " JOIN staged_bm25_lengths l ON l.index_name = b.index_name AND l.chunk_id = b.chunk_id"
-                " WHERE b.index_name = %s"
-            ).format(postings_t),
-            (index_name,),
-        )
-        conn.execute(
-            "INSERT INTO bm25_terms (index_name, term, df)"
-            " SELECT index_name, term, count(*) FROM staged_bm25 WHERE index_name = %s GROUP BY index_name, term"
-            " ON CONFLICT (index_name, term) DO UPDATE SET df = bm25_terms.df + excluded.df",
-            (index_name,),
-        )
+        inserted = inserted_length = 0
+        if incoming:  # a delete stages no chunk: nothing to insert
+            inserted, inserted_length = conn.execute(
+                sql.SQL(
+                    'WITH i AS (INSERT INTO {} (index_name, chunk_id, doc_id, start, "end", text, embed_text,'
+                    " token_count, content_hash, metadata, parent_id, bm25_length, embedding)"
+                    ' SELECT s.index_name, s.chunk_id, s.doc_id, s.start, s."end", s.text, s.embed_text,'
+                    " s.token_count, s.content_hash, s.metadata, s.parent_id, l.length, e.embedding"
+                    " FROM staged_chunks s"
+                    " JOIN staged_embeddings e ON e.index_name = s.index_name AND e.chunk_id = s.chunk_id"
+                    " JOIN staged_bm25_lengths l ON l.index_name = s.index_name AND l.chunk_id = s.chunk_id"
+                    " WHERE s.index_name = %s RETURNING bm25_length)"
+                    " SELECT count(*), coalesce(sum(bm25_length), 0) FROM i"
+                ).format(chunks_t),
+                (index_name,),
+            ).fetchone()
+            report.chunks_inserted = int(inserted)
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} (index_name, term, chunk_id, tf, doc_len)"
+                    " SELECT b.index_name, b.term, b.chunk_id, b.tf, l.length FROM staged_bm25 b"
+                    " JOIN staged_bm25_lengths l ON l.index_name = b.index_name AND l.chunk_id = b.chunk_id"
+                    " WHERE b.index_name = %s"
+                ).format(postings_t),
+                (index_name,),
+            )
+            conn.execute(
+                "INSERT INTO bm25_terms (index_name, term, df)"
+                " SELECT index_name, term, count(*) FROM staged_bm25 WHERE index_name = %s GROUP BY index_name, term"
+                " ON CONFLICT (index_name, term) DO UPDATE SET df = bm25_terms.df + excluded.df",
+                (index_name,),
+            )
         conn.execute(
             "INSERT INTO index_documents (index_name, doc_id, sha256)"
             " SELECT index_name, doc_id, sha256 FROM staged_documents WHERE index_name = %s"
@@ -251,6 +220,62 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
     report.seconds = round(time.perf_counter() - started, 3)
     report.timings = stage_timings(report.staged, report.seconds, report.hnsw_seconds)
     return report
+
+
+def _remove_chunks(
+    conn: Connection,
+    index_name: str,
+    chunks_t: sql.Identifier,
+    postings_t: sql.Identifier,
+    full_rebuild: bool,
+) -> tuple[int, int]:
+    """Delete the old chunks of changed and deleted documents (on a rebuild, all of them) with their
+    postings and document frequencies; returns (chunks deleted, their total BM25 length)."""
+    conn.execute("CREATE TEMP TABLE _removed (chunk_id text PRIMARY KEY) ON COMMIT DROP")
+    removing = conn.execute(
+        sql.SQL(
+            "INSERT INTO _removed SELECT c.chunk_id FROM {} c WHERE c.index_name = %s"
+            " AND (%s OR c.doc_id IN (SELECT doc_id FROM staged_removals WHERE index_name = %s))"
+        ).format(chunks_t),
+        (index_name, full_rebuild, index_name),
+    ).rowcount
+    if not removing:  # only added documents
+        return 0, 0
+    # planner statistics for the temp table: without them it hash-joins a whole postings partition
+    # (30 ms at 100k postings) where the chunk_id index finds a one-document removal's rows
+    conn.execute("ANALYZE _removed")
+    if full_rebuild:  # every chunk goes, so does every term
+        conn.execute("DELETE FROM bm25_terms WHERE index_name = %s", (index_name,))
+    else:
+        lowered = conn.execute(
+            sql.SQL(
+                "UPDATE bm25_terms t SET df = t.df - d.n FROM (SELECT p.term, count(*) AS n FROM {} p"
+                " JOIN _removed r ON r.chunk_id = p.chunk_id WHERE p.index_name = %s GROUP BY p.term) d"
+                " WHERE t.index_name = %s AND t.term = d.term RETURNING t.term, t.df"
+            ).format(postings_t),
+            (index_name, index_name),
+        ).fetchall()
+        emptied = [term for term, df in lowered if df <= 0]  # deleted by key: no vocabulary scan
+        if emptied:
+            conn.execute(
+                "DELETE FROM bm25_terms WHERE index_name = %s AND term = ANY(%s) AND df <= 0",
+                (index_name, emptied),
+            )
+    conn.execute(
+        sql.SQL(
+            "DELETE FROM {} p USING _removed r WHERE p.index_name = %s AND p.chunk_id = r.chunk_id"
+        ).format(postings_t),
+        (index_name,),
+    )
+    deleted, length = conn.execute(
+        sql.SQL(
+            "WITH d AS (DELETE FROM {} c USING _removed r WHERE c.index_name = %s"
+            " AND c.chunk_id = r.chunk_id RETURNING c.bm25_length)"
+            " SELECT count(*), coalesce(sum(bm25_length), 0) FROM d"
+        ).format(chunks_t),
+        (index_name,),
+    ).fetchone()
+    return int(deleted), int(length)
 
 
 def _analyze_partition(store: Store, partition: str, report: PublishReport) -> None:
