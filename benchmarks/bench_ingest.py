@@ -405,6 +405,45 @@ def padding(documents: int, batch: int = 32) -> dict[str, float]:
     return {"document_order": round(padded(counts), 3), "sorted": round(padded(sorted(counts)), 3)}
 
 
+def update_floor(reports: list[dict[str, Any]], fastest_peer_update: float) -> list[str]:
+    """Where one changed document's time goes in the in-process runs (all passes' update rounds): the
+    model call on the changed chunks against the rest, and what the model call alone allows."""
+    import statistics
+
+    lines: list[str] = []
+    for system in dict.fromkeys(r["system"] for rep in reports for r in rep["results"] if r.get("runs")):
+        rounds = [
+            run
+            for rep in reports
+            for r in rep["results"]
+            if r["system"] == system and r.get("runs")
+            for run in r["runs"][1 : 1 + ROUNDS]
+            if "embed_seconds" in run  # the in-process runs' step reports (the Dagster runs have none)
+        ]
+        if not rounds:
+            continue
+        total = statistics.median(r["run_seconds"] for r in rounds)
+        model = statistics.median(r["embed_seconds"] for r in rounds)
+        chunks = statistics.median(r["embeddings_computed"] for r in rounds)
+        tokens = statistics.median(r["tokens_embedded"] for r in rounds)
+        ceiling = fastest_peer_update / model if model else float("inf")
+        lines.append(
+            f"- {system}: {total * 1000:.0f} ms, of which the model call on the changed chunk(s) "
+            f"{model * 1000:.0f} ms ({chunks:.0f} chunk, {tokens:.0f} tokens; medians of {len(rounds)} "
+            f"rounds) and the rest (sync, chunking, BM25, publish, checks) {(total - model) * 1000:.0f} ms. "
+            f"With no overhead at all, the model call alone would allow at most {ceiling:.1f}x the fastest "
+            f"peer's {fastest_peer_update:.2f} s."
+        )
+    if lines:
+        lines = [
+            "",
+            "Where one changed document's time goes (the in-process runs' stage timings, every pass):",
+            "",
+            *lines,
+        ]
+    return lines
+
+
 def markdown_passes(reports: list[dict[str, Any]]) -> str:
     """Several passes (the systems in different orders, so a load trend favours none): the geometric
     mean of each time over the passes and its ratios first, then every pass in full."""
@@ -459,6 +498,8 @@ def markdown_passes(reports: list[dict[str, Any]]) -> str:
                     for p, pm in peers.items()
                 )
             )
+    if peers:
+        lines += update_floor(reports, min(m["update_seconds"] for m in peers.values()))
     pad = reports[0].get("padding") or padding(int(reports[0]["documents"]))
     lines += [
         "",
