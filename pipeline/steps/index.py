@@ -10,7 +10,7 @@ from retrieval.store import Store
 
 
 def publish_index(store: Store, spec: IndexSpec) -> StepReport:
-    """Publish; checks: published spans, one vector per chunk, BM25 count equals chunk count.
+    """Publish; checks: published spans, one vector per chunk, BM25 count and length equal the chunks'.
 
     The span check reads the documents this publish wrote; the rest of the index is covered by their
     unchanged hashes (see `checks.check_spans`), so a one-document update does not re-read them all.
