@@ -17,6 +17,14 @@ TEXTS = {
 }
 
 
+def _folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name, text in TEXTS.items():
+        (folder / name).write_text(text)
+    return folder
+
+
 def _publish(store, embedder, spec, folder: Path) -> checks.Check:
     documents, failures = load_folder(folder)
     store.sync_documents(spec.collection, documents, failures)
@@ -30,10 +38,7 @@ def _publish(store, embedder, spec, folder: Path) -> checks.Check:
 def test_an_incremental_publish_checks_the_written_documents_and_the_hashes_of_the_rest(
     store, embedder, tmp_path
 ) -> None:
-    folder = tmp_path / "docs"
-    folder.mkdir()
-    for name, text in TEXTS.items():
-        (folder / name).write_text(text)
+    folder = _folder(tmp_path)
     spec = make_spec()
 
     first = _publish(store, embedder, spec, folder)
@@ -65,10 +70,7 @@ def test_an_incremental_publish_checks_the_written_documents_and_the_hashes_of_t
 def test_incremental_publishes_keep_the_bm25_sizes_of_a_full_scan_and_the_check_catches_drift(
     store, embedder, tmp_path
 ) -> None:
-    folder = tmp_path / "docs"
-    folder.mkdir()
-    for name, text in TEXTS.items():
-        (folder / name).write_text(text)
+    folder = _folder(tmp_path)
     spec = make_spec()
 
     def published_sizes() -> tuple[tuple, tuple]:
@@ -87,7 +89,7 @@ def test_incremental_publishes_keep_the_bm25_sizes_of_a_full_scan_and_the_check_
         TEXTS["doc1.txt"] + "\nA longer third paragraph about zebras and okapis.\n"
     )
     (folder / "doc3.txt").unlink()
-    (folder / "doc9.txt").write_text("A new document.\n\nWith two paragraphs about herons.\n")
+    (folder / "doc9.txt").write_text("Document nine, added later.\n\nIts second paragraph is about herons.\n")
     assert _publish(store, embedder, spec, folder).passed
     stats, scanned = published_sizes()
     assert stats == scanned and stats[0] == 11  # 5 docs x 2, +1 paragraph, -2 deleted, +2 added

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -39,21 +37,6 @@ def token_batches(hashes: list[str], tokens: dict[str, int]) -> list[list[str]]:
     if current:
         batches.append(current)
     return batches
-
-
-class _Inline(contextlib.AbstractContextManager):
-    """An executor's `submit` that runs the call at once (the single-batch case of stage_embeddings)."""
-
-    def submit(self, fn: Callable[..., object], /, *args: object) -> Future:
-        done: Future = Future()
-        try:
-            done.set_result(fn(*args))
-        except Exception as exc:
-            done.set_exception(exc)
-        return done
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def stage_embeddings(store: Store, spec: IndexSpec, embedder: Embedder) -> EmbeddingStageReport:
@@ -107,17 +90,10 @@ def stage_embeddings(store: Store, spec: IndexSpec, embedder: Embedder) -> Embed
     missing = [h for h in texts_by_hash if h not in vectors]
     embed_started = time.perf_counter()
     embed_seconds = 0.0
-    batches = token_batches(missing, tokens)
-    # The cache write of one batch runs beside the embedding of the next (psycopg releases the GIL);
-    # with one batch (a small update) there is nothing to overlap, and no thread is started.
-    overlap = len(batches) > 1
-    with (
-        ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedding-cache")
-        if overlap
-        else _Inline() as writer
-    ):
+    # The cache write of one batch runs beside the embedding of the next (psycopg releases the GIL).
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedding-cache") as writer:
         pending_write: Future | None = None
-        for batch in batches:
+        for batch in token_batches(missing, tokens):
             batch_started = time.perf_counter()
             computed = embedder.embed([texts_by_hash[h] for h in batch])
             embed_seconds += time.perf_counter() - batch_started
