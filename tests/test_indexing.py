@@ -273,3 +273,34 @@ def test_vectors_wider_than_hnsw_allows_are_published_without_a_graph(store, emb
     report = indexing.build_index(store, spec, embedder, chunker=chunker)
     assert report.published and not report.hnsw_built and report.chunks_total == 2
     assert store.index_info(spec.name)["dim"] == 2048
+
+
+def test_a_bulk_publish_vacuums_the_staging_tables_and_a_small_one_does_not(
+    store, embedder, monkeypatch
+) -> None:
+    from retrieval.indexing import publishing
+    from retrieval.migrations import STAGING_TABLES
+
+    def vacuum_counts() -> dict[str, int]:
+        with store.connection() as conn:
+            rows = conn.execute(
+                "SELECT relname, vacuum_count FROM pg_stat_user_tables WHERE relname = ANY(%s)",
+                (list(STAGING_TABLES),),
+            ).fetchall()
+        return dict(rows)
+
+    spec = make_spec()
+    chunker = ParagraphChunker(spec.config.config_hash)
+    texts = dict(DOCS)
+    store.sync_documents(spec.collection, _docs(texts), [])
+    before = vacuum_counts()
+    indexing.build_index(store, spec, embedder, chunker=chunker)  # 7 chunks: under the bulk threshold
+    assert vacuum_counts() == before
+
+    monkeypatch.setattr(publishing, "VACUUM_STAGING_CHUNKS", 2)  # this collection's "bulk"
+    texts["deploy.md"] = "Deploy it elsewhere.\n\nThe service still answers POST /v1/search."
+    store.sync_documents(spec.collection, _docs(texts), [])
+    indexing.build_index(store, spec, embedder, chunker=chunker)  # 2 deleted + 2 inserted
+    after = vacuum_counts()
+    assert set(after) == set(STAGING_TABLES)
+    assert all(after[t] > before.get(t, 0) for t in STAGING_TABLES), (before, after)

@@ -17,9 +17,11 @@ from retrieval.indexing.hnsw import check_storage, create_hnsw, has_graph
 from retrieval.indexing.reports import IndexingError, PublishReport, stage_timings
 from retrieval.indexing.staging import clear_staging
 from retrieval.languages import published_config
+from retrieval.migrations import STAGING_TABLES
 from retrieval.store import Store, partition_names
 
 ANALYZE_SHARE = 0.1  # a publish changing at least this share of a partition's rows re-analyzes it
+VACUUM_STAGING_CHUNKS = 1000  # a publish of at least this many chunks vacuums the staging tables
 
 
 def publish(store: Store, spec: IndexSpec) -> PublishReport:
@@ -217,6 +219,7 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
         )
     _analyze_partition(store, parts["chunks"], report)
     _analyze_partition(store, parts["postings"], report)
+    _vacuum_staging(store, report)
     report.seconds = round(time.perf_counter() - started, 3)
     report.timings = stage_timings(report.staged, report.seconds, report.hnsw_seconds)
     return report
@@ -289,6 +292,21 @@ def _analyze_partition(store: Store, partition: str, report: PublishReport) -> N
         return
     with store.connection() as conn:
         conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(partition)))
+
+
+def _vacuum_staging(store: Store, report: PublishReport) -> None:
+    """After a bulk publish, VACUUM (ANALYZE) the staging tables it emptied.
+
+    `clear_staging` leaves the bulk's rows dead: until autovacuum comes round, every later update
+    scans their pages and is planned for the bulk's row counts. Measured on the 1,000-document
+    collection (ONNX int8): one changed document then cost 83-87 ms besides the model call, against
+    69-75 ms after this VACUUM, which itself took 25-45 ms.
+    """
+    if report.chunks_inserted + report.chunks_deleted < VACUUM_STAGING_CHUNKS:
+        return
+    with store.connection() as conn:
+        for table in STAGING_TABLES:
+            conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(table)))
 
 
 def _sizes(conn: Connection, index_name: str, chunks_t: sql.Identifier) -> tuple[int, int]:
