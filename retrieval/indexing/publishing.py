@@ -142,7 +142,7 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
             hnsw_exists = False
 
         # 3. new chunks with vectors and BM25 lengths, postings, document frequencies
-        inserted = inserted_length = 0
+        inserted_length = 0
         if incoming:  # a delete stages no chunk: nothing to insert
             inserted, inserted_length = conn.execute(
                 sql.SQL(
