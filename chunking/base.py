@@ -56,11 +56,11 @@ class Piece:
 class DocText:
     """A document being chunked, tokenized at most once (lazily)."""
 
-    def __init__(self, doc: Document, tokenizer: Tokenizer) -> None:
+    def __init__(self, doc: Document, tokenizer: Tokenizer, units: TokenUnits | None = None) -> None:
         self.doc = doc
         self.text = doc.text
         self.tokenizer = tokenizer
-        self._units: TokenUnits | None = None
+        self._units = units  # given: a tokenization of this text made earlier
         self.edge_counts: dict[str, int] = {}  # memo of re-encoded edge regions
 
     @property
