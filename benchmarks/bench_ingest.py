@@ -444,6 +444,37 @@ def update_floor(reports: list[dict[str, Any]], fastest_peer_update: float) -> l
     return lines
 
 
+def full_floor(reports: list[dict[str, Any]], peers: dict[str, float]) -> list[str]:
+    """How much of each in-process full index is the model call (all passes), and the most that the
+    model call alone would allow against the fastest peer (`peers`: {system: mean full seconds})."""
+    import statistics
+
+    fastest = min(peers, key=peers.__getitem__)
+    lines: list[str] = []
+    for system in dict.fromkeys(r["system"] for rep in reports for r in rep["results"] if r.get("runs")):
+        fulls = [
+            r["runs"][0]
+            for rep in reports
+            for r in rep["results"]
+            if r["system"] == system and r.get("runs") and "embed_seconds" in r["runs"][0]
+        ]
+        if not fulls:
+            continue
+        total = statistics.median(run["run_seconds"] for run in fulls)
+        model = statistics.median(run["embed_seconds"] for run in fulls)
+        computed = statistics.median(run["embeddings_computed"] for run in fulls)
+        chunks = statistics.median(run["chunks_total"] for run in fulls)
+        lines.append(
+            f"- {system}: {total:.1f} s, of which the model calls {model:.1f} s ({model / total:.0%}; "
+            f"{computed:.0f} texts embedded for {chunks:.0f} chunks, the rest repeated texts embedded once). "
+            f"With nothing but the model calls, at most {peers[fastest] / model:.2f}x the fastest peer "
+            f"({fastest}, {peers[fastest]:.1f} s)."
+        )
+    if lines:
+        lines = ["", "Where the full index's time goes (medians over the passes):", "", *lines]
+    return lines
+
+
 def markdown_passes(reports: list[dict[str, Any]]) -> str:
     """Several passes (the systems in different orders, so a load trend favours none): the geometric
     mean of each time over the passes and its ratios first, then every pass in full."""
@@ -499,6 +530,7 @@ def markdown_passes(reports: list[dict[str, Any]]) -> str:
                 )
             )
     if peers:
+        lines += full_floor(reports, {p: m["full_seconds"] for p, m in peers.items()})
         lines += update_floor(reports, min(m["update_seconds"] for m in peers.values()))
     pad = reports[0].get("padding") or padding(int(reports[0]["documents"]))
     lines += [
