@@ -405,23 +405,25 @@ def padding(documents: int, batch: int = 32) -> dict[str, float]:
     return {"document_order": round(padded(counts), 3), "sorted": round(padded(sorted(counts)), 3)}
 
 
+def step_runs(reports: list[dict[str, Any]], which: slice) -> dict[str, list[dict[str, Any]]]:
+    """{system: its runs at `which` (0: the full index; 1..ROUNDS: the updates) over all passes}, for
+    the in-process systems, whose runs carry the step reports (the Dagster runs have none)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for rep in reports:
+        for r in rep["results"]:
+            runs = [run for run in (r.get("runs") or [])[which] if "embed_seconds" in run]
+            if runs:
+                out.setdefault(r["system"], []).extend(runs)
+    return out
+
+
 def update_floor(reports: list[dict[str, Any]], fastest_peer_update: float) -> list[str]:
     """Where one changed document's time goes in the in-process runs (all passes' update rounds): the
     model call on the changed chunks against the rest, and what the model call alone allows."""
     import statistics
 
     lines: list[str] = []
-    for system in dict.fromkeys(r["system"] for rep in reports for r in rep["results"] if r.get("runs")):
-        rounds = [
-            run
-            for rep in reports
-            for r in rep["results"]
-            if r["system"] == system and r.get("runs")
-            for run in r["runs"][1 : 1 + ROUNDS]
-            if "embed_seconds" in run  # the in-process runs' step reports (the Dagster runs have none)
-        ]
-        if not rounds:
-            continue
+    for system, rounds in step_runs(reports, slice(1, 1 + ROUNDS)).items():
         total = statistics.median(r["run_seconds"] for r in rounds)
         model = statistics.median(r["embed_seconds"] for r in rounds)
         chunks = statistics.median(r["embeddings_computed"] for r in rounds)
@@ -451,15 +453,7 @@ def full_floor(reports: list[dict[str, Any]], peers: dict[str, float]) -> list[s
 
     fastest = min(peers, key=peers.__getitem__)
     lines: list[str] = []
-    for system in dict.fromkeys(r["system"] for rep in reports for r in rep["results"] if r.get("runs")):
-        fulls = [
-            r["runs"][0]
-            for rep in reports
-            for r in rep["results"]
-            if r["system"] == system and r.get("runs") and "embed_seconds" in r["runs"][0]
-        ]
-        if not fulls:
-            continue
+    for system, fulls in step_runs(reports, slice(0, 1)).items():
         total = statistics.median(run["run_seconds"] for run in fulls)
         model = statistics.median(run["embed_seconds"] for run in fulls)
         computed = statistics.median(run["embeddings_computed"] for run in fulls)
