@@ -18,6 +18,10 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from chunking.base import BaseChunker
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
@@ -103,7 +107,7 @@ def build_methods(size: int) -> list[tuple[str, str, Callable[[str], object]]]:
 PHASES = ("tokenize", "cut", "exact counts", "chunk objects")
 
 
-def phase_seconds(chunker, texts: list[str]) -> dict[str, float]:
+def phase_seconds(chunker: BaseChunker, texts: list[str]) -> dict[str, float]:
     """One pass of `chunker.chunk` over `texts`, split into its phases (see `chunking.base`).
 
     tokenize: the one document tokenization (`DocText.units`); cut: the strategy's `pieces`;
