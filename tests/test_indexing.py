@@ -275,6 +275,49 @@ def test_vectors_wider_than_hnsw_allows_are_published_without_a_graph(store, emb
     assert store.index_info(spec.name)["dim"] == 2048
 
 
+def test_a_publish_vacuums_the_tables_whose_dead_rows_autovacuum_has_not_cleared(
+    store, embedder, monkeypatch
+) -> None:
+    from retrieval.indexing import publishing
+    from retrieval.store import partition_names
+
+    spec = make_spec()
+    chunker = ParagraphChunker(spec.config.config_hash)
+    partition = partition_names(spec.name)["chunks"]
+
+    def partition_stats() -> tuple[int, int]:
+        with store.connection() as conn:
+            return conn.execute(
+                "SELECT n_dead_tup, vacuum_count FROM pg_stat_user_tables WHERE relid = to_regclass(%s)",
+                (partition,),
+            ).fetchone()
+
+    def change_and_publish(text: str):
+        texts["deploy.md"] = text
+        store.sync_documents(spec.collection, _docs(texts), [])
+        return indexing.build_index(store, spec, embedder, chunker=chunker)
+
+    texts = dict(DOCS)
+    store.sync_documents(spec.collection, _docs(texts), [])
+    indexing.build_index(store, spec, embedder, chunker=chunker)
+    change_and_publish("Deploy it elsewhere.\n\nThe service still answers POST /v1/search.")
+    deadline = time.monotonic() + 30
+    while partition_stats()[0] == 0:  # the statistics reach pg_stat_user_tables within about a second
+        assert time.monotonic() < deadline, "the replaced chunks never showed up as dead rows"
+        time.sleep(0.2)
+    dead, vacuums = partition_stats()
+
+    change_and_publish("Deploy it on a third host.\n\nIt answers there too.")
+    assert partition_stats()[1] == vacuums, "a few dead rows (default thresholds) are left to autovacuum"
+
+    monkeypatch.setattr(publishing, "VACUUM_MIN_DEAD", 1)
+    report = change_and_publish("Deploy it on a fourth host.\n\nIt answers there as well.")
+    assert report.tables_vacuumed >= 1
+    assert partition_stats()[1] > vacuums, (dead, vacuums, partition_stats())
+    hits = Searcher(store, embedder).search("fourth host", spec.name, k=1, mode="bm25")
+    assert [(h.doc_id, h.text) for h in hits] == [("deploy.md", "Deploy it on a fourth host.")]
+
+
 def test_a_bulk_publish_vacuums_the_staging_tables_and_a_small_one_does_not(
     store, embedder, monkeypatch
 ) -> None:

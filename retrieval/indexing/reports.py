@@ -100,6 +100,7 @@ class PublishReport:
     full_rebuild: bool = False  # every chunk was replaced (a new config, or a first build)
     seconds: float = 0.0
     hnsw_seconds: float = 0.0
+    tables_vacuumed: int = 0  # after the publish (see `publishing._vacuum_bloated`)
     vector_storage: str = "vector"  # the HNSW graph's type (`vector` or `halfvec`)
     postgres_version: str = ""  # the server the index was published on (`server_version`)
     pgvector_version: str = ""  # its `vector` extension (`pg_extension.extversion`)
