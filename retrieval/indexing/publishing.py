@@ -317,7 +317,7 @@ def _vacuum_staging(store: Store, report: PublishReport) -> set[str]:
 
 def _vacuum_bloated(store: Store, parts: dict[str, str], done: set[str]) -> list[str]:
     """VACUUM the tables an update writes whose dead rows reached VACUUM_MIN_DEAD and VACUUM_DEAD_SHARE
-    of their live rows (`pg_stat_user_tables`, which lags the last second); returns them.
+    of their live rows (the counts of `pg_stat_user_tables`, which lag the last second); returns them.
 
     Autovacuum first looks at a database a minute (`autovacuum_naptime`) after the server starts, and
     the embedded server stops with the `chunkyard` process that started it: a user running short
@@ -332,9 +332,10 @@ def _vacuum_bloated(store: Store, parts: dict[str, str], done: set[str]) -> list
         due = [
             name
             for (name,) in conn.execute(
-                "SELECT t.name FROM unnest(%s::text[]) AS t(name)"
-                " JOIN pg_stat_user_tables s ON s.relid = to_regclass(quote_ident(t.name))"
-                " WHERE s.n_dead_tup >= greatest(%s, %s * s.n_live_tup) ORDER BY t.name",
+                "SELECT name FROM (SELECT t.name, to_regclass(quote_ident(t.name)) AS rel"
+                " FROM unnest(%s::text[]) AS t(name)) r"
+                " WHERE pg_stat_get_dead_tuples(r.rel) >= greatest(%s, %s * pg_stat_get_live_tuples(r.rel))"
+                " ORDER BY name",
                 ([t for t in tables if t not in done], VACUUM_MIN_DEAD, VACUUM_DEAD_SHARE),
             ).fetchall()
         ]
