@@ -103,6 +103,8 @@ def test_chunkyard_instance_stops_with_the_cause_and_the_server_log(trapped_serv
     )
     assert done.returncode == 1, done.stderr
     lines = done.stderr.strip().splitlines()
-    assert lines[0].startswith("chunkyard instance: the database self-check failed: pgvector on this server"), lines
+    assert lines[0].startswith(
+        "chunkyard instance: the database self-check failed: pgvector on this server"
+    ), lines
     assert "signal 4, illegal instruction" in lines[0] and lines[1].startswith("hint: ")
     assert "Traceback" not in done.stderr and "Retrying" not in done.stderr + done.stdout
