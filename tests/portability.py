@@ -91,10 +91,10 @@ def qemu() -> str | None:
 
 
 class EmulatedServer:
-    """A PostgreSQL from `bin_dir` on `cpu` under qemu-x86_64, on a Unix socket in `folder`
-    (initdb'd natively: only the server's own instructions matter). A context manager."""
+    """A PostgreSQL from `bin_dir` on `cpu` under qemu-x86_64 (None: natively), on a Unix socket in
+    `folder` (initdb'd natively: only the server's own instructions matter). A context manager."""
 
-    def __init__(self, bin_dir: Path, folder: Path, cpu: str) -> None:
+    def __init__(self, bin_dir: Path, folder: Path, cpu: str | None) -> None:
         self.bin_dir, self.folder, self.cpu = bin_dir, folder, cpu
         self.data = folder / "data"
         self.log_file = folder / "server.log"

@@ -282,3 +282,15 @@ def test_chunkyard_instance_prints_the_postgres_and_pgvector_versions(
     features = store.vector_features()
     line = f"Database: PostgreSQL {features.postgres_version}, pgvector {features.pgvector_version}"
     assert line in capsys.readouterr().out
+
+
+def test_compose_runs_the_embedded_servers_postgres_major_and_pgvector(store: Store) -> None:
+    """`chunkyard stack up` runs the embedded binaries themselves; Compose's image must match them."""
+    import re
+
+    from orchestration.stack import POSTGRES_IMAGE
+
+    tag = re.fullmatch(r"pgvector/pgvector:(\d+\.\d+\.\d+)-pg(\d+)", POSTGRES_IMAGE)
+    assert tag, f"an exact pgvector image tag, not a floating one: {POSTGRES_IMAGE}"
+    features = store.vector_features()
+    assert (tag.group(1), int(tag.group(2))) == (features.pgvector_version, features.postgres_major)

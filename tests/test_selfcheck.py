@@ -108,3 +108,17 @@ def test_chunkyard_instance_stops_with_the_cause_and_the_server_log(trapped_serv
     ), lines
     assert "signal 4, illegal instruction" in lines[0] and lines[1].startswith("hint: ")
     assert "Traceback" not in done.stderr and "Retrying" not in done.stderr + done.stdout
+
+
+def test_a_lost_connection_is_reported_with_the_servers_own_words(trapped_server, capsys) -> None:
+    """A step that failed on a lost connection prints what the embedded server logged about it."""
+    from orchestration.cli_errors import report
+
+    folder, url = trapped_server
+    with pytest.raises(DatabaseSelfCheckError):
+        verify_server(url)  # the crash (or, run after the test above, its cached verdict)
+    failure = psycopg.OperationalError("consuming input failed: server closed the connection unexpectedly")
+    assert report("index", failure) == 1
+    err = capsys.readouterr().err
+    assert f"the embedded server's log ({folder / 'log'}) says:" in err, err
+    assert "terminated by signal 4: Illegal instruction" in err
