@@ -15,6 +15,7 @@ Each wheel is fetched by pinned hash. For each build:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import email.parser
 import json
 import os
@@ -98,19 +99,7 @@ def describe(name: str, version: str, wheel: str | None, pginstall: Path) -> dic
     server = subprocess.run(
         [str(pginstall / "bin" / "postgres"), "--version"], capture_output=True, text=True, check=True
     ).stdout.split()[-1]
-    if wheel is None:
-        from importlib.metadata import metadata
-
-        meta = metadata(name)
-    else:
-        with zipfile.ZipFile(WHEELS / wheel) as archive:
-            text = next(
-                archive.read(n).decode() for n in archive.namelist() if n.endswith(".dist-info/METADATA")
-            )
-        meta = email.parser.Parser().parsestr(text)
-    licence = (
-        meta.get("License-Expression") or (meta.get("License") or "").split("\n")[0].strip() or "(not stated)"
-    )
+    licence = _licence(name, wheel)
     found = avx512_outside_dispatch(vector)
     return {
         "build": f"{name} {version}",
@@ -120,6 +109,30 @@ def describe(name: str, version: str, wheel: str | None, pginstall: Path) -> dic
         "avx512_functions": len(found),
         "avx512_examples": [f for f, _ in found.most_common(4)],
     }
+
+
+def _licence(name: str, wheel: str | None) -> str:
+    """The licence the wheel states: License-Expression, else License, else its licence file's title."""
+    if wheel is None:
+        from importlib.metadata import files, metadata
+
+        meta = metadata(name)
+        texts = [f.read_text() for f in files(name) or [] if "licenses/" in str(f) or f.name == "LICENSE"]
+    else:
+        with zipfile.ZipFile(WHEELS / wheel) as archive:
+            names = archive.namelist()
+            meta = email.parser.Parser().parsestr(
+                next(archive.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
+            )
+            texts = [archive.read(n).decode(errors="replace") for n in names if ".dist-info/licenses/" in n]
+    stated = meta.get("License-Expression") or (meta.get("License") or "").strip().split("\n")[0].strip()
+    if stated:
+        return " ".join(stated.split())
+    title = next((line.strip() for text in texts for line in text.splitlines() if line.strip()), "")
+    version = next(
+        (line.strip() for text in texts for line in text.splitlines()[1:3] if "Version" in line), ""
+    )
+    return f"{title} {version}".strip() + " (licence file)" if title else "(not stated)"
 
 
 def on_cpu(pginstall: Path, cpu: str, work: Path) -> str:
@@ -132,37 +145,56 @@ def on_cpu(pginstall: Path, cpu: str, work: Path) -> str:
         return "fails: signal 4" if "signal 4" in str(error) else f"fails: {error}"
 
 
-def speed(pginstall: Path, work: Path, n: int, queries: int = 200) -> dict[str, float]:
-    """HNSW build seconds and median exact / HNSW top-10 latency (ms), natively."""
+def _as_text(vector: np.ndarray) -> str:
+    return "[" + ",".join(f"{x:.5f}" for x in vector) + "]"
+
+
+def load_and_build(conn: psycopg.Connection, data: np.ndarray) -> float:
+    """Copy the vectors in and build the HNSW graph; the build's seconds."""
+    conn.execute("CREATE EXTENSION vector")
+    conn.execute("CREATE TABLE items (id int, e vector(384))")
+    with conn.cursor().copy("COPY items (id, e) FROM STDIN") as copy:
+        for i, vector in enumerate(data):
+            copy.write_row((i, _as_text(vector)))
+    conn.execute("SET maintenance_work_mem = '512MB'")
+    started = time.perf_counter()
+    conn.execute("CREATE INDEX ON items USING hnsw (e vector_cosine_ops)")
+    return time.perf_counter() - started
+
+
+def query_round(conn: psycopg.Connection, probes: np.ndarray, exact: bool) -> list[float]:
+    """Top-10 latencies (ms) of one round of probes, by exact scan or through the graph."""
+    conn.execute(f"SET enable_indexscan = {'off' if exact else 'on'}")
+    times = []
+    for probe in probes:
+        started = time.perf_counter()
+        conn.execute("SELECT id FROM items ORDER BY e <=> %s::vector LIMIT 10", (_as_text(probe),)).fetchall()
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def speeds(builds: dict[str, Path], work: Path, n: int, rounds: int = 5, per_round: int = 40) -> dict:
+    """Every build's server up at once, the graphs built one after another, then the query rounds
+    interleaved (build A, B, C, A, B, C, ...) so that load changes fall on all alike."""
     rng = np.random.default_rng(7)
     data = rng.standard_normal((n, 384)).astype(np.float32)
-    probes = rng.standard_normal((queries, 384)).astype(np.float32)
-    as_text = lambda v: "[" + ",".join(f"{x:.5f}" for x in v) + "]"  # noqa: E731
-    with (
-        EmulatedServer(pginstall / "bin", work, None) as server,
-        psycopg.connect(server.url, autocommit=True) as conn,
-    ):
-        conn.execute("CREATE EXTENSION vector")
-        conn.execute("CREATE TABLE items (id int, e vector(384))")
-        with conn.cursor().copy("COPY items (id, e) FROM STDIN") as copy:
-            for i, vector in enumerate(data):
-                copy.write_row((i, as_text(vector)))
-        conn.execute("SET maintenance_work_mem = '512MB'")
-        started = time.perf_counter()
-        conn.execute("CREATE INDEX ON items USING hnsw (e vector_cosine_ops)")
-        build = time.perf_counter() - started
-        result = {"hnsw_build_s": build}
-        for label, setting in (("exact_ms", "off"), ("hnsw_ms", "on")):
-            conn.execute(f"SET enable_indexscan = {setting}")
-            times = []
-            for probe in probes:
-                started = time.perf_counter()
-                conn.execute(
-                    "SELECT id FROM items ORDER BY e <=> %s::vector LIMIT 10", (as_text(probe),)
-                ).fetchall()
-                times.append((time.perf_counter() - started) * 1000)
-            result[label] = statistics.median(times)
-    return result
+    probes = rng.standard_normal((rounds, per_round, 384)).astype(np.float32)
+    with contextlib.ExitStack() as stack:
+        conns = {}
+        for name, pginstall in builds.items():
+            server = stack.enter_context(EmulatedServer(pginstall / "bin", work / f"{name}-native", None))
+            conns[name] = stack.enter_context(psycopg.connect(server.url, autocommit=True))
+        results = {name: {"hnsw_build_s": load_and_build(conn, data)} for name, conn in conns.items()}
+        times: dict[tuple[str, bool], list[float]] = {
+            (name, exact): [] for name in conns for exact in (True, False)
+        }
+        for batch in probes:
+            for name, conn in conns.items():
+                for exact in (True, False):
+                    times[(name, exact)] += query_round(conn, batch, exact)
+    for (name, exact), values in times.items():
+        results[name]["exact_ms" if exact else "hnsw_ms"] = statistics.median(values)
+    return results
 
 
 def render(rows: list[dict[str, object]], n: int, load: str) -> str:
@@ -172,8 +204,9 @@ def render(rows: list[dict[str, object]], n: int, load: str) -> str:
         f"`python -m benchmarks.bench_postgres_builds --n {n}` on {platform.machine()}, this machine "
         f"(2 cores; load average {load} at the start). The self-check columns run each server under "
         f"qemu-user as `{NO_AVX512_CPU}` (AMD Zen 2: AVX2 and FMA, no AVX-512) and `{X86_64_V2_CPU}` "
-        "(x86-64-v2: no AVX); the speed columns run natively, one build after another, on "
-        f"{n:,} random 384-dimension vectors (HNSW m=16, ef_construction=64; median of 200 top-10 queries).",
+        "(x86-64-v2: no AVX); the speed columns run natively, all three servers up at once, the graphs "
+        "built one after another and the query rounds interleaved across the builds, on "
+        f"{n:,} random 384-dimension vectors (HNSW m=16, ef_construction=64; median of 5 rounds x 40 top-10 queries each).",
         "",
         "| build | PostgreSQL | pgvector | licence | functions with AVX-512 outside dispatch | "
         f"self-check on {NO_AVX512_CPU} | self-check on {X86_64_V2_CPU} | HNSW build s | exact ms | HNSW ms |",
@@ -201,14 +234,16 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="pgbuilds-") as tmp:
         work = Path(tmp)
         os.chmod(work, 0o755)
+        builds = {}
         for name, version, wheel, sha256, package in CANDIDATES:
-            pginstall = unpack(name, version, wheel, sha256, package, work / "wheels")
+            pginstall = builds[name] = unpack(name, version, wheel, sha256, package, work / "wheels")
             row = describe(name, version, wheel, pginstall)
             row["no_avx512"] = on_cpu(pginstall, NO_AVX512_CPU, work / f"{name}-zen2")
             row["v2"] = on_cpu(pginstall, X86_64_V2_CPU, work / f"{name}-v2")
-            row.update(speed(pginstall, work / f"{name}-native", args.n))
             print(json.dumps(row), flush=True)
             rows.append(row)
+        for row, speed in zip(rows, speeds(builds, work, args.n).values(), strict=True):
+            row.update(speed)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "postgres_builds.json").write_text(json.dumps(rows, indent=2) + "\n")
     (RESULTS / "postgres_builds.md").write_text(render(rows, args.n, load))

@@ -124,14 +124,8 @@ class EmulatedServer:
         )
         with self.log_file.open("wb") as log:
             self._process = subprocess.Popen(
-                [
-                    qemu() or "qemu-x86_64",
-                    "-cpu",
-                    self.cpu,
-                    str(self.bin_dir / "postgres"),
-                    "-D",
-                    str(self.data),
-                ]
+                ([qemu() or "qemu-x86_64", "-cpu", self.cpu] if self.cpu else [])
+                + [str(self.bin_dir / "postgres"), "-D", str(self.data)]
                 + ["-k", str(self.folder), "-h", "", "-c", "shared_buffers=16MB"],
                 stdout=log,
                 stderr=subprocess.STDOUT,
