@@ -253,10 +253,9 @@ def cmd_instance(args: argparse.Namespace) -> int:
 
     store = Store()  # the versions Dagster and the indexes run on (Postgres, pgvector)
     try:
-        _print(f"Database: {store.vector_features().describe()}")
         from retrieval.db import verify_server
 
-        _print(f"Database: {verify_server(store.url).describe()}")
+        _print(f"Database: {store.vector_features().describe()}; {verify_server(store.url).describe()}")
     finally:
         store.close()
     return 0
