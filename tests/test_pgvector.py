@@ -280,8 +280,9 @@ def test_chunkyard_instance_prints_the_postgres_and_pgvector_versions(
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     assert main(["instance"]) == 0
     features = store.vector_features()
-    line = f"Database: PostgreSQL {features.postgres_version}, pgvector {features.pgvector_version}"
-    assert line in capsys.readouterr().out
+    line = f"Database: PostgreSQL {features.postgres_version}, pgvector {features.pgvector_version}; "
+    out = capsys.readouterr().out
+    assert line + "self-check passed (<=>" in out, out
 
 
 def test_compose_runs_the_embedded_servers_postgres_major_and_pgvector(store: Store) -> None:
