@@ -5,7 +5,7 @@ dense weight `w`. This asks the Searcher itself for every candidate `w` (nothing
 picks the best on one half of the questions and reports it on the other half, then the reverse
 (2-fold), so the suggested weight's score is not measured on the questions that chose it.
 `suggest_search_settings` does the same over a grid of any Searcher options (e.g. the dense
-weight with the context weight of `retrieval.query.context_scoring`).
+weight with the context weight of `retrieval.query.context`).
 """
 
 from __future__ import annotations

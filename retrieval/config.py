@@ -64,7 +64,7 @@ class IndexConfig:
     bm25: dict[str, Any] = field(default_factory=dict)
     hybrid: dict[str, Any] = field(default_factory=dict)
     rerank: dict[str, Any] = field(default_factory=dict)
-    # Query-time context scoring of candidates with the text around them (`retrieval.query.context_scoring`);
+    # Query-time context scoring of candidates with the text around them (`retrieval.query.context`);
     # like `hybrid`, it does not change the chunks, so it is not part of the config hash.
     context_scoring: dict[str, Any] = field(default_factory=dict)
     # Identical chunk texts (repeated passages) take one result slot: the earliest copy is returned.

@@ -1,4 +1,4 @@
-"""Context scoring (`retrieval.query.context_scoring`) on real Postgres and the real model: chunks ranked with their surroundings."""
+"""Context scoring (`retrieval.query.context`) on real Postgres and the real model: chunks ranked with their surroundings."""
 
 from __future__ import annotations
 
@@ -447,7 +447,7 @@ def test_context_scoring_sends_no_query_of_its_own(store, embedder, plain_index,
 
 def test_window_scoring_at_hits_equals_scoring_every_window() -> None:
     """Only windows starting at a query term's hit are scored, with bit-identical best scores."""
-    from retrieval.query.context_scoring import _best_windows, _best_windows_at_hits
+    from retrieval.query.context.windows import _best_windows, _best_windows_at_hits
 
     rng = np.random.default_rng(7)
     for _ in range(400):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from retrieval.query.context_scoring import ChunkLayout
+from retrieval.query.context import ChunkLayout
 from retrieval.query.fusion import Ranked
 
 

@@ -37,7 +37,7 @@ from retrieval.options import (
 )
 from retrieval.query import coarse as coarse_stage
 from retrieval.query.collapse import collapse_identical_texts
-from retrieval.query.context_scoring import Layouts, rank_with_context
+from retrieval.query.context import Layouts, rank_with_context
 from retrieval.query.dense import QueryEmbedder, checked_vectors, dense_candidates, embed_queries
 from retrieval.query.fusion import Candidates, Ranked, fuse
 from retrieval.query.lexical import LexicalCandidates
