@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from chunking.registry import chunker_modules
 from retrieval.config import IndexConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -137,10 +138,18 @@ def _file_digest(path: Path, stamp: tuple[int, int]) -> str:
 
 
 def code_version(kind: str, settings: Any, root: Path = REPO_ROOT) -> str:
-    """`kind` + the settings that shape it + the source its step runs -> a short stable version."""
+    """`kind` + the settings that shape it + the source its step runs -> a short stable version.
+
+    The step reaches its chunking strategy through the registry by name, so the strategy modules
+    the settings' `chunker:` names (its own and its base strategy's) are added with their imports:
+    editing one strategy changes the versions of its own configs' assets only."""
     payload = json.dumps({"kind": kind, "settings": settings}, sort_keys=True, default=str)
     digest = hashlib.sha256(payload.encode())
-    digest.update(source_digest(import_closure(step_module(kind), root), root).encode())
+    modules = import_closure(step_module(kind), root)
+    chunker = settings.get("chunker") if isinstance(settings, dict) else None
+    for module in chunker_modules(chunker) if isinstance(chunker, dict) else []:
+        modules |= import_closure(module, root)
+    digest.update(source_digest(modules, root).encode())
     return digest.hexdigest()[:16]
 
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from chunking import STRATEGIES, Chunk, ChunkerConfigError, Document, build_chunker, get_tokenizer
-from chunking.llm import LLMError, OpenAICompatibleClient
+from chunking.llm_client import LLMError, OpenAICompatibleClient
 from tests.conftest import CHROMA_DIR, requires_chroma
 from tests.test_chunking_fakes import FakeEmbeddingModel
 
@@ -173,7 +173,7 @@ def test_recursive_cjk_preset():
     ],
 )
 def test_sentence_boundaries(text, expected):
-    from chunking.basic import sentence_spans
+    from chunking.sentences import sentence_spans
 
     assert [text[s:e] for s, e in sentence_spans(text)] == expected
 
@@ -371,7 +371,7 @@ def test_semantic_breakpoints_follow_the_embedding_model():
 
 
 def test_cluster_dynamic_programming_respects_limits():
-    from chunking.semantic import banded_similarity, optimal_segmentation
+    from chunking.chunkers.cluster import banded_similarity, optimal_segmentation
     from chunking.tokenizers import TokenUnits
 
     # two topics: pieces 0-1 point one way, 2-3 another

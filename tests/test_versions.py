@@ -78,7 +78,37 @@ def test_the_closure_holds_every_project_module_the_step_loads(kind: str) -> Non
 
 
 def test_function_level_imports_are_followed() -> None:
-    # the chunker registry imports each strategy's module inside its builder
-    assert {"chunking.semantic", "chunking.late", "chunking.code"} <= import_closure(step_module("chunks"))
-    # ... but the query modules behind the lazy `retrieval.search()` do not run when building indexes
+    # the step reaches the registry and the model's tokenizer through function-level imports ...
+    assert {"chunking.registry", "chunking.tokenizers"} <= import_closure(step_module("chunks"))
+    # ... but the query modules behind the lazy `retrieval.search()` do not run when building indexes,
+    # and no strategy's module is in the step's own closure: the settings name the one that runs
     assert not any(m.startswith("retrieval.query") for m in import_closure(step_module("chunks")))
+    assert not any(m.startswith("chunking.chunkers.") for m in import_closure(step_module("chunks")))
+
+
+def _strategy_versions(root: Path) -> dict[str, str]:
+    return {
+        strategy: code_version("chunks", {"chunker": {"strategy": strategy, "size": 64}}, root=root)
+        for strategy in ("token", "sentence", "recursive", "hierarchical", "late")
+    }
+
+
+@pytest.mark.parametrize(
+    ("edited", "changed"),
+    [
+        # late's default base is sentence, hierarchical's recursive; late also imports token and recursive
+        ("chunking/chunkers/sentence.py", {"sentence", "late"}),
+        ("chunking/chunkers/token.py", {"token", "late"}),
+        ("chunking/chunkers/hierarchical.py", {"hierarchical"}),
+        ("chunking/base.py", {"token", "sentence", "recursive", "hierarchical", "late"}),
+    ],
+)
+def test_editing_one_strategy_changes_only_its_configs_versions(
+    library_copy: Path, edited: str, changed: set[str]
+) -> None:
+    before = _strategy_versions(library_copy)
+    assert before == _strategy_versions(REPO_ROOT)
+    with (library_copy / edited).open("a", encoding="utf-8") as handle:
+        handle.write("\n# an edit\n")
+    after = _strategy_versions(library_copy)
+    assert {name for name in before if before[name] != after[name]} == changed

@@ -19,8 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from chunking.base import BaseChunker, DocText, Piece
-from chunking.basic import RECURSIVE_PRESETS, RecursiveChunker, SentenceChunker, TokenChunker
+from chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece
+from chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
+from chunking.chunkers.sentence import SentenceChunker
+from chunking.chunkers.token import TokenChunker
+from chunking.registry import require_int
 from chunking.types import Chunk
 
 
@@ -106,3 +109,18 @@ class LateChunker(BaseChunker):
                 done = i + 1
             i = done
             window_id += 1
+
+
+def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+    """Build this strategy's chunker from validated common fields and its own `options`."""
+
+    base = options["base"]
+    if base not in ("recursive", "sentence", "token"):
+        raise ChunkerConfigError(f"chunker.base: expected recursive, sentence or token, got {base!r}")
+    window = options["window"]
+    if window is not None:
+        window = require_int(options, "window", 0, minimum=common["size"])
+    lookbehind = options["lookbehind"]
+    if isinstance(lookbehind, bool) or not isinstance(lookbehind, int | float) or not 0 <= lookbehind < 1:
+        raise ChunkerConfigError(f"chunker.lookbehind: expected a fraction in [0, 1), got {lookbehind!r}")
+    return LateChunker(embedding_model=em, base=base, window=window, lookbehind=float(lookbehind), **common)

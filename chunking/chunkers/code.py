@@ -12,8 +12,9 @@ import ast
 import re
 from typing import Any
 
-from chunking.base import BaseChunker, DocText, Piece, extend_overlap, trim_span
-from chunking.basic import RECURSIVE_PRESETS, RecursiveChunker, pack_spans
+from chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece, extend_overlap, trim_span
+from chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
+from chunking.sentences import pack_spans
 from chunking.types import Document
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
@@ -229,3 +230,12 @@ class CodeChunker(BaseChunker):
             return [Piece(s, e, dict(meta), prefix)]
         spans = self._python_fallback.split_span(dt, s, e, self.base_budget)
         return [Piece(a, b, {**meta, "part": k}, prefix) for k, (a, b) in enumerate(spans)]
+
+
+def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+    """Build this strategy's chunker from validated common fields and its own `options`."""
+
+    language = options["language"]
+    if language is not None and not isinstance(language, str):
+        raise ChunkerConfigError(f"chunker.language: expected a language name, got {language!r}")
+    return CodeChunker(language=language, **common)

@@ -18,9 +18,11 @@ import re
 from typing import Any
 
 from chunking.base import BaseChunker, DocText, Piece, extend_overlap, trim_span
-from chunking.basic import SentenceChunker, pack_spans, sentence_spans
-from chunking.code import CodeChunker, detect_language
-from chunking.structured import HtmlChunker, MarkdownChunker
+from chunking.chunkers.code import CodeChunker, detect_language
+from chunking.chunkers.html import HtmlChunker
+from chunking.chunkers.markdown import MarkdownChunker
+from chunking.chunkers.sentence import SentenceChunker
+from chunking.sentences import pack_spans, sentence_spans
 
 _HTML_START = re.compile(r"\s*(?:<!doctype html|<html\b|<body\b|<div\b|<p\b|<h[1-6]\b)", re.IGNORECASE)
 _MD_SIGNS = re.compile(r"^(?:#{1,6} \S|```|~~~|\s*[-*+] \S|\|.+\|\s*$)", re.MULTILINE)
@@ -83,7 +85,7 @@ class AdaptiveChunker(BaseChunker):
     def finish(self, dt: DocText, pieces: list[Piece]):
         chunks = super().finish(dt, pieces)
         if chunks and chunks[0].metadata.get("routed_to") == "html":
-            from chunking.structured import strip_tags
+            from chunking.chunkers.html import strip_tags
 
             for c in chunks:
                 c.embed_text = strip_tags(c.text) or c.text
@@ -107,3 +109,9 @@ class AdaptiveChunker(BaseChunker):
         return extend_overlap(
             [Piece(s, e, {"turns": True}) for s, e in packed], dt.units, self.overlap, len(text), text
         )
+
+
+def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+    """Build this strategy's chunker from validated common fields and its own `options`."""
+
+    return AdaptiveChunker(**common)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from chunking.base import BaseChunker, DocText, Piece, extend_overlap, window_pieces
-from chunking.basic import RECURSIVE_PRESETS, RecursiveChunker, pack_spans, sentence_spans
+from chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece, extend_overlap, window_pieces
+from chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
+from chunking.registry import require_int
+from chunking.sentences import pack_spans, sentence_spans
 from chunking.types import make_chunk_id
 
 
@@ -56,3 +58,15 @@ class HierarchicalChunker(BaseChunker):
             extended = extend_overlap(children, dt.units, self.overlap, pe, dt.text)
             out.extend(Piece(p.start, min(p.end, pe), p.metadata) for p in extended)
         return out
+
+
+def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+    """Build this strategy's chunker from validated common fields and its own `options`."""
+
+    parent_size = require_int(options, "parent_size", 1024, minimum=8)
+    if parent_size <= common["size"]:
+        raise ChunkerConfigError(f"chunker.parent_size: {parent_size} must exceed size {common['size']}")
+    base = options["base"]
+    if base not in ("recursive", "sentence", "token"):
+        raise ChunkerConfigError(f"chunker.base: expected recursive, sentence or token, got {base!r}")
+    return HierarchicalChunker(parent_size=parent_size, base=base, **common)
