@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from retrieval.config import IndexSpec
 from retrieval.indexing.reports import EmbeddingStageReport, IndexingError
@@ -13,6 +16,7 @@ from retrieval.store import Store
 
 if TYPE_CHECKING:
     from retrieval.embedder import Embedder
+    from retrieval.endpoint_embedder import EndpointEmbedder
 
 EMBED_BATCH = 256  # at most this many texts per embedding + cache round trip (a crash loses one batch)
 EMBED_BATCH_TOKENS = 32768  # and at most this many model tokens: short texts go in bigger batches
@@ -39,7 +43,28 @@ def token_batches(hashes: list[str], tokens: dict[str, int]) -> list[list[str]]:
     return batches
 
 
-def stage_embeddings(store: Store, spec: IndexSpec, embedder: Embedder) -> EmbeddingStageReport:
+def _computed(
+    embedder: Embedder | EndpointEmbedder,
+    missing: list[str],
+    texts_by_hash: dict[str, str],
+    tokens: dict[str, int],
+) -> Iterator[tuple[list[str], np.ndarray]]:
+    """(content hashes, vectors) per model call, or per request as an embedding server answers
+    (`embed_stream`): each answer is cached at once, so a kill loses only unanswered requests."""
+    stream = getattr(embedder, "embed_stream", None)
+    if stream is None:
+        for batch in token_batches(missing, tokens):
+            yield batch, embedder.embed([texts_by_hash[h] for h in batch])
+        return
+    texts = [texts_by_hash[h] for h in missing]
+    requests = embedder.request_batches([tokens.get(h, 0) for h in missing])
+    for positions, vectors in stream(texts, requests):
+        yield [missing[i] for i in positions], vectors
+
+
+def stage_embeddings(
+    store: Store, spec: IndexSpec, embedder: Embedder | EndpointEmbedder
+) -> EmbeddingStageReport:
     """Vectors for every staged chunk: from the cache (model, content hash) or computed and cached."""
     from chunking.models import resolve_model_path
 
@@ -90,20 +115,26 @@ def stage_embeddings(store: Store, spec: IndexSpec, embedder: Embedder) -> Embed
     missing = [h for h in texts_by_hash if h not in vectors]
     embed_started = time.perf_counter()
     embed_seconds = 0.0
+    usage_before = embedder.usage if hasattr(embedder, "usage") else None
+    computed = _computed(embedder, missing, texts_by_hash, tokens)
     # The cache write of one batch runs beside the embedding of the next (psycopg releases the GIL).
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedding-cache") as writer:
         pending_write: Future | None = None
-        for batch in token_batches(missing, tokens):
+        while True:
             batch_started = time.perf_counter()
-            computed = embedder.embed([texts_by_hash[h] for h in batch])
+            answer = next(computed, None)
             embed_seconds += time.perf_counter() - batch_started
-            fresh = dict(zip(batch, computed, strict=True))
+            if answer is None:
+                break
+            fresh = dict(zip(*answer, strict=True))
             if pending_write is not None:
                 pending_write.result()  # one write in flight: memory bounded, errors surface here
             pending_write = writer.submit(store.cache_embeddings, embedder.model_id, fresh)
             vectors.update(fresh)
         if pending_write is not None:
             pending_write.result()
+    if usage_before is not None:
+        report.endpoint = embedder.usage.minus(usage_before).as_metadata()
     report.embeddings_computed = len(missing)
     report.tokens_embedded = sum(tokens.get(h, 0) for h in missing)
     report.embed_seconds = round(embed_seconds, 3)
