@@ -299,3 +299,22 @@ def test_the_service_reports_the_endpoint_in_readyz_and_503s_searches_without_it
         assert failed.status_code == 503 and failed.json() == {"detail": ENDPOINT_UNAVAILABLE}
         lexical = http.post("/v1/search", json={"query": "topic2", "index": str(spec.name), "mode": "bm25"})
         assert lexical.status_code == 200 and lexical.json()["results"]
+
+
+def test_the_leaderboard_shows_endpoint_usage_columns_only_when_a_row_has_them() -> None:
+    from evaluation.reports import Leaderboard, LeaderboardRow
+
+    def row(config: str, cost: dict[str, float]) -> LeaderboardRow:
+        return LeaderboardRow(config, f"c/{config}", "dense", "d", 5, 3, {}, cost=cost)
+
+    local = Leaderboard([row("local", {"chunks": 10.0})], k=5)
+    assert "endpoint_tokens" not in local.markdown()
+    usage = {"chunks": 10.0, "endpoint_tokens": 1234.0, "endpoint_requests": 7.0, "endpoint_retries": 1.0}
+    mixed = Leaderboard(
+        [row("remote", {**usage, "endpoint_seconds": 2.25}), row("local", {"chunks": 10.0})], k=5
+    )
+    table = mixed.markdown()
+    header = next(line for line in table.splitlines() if line.startswith("| config"))
+    assert "endpoint_tokens | endpoint_requests | endpoint_retries | endpoint_seconds" in header
+    assert "| 1,234 | 7 | 1 | 2.2 |" in table or "| 1,234 | 7 | 1 | 2.3 |" in table
+    assert mixed.records()[0]["cost_endpoint_tokens"] == 1234.0
