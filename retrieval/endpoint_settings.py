@@ -91,11 +91,17 @@ class EndpointSettings:
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> EndpointSettings:
-        """Settings from an index config's `embedder:` mapping (`backend` and `device: cpu` allowed)."""
-        unknown = set(options) - set(cls.OPTIONS) - {"backend", "device"}
+        """Settings from an index config's `embedder:` mapping (also `backend`, and the local
+        options the bundled defaults set when they do not apply: `device: cpu`, `quantize: null`)."""
+        unknown = set(options) - set(cls.OPTIONS) - {"backend", "device", "quantize"}
         if unknown:
             raise EndpointConfigError(
                 f"embedder: unknown option(s) {sorted(unknown)} for backend openai; allowed {list(cls.OPTIONS)}"
+            )
+        if options.get("quantize") is not None:
+            raise EndpointConfigError(
+                "embedder.quantize: the server runs its own model; set `quantize: null` (the bundled "
+                "defaults' int8 is for the onnx backend)"
             )
         if options.get("device", "cpu") != "cpu":
             raise EndpointConfigError(

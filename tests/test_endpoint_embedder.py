@@ -168,10 +168,23 @@ def test_options_are_checked_with_the_field_named() -> None:
         EndpointSettings.from_options(
             {"backend": "openai", "url": "http://127.0.0.1:1", "model": "m", "concurrency": 0}
         )
-    with pytest.raises(EndpointConfigError, match=r"unknown option\(s\) \['quantize'\]"):
+    with pytest.raises(EndpointConfigError, match="embedder.quantize: .*set `quantize: null`"):
         EndpointSettings.from_options(
             {"backend": "openai", "url": "http://x", "model": "m", "quantize": "int8"}
         )
+    with pytest.raises(EndpointConfigError, match=r"unknown option\(s\) \['threads'\]"):
+        EndpointSettings.from_options({"backend": "openai", "url": "http://x", "model": "m", "threads": 2})
+    # the bundled defaults' local options, turned off, are accepted
+    EndpointSettings.from_options(
+        {
+            "backend": "openai",
+            "url": "http://x",
+            "model": "m",
+            "quantize": None,
+            "batch_size": 32,
+            "device": "cpu",
+        }
+    )
 
 
 def test_config_load_checks_the_endpoint_and_its_model_shapes_the_config_hash(tmp_path, monkeypatch) -> None:
@@ -184,6 +197,13 @@ def test_config_load_checks_the_endpoint_and_its_model_shapes_the_config_hash(tm
     )
     with pytest.raises(ConfigError, match=r"indexes.remote.embedder.url"):
         load_index_configs(bad)
+    defaults = "defaults:\n  embedder: {backend: onnx, quantize: int8, batch_size: 32}\nindexes:\n  remote:\n"
+    entry = "    chunker: {strategy: token, size: 64}\n    embedder: {backend: openai, url: 'http://127.0.0.1:1/v1', model: m"
+    bad.write_text(defaults + entry + "}\n")
+    with pytest.raises(ConfigError, match=r"indexes.remote.embedder.quantize"):
+        load_index_configs(bad)  # the bundled defaults' int8 must be turned off, as for static
+    bad.write_text(defaults + entry + ", quantize: null}\n")
+    assert load_index_configs(bad)["remote"].embedder["model"] == "m"
     chunker = {"strategy": "token", "size": 64}
     local = IndexConfig("c", chunker)
     remote = IndexConfig(
