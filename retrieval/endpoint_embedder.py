@@ -82,7 +82,7 @@ class EndpointEmbedder:
     """An embedding model behind an OpenAI-compatible HTTP endpoint, with the `Embedder` interface.
 
     `model_id` (the cache key) names the endpoint's model; `dim` is `dimensions` or, when not set,
-    learnt from the first answer. `for_queries()` is the same endpoint with the query timeout.
+    learnt from the first answer. With `queries`, requests use `query_timeout` and at most one retry.
     """
 
     backend = ENDPOINT_BACKEND
@@ -121,10 +121,6 @@ class EndpointEmbedder:
         if not key:
             raise EndpointConfigError(f"embedder.api_key_env: the environment variable {variable} is not set")
         return key
-
-    def for_queries(self) -> EndpointEmbedder:
-        """The same endpoint and model with the query timeout and at most one retry."""
-        return EndpointEmbedder(self.model_name, self.settings, queries=True)
 
     def __repr__(self) -> str:
         return f"EndpointEmbedder({self.model_id!r}, url={self.settings.url!r}, queries={self.queries})"

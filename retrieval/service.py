@@ -183,7 +183,10 @@ class _Readiness:
                 started = time.perf_counter()
                 names = self._names(searcher)
                 for name, config in names:
-                    searcher.embedder(name, config).embed(["warm up"])
+                    try:
+                        searcher.embedder(name, config).embed(["warm up"])
+                    except EndpointError as exc:  # /readyz reports it; BM25 searches still serve
+                        log.warning("warm: %s: embedding endpoint: %s", name, exc)
                     if searcher.bm25_backend == "memory":
                         searcher.warm(name)
                 log.info("warm: %d index(es) in %.1f s", len(names), time.perf_counter() - started)

@@ -9,6 +9,7 @@ reaches a host other than 127.0.0.1.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 
 import numpy as np
@@ -20,12 +21,12 @@ from retrieval.endpoint_settings import EndpointConfigError, EndpointError, Endp
 from tests.fake_embedding_server import FakeEmbeddingServer, fake_vector
 
 
-def _embedder(server: FakeEmbeddingServer, **options: object) -> EndpointEmbedder:
+def _embedder(server: FakeEmbeddingServer, queries: bool = False, **options: object) -> EndpointEmbedder:
     """A fresh (unshared) embedder on `server`, so usage counts and learnt dimensions start at zero."""
     settings = EndpointSettings.from_options(
         {"backend": "openai", "url": server.url, "model": server.model, **options}
     )
-    return EndpointEmbedder("all-MiniLM-L6-v2", settings)
+    return EndpointEmbedder("all-MiniLM-L6-v2", settings, queries=queries)
 
 
 @pytest.fixture
@@ -114,7 +115,7 @@ def test_timeout_is_an_error_naming_the_option() -> None:
             EndpointError, match=r"no answer within 0.3 s \(embedder.timeout\) after 2 attempt"
         ):
             embedder.embed(["slow"])
-        queries = _embedder(server, dimensions=32, timeout=30, query_timeout=0.2).for_queries()
+        queries = _embedder(server, queries=True, dimensions=32, timeout=30, query_timeout=0.2)
         with pytest.raises(EndpointError, match=r"0.2 s \(embedder.query_timeout\) after 2 attempt"):
             queries.embed(["slow query"])  # its own timeout, and at most one retry
 
@@ -300,7 +301,10 @@ def test_the_service_reports_the_endpoint_in_readyz_and_503s_searches_without_it
         store.sync_documents(spec.collection, DOCS, [])
         build_index(store, spec, embedder_for_config(spec.config))
         forget_shared_endpoint_embedders()
-        http = TestClient(create_app(Searcher(store)))
+        searcher = Searcher(store)
+        query_embedder = searcher.embedder(str(spec.name), spec.config.as_dict())
+        assert query_embedder.queries and query_embedder is not embedder_for_config(spec.config)
+        http = TestClient(create_app(searcher))
         ready = http.get("/readyz")
         assert ready.status_code == 200
         assert ready.json()["dependencies"] == {"database": "ok", "embedding_endpoint": "ok"}
@@ -319,6 +323,15 @@ def test_the_service_reports_the_endpoint_in_readyz_and_503s_searches_without_it
         assert failed.status_code == 503 and failed.json() == {"detail": ENDPOINT_UNAVAILABLE}
         lexical = http.post("/v1/search", json={"query": "topic2", "index": str(spec.name), "mode": "bm25"})
         assert lexical.status_code == 200 and lexical.json()["results"]
+
+        forget_shared_endpoint_embedders()  # a service started while the endpoint is down still warms
+        server.fail_next(503, times=20)
+        with TestClient(create_app(Searcher(store), warm=[str(spec.name)])) as warming:
+            deadline = time.monotonic() + 60
+            while (state := warming.get("/readyz").json())["status"] == "warming":
+                assert time.monotonic() < deadline, "the service never finished warming"
+                time.sleep(0.1)
+            assert state["status"] == "degraded", state
 
 
 def test_the_leaderboard_shows_endpoint_usage_columns_only_when_a_row_has_them() -> None:
