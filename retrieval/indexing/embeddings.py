@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -62,6 +63,48 @@ def _computed(
         yield [missing[i] for i in positions], vectors
 
 
+class _CacheWriter:
+    """Embedding-cache writes in a thread, each in one transaction with every answer queued since the
+    last: an answer is durable soon after it arrives (a killed build resumes without it), and a fast
+    embedding server does not wait on a commit per request. `close` waits and re-raises a failure."""
+
+    def __init__(self, store: Store, model_id: str) -> None:
+        self._store, self._model_id = store, model_id
+        self._queue: queue.SimpleQueue[dict[str, np.ndarray] | None] = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="embedding-cache", daemon=True)
+        self._thread.start()
+
+    def put(self, vectors: dict[str, np.ndarray]) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put(vectors)
+
+    def close(self, reraise: bool = True) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if reraise and self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        done = False
+        while not done:
+            merged: dict[str, np.ndarray] = {}
+            item = self._queue.get()
+            while item is not None:
+                merged.update(item)
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            done = item is None
+            if merged and self._error is None:
+                try:
+                    self._store.cache_embeddings(self._model_id, merged)
+                except BaseException as exc:  # re-raised in the stage's thread
+                    self._error = exc
+
+
 def stage_embeddings(
     store: Store, spec: IndexSpec, embedder: Embedder | EndpointEmbedder
 ) -> EmbeddingStageReport:
@@ -117,9 +160,10 @@ def stage_embeddings(
     embed_seconds = 0.0
     usage_before = embedder.usage if hasattr(embedder, "usage") else None
     computed = _computed(embedder, missing, texts_by_hash, tokens)
-    # The cache write of one batch runs beside the embedding of the next (psycopg releases the GIL).
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedding-cache") as writer:
-        pending_write: Future | None = None
+    # The cache writes run beside the embedding (psycopg releases the GIL), each taking every answer
+    # that arrived during the one before.
+    writer = _CacheWriter(store, embedder.model_id)
+    try:
         while True:
             batch_started = time.perf_counter()
             answer = next(computed, None)
@@ -127,12 +171,12 @@ def stage_embeddings(
             if answer is None:
                 break
             fresh = dict(zip(*answer, strict=True))
-            if pending_write is not None:
-                pending_write.result()  # one write in flight: memory bounded, errors surface here
-            pending_write = writer.submit(store.cache_embeddings, embedder.model_id, fresh)
+            writer.put(fresh)
             vectors.update(fresh)
-        if pending_write is not None:
-            pending_write.result()
+    except BaseException:
+        writer.close(reraise=False)  # what was answered before the failure is cached for the retry
+        raise
+    writer.close()
     if usage_before is not None:
         report.endpoint = embedder.usage.minus(usage_before).as_metadata()
     report.embeddings_computed = len(missing)
