@@ -351,3 +351,32 @@ def test_the_leaderboard_shows_endpoint_usage_columns_only_when_a_row_has_them()
     assert "endpoint_tokens | endpoint_requests | endpoint_retries | endpoint_seconds" in header
     assert "| 1,234 | 7 | 1 | 2.2 |" in table or "| 1,234 | 7 | 1 | 2.3 |" in table
     assert mixed.records()[0]["cost_endpoint_tokens"] == 1234.0
+
+
+def test_the_dagster_assets_embed_on_the_server_and_report_its_usage(
+    tmp_path, monkeypatch, store, pg_url
+) -> None:
+    from dagster import instance_for_test, materialize
+
+    from orchestration.definitions import build_definitions
+    from tests.dagster_helpers import INDEXES, materializations, unique_name, write_project
+
+    monkeypatch.setenv("DATABASE_URL", pg_url)
+    monkeypatch.setenv("CHUNKYARD_HOME", str(tmp_path / "home"))
+    collection = unique_name("ep")
+    with FakeEmbeddingServer() as server:
+        remote = {"backend": "openai", "url": server.url, "model": server.model, "batch_size": 2}
+        indexes = {
+            "defaults": INDEXES["defaults"],  # backend torch, batch_size 32: the config's own win
+            "indexes": {"token-48": {**INDEXES["indexes"]["token-48"], "embedder": remote}},
+        }
+        _, indexes_path, collections_path = write_project(tmp_path, collection, indexes=indexes)
+        defs = build_definitions(indexes_path, collections_path, database_url=pg_url)
+        with instance_for_test() as instance:
+            result = materialize(list(defs.assets), instance=instance, resources=defs.resources)
+        assert result.success
+        embedded = materializations(result)[f"{collection}/token_48/embeddings"]
+        assert embedded["model_id"] == "openai:fake-embed"
+        assert embedded["endpoint_requests"] == server.requests >= 2  # batch_size 2: several requests
+        assert embedded["endpoint_texts"] == embedded["embeddings_computed"] == sum(server.answered.values())
+        assert max(server.batch_sizes) <= 2
