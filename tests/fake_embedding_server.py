@@ -165,3 +165,22 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
+
+
+def main() -> None:
+    """`python -m tests.fake_embedding_server --delay 0.1`: serve in this process (its own GIL) until
+    killed; prints the URL on the first line."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--dim", type=int, default=32)
+    parser.add_argument("--model", default="fake-embed")
+    parser.add_argument("--delay", type=float, default=0.0)
+    args = parser.parse_args()
+    with FakeEmbeddingServer(dim=args.dim, model=args.model, delay=args.delay) as server:
+        print(server.url, flush=True)
+        threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
