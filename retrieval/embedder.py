@@ -66,7 +66,8 @@ class Embedder:
         vocabulary_size: int | None = None,
     ) -> None:
         if backend not in BACKENDS:
-            raise EmbedderConfigError(f"embedder.backend: unknown {backend!r}; expected one of {BACKENDS}")
+            expected = (*BACKENDS, ENDPOINT_BACKEND)
+            raise EmbedderConfigError(f"embedder.backend: unknown {backend!r}; expected one of {expected}")
         if quantize not in QUANTIZATIONS:
             raise EmbedderConfigError(
                 f"embedder.quantize: unknown {quantize!r}; expected one of {QUANTIZATIONS}"

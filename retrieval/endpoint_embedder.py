@@ -393,6 +393,7 @@ def shared_endpoint_embedder(
 
 
 def forget_shared_endpoint_embedders() -> None:
+    """Close and drop the shared endpoint embedders (tests: a fresh usage tally and readiness probe)."""
     with _shared_lock:
         for embedder in _shared.values():
             embedder.close()
