@@ -25,7 +25,13 @@ COST_COLUMNS = (
     "share_over_model_limit",
     "build_seconds",
     "embeddings_per_second",
+    "endpoint_tokens",
+    "endpoint_requests",
+    "endpoint_retries",
+    "endpoint_seconds",
 )
+# An embedding server's usage (`retrieval.endpoint_settings.EndpointUsage`): shown only when a row has it.
+ENDPOINT_COST_COLUMNS = ("endpoint_tokens", "endpoint_requests", "endpoint_retries", "endpoint_seconds")
 # The short view printed by `chunkyard demo`: quality headline plus the fair-budget recall.
 SUMMARY_METRICS = ("hit_at_{k}", "mrr_at_{k}", "recall_at_{k}", "iou_at_{k}", "budget_recall_1024")
 # Metrics that are counts, not fractions (not shown as %).
@@ -72,6 +78,9 @@ class Leaderboard:
     ) -> str:
         """The table; `metrics`/`cost_columns` choose the columns (SUMMARY_METRICS for a terminal)."""
         names = self.metric_names(metrics)
+        cost_columns = [
+            c for c in cost_columns if c not in ENDPOINT_COST_COLUMNS or any(c in r.cost for r in self.rows)
+        ]
         lines = [f"## {self.title}", ""]
         if self.rows:
             r0 = self.rows[0]
@@ -101,6 +110,8 @@ class Leaderboard:
                     cells.append(f"{100 * value:.1f}%")
                 elif column == "mean_chunk_tokens":
                     cells.append(f"{value:.0f}")
+                elif column == "endpoint_seconds":
+                    cells.append(f"{value:,.1f}")
                 else:
                     cells.append(f"{value:,.0f}")
             p95 = row.latency.get("p95_ms")

@@ -25,6 +25,7 @@ from dagster import (
 )
 
 from chunking.registry import needs_embedding_model
+from evaluation.reports import ENDPOINT_COST_COLUMNS
 from orchestration.checks import check_result, check_specs
 from orchestration.resources import EmbedderResource, PostgresResource
 from pipeline.report import StepReport
@@ -262,7 +263,13 @@ def build_index_assets(
     ) -> MaterializeResult:
         from pipeline.steps.evaluation import evaluate_collection_index
 
-        report = evaluate_collection_index(postgres.store(), collection, spec, embedder.for_config(config))
+        # an embedding server's usage by the latest embedding step joins the report's cost
+        embedded = context.instance.get_latest_materialization_event(keys["embeddings"])
+        usage = embedded.asset_materialization.metadata if embedded and embedded.asset_materialization else {}
+        cost = {k: float(v.value) for k, v in usage.items() if k in ENDPOINT_COST_COLUMNS}
+        report = evaluate_collection_index(
+            postgres.store(), collection, spec, embedder.for_config(config), cost=cost
+        )
         return materialize_result(context, report)
 
     return [*built, evaluation]

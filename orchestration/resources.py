@@ -6,13 +6,14 @@ Nothing heavy is imported here at module level: torch and sentence-transformers 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dagster import ConfigurableResource, InitResourceContext
 
 if TYPE_CHECKING:
     from retrieval.config import IndexConfig
     from retrieval.embedder import Embedder
+    from retrieval.endpoint_embedder import EndpointEmbedder
     from retrieval.store import Store
 
 
@@ -54,12 +55,13 @@ class EmbedderResource(ConfigurableResource):
         if self.preload:
             self.get()
 
-    def get(self, model: str | None = None, **overrides: str | int | None) -> Embedder:
+    def get(self, model: str | None = None, /, **overrides: Any) -> Embedder | EndpointEmbedder:
         """The process-wide Embedder for `model` (default: this resource's) with an index config's
         `embedder:` options over this resource's defaults; an unknown option is an error naming it.
 
         The same shared instance the query side uses (`retrieval.embedder.shared_embedder`), so an
-        asset and a search of one config load one model and agree on its options.
+        asset and a search of one config load one model and agree on its options. `model` is
+        positional: an embedding server's options (`backend: openai`) have a `model` of their own.
         """
         from retrieval.embedder import shared_embedder
 
@@ -67,6 +69,6 @@ class EmbedderResource(ConfigurableResource):
         settings.update(overrides)
         return shared_embedder(model or self.model, **settings)
 
-    def for_config(self, config: IndexConfig) -> Embedder:
+    def for_config(self, config: IndexConfig) -> Embedder | EndpointEmbedder:
         """The Embedder an `IndexConfig` asks for (its `embedding_model` and `embedder:` options)."""
         return self.get(config.embedding_model, **(config.embedder or {}))

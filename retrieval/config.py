@@ -16,6 +16,7 @@ from chunking.models import DEFAULT_MODEL
 from retrieval.analysis import AnalyzerConfigError, analyzer_setting, validate_analyzer
 from retrieval.bm25 import Bm25Params
 from retrieval.capabilities import VECTOR_STORAGES
+from retrieval.endpoint_settings import EndpointConfigError, check_endpoint_options, endpoint_identity
 from retrieval.index_defaults import COARSE_DEFAULT_RANK, ContextConfigError, ContextScoring
 from retrieval.names import IndexName
 from retrieval.project import (
@@ -94,6 +95,9 @@ class IndexConfig:
         }
         if self.vector_storage != "vector":  # only when set, so existing indexes keep their hash and ids
             shaped["vector_storage"] = self.vector_storage
+        endpoint = endpoint_identity(self.embedder or {})
+        if endpoint:  # an embedding server's model replaces `embedding_model`'s vectors
+            shaped["embedder"] = endpoint
         return stable_hash(shaped)
 
     def as_dict(self) -> dict[str, Any]:
@@ -277,6 +281,10 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
         except ContextConfigError as exc:
             raise ConfigError(str(exc)) from exc
         _validate_bm25(merged.get("bm25") or {}, where)
+        try:  # an embedding server's options now; a local model's when it loads
+            check_endpoint_options(merged.get("embedder") or {})
+        except EndpointConfigError as exc:
+            raise ConfigError(f"{where}.{exc}") from exc
         chunker = merged.get("chunker")
         if not isinstance(chunker, dict) or "strategy" not in chunker:
             raise ConfigError(f"{where}.chunker: must be a mapping with a `strategy`")

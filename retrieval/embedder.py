@@ -16,12 +16,16 @@ import shutil
 import threading
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from chunking.models import DEFAULT_MODEL, resolve_model_path
+from retrieval.endpoint_settings import ENDPOINT_BACKEND
 from retrieval.onnx_encoder import BATCH_TOKENS, OnnxEncoder, length_groups
+
+if TYPE_CHECKING:
+    from retrieval.endpoint_embedder import EndpointEmbedder
 
 BACKENDS = ("torch", "onnx", "static")
 QUANTIZATIONS = (None, "int8")
@@ -62,7 +66,8 @@ class Embedder:
         vocabulary_size: int | None = None,
     ) -> None:
         if backend not in BACKENDS:
-            raise EmbedderConfigError(f"embedder.backend: unknown {backend!r}; expected one of {BACKENDS}")
+            expected = (*BACKENDS, ENDPOINT_BACKEND)
+            raise EmbedderConfigError(f"embedder.backend: unknown {backend!r}; expected one of {expected}")
         if quantize not in QUANTIZATIONS:
             raise EmbedderConfigError(
                 f"embedder.quantize: unknown {quantize!r}; expected one of {QUANTIZATIONS}"
@@ -317,11 +322,19 @@ _shared: dict[tuple, Embedder] = {}
 _shared_lock = threading.Lock()
 
 
-def shared_embedder(model: str = DEFAULT_MODEL, **options: Any) -> Embedder:
+def shared_embedder(
+    model: str = DEFAULT_MODEL, /, *, queries: bool = False, **options: Any
+) -> Embedder | EndpointEmbedder:
     """One Embedder per (model, options) per process: models are large and slow to load.
 
     Options left out count as `Embedder`'s defaults, so callers that spell them out or not share one.
+    `backend: openai` is an embedding server (`retrieval.endpoint_embedder`); `queries` gives its
+    query-time twin (own timeout). A local model serves queries and documents alike.
     """
+    if options.get("backend") == ENDPOINT_BACKEND:
+        from retrieval.endpoint_embedder import shared_endpoint_embedder
+
+        return shared_endpoint_embedder(model, options, queries=queries)
     defaults = _option_defaults()
     unknown = set(options) - set(defaults)
     if unknown:
@@ -348,14 +361,14 @@ def forget_shared_embedders() -> None:
         _shared.clear()
 
 
-def embedder_for_config(config: Any) -> Embedder:
-    """The shared Embedder an IndexConfig (or its `as_dict()`) asks for."""
+def embedder_for_config(config: Any, *, queries: bool = False) -> Embedder | EndpointEmbedder:
+    """The shared Embedder an IndexConfig (or its `as_dict()`) asks for (`queries`: for a search)."""
     if isinstance(config, dict):
         model = config.get("embedding_model", DEFAULT_MODEL)
         options = dict(config.get("embedder") or {})
     else:
         model = config.embedding_model
         options = dict(config.embedder or {})
-    if os.environ.get("CHUNKYARD_EMBEDDER_BACKEND"):
+    if os.environ.get("CHUNKYARD_EMBEDDER_BACKEND") and options.get("backend") != ENDPOINT_BACKEND:
         options["backend"] = os.environ["CHUNKYARD_EMBEDDER_BACKEND"]
-    return shared_embedder(model, **options)
+    return shared_embedder(model, queries=queries, **options)

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from retrieval.alias_api import add_alias_routes
 from retrieval.db import verify_server
+from retrieval.endpoint_settings import EndpointError, endpoint_identity
 from retrieval.http_guards import BodyLimit, check_json_values, validation_error_body
 from retrieval.names import IndexNameError
 from retrieval.options import MAX_K, SERVICE_MAX_K, OptionSpec, SearchOptions, option_specs
@@ -47,6 +48,7 @@ DEFAULT_MAX_K = SERVICE_MAX_K
 DEFAULT_MAX_QUERY_CHARS = 4000
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
 UNAVAILABLE = "the database is unavailable; retry shortly"
+ENDPOINT_UNAVAILABLE = "the embedding endpoint is unavailable; retry shortly"
 OUTAGE_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
 # The per-mode metric means `/v1/indexes` shows by default (`?full=true` gives the whole report).
 HEADLINE_METRICS = ("hit_at_{k}", "mrr_at_{k}", "recall_at_{k}", "precision_at_{k}", "iou_at_{k}")
@@ -181,7 +183,10 @@ class _Readiness:
                 started = time.perf_counter()
                 names = self._names(searcher)
                 for name, config in names:
-                    searcher.embedder(name, config).embed(["warm up"])
+                    try:
+                        searcher.embedder(name, config).embed(["warm up"])
+                    except EndpointError as exc:  # /readyz reports it; BM25 searches still serve
+                        log.warning("warm: %s: embedding endpoint: %s", name, exc)
                     if searcher.bm25_backend == "memory":
                         searcher.warm(name)
                 log.info("warm: %d index(es) in %.1f s", len(names), time.perf_counter() - started)
@@ -195,8 +200,18 @@ class _Readiness:
                 log.warning("warming failed (%s); retrying in %.0f s", exc, retry_s)
                 time.sleep(retry_s)
 
-    def _names(self, searcher: Searcher) -> list[tuple[str, dict[str, Any]]]:
-        wanted = None if self.warm is True else set(self.warm)
+    def endpoint_problems(self, searcher: Searcher) -> dict[str, str] | None:
+        """Per published index served by an embedding server: '' when it answers a probe (checked at
+        most every few seconds), else why not; None when no index uses one."""
+        served = [
+            (n, c) for n, c in self._names(searcher, every=True) if endpoint_identity(c.get("embedder") or {})
+        ]
+        if not served:
+            return None
+        return {name: searcher.embedder(name, config).unavailable() for name, config in served}
+
+    def _names(self, searcher: Searcher, every: bool = False) -> list[tuple[str, dict[str, Any]]]:
+        wanted = None if self.warm is True or every else set(self.warm)
         return [
             (info["name"], info["config"] or {})
             for info in searcher.store.list_indexes()
@@ -264,6 +279,11 @@ def create_app(
         )
         return JSONResponse({"detail": UNAVAILABLE}, status_code=503, headers={"Retry-After": "2"})
 
+    @app.exception_handler(EndpointError)
+    async def endpoint_outage(request: Request, exc: Exception) -> JSONResponse:
+        log.error("%s %s: embedding endpoint: %s", request.method, request.url.path, exc)
+        return JSONResponse({"detail": ENDPOINT_UNAVAILABLE}, status_code=503, headers={"Retry-After": "2"})
+
     key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="The server's API key.")
     bearer = HTTPBearer(auto_error=False, description="The server's API key as a bearer token.")
 
@@ -287,7 +307,10 @@ def create_app(
 
     @app.get("/readyz", responses={503: _error("Warming up, or the database is unavailable.")})
     def readyz() -> JSONResponse:
-        """The model and BM25 copies are loaded, the database answers and its schema is migrated."""
+        """The model and BM25 copies are loaded, the database answers and its schema is migrated.
+
+        With an index on an embedding server, `dependencies` says whether it answers a probe; when it
+        does not, the status is `degraded` but the code stays 200 (BM25 searches still work)."""
         if readiness.fatal is not None:
             return _self_check_failed(readiness.fatal)
         if not readiness.done.is_set():
@@ -303,7 +326,15 @@ def create_app(
         except Exception as exc:  # not ready: the reason goes to the log, not to an anonymous caller
             log.error("readyz: %s: %s", type(exc).__name__, exc)
             return JSONResponse({"status": "unavailable", "detail": UNAVAILABLE}, status_code=503)
-        return JSONResponse({"status": "ready", "schema_version": version, "database": database})
+        body: dict[str, Any] = {"status": "ready", "schema_version": version, "database": database}
+        problems = readiness.endpoint_problems(get_searcher())
+        if problems is not None:  # an embedding server is a dependency of the indexes it serves
+            down = {name: problem for name, problem in problems.items() if problem}
+            body["dependencies"] = {"database": "ok", "embedding_endpoint": "unavailable" if down else "ok"}
+            if down:  # still 200: BM25 searches work, and every replica shares the endpoint
+                log.error("readyz: embedding endpoint: %s", "; ".join(f"{n}: {p}" for n, p in down.items()))
+                body.update(status="degraded", detail=ENDPOINT_UNAVAILABLE)
+        return JSONResponse(body)
 
     @app.get(
         "/v1/indexes",

@@ -23,7 +23,7 @@ from typing import Any
 
 import retrieval.embedder
 from evaluation.datasets import CHROMA_GENERAL, Dataset, load_dataset
-from evaluation.reports import leaderboard
+from evaluation.reports import ENDPOINT_COST_COLUMNS, leaderboard
 from evaluation.runner import DEFAULT_MODES, EvaluationReport
 from evaluation.tuning import (
     SettingsSuggestion,
@@ -184,6 +184,12 @@ def run_benchmark(
                     if embedded.metadata["embeddings_computed"]
                     else {}
                 ),
+                # an embedding server's usage by this build (tokens it counted, requests, retries, seconds)
+                **{
+                    key: float(value)
+                    for key, value in embedded.metadata.items()
+                    if key in ENDPOINT_COST_COLUMNS
+                },
             },
             notes=data.problems,
             record=record,

@@ -71,10 +71,14 @@ def evaluate(
 
 
 def evaluate_collection_index(
-    store: Store, collection: CollectionConfig, spec: IndexSpec, embedder: Embedder
+    store: Store,
+    collection: CollectionConfig,
+    spec: IndexSpec,
+    embedder: Embedder,
+    cost: Mapping[str, float] | None = None,
 ) -> StepReport:
     """The evaluation asset's work: the collection's questions, every mode, a regression check
-    against the index's previous recorded evaluation."""
+    against the index's previous recorded evaluation; `cost` adds build figures to the report."""
     found = collection_questions(store, collection)
     if not found.questions:
         raise ValueError(
@@ -90,6 +94,7 @@ def evaluate_collection_index(
         modes=evaluation_modes(spec.config),
         k=EVALUATION_K,
         dataset=found.dataset,
+        cost=cost,
     )
     regression = (
         checks.regression(report.quality(), previous[0].quality(), REGRESSION_TOLERANCE)

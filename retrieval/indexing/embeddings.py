@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from retrieval.config import IndexSpec
 from retrieval.indexing.reports import EmbeddingStageReport, IndexingError
@@ -13,6 +17,7 @@ from retrieval.store import Store
 
 if TYPE_CHECKING:
     from retrieval.embedder import Embedder
+    from retrieval.endpoint_embedder import EndpointEmbedder
 
 EMBED_BATCH = 256  # at most this many texts per embedding + cache round trip (a crash loses one batch)
 EMBED_BATCH_TOKENS = 32768  # and at most this many model tokens: short texts go in bigger batches
@@ -39,7 +44,70 @@ def token_batches(hashes: list[str], tokens: dict[str, int]) -> list[list[str]]:
     return batches
 
 
-def stage_embeddings(store: Store, spec: IndexSpec, embedder: Embedder) -> EmbeddingStageReport:
+def _computed(
+    embedder: Embedder | EndpointEmbedder,
+    missing: list[str],
+    texts_by_hash: dict[str, str],
+    tokens: dict[str, int],
+) -> Iterator[tuple[list[str], np.ndarray]]:
+    """(content hashes, vectors) per model call, or per request as an embedding server answers
+    (`embed_stream`): each answer is cached at once, so a kill loses only unanswered requests."""
+    stream = getattr(embedder, "embed_stream", None)
+    if stream is None:
+        for batch in token_batches(missing, tokens):
+            yield batch, embedder.embed([texts_by_hash[h] for h in batch])
+        return
+    texts = [texts_by_hash[h] for h in missing]
+    requests = embedder.request_batches([tokens.get(h, 0) for h in missing])
+    for positions, vectors in stream(texts, requests):
+        yield [missing[i] for i in positions], vectors
+
+
+class _CacheWriter:
+    """Embedding-cache writes in a thread, each in one transaction with every answer queued since the
+    last: an answer is durable soon after it arrives (a killed build resumes without it), and a fast
+    embedding server does not wait on a commit per request. `close` waits and re-raises a failure."""
+
+    def __init__(self, store: Store, model_id: str) -> None:
+        self._store, self._model_id = store, model_id
+        self._queue: queue.SimpleQueue[dict[str, np.ndarray] | None] = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="embedding-cache", daemon=True)
+        self._thread.start()
+
+    def put(self, vectors: dict[str, np.ndarray]) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put(vectors)
+
+    def close(self, reraise: bool = True) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if reraise and self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        done = False
+        while not done:
+            merged: dict[str, np.ndarray] = {}
+            item = self._queue.get()
+            while item is not None:
+                merged.update(item)
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            done = item is None
+            if merged and self._error is None:
+                try:
+                    self._store.cache_embeddings(self._model_id, merged)
+                except BaseException as exc:  # re-raised in the stage's thread
+                    self._error = exc
+
+
+def stage_embeddings(
+    store: Store, spec: IndexSpec, embedder: Embedder | EndpointEmbedder
+) -> EmbeddingStageReport:
     """Vectors for every staged chunk: from the cache (model, content hash) or computed and cached."""
     from chunking.models import resolve_model_path
 
@@ -90,20 +158,27 @@ def stage_embeddings(store: Store, spec: IndexSpec, embedder: Embedder) -> Embed
     missing = [h for h in texts_by_hash if h not in vectors]
     embed_started = time.perf_counter()
     embed_seconds = 0.0
-    # The cache write of one batch runs beside the embedding of the next (psycopg releases the GIL).
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedding-cache") as writer:
-        pending_write: Future | None = None
-        for batch in token_batches(missing, tokens):
+    usage_before = embedder.usage if hasattr(embedder, "usage") else None
+    computed = _computed(embedder, missing, texts_by_hash, tokens)
+    # The cache writes run beside the embedding (psycopg releases the GIL), each taking every answer
+    # that arrived during the one before.
+    writer = _CacheWriter(store, embedder.model_id)
+    try:
+        while True:
             batch_started = time.perf_counter()
-            computed = embedder.embed([texts_by_hash[h] for h in batch])
+            answer = next(computed, None)
             embed_seconds += time.perf_counter() - batch_started
-            fresh = dict(zip(batch, computed, strict=True))
-            if pending_write is not None:
-                pending_write.result()  # one write in flight: memory bounded, errors surface here
-            pending_write = writer.submit(store.cache_embeddings, embedder.model_id, fresh)
+            if answer is None:
+                break
+            fresh = dict(zip(*answer, strict=True))
+            writer.put(fresh)
             vectors.update(fresh)
-        if pending_write is not None:
-            pending_write.result()
+    except BaseException:
+        writer.close(reraise=False)  # what was answered before the failure is cached for the retry
+        raise
+    writer.close()
+    if usage_before is not None:
+        report.endpoint = embedder.usage.minus(usage_before).as_metadata()
     report.embeddings_computed = len(missing)
     report.tokens_embedded = sum(tokens.get(h, 0) for h in missing)
     report.embed_seconds = round(embed_seconds, 3)

@@ -65,6 +65,8 @@ class EmbeddingStageReport:
     cache_write_wait_seconds: float = 0.0  # waiting for cache writes that did not overlap the model
     stage_write_seconds: float = 0.0
     embedding_stage_seconds: float = 0.0
+    # An embedding server's share (`EndpointUsage.as_metadata`): requests, retries, tokens, seconds.
+    endpoint: dict[str, int | float] = field(default_factory=dict)
 
     def as_metadata(self) -> dict[str, int | float | str]:
         return flat_metadata(self)

@@ -110,11 +110,12 @@ class Searcher:
         return self.lexical.backend
 
     def embedder(self, index_name: str, config: dict[str, Any] | None = None) -> QueryEmbedder:
-        """The embedder for `index_name`'s queries (the index config's model when none was given)."""
+        """The embedder for `index_name`'s queries (the index config's model when none was given; an
+        embedding server's with its query timeout)."""
         if self._embedder_for is None:
             from retrieval.embedder import embedder_for_config
 
-            return embedder_for_config(config or {})
+            return embedder_for_config(config or {}, queries=True)
         if isinstance(self._embedder_for, QueryEmbedder):
             return self._embedder_for
         return self._embedder_for(index_name)
