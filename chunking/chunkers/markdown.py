@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from chunking.base import BaseChunker, DocText
-from chunking.structured import Block, Section, _StructuredChunker, iter_lines
+from chunking.chunkers._structured import Block, Section, _StructuredChunker, iter_lines
 
 # Inside a long markdown paragraph or list: list items first, then lines, sentences, words.
 _MARKDOWN_TEXT = {
