@@ -362,18 +362,18 @@ def create_app(
         try:
             options = SearchOptions(**request.model_dump(exclude={"query", "index"}))
             try:
-                results = get_searcher().search(request.query, request.index, options)
+                results, plan = get_searcher().search_with_plan(request.query, request.index, options)
             except OUTAGE_ERRORS as exc:  # a connection the restart broke: the pool is refilled, once more
                 log.warning("search: %s: %s; retrying once", type(exc).__name__, exc)
-                results = get_searcher().search(request.query, request.index, options)
+                results, plan = get_searcher().search_with_plan(request.query, request.index, options)
         except IndexNotFoundError as exc:
             raise HTTPException(status_code=404, detail=str(exc).strip("'\"")) from exc
         except (SearchError, RerankerConfigError, IndexNameError) as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from exc
         return SearchResponse(
             index=results[0].index if results else request.index,
-            mode=request.mode,
-            k=request.k,
+            mode=plan.mode,  # what ran: an alias's pinned mode and k, not the request's defaults
+            k=plan.k,
             results=results,
             took_ms=round((time.perf_counter() - started) * 1000, 3),
         )

@@ -145,7 +145,15 @@ class Searcher:
         self, query: str, index: str = DEFAULT_INDEX, options: SearchOptions | None = None, **overrides: Any
     ) -> list[SearchResult]:
         """Top-k chunks of `index` for `query`: `options` (a SearchOptions) with keyword overrides."""
-        return self.search_batch([query], index, options, **overrides)[0]
+        return self.search_with_plan(query, index, options, **overrides)[0]
+
+    def search_with_plan(
+        self, query: str, index: str = DEFAULT_INDEX, options: SearchOptions | None = None, **overrides: Any
+    ) -> tuple[list[SearchResult], ResolvedSearch]:
+        """`search`, and the options that ran: an alias's own, the index's defaults filled in."""
+        results, plan = self._planned([query], index, options, None, overrides)
+        assert plan is not None  # one query: always planned
+        return results[0], plan
 
     def search_batch(
         self,
@@ -161,6 +169,16 @@ class Searcher:
         `query_vectors` (one row per query, from the index's own model) skips the query embedding.
         See `retrieval.options.SearchOptions` for the options and `coarse` for the coarse fallback.
         """
+        return self._planned(queries, index, options, query_vectors, overrides)[0]
+
+    def _planned(
+        self,
+        queries: Sequence[str],
+        index: str,
+        options: SearchOptions | None,
+        query_vectors: np.ndarray | None,
+        overrides: dict[str, Any],
+    ) -> tuple[list[list[SearchResult]], ResolvedSearch | None]:
         if isinstance(queries, str):
             raise SearchError("queries: expected a list of strings, not a single string")
         index, request = self._through_alias(index, options, overrides)
@@ -168,10 +186,10 @@ class Searcher:
             if not isinstance(query, str) or not query.strip():
                 raise SearchError("query: must be a non-empty string")
         if not queries:
-            return []
+            return [], None
         handle = self._handle(index)
         plan = request.resolve(handle.defaults, handle.name)
-        return self._run(list(queries), index, handle, plan, query_vectors)
+        return self._run(list(queries), index, handle, plan, query_vectors), plan
 
     def _through_alias(
         self, index: str, options: SearchOptions | None, overrides: dict[str, Any]
