@@ -285,11 +285,12 @@ def cmd_eval(args: argparse.Namespace, rest: Sequence[str]) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    from retrieval.config import default_collection
     from retrieval.db import chunkyard_home
     from retrieval.options import SearchOptions
 
     options = SearchOptions.from_arguments(args)
-    index = cli_alias.index_or_alias(args.index, _default_collection())
+    index = cli_alias.index_or_alias(args.index, default_collection())
     started = time.perf_counter()
     running = None if args.no_service else service_file.running(chunkyard_home())
     if running is not None:
@@ -311,14 +312,6 @@ def cmd_search(args: argparse.Namespace) -> int:
         text = " ".join(hit.text.split())
         _print(f"   {text[:300]}{'...' if len(text) > 300 else ''}")
     return 0
-
-
-def _default_collection() -> str:
-    """The collection a bare config name means: the project's only collection, else `demo`."""
-    from retrieval.config import load_collection_configs
-
-    names = list(load_collection_configs())
-    return names[0] if len(names) == 1 else "demo"
 
 
 def _common() -> argparse.ArgumentParser:

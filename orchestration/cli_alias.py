@@ -46,6 +46,7 @@ def _line(target: object) -> str:
 
 def cmd_alias(args: argparse.Namespace) -> int:
     from retrieval import aliases
+    from retrieval.config import default_collection
     from retrieval.names import IndexName
     from retrieval.options import SearchOptions
     from retrieval.store import Store
@@ -85,14 +86,6 @@ def _given_names(args: argparse.Namespace) -> set[str]:
     from retrieval.options import option_names
 
     return {name for name in option_names() if hasattr(args, name)}
-
-
-def default_collection() -> str:
-    """The collection a bare config name means: the project's only collection, else `demo`."""
-    from retrieval.config import load_collection_configs
-
-    names = list(load_collection_configs())
-    return names[0] if len(names) == 1 else "demo"
 
 
 def index_or_alias(text: str, default_collection: str) -> str:

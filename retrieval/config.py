@@ -376,6 +376,19 @@ def _validate_bm25(bm25: Any, where: str) -> None:
         ) from exc
 
 
+def default_collection() -> str:
+    """The collection a bare config name means, in the CLI, the HTTP API and Python alike: the
+    project's only collection; else (several, or no project) `demo`."""
+    from retrieval.names import DEFAULT_COLLECTION
+    from retrieval.project import ProjectError
+
+    try:
+        names = list(load_collection_configs())
+    except ProjectError:
+        return DEFAULT_COLLECTION
+    return names[0] if len(names) == 1 else DEFAULT_COLLECTION
+
+
 def load_collection_configs(
     path: str | Path | None = None, *, include_benchmarks: bool | None = None
 ) -> dict[str, CollectionConfig]:

@@ -233,7 +233,9 @@ def test_the_api_and_client_pin_show_roll_back_and_search_an_alias(
     pinned = client.set_alias(name, a.name, {"mode": "bm25", "k": 2}, note="api")
     assert (pinned["index"], pinned["options"], pinned["note"]) == (a.name, {"mode": "bm25", "k": 2}, "api")
     # The response reports what ran: the alias's pinned mode and k, not the request's defaults.
-    answered = http.post("/v1/search", json={"query": "feline", "index": name}, headers={"X-API-Key": "s3cret"})
+    answered = http.post(
+        "/v1/search", json={"query": "feline", "index": name}, headers={"X-API-Key": "s3cret"}
+    )
     assert answered.status_code == 200, answered.text
     body = answered.json()
     assert (body["mode"], body["k"], body["index"]) == ("bm25", 2, a.name) and len(body["results"]) <= 2
@@ -266,3 +268,33 @@ def test_the_api_and_client_pin_show_roll_back_and_search_an_alias(
         f"/v1/aliases/{name}", json={"index": a.name, "options": {"rerank": [{}]}}, headers=headers
     )
     assert listed.status_code == 400 and "options.rerank" in listed.json()["detail"]
+
+
+def test_a_bare_config_name_means_the_projects_collection_in_cli_http_and_python(
+    store, two_indexes, searcher, pg_url, tmp_path, monkeypatch, capsys
+) -> None:
+    """One rule for a bare name: the project's only collection (not `demo`), on every surface."""
+    import httpx
+
+    from orchestration.cli import main
+    from retrieval.service import create_app
+    from tests.service_process import serve_in_thread
+
+    a, _ = two_indexes
+    monkeypatch.setenv("DATABASE_URL", pg_url)
+    monkeypatch.setenv("CHUNKYARD_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CHUNKYARD_PROJECT", "")
+    (tmp_path / "docs").mkdir()
+    assert main(["init", str(tmp_path / "p")]) == 0
+    project = ["--project", str(tmp_path / "p")]
+    assert main([*project, "add", a.collection, str(tmp_path / "docs")]) == 0
+    monkeypatch.setenv("CHUNKYARD_PROJECT", str(tmp_path / "p"))
+    query, bare = "the feline rested on the rug", a.name.split("/")[1]
+
+    assert {hit.index for hit in searcher.search(query, bare, k=2)} == {a.name}  # Python
+    with serve_in_thread(create_app(searcher)) as url:  # HTTP
+        answered = httpx.post(f"{url}/v1/search", json={"query": query, "index": bare, "k": 2}, timeout=30)
+    assert answered.status_code == 200 and answered.json()["index"] == a.name, answered.text
+    capsys.readouterr()
+    assert main([*project, "search", query, "--index", bare, "--no-service", "-k", "2"]) == 0  # CLI
+    assert capsys.readouterr().out.startswith(f"{a.name}: 2 result(s)")

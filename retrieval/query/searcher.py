@@ -27,7 +27,9 @@ from retrieval.aliases import could_be_alias
 from retrieval.aliases import request_options as alias_request_options
 from retrieval.aliases import resolve as resolve_alias
 from retrieval.capabilities import VectorFeatures
+from retrieval.config import default_collection
 from retrieval.index_defaults import COARSE_DEFAULT_RANK
+from retrieval.names import IndexName
 from retrieval.options import (
     HNSW_MAX_EF,
     MAX_K,
@@ -203,6 +205,8 @@ class Searcher:
                 target = resolve_alias(conn, index)
             if target is not None:
                 return target.served, alias_request_options(target, options, overrides)
+        if isinstance(index, str) and "/" not in index:  # a bare config name: one rule everywhere
+            index = IndexName.parse(index, default_collection())
         return index, SearchOptions.of(options, overrides)
 
     # -- composition -----------------------------------------------------------------------------
