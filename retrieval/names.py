@@ -26,9 +26,16 @@ class IndexName(str):
             if not isinstance(value, str) or "/" in value or not value.strip():
                 raise IndexNameError(f"index: {field} must be a non-empty name without '/', got {value!r}")
         self = super().__new__(cls, f"{collection}/{config}")
-        self.collection = collection
-        self.config = config
+        object.__setattr__(self, "collection", collection)
+        object.__setattr__(self, "config", config)
         return self
+
+    def __setattr__(self, name: str, value: object) -> None:
+        """Frozen: the parts are the text, so neither may change without the other."""
+        raise AttributeError(f"IndexName is immutable: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"IndexName is immutable: cannot delete {name!r}")
 
     def __reduce__(self) -> tuple[type[IndexName], tuple[str, str]]:
         return (IndexName, (self.collection, self.config))
