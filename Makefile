@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chunkyard-installed
 
-.PHONY: install demo test test-faults ui serve eval screenshots bench bench-load bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness stack lint clean
+.PHONY: install demo test test-faults ui serve eval screenshots bench bench-load bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-postgres-builds bench-first-run stack lint clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -100,6 +100,16 @@ stack: $(STAMP)
 # .chunkyard/bench_freshness)
 bench-freshness: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_freshness $(BENCH_FRESHNESS_ARGS)
+
+# the embedded Postgres builds side by side: AVX-512 outside dispatch (disassembly), the self-check on
+# emulated CPUs (Debian's qemu-user: Zen 2 without AVX-512, x86-64-v2), HNSW speed natively (~6 min)
+bench-postgres-builds: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_postgres_builds $(BENCH_PG_ARGS)
+
+# the README's walk-through timed from empty folders: two new projects (empty, then warm model cache),
+# search without and with `chunkyard serve` (~5 min)
+bench-first-run: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_first_run
 
 # refreshes the UI screenshots in benchmarks/results/ui/ (make test writes them to a temporary folder)
 screenshots: $(STAMP)
