@@ -47,6 +47,7 @@ class CollectionAssets:
     documents_key: AssetKey | None = None
     # documents + chunks/embeddings/bm25/index of every index: what a document change re-runs.
     indexing_keys: list[AssetKey] = field(default_factory=list)
+    index_names: list[str] = field(default_factory=list)  # what those runs publish (the reconciler's)
     evaluation_keys: list[AssetKey] = field(default_factory=list)
     leaderboard_key: AssetKey | None = None
 
@@ -355,6 +356,7 @@ def build_collection_assets(collection: CollectionConfig, specs: Sequence[IndexS
         evaluated = has_questions and spec in listed
         built.assets.extend(build_index_assets(collection, spec, with_evaluation=evaluated))
         built.indexing_keys.extend(index_key(spec.name, k) for k in INDEX_KINDS)
+        built.index_names.append(str(spec.name))
         if evaluated:
             built.evaluation_keys.append(index_key(spec.name, "evaluation"))
     if has_questions and listed:

@@ -21,6 +21,7 @@ DAGSTER_SCHEMA = "dagster"
 # model-heavy step at a time keeps a small machine responsive.
 DEFAULT_POOL_LIMIT = 1
 MAX_CONCURRENT_RUNS = 4
+WRITER_TAG = "chunkyard/writer"  # orchestration.reconciling.WRITER_TAG (this module imports no Dagster)
 # How often the daemon's run queue launches queued runs (Dagster's default is 5 s): a run the
 # document sensor requests waits at most this long before its process starts (bench-freshness).
 DEQUEUE_INTERVAL_SECONDS = 1
@@ -110,7 +111,14 @@ def instance_config(database_url: str) -> dict:
         },
         "concurrency": {
             "pools": {"default_limit": DEFAULT_POOL_LIMIT, "granularity": "op"},
-            "runs": {"max_concurrent_runs": MAX_CONCURRENT_RUNS},
+            "runs": {
+                "max_concurrent_runs": MAX_CONCURRENT_RUNS,
+                # one indexing run per collection at a time: two runs of one collection would
+                # stage into the same per-index staging area (orchestration.reconciling.WRITER_TAG)
+                "tag_concurrency_limits": [
+                    {"key": WRITER_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
+                ],
+            },
         },
         "run_monitoring": run_monitoring_config(),
         "telemetry": {"enabled": False},
