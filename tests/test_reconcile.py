@@ -24,6 +24,8 @@ from dagster import (
 )
 
 from pipeline.reconcile import Attempt, RetryPolicy, decide
+from retrieval.lag import index_lag
+from retrieval.store import Store
 from tests.conftest import REPO_ROOT
 from tests.dagster_helpers import unique_name, write_project
 
@@ -149,6 +151,10 @@ def test_a_run_killed_mid_run_is_reconciled_with_no_new_edit(
     }
     assert list(stored.values()) == [DagsterRunStatus.STARTED]  # dead, but nobody knows yet
     assert not _searchable(pg_url, index, WORD)
+    # the lag shows it once the documents step has run: the index holds beta.md's old hash
+    lag = index_lag(Store(pg_url), index, collection)
+    assert (lag.changed, lag.documents_behind) == ((["beta.md"], 1) if blocked_in == "chunks" else ([], 0))
+    assert blocked_in == "documents" or lag.oldest_change is not None
 
     # No new edit from here on: ticks and the runs they ask for only.
     healed = _tick(defs, instance, changed.cursor)
@@ -160,9 +166,6 @@ def test_a_run_killed_mid_run_is_reconciled_with_no_new_edit(
     assert _searchable(pg_url, index, WORD)
     done = _tick(defs, instance, healed.cursor)
     assert done.run_requests == []
-    from retrieval.lag import index_lag
-    from retrieval.store import Store
-
     assert index_lag(Store(pg_url), index, collection).documents_behind == 0
 
 

@@ -6,6 +6,7 @@ from pipeline import checks
 from pipeline.report import StepReport
 from retrieval.config import IndexSpec
 from retrieval.indexing.publishing import publish
+from retrieval.lag import index_lag
 from retrieval.store import Store
 
 
@@ -20,8 +21,12 @@ def publish_index(store: Store, spec: IndexSpec) -> StepReport:
     scope = None if published.full_rebuild else written  # the rest was checked when published
     info = store.index_info(spec.name) or {}
     dim = int(info.get("dim") or 0)  # 0: nothing published yet, any single dimension passes
+    # what the index is still behind after this publish (changes that arrived while it ran)
+    behind = index_lag(store, spec.name, spec.collection).as_dict()
+    lag = {"documents_behind": behind["documents_behind"]}
+    lag["oldest_unindexed_change"] = behind["oldest_unindexed_change"] or "-"
     return StepReport(
-        metadata=dict(published.as_metadata()),
+        metadata={**published.as_metadata(), **lag},
         checks=[
             checks.check_spans(store, spec.collection, spec.name, "published", doc_ids=written),
             checks.check_published_embeddings(store, spec.name, dim, doc_ids=scope),
