@@ -199,7 +199,9 @@ def build_index_assets(
         ) -> MaterializeResult:
             from pipeline.steps.chunks import chunk
 
-            return materialize_result(context, chunk(postgres.store(), spec, embedder.for_config(config)))
+            return materialize_result(
+                context, chunk(postgres.store(), spec, embedder.for_config(config), owner=context.run_id)
+            )
 
     else:
 
@@ -207,7 +209,7 @@ def build_index_assets(
         def chunks(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
             from pipeline.steps.chunks import chunk
 
-            return materialize_result(context, chunk(postgres.store(), spec))
+            return materialize_result(context, chunk(postgres.store(), spec, owner=context.run_id))
 
     @asset(
         **common("embeddings"),
@@ -221,7 +223,9 @@ def build_index_assets(
     ) -> MaterializeResult:
         from pipeline.steps.embeddings import embed
 
-        return materialize_result(context, embed(postgres.store(), spec, embedder.for_config(config)))
+        return materialize_result(
+            context, embed(postgres.store(), spec, embedder.for_config(config), owner=context.run_id)
+        )
 
     @asset(
         **common("bm25"),
@@ -232,7 +236,7 @@ def build_index_assets(
     def bm25(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
         from pipeline.steps.bm25 import index_terms
 
-        return materialize_result(context, index_terms(postgres.store(), spec))
+        return materialize_result(context, index_terms(postgres.store(), spec, owner=context.run_id))
 
     @asset(
         **common("index"),
@@ -243,7 +247,7 @@ def build_index_assets(
     def index(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
         from pipeline.steps.index import publish_index
 
-        return materialize_result(context, publish_index(postgres.store(), spec))
+        return materialize_result(context, publish_index(postgres.store(), spec, owner=context.run_id))
 
     built = [chunks, embeddings, bm25, index]
     if not with_evaluation:

@@ -10,14 +10,14 @@ from retrieval.lag import index_lag
 from retrieval.store import Store
 
 
-def publish_index(store: Store, spec: IndexSpec) -> StepReport:
-    """Publish; checks: published spans, one vector per chunk, BM25 count and length equal the chunks'.
+def publish_index(store: Store, spec: IndexSpec, *, owner: str | None = None) -> StepReport:
+    """Publish run `owner`'s staging; checks: published spans, one vector per chunk, BM25 count and length equal the chunks'.
 
     The span check reads the documents this publish wrote; the rest of the index is covered by their
     unchanged hashes (see `checks.check_spans`), so a one-document update does not re-read them all.
     """
     written = checks.staged_documents(store, spec.name)["chunked"]
-    published = publish(store, spec)
+    published = publish(store, spec, owner=owner)
     scope = None if published.full_rebuild else written  # the rest was checked when published
     info = store.index_info(spec.name) or {}
     dim = int(info.get("dim") or 0)  # 0: nothing published yet, any single dimension passes
