@@ -200,7 +200,7 @@ def build_index_assets(
             from pipeline.steps.chunks import chunk
 
             return materialize_result(
-                context, chunk(postgres.store(), spec, embedder.for_config(config), owner=context.run_id)
+                context, chunk(postgres.store(), spec, embedder.for_config(config), owner=context.run.run_id)
             )
 
     else:
@@ -209,7 +209,7 @@ def build_index_assets(
         def chunks(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
             from pipeline.steps.chunks import chunk
 
-            return materialize_result(context, chunk(postgres.store(), spec, owner=context.run_id))
+            return materialize_result(context, chunk(postgres.store(), spec, owner=context.run.run_id))
 
     @asset(
         **common("embeddings"),
@@ -224,7 +224,7 @@ def build_index_assets(
         from pipeline.steps.embeddings import embed
 
         return materialize_result(
-            context, embed(postgres.store(), spec, embedder.for_config(config), owner=context.run_id)
+            context, embed(postgres.store(), spec, embedder.for_config(config), owner=context.run.run_id)
         )
 
     @asset(
@@ -236,7 +236,7 @@ def build_index_assets(
     def bm25(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
         from pipeline.steps.bm25 import index_terms
 
-        return materialize_result(context, index_terms(postgres.store(), spec, owner=context.run_id))
+        return materialize_result(context, index_terms(postgres.store(), spec, owner=context.run.run_id))
 
     @asset(
         **common("index"),
@@ -247,7 +247,7 @@ def build_index_assets(
     def index(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
         from pipeline.steps.index import publish_index
 
-        return materialize_result(context, publish_index(postgres.store(), spec, owner=context.run_id))
+        return materialize_result(context, publish_index(postgres.store(), spec, owner=context.run.run_id))
 
     built = [chunks, embeddings, bm25, index]
     if not with_evaluation:
