@@ -265,7 +265,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from retrieval.db import chunkyard_home, database_url
+    from retrieval.http_guards import exposure_error
 
+    refused = exposure_error(args.host, os.environ.get("CHUNKYARD_API_KEY"))
+    if refused:  # an open API on a network interface: refuse before anything starts
+        raise UsageError(refused)
     os.environ["DATABASE_URL"] = database_url()
     record = service_file.write(chunkyard_home(), args.host, args.port)
     _print(
