@@ -126,7 +126,12 @@ def cmd_index(args: argparse.Namespace) -> int:
         f"Run {result.run_id} {'succeeded' if result.success else 'FAILED'} in "
         f"{time.perf_counter() - started:.1f} s (visible in `chunkyard ui`)."
     )
-    _print(f"Documents: {summary['documents']}")
+    for collection, counts in sorted(summary["documents"].items()):  # every collection indexed
+        _print(
+            f"Documents: {counts}"
+            if len(summary["documents"]) == 1
+            else f"Documents ({collection}): {counts}"
+        )
     _print(
         f"Chunks (all configs): {summary['staged']} new or changed, {summary['kept']} kept unchanged "
         "(neither re-chunked nor re-embedded)"
@@ -161,7 +166,7 @@ def _run_summary(result) -> dict:
         "reused": 0,
         "staged": 0,
         "kept": 0,
-        "documents": "",
+        "documents": {},  # collection (asset key prefix) -> its documents step's counts
         "failures": [],
         "skipped_files": [],
     }
@@ -184,7 +189,7 @@ def _run_summary(result) -> dict:
             summary["computed"] += int(meta.get("embeddings_computed", 0) or 0)
             summary["reused"] += int(meta.get("embeddings_reused", 0) or 0)
         elif key[-1] == "documents":
-            summary["documents"] = ", ".join(
+            summary["documents"][key[0]] = ", ".join(
                 f"{meta.get(f'documents_{k}', 0)} {k}"
                 for k in ("added", "changed", "deleted", "unchanged", "failed")
             )
