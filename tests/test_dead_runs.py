@@ -183,3 +183,38 @@ def _running(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_the_sweep_kills_a_step_process_its_dead_run_left(instance_home) -> None:
+    """A step process still alive after its run's process died (its STEP_START pid) is killed by the sweep."""
+    import uuid
+
+    from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRunStatus
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    from orchestration.runs import host_tags, sweep_dead_runs
+
+    instance = DagsterInstance.get()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    step = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        run = instance.add_run(
+            DagsterRun(
+                job_name="dead", run_id=uuid.uuid4().hex, status=DagsterRunStatus.STARTED, tags=host_tags()
+            )
+        )
+        instance.report_dagster_event(
+            DagsterEvent(DagsterEventType.RUN_START.value, job_name="dead", pid=gone.pid), run.run_id
+        )
+        instance.report_dagster_event(
+            DagsterEvent(
+                DagsterEventType.STEP_START.value, job_name="dead", step_key="embeddings", pid=step.pid
+            ),
+            run.run_id,
+        )
+        assert sweep_dead_runs(instance) == [run.run_id]
+        assert step.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if step.poll() is None:
+            step.kill()

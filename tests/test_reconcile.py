@@ -202,3 +202,50 @@ def test_a_gap_runs_keep_leaving_open_is_retried_with_backoff_then_given_up() ->
     assert decide(two, 150.0, policy).action == "run" and decide(two, 150.0, policy).attempt == 3
     given_up = decide([*two, Attempt(200.0, succeeded=True)], 10_000.0, policy)
     assert given_up.action == "give_up" and "2 failed" in given_up.reason
+
+
+def test_a_gap_that_runs_keep_failing_to_close_is_given_up_and_reported(project, pg_url: str, capsys) -> None:
+    """After CHUNKYARD_RECONCILE_ATTEMPTS failed runs of one gap the tick requests nothing more and
+    records it as reported; `chunkyard lag` still shows the index behind."""
+    import argparse
+    import uuid
+
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    from orchestration.cli_lag import cmd_lag
+    from orchestration.reconciling import COLLECTIONS_TAG, GAP_TAG
+    from pipeline.reconcile import collection_gap
+    from retrieval.config import load_collection_configs
+
+    collection, docs_dir, indexes_path, collections_path, defs = project
+    instance = DagsterInstance.get()
+    first = _tick(defs, instance, None)
+    assert _run(defs, instance, first.run_requests[0])
+    cursor = _tick(defs, instance, first.cursor).cursor
+    (docs_dir / "gamma.txt").unlink()
+    store = Store(pg_url)
+    store.sync_documents(collection, [d for d in store.documents(collection) if d.id != "gamma.txt"])
+    gap = collection_gap(
+        store, load_collection_configs(collections_path)[collection], [f"{collection}/recursive-48"]
+    )
+    assert gap and gap.lags[0].deleted == ["gamma.txt"]
+    for _ in range(5):  # five reconcile runs of this gap, all failed
+        instance.add_run(
+            DagsterRun(
+                job_name="__ASSET_JOB",
+                run_id=uuid.uuid4().hex,
+                status=DagsterRunStatus.FAILURE,
+                tags={GAP_TAG: gap.digest(), COLLECTIONS_TAG: collection},
+            )
+        )
+    seen = json.loads(cursor)
+    del seen["collections"][collection]["gamma.txt"]  # the sensor saw the deletion (its run died)
+    quiet = _tick(defs, instance, json.dumps(seen))
+    assert [r for r in quiet.run_requests if r.tags["chunkyard/trigger"] == "reconcile"] == []
+    assert json.loads(quiet.cursor)["reported"] == {collection: gap.digest()}
+
+    cmd_lag(argparse.Namespace(collection=collection, json=False))
+    assert (
+        f"{collection}/recursive-48: 1 document(s) behind (0 added, 0 changed, 1 deleted)"
+        in capsys.readouterr().out
+    )
