@@ -80,11 +80,13 @@ def attempts(instance: DagsterInstance, name: str, digest: str) -> list[Attempt]
 
 @dataclass
 class Reconciled:
-    """One tick's reconcile outcome: the requests, what was given up (name -> digest), log lines."""
+    """One tick's reconcile outcome: the requests, what was given up (name -> digest), lines for the
+    log (requests, give-ups) and gaps waiting for a retry (for the skip reason only: every tick)."""
 
     requests: list[RunRequest] = field(default_factory=list)
     given_up: dict[str, str] = field(default_factory=dict)
     messages: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
 
 
 def reconcile(
@@ -117,7 +119,7 @@ def reconcile(
             out.messages.append(f"{gap.summary()}: {decision.reason}")
             continue
         if decision.action == "wait":
-            out.messages.append(f"{gap.summary()}: {decision.reason}")
+            out.waiting.append(f"{gap.summary()}: {decision.reason}")
             continue
         out.messages.append(f"{gap.summary()}: requesting reconcile run {decision.attempt}")
         small = gap.documents <= small_max

@@ -43,7 +43,13 @@ from dagster import (
 )
 
 from chunking.environment import env_int
-from orchestration.reconciling import busy_collections, collection_tags, recently_requested, reconcile
+from orchestration.reconciling import (
+    Reconciled,
+    busy_collections,
+    collection_tags,
+    recently_requested,
+    reconcile,
+)
 from orchestration.resources import PostgresResource
 from orchestration.runs import host_tags, sweep_dead_runs
 from pipeline.documents import load_collection_documents, snapshot
@@ -252,26 +258,28 @@ def build_document_sensor(
         ]
         for request in requests:
             requested[request.tags["chunkyard/collections"]] = [request.run_key, now]
-        if index_names is not None:
-            reconciled = run_reconciler(
-                context, postgres, watched, indexing_keys, index_names, requested, now
-            )
-            for line in reconciled.messages:
-                context.log.info(line)
-            for n, digest in reconciled.given_up.items():
-                if reported.get(n) != digest:
-                    context.log.warning(f"{n}: gave up reconciling gap {digest}; see the lines above")
-            reported = reconciled.given_up
-            for request in reconciled.requests:
-                requested[request.tags["chunkyard/collections"]] = [request.run_key, now]
-            requests += reconciled.requests
+        reconciled = (
+            run_reconciler(context, postgres, watched, indexing_keys, index_names, requested, now)
+            if index_names is not None
+            else Reconciled()
+        )
+        for line in reconciled.messages:
+            context.log.info(line)
+        for n, digest in reconciled.given_up.items():
+            if reported.get(n) != digest:
+                context.log.warning(f"{n}: gave up reconciling gap {digest}; see the lines above")
+        reported = reconciled.given_up
+        for request in reconciled.requests:
+            requested[request.tags["chunkyard/collections"]] = [request.run_key, now]
+        requests += reconciled.requests
         kept = generation if changed or cursor is None else cursor.generation
         new_cursor = Cursor(kept, current, requested, reported).dumps()
         if not requests:
-            return SensorResult(
-                skip_reason=SkipReason("no document changed since the last tick and no index is behind"),
-                cursor=new_cursor,
+            reason = (
+                "; ".join(reconciled.waiting)
+                or "no document changed since the last tick and no index is behind"
             )
+            return SensorResult(skip_reason=SkipReason(reason), cursor=new_cursor)
         return SensorResult(run_requests=requests, cursor=new_cursor)
 
     return document_update_sensor
@@ -320,10 +328,8 @@ def run_reconciler(
     index_names: Mapping[str, list[str]],
     requested: Mapping[str, list],
     now: float,
-):
+) -> Reconciled:
     """`orchestration.reconciling.reconcile` for the collections no run covers; never fails the tick."""
-    from orchestration.reconciling import Reconciled
-
     try:
         prefixes = {n: indexing_keys[n][0].path[0] for n in watched}
         skip = busy_collections(context.instance, prefixes) | recently_requested(
