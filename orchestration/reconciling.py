@@ -87,6 +87,7 @@ class Reconciled:
     given_up: dict[str, str] = field(default_factory=dict)
     messages: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
+    checked: set[str] = field(default_factory=set)  # collections compared this tick (not covered)
 
 
 def reconcile(
@@ -110,6 +111,7 @@ def reconcile(
     for name in sorted(set(collections) - skip):
         keys, index_names = targets[name]
         gap: Gap = collection_gap(store, collections[name], index_names)
+        out.checked.add(name)
         if not gap:
             continue
         digest = gap.digest()

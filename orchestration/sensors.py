@@ -268,7 +268,11 @@ def build_document_sensor(
         for n, digest in reconciled.given_up.items():
             if reported.get(n) != digest:
                 context.log.warning(f"{n}: gave up reconciling gap {digest}; see the lines above")
-        reported = reconciled.given_up
+        # a gap stays reported while its collection is covered by a run (not compared this tick)
+        reported = {
+            **{n: d for n, d in reported.items() if n not in reconciled.checked},
+            **reconciled.given_up,
+        }
         for request in reconciled.requests:
             requested[request.tags["chunkyard/collections"]] = [request.run_key, now]
         requests += reconciled.requests
