@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import time
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -31,6 +32,46 @@ MAX_ZIP_ENTRIES = 10_000
 # Characters that never appear in text: C0/C1 controls except tab, newlines, form feed and ESC.
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f-\x9f]")
 MAX_CONTROL_FRACTION = 0.1
+
+
+MID_WRITE_RETRIES = 4
+MID_WRITE_WAIT_S = 0.25
+
+
+def settled_text(data: bytes, reread: Callable[[], bytes], size: Callable[[], int]) -> bytes:
+    """`data`, or the file read again (`reread`) while it changes: a text file caught mid-write (its
+    last character cut, or its `size` now other than what was read) is not reported as bad UTF-8.
+
+    Still changing and undecodable after MID_WRITE_RETRIES reads: UnusableFile saying so (the stored
+    version is kept and the file is read again on the next scan). A file that stays the same is
+    returned as it is, for `decode_text` to say where it is broken.
+    """
+    changed = False
+    for _ in range(MID_WRITE_RETRIES):
+        try:
+            data.decode("utf-8-sig")
+            return data
+        except UnicodeDecodeError as exc:
+            cut = exc.reason == "unexpected end of data"  # a multi-byte character cut at the end
+        try:
+            now = size()
+        except OSError:
+            return data  # gone: decode_text reports the bytes read
+        if not cut and now == len(data):
+            return data
+        time.sleep(MID_WRITE_WAIT_S)
+        again = reread()
+        changed = changed or again != data
+        data = again
+    try:
+        data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        if not changed:
+            return data  # the same bytes all along: broken as it is, not being written
+        raise UnusableFile(
+            "the file changed while it was read (still being written?); it is read again on the next scan"
+        ) from None
+    return data
 
 
 def decode_text(data: bytes) -> str:

@@ -39,6 +39,7 @@ from chunking.formats import (
     decode_text,
     has_visible_text,
     parse_html,
+    settled_text,
     validate_json,
 )
 from chunking.types import Document
@@ -309,6 +310,11 @@ def resolve_entry(real_root: Path, rel_path: str, path: Path) -> Path:
         mode = real.stat().st_mode
     except OSError as exc:
         raise UnusableFile(f"cannot read file: {exc.strerror or exc}") from None
+    if is_link and stat.S_ISDIR(mode):
+        raise UnusableFile(
+            "symlinked folder: not followed (a link may lead anywhere); add its target folder to the "
+            "collection instead"
+        )
     if not stat.S_ISREG(mode):
         raise UnusableFile(f"not a regular file ({_file_kind(mode)})")
     return real
@@ -339,6 +345,12 @@ def _load(path: Path, doc_id: str, max_bytes: int, *, nofollow: bool) -> Documen
             f"unsupported file type {ext or '(no extension)'!r}; supported: {', '.join(sorted(SUPPORTED_EXTENSIONS))}"
         )
     data = _read_regular_file(path, max_bytes, nofollow=nofollow)
+    if ext not in BINARY_FORMATS:  # a text file caught mid-write is read again, not called broken
+        data = settled_text(
+            data,
+            lambda: _read_regular_file(path, max_bytes, nofollow=nofollow),
+            lambda: os.stat(path).st_size,
+        )
     if not data.strip():
         raise UnusableFile("empty file" if not data else "empty file (whitespace only)")
     metadata: dict = {"path": doc_id, "extension": ext, "size_bytes": len(data)}
@@ -435,7 +447,8 @@ def _markdown_title(text: str) -> str:
 
 def _scan(folder: str, prefix: str, errors: list[OSError]) -> Iterable[tuple[str, os.DirEntry[str]]]:
     """(relative POSIX path, entry) of every non-folder entry under `folder`, sorted like `os.walk`
-    with sorted names (a folder's files, then its sub-folders); symlinked folders are not followed.
+    with sorted names (a folder's files, then its sub-folders); symlinked folders are not followed
+    (they come out as entries, so the skip is reported).
 
     Files, symlinks (to files, dangling or looping) and special files all come out: `resolve_entry`
     decides which may be read. A folder that cannot be listed is reported in `errors`.
@@ -454,7 +467,7 @@ def _scan(folder: str, prefix: str, errors: list[OSError]) -> Iterable[tuple[str
             is_folder = False
         if is_folder and not entry.is_symlink():
             folders.append(entry)
-        elif not is_folder:
+        else:  # files, and symlinked folders: not entered, but reported (`resolve_entry`)
             yield prefix + entry.name, entry
     for entry in folders:
         yield from _scan(entry.path, f"{prefix}{entry.name}/", errors)

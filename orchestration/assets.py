@@ -47,6 +47,7 @@ class CollectionAssets:
     documents_key: AssetKey | None = None
     # documents + chunks/embeddings/bm25/index of every index: what a document change re-runs.
     indexing_keys: list[AssetKey] = field(default_factory=list)
+    index_names: list[str] = field(default_factory=list)  # what those runs publish (the reconciler's)
     evaluation_keys: list[AssetKey] = field(default_factory=list)
     leaderboard_key: AssetKey | None = None
 
@@ -198,7 +199,9 @@ def build_index_assets(
         ) -> MaterializeResult:
             from pipeline.steps.chunks import chunk
 
-            return materialize_result(context, chunk(postgres.store(), spec, embedder.for_config(config)))
+            return materialize_result(
+                context, chunk(postgres.store(), spec, embedder.for_config(config), owner=context.run.run_id)
+            )
 
     else:
 
@@ -206,7 +209,7 @@ def build_index_assets(
         def chunks(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
             from pipeline.steps.chunks import chunk
 
-            return materialize_result(context, chunk(postgres.store(), spec))
+            return materialize_result(context, chunk(postgres.store(), spec, owner=context.run.run_id))
 
     @asset(
         **common("embeddings"),
@@ -220,7 +223,9 @@ def build_index_assets(
     ) -> MaterializeResult:
         from pipeline.steps.embeddings import embed
 
-        return materialize_result(context, embed(postgres.store(), spec, embedder.for_config(config)))
+        return materialize_result(
+            context, embed(postgres.store(), spec, embedder.for_config(config), owner=context.run.run_id)
+        )
 
     @asset(
         **common("bm25"),
@@ -231,7 +236,7 @@ def build_index_assets(
     def bm25(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
         from pipeline.steps.bm25 import index_terms
 
-        return materialize_result(context, index_terms(postgres.store(), spec))
+        return materialize_result(context, index_terms(postgres.store(), spec, owner=context.run.run_id))
 
     @asset(
         **common("index"),
@@ -242,7 +247,7 @@ def build_index_assets(
     def index(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
         from pipeline.steps.index import publish_index
 
-        return materialize_result(context, publish_index(postgres.store(), spec))
+        return materialize_result(context, publish_index(postgres.store(), spec, owner=context.run.run_id))
 
     built = [chunks, embeddings, bm25, index]
     if not with_evaluation:
@@ -355,6 +360,7 @@ def build_collection_assets(collection: CollectionConfig, specs: Sequence[IndexS
         evaluated = has_questions and spec in listed
         built.assets.extend(build_index_assets(collection, spec, with_evaluation=evaluated))
         built.indexing_keys.extend(index_key(spec.name, k) for k in INDEX_KINDS)
+        built.index_names.append(str(spec.name))
         if evaluated:
             built.evaluation_keys.append(index_key(spec.name, "evaluation"))
     if has_questions and listed:

@@ -24,7 +24,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from orchestration import cli_alias, cli_questions, cli_stack, service_file
+from orchestration import cli_alias, cli_lag, cli_questions, cli_stack, service_file
 from orchestration.cli_errors import RuntimeFailure, Stopped, UsageError, report, stops_embedded_postgres
 from orchestration.progress import RunProgress
 
@@ -126,7 +126,12 @@ def cmd_index(args: argparse.Namespace) -> int:
         f"Run {result.run_id} {'succeeded' if result.success else 'FAILED'} in "
         f"{time.perf_counter() - started:.1f} s (visible in `chunkyard ui`)."
     )
-    _print(f"Documents: {summary['documents']}")
+    for collection, counts in sorted(summary["documents"].items()):  # every collection indexed
+        _print(
+            f"Documents: {counts}"
+            if len(summary["documents"]) == 1
+            else f"Documents ({collection}): {counts}"
+        )
     _print(
         f"Chunks (all configs): {summary['staged']} new or changed, {summary['kept']} kept unchanged "
         "(neither re-chunked nor re-embedded)"
@@ -161,7 +166,7 @@ def _run_summary(result) -> dict:
         "reused": 0,
         "staged": 0,
         "kept": 0,
-        "documents": "",
+        "documents": {},  # collection (asset key prefix) -> its documents step's counts
         "failures": [],
         "skipped_files": [],
     }
@@ -184,7 +189,7 @@ def _run_summary(result) -> dict:
             summary["computed"] += int(meta.get("embeddings_computed", 0) or 0)
             summary["reused"] += int(meta.get("embeddings_reused", 0) or 0)
         elif key[-1] == "documents":
-            summary["documents"] = ", ".join(
+            summary["documents"][key[0]] = ", ".join(
                 f"{meta.get(f'documents_{k}', 0)} {k}"
                 for k in ("added", "changed", "deleted", "unchanged", "failed")
             )
@@ -265,7 +270,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from retrieval.db import chunkyard_home, database_url
+    from retrieval.http_guards import exposure_error
 
+    refused = exposure_error(args.host, os.environ.get("CHUNKYARD_API_KEY"))
+    if refused:  # an open API on a network interface: refuse before anything starts
+        raise UsageError(refused)
     os.environ["DATABASE_URL"] = database_url()
     record = service_file.write(chunkyard_home(), args.host, args.port)
     _print(
@@ -386,6 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_questions.add_parser(sub, common)
     cli_alias.add_parser(sub, common)
     cli_stack.add_parser(sub, common)
+    cli_lag.add_parser(sub, common)
     return parser
 
 
@@ -432,6 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "questions": cli_questions.cmd_questions,
             "alias": cli_alias.cmd_alias,
             "stack": cli_stack.cmd_stack,
+            "lag": cli_lag.cmd_lag,
         }
         handler = handlers[args.command]
     debug = bool(getattr(args, "debug", False))

@@ -63,16 +63,13 @@ def cmd_stack(args: argparse.Namespace) -> int:
             from orchestration.cli_errors import UsageError
 
             raise UsageError(f"--{name.replace('_', '-')}: at least 1 second, got {value}")
-    running = stack_local.read_record(home)
+    from orchestration.stack_stop import running_stack
+
+    running = running_stack(stack_local.state_dir(home))  # by stack.json, or by the services' marker
     if running is not None:
-        import psutil
+        from orchestration.cli_errors import UsageError
 
-        if psutil.pid_exists(int(running["pid"])):
-            from orchestration.cli_errors import UsageError
-
-            raise UsageError(
-                f"a stack runs for this project already (pid {running['pid']}); `chunkyard stack down` stops it"
-            )
+        raise UsageError(running)
     target = stack_local.local_target(
         home,
         root,

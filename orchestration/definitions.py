@@ -49,7 +49,11 @@ def build_definitions(
             description="Runs evaluations and leaderboards (and anything downstream) after an index changes.",
         )
     ]
-    document_sensor = build_document_sensor(collections, {n: c.indexing_keys for n, c in built.items()})
+    document_sensor = build_document_sensor(
+        collections,
+        {n: c.indexing_keys for n, c in built.items()},
+        index_names={n: c.index_names for n, c in built.items()},
+    )
     if document_sensor is not None:
         sensors.append(document_sensor)
     schedule = build_nightly_evaluation_schedule(

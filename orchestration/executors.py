@@ -14,11 +14,18 @@ One executor with three modes, chosen per run by `execution: {config: {<mode>: {
 Setting CHUNKYARD_CELERY_BROKER where the code location loads makes `celery` the default mode,
 with that broker and CHUNKYARD_CELERY_BACKEND (default: the broker) as the result backend, so
 runs launched by sensors, automation and the UI go to the workers without run config.
+
+A multiprocess step's process is a `multiprocessing` child of the run's process; loading this module
+there (every step loads the code location) asks Linux to SIGKILL it when that parent dies
+(`die_with_parent`), so a run killed with SIGKILL leaves no step running on as an orphan.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
+import sys
 
 from dagster import Executor, Field, InitExecutorContext, Selector, executor
 from dagster._core.definitions.executor_definition import (
@@ -31,6 +38,7 @@ from dagster._core.definitions.executor_definition import (
 from dagster._core.execution.retries import RetryMode
 from dagster_celery.executor import CELERY_CONFIG, CeleryExecutor
 
+PR_SET_PDEATHSIG = 1  # prctl(2)
 BROKER_ENV = "CHUNKYARD_CELERY_BROKER"
 BACKEND_ENV = "CHUNKYARD_CELERY_BACKEND"
 MODES = ("multiprocess", "in_process", "celery")
@@ -83,3 +91,28 @@ def build_executor():
         return _core_multiprocess_executor_creation(config["multiprocess"])
 
     return chunkyard_executor
+
+
+def die_with_parent() -> bool:
+    """In a spawned `multiprocessing` child (a multiprocess step) on Linux: SIGKILL when the parent dies.
+
+    Recognised by spawn's `--multiprocessing-fork` in `sys.orig_argv`: spawn restores the parent's
+    `sys.argv`, and this module may load while the child is still unpickling, before
+    `multiprocessing.parent_process()` is set. Returns whether it was set; exits at once when the
+    parent is already gone (the child was re-parented to init).
+    """
+    spawned = "--multiprocessing-fork" in getattr(sys, "orig_argv", ())
+    if not spawned or not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() == 1:  # re-parented already: the run's process is gone
+        os._exit(1)
+    return True
+
+
+die_with_parent()

@@ -8,6 +8,7 @@ started by `chunkyard demo`, a sensor or the UI lands in one history the UI show
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
@@ -21,6 +22,7 @@ DAGSTER_SCHEMA = "dagster"
 # model-heavy step at a time keeps a small machine responsive.
 DEFAULT_POOL_LIMIT = 1
 MAX_CONCURRENT_RUNS = 4
+WRITER_TAG = "chunkyard/writer"  # orchestration.reconciling.WRITER_TAG (this module imports no Dagster)
 # How often the daemon's run queue launches queued runs (Dagster's default is 5 s): a run the
 # document sensor requests waits at most this long before its process starts (bench-freshness).
 DEQUEUE_INTERVAL_SECONDS = 1
@@ -36,6 +38,9 @@ FREE_SLOTS_AFTER_RUN_END_SECONDS = 60
 # Optional hard bound on any run's duration (whole seconds): a run past it is failed, with Dagster's
 # "exceeded maximum runtime" message. Unset by default: a large first build may take hours.
 MAX_RUN_SECONDS_ENV = "CHUNKYARD_MAX_RUN_SECONDS"
+# How long `chunkyard instance` retries a database that does not accept connections yet.
+CONNECT_WAIT_ENV = "CHUNKYARD_DB_WAIT"
+CONNECT_WAIT_SECONDS = 60
 
 
 def default_dagster_home() -> Path:
@@ -110,7 +115,14 @@ def instance_config(database_url: str) -> dict:
         },
         "concurrency": {
             "pools": {"default_limit": DEFAULT_POOL_LIMIT, "granularity": "op"},
-            "runs": {"max_concurrent_runs": MAX_CONCURRENT_RUNS},
+            "runs": {
+                "max_concurrent_runs": MAX_CONCURRENT_RUNS,
+                # one indexing run per collection at a time: two runs of one collection would
+                # stage into the same per-index staging area (orchestration.reconciling.WRITER_TAG)
+                "tag_concurrency_limits": [
+                    {"key": WRITER_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
+                ],
+            },
         },
         "run_monitoring": run_monitoring_config(),
         "telemetry": {"enabled": False},
@@ -120,12 +132,28 @@ def instance_config(database_url: str) -> dict:
 
 def create_dagster_schema(database_url: str, schema: str = DAGSTER_SCHEMA) -> None:
     """Create Dagster's schema if needed (dagster-postgres creates its tables in it), after the
-    database's self-check: Dagster's storage retries a crashed server for minutes, we stop at once."""
+    database's self-check: Dagster's storage retries a crashed server for minutes, we stop at once.
+
+    Waits up to CONNECT_WAIT_ENV seconds (default CONNECT_WAIT_SECONDS) for the server to accept
+    connections first: a fresh Compose volume's Postgres restarts once after its init scripts, so
+    the first connections after its health check may still fail.
+    """
     import psycopg
     from psycopg import sql
 
     from retrieval.db import verify_server
 
+    wait = env_int(CONNECT_WAIT_ENV, CONNECT_WAIT_SECONDS, minimum=0, unit="whole seconds") or 0
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            with psycopg.connect(database_url, autocommit=True, connect_timeout=10) as conn:
+                conn.execute("SELECT 1")
+            break
+        except psycopg.OperationalError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(1.0)
     verify_server(database_url)
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))

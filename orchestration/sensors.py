@@ -16,6 +16,13 @@ its generation starts from the clock, so a reset cursor never reuses an earlier 
 Every tick first sweeps dead runs (`orchestration.runs.sweep_dead_runs`): a run killed while it
 held the `embedding` pool slot is failed and its slot freed, so a daemon heals the pool by
 itself; the runs it requests carry `host_tags()` so later sweeps can judge them.
+
+Requests are per collection (tagged `chunkyard/writer`: the instance queues one run per collection at
+a time). The cursor moves on when a change is requested, so every tick ends with the reconciler
+(`orchestration.reconciling`): for each collection that no queued or running run covers, it compares
+the folder, the stored documents and each published index, and requests a run for any gap (a run
+that died mid-way), with backoff between retries and a report after too many. The cursor keeps the
+last request per collection (`requested`) and the gaps already reported as given up (`reported`).
 """
 
 import hashlib
@@ -36,9 +43,17 @@ from dagster import (
 )
 
 from chunking.environment import env_int
+from orchestration.reconciling import (
+    Reconciled,
+    busy_collections,
+    collection_tags,
+    recently_requested,
+    reconcile,
+)
 from orchestration.resources import PostgresResource
 from orchestration.runs import host_tags, sweep_dead_runs
 from pipeline.documents import load_collection_documents, snapshot
+from pipeline.reconcile import RetryPolicy
 from retrieval.config import CollectionConfig
 
 SENSOR_NAME = "document_update_sensor"
@@ -123,13 +138,21 @@ def baseline_from_store(
 
 @dataclass(frozen=True)
 class Cursor:
-    """What the sensor remembers: the changes observed so far and every file's content hash."""
+    """What the sensor remembers: the changes observed so far, every file's content hash, the last
+    request per collection ([run key, time]) and the gaps reported as given up (collection -> digest)."""
 
     generation: int
     hashes: dict[str, dict[str, str]]
+    requested: dict[str, list] = field(default_factory=dict)
+    reported: dict[str, str] = field(default_factory=dict)
 
     def dumps(self) -> str:
-        return json.dumps({"generation": self.generation, "collections": self.hashes}, sort_keys=True)
+        data: dict = {"generation": self.generation, "collections": self.hashes}
+        if self.requested:
+            data["requested"] = self.requested
+        if self.reported:
+            data["reported"] = self.reported
+        return json.dumps(data, sort_keys=True)
 
 
 def parse_cursor(cursor: str | None) -> Cursor | None:
@@ -150,7 +173,16 @@ def parse_cursor(cursor: str | None) -> Cursor | None:
     generation = data.get("generation")
     if isinstance(generation, int) and not isinstance(generation, bool):
         collections = data.get("collections")
-        return Cursor(generation, dict(collections)) if isinstance(collections, dict) else None
+        if not isinstance(collections, dict):
+            return None
+        requested = data.get("requested")
+        reported = data.get("reported")
+        return Cursor(
+            generation,
+            dict(collections),
+            dict(requested) if isinstance(requested, dict) else {},
+            dict(reported) if isinstance(reported, dict) else {},
+        )
     if all(isinstance(v, dict) for v in data.values()):
         return Cursor(0, dict(data))
     return None
@@ -177,10 +209,14 @@ def build_document_sensor(
     collections: Mapping[str, CollectionConfig],
     indexing_keys: Mapping[str, list[AssetKey]],
     *,
+    index_names: Mapping[str, list[str]] | None = None,
     name: str = SENSOR_NAME,
     default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
 ) -> SensorDefinition | None:
-    """The sensor over every folder collection (None when no collection reads folders)."""
+    """The sensor over every folder collection (None when no collection reads folders).
+
+    `index_names` (collection -> the indexes its runs publish) turns on the reconciler.
+    """
     watched = {n: c for n, c in collections.items() if c.folders and n in indexing_keys}
     if not watched:
         return None
@@ -191,7 +227,9 @@ def build_document_sensor(
         description=(
             "Watches the folders of collections "
             + ", ".join(sorted(watched))
-            + ": one run per change set (added, modified, deleted files), deduplicated by content hash."
+            + ": one run per collection and change set (added, modified, deleted files), deduplicated by"
+            " content hash; then re-runs any gap between a folder and its published indexes that no run"
+            " covers (a run that died), with backoff."
         ),
         minimum_interval_seconds=sensor_interval(),
         default_status=default_status,
@@ -199,6 +237,7 @@ def build_document_sensor(
     )
     def document_update_sensor(context: SensorEvaluationContext, postgres: PostgresResource) -> SensorResult:
         sweep(context)
+        now = time.time()
         current = {n: snapshot(c) for n, c in watched.items()}
         cursor = parse_cursor(context.cursor)
         if cursor is None:
@@ -211,39 +250,105 @@ def build_document_sensor(
             generation = cursor.generation + 1
         changes = {n: diff(previous.get(n, {}), current[n]) for n in watched}
         changed = {n: c for n, c in changes.items() if c}
-        if not changed:
-            kept = cursor.generation if cursor is not None else generation
-            return SensorResult(
-                skip_reason=SkipReason("no document changed since the last tick"),
-                cursor=Cursor(kept, current).dumps(),
-            )
-        new_cursor = Cursor(generation, current).dumps()
-        for n, c in changed.items():
-            context.log.info(
-                f"{n}: {len(c.added)} added, {len(c.modified)} modified, {len(c.deleted)} deleted: "
-                + ", ".join([*c.added, *c.modified, *c.deleted][:20])
-            )
-        selection = [k for n in sorted(changed) for k in indexing_keys[n]]
-        tags = {
-            **host_tags(),
-            "chunkyard/generation": str(generation),
-            # The first tick has no cursor: it reconciles the folders with the store (cheap when
-            # nothing changed: unchanged documents are neither re-chunked nor re-embedded).
-            "chunkyard/trigger": "document_update" if context.cursor else "initial_scan",
-            "chunkyard/collections": ",".join(sorted(changed)),
-            "chunkyard/added": str(sum(len(c.added) for c in changed.values())),
-            "chunkyard/modified": str(sum(len(c.modified) for c in changed.values())),
-            "chunkyard/deleted": str(sum(len(c.deleted) for c in changed.values())),
-        }
-        n_changed = sum(len(c.added) + len(c.modified) + len(c.deleted) for c in changed.values())
-        small = n_changed <= IN_PROCESS_MAX_CHANGED
-        tags["chunkyard/executor"] = "in_process" if small else "multiprocess"
-        request = RunRequest(
-            run_key=change_set_key(changed, previous, current, generation),
-            asset_selection=selection,
-            tags=tags,
-            run_config=IN_PROCESS_RUN_CONFIG if small else {},
+        requested = dict(cursor.requested) if cursor is not None else {}
+        reported = dict(cursor.reported) if cursor is not None else {}
+        requests = [
+            change_request(context, n, c, indexing_keys[n], previous, current, generation)
+            for n, c in sorted(changed.items())
+        ]
+        for request in requests:
+            requested[request.tags["chunkyard/collections"]] = [request.run_key, now]
+        reconciled = (
+            run_reconciler(context, postgres, watched, indexing_keys, index_names, requested, now)
+            if index_names is not None
+            else Reconciled()
         )
-        return SensorResult(run_requests=[request], cursor=new_cursor)
+        for line in reconciled.messages:
+            context.log.info(line)
+        for n, digest in reconciled.given_up.items():
+            if reported.get(n) != digest:
+                context.log.warning(f"{n}: gave up reconciling gap {digest}; see the lines above")
+        # a gap stays reported while its collection is covered by a run (not compared this tick)
+        reported = {
+            **{n: d for n, d in reported.items() if n not in reconciled.checked},
+            **reconciled.given_up,
+        }
+        for request in reconciled.requests:
+            requested[request.tags["chunkyard/collections"]] = [request.run_key, now]
+        requests += reconciled.requests
+        kept = generation if changed or cursor is None else cursor.generation
+        new_cursor = Cursor(kept, current, requested, reported).dumps()
+        if not requests:
+            reason = (
+                "; ".join(reconciled.waiting)
+                or "no document changed since the last tick and no index is behind"
+            )
+            return SensorResult(skip_reason=SkipReason(reason), cursor=new_cursor)
+        return SensorResult(run_requests=requests, cursor=new_cursor)
 
     return document_update_sensor
+
+
+def change_request(
+    context: SensorEvaluationContext,
+    name: str,
+    changes: FolderChanges,
+    selection: list[AssetKey],
+    previous: Mapping[str, Mapping[str, str]],
+    current: Mapping[str, Mapping[str, str]],
+    generation: int,
+) -> RunRequest:
+    """The run for one collection's observed change set (its documents and every index of it)."""
+    context.log.info(
+        f"{name}: {len(changes.added)} added, {len(changes.modified)} modified, {len(changes.deleted)} deleted: "
+        + ", ".join([*changes.added, *changes.modified, *changes.deleted][:20])
+    )
+    tags = {
+        **host_tags(),
+        **collection_tags(name),
+        "chunkyard/generation": str(generation),
+        # The first tick has no cursor: it reconciles the folders with the store (cheap when
+        # nothing changed: unchanged documents are neither re-chunked nor re-embedded).
+        "chunkyard/trigger": "document_update" if context.cursor else "initial_scan",
+        "chunkyard/added": str(len(changes.added)),
+        "chunkyard/modified": str(len(changes.modified)),
+        "chunkyard/deleted": str(len(changes.deleted)),
+    }
+    small = len(changes.added) + len(changes.modified) + len(changes.deleted) <= IN_PROCESS_MAX_CHANGED
+    tags["chunkyard/executor"] = "in_process" if small else "multiprocess"
+    return RunRequest(
+        run_key=change_set_key({name: changes}, previous, current, generation),
+        asset_selection=selection,
+        tags=tags,
+        run_config=IN_PROCESS_RUN_CONFIG if small else {},
+    )
+
+
+def run_reconciler(
+    context: SensorEvaluationContext,
+    postgres: PostgresResource,
+    watched: Mapping[str, CollectionConfig],
+    indexing_keys: Mapping[str, list[AssetKey]],
+    index_names: Mapping[str, list[str]],
+    requested: Mapping[str, list],
+    now: float,
+) -> Reconciled:
+    """`orchestration.reconciling.reconcile` for the collections no run covers; never fails the tick."""
+    try:
+        prefixes = {n: indexing_keys[n][0].path[0] for n in watched}
+        skip = busy_collections(context.instance, prefixes) | recently_requested(
+            context.instance, requested, now
+        )
+        return reconcile(
+            context.instance,
+            postgres,
+            watched,
+            {n: (indexing_keys[n], index_names.get(n, [])) for n in watched},
+            skip=skip,
+            policy=RetryPolicy.from_environment(),
+            small_run_config=IN_PROCESS_RUN_CONFIG,
+            small_max=IN_PROCESS_MAX_CHANGED,
+        )
+    except Exception as exc:  # a repair: the change-driven requests of this tick still go out
+        context.log.warning(f"reconciler failed ({exc}); it tries again next tick")
+        return Reconciled()

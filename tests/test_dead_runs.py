@@ -109,3 +109,119 @@ def test_the_sweep_leaves_live_runs_and_other_hosts_alone(instance_home) -> None
     assert sweep_dead_runs(instance) == []  # `mine` has no RUN_START pid: not judged
     assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.STARTED
     assert instance.get_run_by_id(mine.run_id).status == DagsterRunStatus.STARTED
+
+
+MULTIPROCESS_JOB = textwrap.dedent(
+    """
+    import os, sys, time
+    from pathlib import Path
+    from dagster import DagsterInstance, Definitions, asset, define_asset_job, execute_job, reconstructable
+    from orchestration.executors import build_executor
+    from orchestration.runs import host_tags
+
+    @asset
+    def slow_step() -> None:
+        Path(os.environ["STEP_MARKER"]).write_text(str(os.getpid()))
+        time.sleep(600)
+
+    def job():
+        slow_job = define_asset_job("slow_job", selection=[slow_step])
+        defs = Definitions(assets=[slow_step], jobs=[slow_job], executor=build_executor())
+        return defs.resolve_job_def("slow_job")
+
+    if __name__ == "__main__":
+        execute_job(reconstructable(job), instance=DagsterInstance.get(), tags=host_tags())
+    """
+)
+
+
+def test_a_killed_multiprocess_run_takes_its_step_process_with_it(instance_home, tmp_path) -> None:
+    """SIGKILL to the run's process: its step process (a multiprocessing child) dies too, instead of
+    running on as an orphan that records materialisations and holds pool slots for a failed run."""
+    import psutil
+
+    marker = tmp_path / "step.pid"
+    script = tmp_path / "multiprocess_job.py"
+    script.write_text(MULTIPROCESS_JOB)
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(instance_home),
+        "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{tmp_path}",
+        "STEP_MARKER": str(marker),
+    }
+    log = tmp_path / "run.log"
+    with open(log, "wb") as out:
+        worker = subprocess.Popen(
+            [sys.executable, str(script)], env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT
+        )
+    step_pid = None
+    try:
+        deadline = time.monotonic() + 180
+        while not (marker.exists() and marker.read_text()):
+            assert worker.poll() is None, f"the run exited before its step started: {log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, "the step never started"
+            time.sleep(0.2)
+        step_pid = int(marker.read_text())
+        assert step_pid != worker.pid and psutil.Process(step_pid).ppid() == worker.pid
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while _running(step_pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _running(step_pid), "the step process outlived its run's process"
+        from dagster import DagsterInstance
+
+        from orchestration.runs import sweep_dead_runs
+
+        instance = DagsterInstance.get()
+        swept = [instance.get_run_by_id(run_id).job_name for run_id in sweep_dead_runs(instance)]
+        assert "slow_job" in swept  # the killed run, failed now
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        if step_pid is not None and _running(step_pid):
+            os.kill(step_pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_the_sweep_kills_a_step_process_its_dead_run_left(instance_home) -> None:
+    """A step process still alive after its run's process died (its STEP_START pid) is killed by the sweep."""
+    import uuid
+
+    from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRunStatus
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    from orchestration.runs import host_tags, sweep_dead_runs
+
+    instance = DagsterInstance.get()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    step = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        run = instance.add_run(
+            DagsterRun(
+                job_name="dead", run_id=uuid.uuid4().hex, status=DagsterRunStatus.STARTED, tags=host_tags()
+            )
+        )
+        instance.report_dagster_event(
+            DagsterEvent(DagsterEventType.RUN_START.value, job_name="dead", pid=gone.pid), run.run_id
+        )
+        instance.report_dagster_event(
+            DagsterEvent(
+                DagsterEventType.STEP_START.value, job_name="dead", step_key="embeddings", pid=step.pid
+            ),
+            run.run_id,
+        )
+        assert run.run_id in sweep_dead_runs(instance)  # (with any dead run an earlier test left)
+        assert step.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if step.poll() is None:
+            step.kill()

@@ -177,10 +177,10 @@ def test_docker_compose_parses_and_wires_the_services() -> None:
     for name in ("instance", "dagster-webserver", "dagster-daemon", "query"):
         service = services[name]
         assert service["build"]["dockerfile"] == "docker/Dockerfile"
-        # dagster.yaml names the password by this variable: every Dagster process needs it set.
-        assert service["environment"]["DAGSTER_PG_PASSWORD"] == "${POSTGRES_PASSWORD:-chunkyard}"
-    assert services["dagster-webserver"]["ports"] == ["3000:3000"]
-    assert services["query"]["ports"] == ["8000:8000"]
+        # dagster.yaml names the password by DAGSTER_PG_PASSWORD: secret_env sets it from the secret
+        assert service["entrypoint"][-1] == "orchestration.secret_env"
+    assert services["dagster-webserver"]["ports"] == ["127.0.0.1:3000:3000"]
+    assert services["query"]["ports"] == ["${CHUNKYARD_BIND:-127.0.0.1}:8000:8000"]
     commands = " ".join(" ".join(s.get("command", [])) for s in services.values())
     assert "-m orchestration.definitions" in commands
     cli_commands = set(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]

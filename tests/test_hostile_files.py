@@ -348,3 +348,47 @@ def test_hostile_folders_never_raise_and_every_good_file_loads(entries) -> None:
             failure.path.encode("utf-8")
             assert failure.reason
         assert {rel for rel, _ in list_files(root)} <= set(by_id) | {f.path for f in failures}
+
+
+# -- issue 27 #9: every skip reported, a file mid-write retried ----------------------------------
+
+
+def test_a_symlinked_folder_is_reported_not_followed(tmp_path: Path) -> None:
+    root = tmp_path / "docs"
+    _write(root, "guide.md", GOOD["guide.md"])
+    _write(root, "real/inside.md", "# Inside\n\nReached through its own path only.\n")
+    _write(tmp_path, "elsewhere/secret.md", "# Secret\n\nOutside the folder.\n")
+    (root / "inner-link").symlink_to(root / "real", target_is_directory=True)
+    (root / "outer-link").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    documents, failures = load_folder(root)
+    assert sorted(d.id for d in documents) == ["guide.md", "real/inside.md"]
+    reasons = _reasons(failures)
+    assert reasons["inner-link"].startswith("symlinked folder: not followed")
+    assert reasons["outer-link"].startswith("symlink points outside the documents folder")
+
+
+def test_a_text_file_caught_mid_write_is_read_again_not_called_broken(tmp_path: Path) -> None:
+    """The writer has written half of a two-byte character when the scan reads; it finishes 0.3 s later."""
+    import threading
+    import time
+
+    text = "# Café\n\nThe crème brûlée recipe, appended while the scan reads.\n"
+    data = text.encode("utf-8")
+    cut = data.index("é".encode()) + 1  # inside the first 'é'
+    path = _write(tmp_path, "recipe.md", data[:cut])
+
+    def finish() -> None:
+        time.sleep(0.3)
+        with open(path, "ab") as handle:
+            handle.write(data[cut:])
+
+    writer = threading.Thread(target=finish)
+    writer.start()
+    documents, failures = load_folder(tmp_path)
+    writer.join()
+    assert failures == [] and [d.text for d in documents] == [text]
+
+    # a file that stays cut is still reported as bad UTF-8 (nothing is being written)
+    _write(tmp_path, "recipe.md", data[:cut])
+    _, failures = load_folder(tmp_path)
+    assert _reasons(failures)["recipe.md"].startswith("not valid UTF-8")

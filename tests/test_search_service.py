@@ -78,6 +78,7 @@ def test_indexes_health_and_readiness(http: TestClient, index_name: str) -> None
     assert ready.status_code == 200 and ready.json()["status"] == "ready"
     listed = {i["name"]: i for i in http.get("/v1/indexes").json()}
     assert listed[index_name]["version"] == 1 and listed[index_name]["chunk_count"] == 4
+    assert listed[index_name]["lag"]["documents_behind"] == 0  # retrieval.lag: nothing unindexed
     assert "/v1/search" in http.get("/openapi.json").json()["paths"]
 
 

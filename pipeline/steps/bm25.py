@@ -8,6 +8,6 @@ from retrieval.indexing.terms import stage_bm25
 from retrieval.store import Store
 
 
-def index_terms(store: Store, spec: IndexSpec) -> StepReport:
-    """Stage the BM25 postings of every staged chunk."""
-    return StepReport(metadata=dict(stage_bm25(store, spec).as_metadata()))
+def index_terms(store: Store, spec: IndexSpec, *, owner: str | None = None) -> StepReport:
+    """Stage the BM25 postings of every staged chunk, as run `owner`."""
+    return StepReport(metadata=dict(stage_bm25(store, spec, owner=owner).as_metadata()))

@@ -18,10 +18,12 @@ def needs_model(config: IndexConfig) -> bool:
     return needs_embedding_model(config.chunker)
 
 
-def chunk(store: Store, spec: IndexSpec, embedder: Embedder | None = None) -> StepReport:
-    """Stage the chunks; checks: exact spans, no empty chunk, within the model's input limit."""
+def chunk(
+    store: Store, spec: IndexSpec, embedder: Embedder | None = None, *, owner: str | None = None
+) -> StepReport:
+    """Stage the chunks as run `owner`; checks: exact spans, no empty chunk, within the model's input limit."""
     config = spec.config
-    staged = stage_chunks(store, spec, embedding_model=embedder)
+    staged = stage_chunks(store, spec, embedding_model=embedder, owner=owner)
     limit = embedder.max_seq_length if embedder is not None else model_token_limit(config.embedding_model)
     documents = checks.staged_documents(store, spec.name)
     return StepReport(

@@ -10,9 +10,9 @@ from retrieval.indexing.embeddings import stage_embeddings
 from retrieval.store import Store
 
 
-def embed(store: Store, spec: IndexSpec, embedder: Embedder) -> StepReport:
-    """Stage the vectors; check: one vector per staged chunk, of the model's dimension."""
-    staged = stage_embeddings(store, spec, embedder)
+def embed(store: Store, spec: IndexSpec, embedder: Embedder, *, owner: str | None = None) -> StepReport:
+    """Stage the vectors as run `owner`; check: one vector per staged chunk, of the model's dimension."""
+    staged = stage_embeddings(store, spec, embedder, owner=owner)
     documents = checks.staged_documents(store, spec.name)
     return StepReport(
         metadata=dict(staged.as_metadata()),

@@ -6,22 +6,27 @@ from pipeline import checks
 from pipeline.report import StepReport
 from retrieval.config import IndexSpec
 from retrieval.indexing.publishing import publish
+from retrieval.lag import index_lag
 from retrieval.store import Store
 
 
-def publish_index(store: Store, spec: IndexSpec) -> StepReport:
-    """Publish; checks: published spans, one vector per chunk, BM25 count and length equal the chunks'.
+def publish_index(store: Store, spec: IndexSpec, *, owner: str | None = None) -> StepReport:
+    """Publish run `owner`'s staging; checks: published spans, one vector per chunk, BM25 count and length equal the chunks'.
 
     The span check reads the documents this publish wrote; the rest of the index is covered by their
     unchanged hashes (see `checks.check_spans`), so a one-document update does not re-read them all.
     """
     written = checks.staged_documents(store, spec.name)["chunked"]
-    published = publish(store, spec)
+    published = publish(store, spec, owner=owner)
     scope = None if published.full_rebuild else written  # the rest was checked when published
     info = store.index_info(spec.name) or {}
     dim = int(info.get("dim") or 0)  # 0: nothing published yet, any single dimension passes
+    # what the index is still behind after this publish (changes that arrived while it ran)
+    behind = index_lag(store, spec.name, spec.collection).as_dict()
+    lag = {"documents_behind": behind["documents_behind"]}
+    lag["oldest_unindexed_change"] = behind["oldest_unindexed_change"] or "-"
     return StepReport(
-        metadata=dict(published.as_metadata()),
+        metadata={**published.as_metadata(), **lag},
         checks=[
             checks.check_spans(store, spec.collection, spec.name, "published", doc_ids=written),
             checks.check_published_embeddings(store, spec.name, dim, doc_ids=scope),

@@ -6,7 +6,7 @@ import time
 from typing import TYPE_CHECKING
 
 import numpy as np
-from psycopg import sql
+from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
 
 from chunking.base import BaseChunker
@@ -41,26 +41,60 @@ def stage_chunks(
     embedding_model: Embedder | None = None,
     *,
     chunker: BaseChunker | None = None,
+    owner: str | None = None,
 ) -> ChunkStageReport:
     """Chunk added and changed documents (vs what the published index was built from) into staging.
 
     Removed and changed documents are recorded as staged removals. Re-running replaces the staging
     area of this index, so it is idempotent. A config whose hash differs from the published one
     re-chunks every document (a full rebuild, still published atomically). `chunker` overrides the
-    one built from `spec.config.chunker` (it must set `config_key` to the config hash).
+    one built from `spec.config.chunker` (it must set `config_key` to the config hash). `owner` (a
+    run id) becomes the staging's owner: the later stages of other runs stop (`staging.check_owner`).
+    The documents and the published state are read under the index row's lock, so a publish that
+    lands meanwhile is seen (its documents are not staged twice).
     """
     started = time.perf_counter()
     store.migrate()
     info = store.ensure_index(spec)
     index_name = spec.name
     report = ChunkStageReport(index=index_name)
-    current = store.document_hashes(spec.collection)
-    with store.connection() as conn:
-        built = dict(
-            conn.execute(
-                "SELECT doc_id, sha256 FROM index_documents WHERE index_name = %s", (index_name,)
-            ).fetchall()
+    parts = partition_names(index_name)
+    with store.connection() as conn, conn.transaction():
+        conn.execute("SELECT 1 FROM indexes WHERE name = %s FOR UPDATE", (index_name,))
+        _stage(store, conn, spec, info, report, parts, embedding_model, chunker, owner)
+        report.seconds = report.chunk_stage_seconds = round(time.perf_counter() - started, 3)
+        report.load_seconds, report.chunk_seconds = (
+            round(report.load_seconds, 3),
+            round(report.chunk_seconds, 3),
         )
+        merge_stage_report(conn, index_name, report.as_metadata())
+    return report
+
+
+def _stage(
+    store: Store,
+    conn: Connection,
+    spec: IndexSpec,
+    info: dict,
+    report: ChunkStageReport,
+    parts: dict[str, str],
+    embedding_model: Embedder | None,
+    chunker: BaseChunker | None,
+    owner: str | None,
+) -> None:
+    """The body of `stage_chunks`, inside its transaction (the index row locked)."""
+    index_name = spec.name
+    info = store.index_info(index_name) or info  # as of the lock: a publish may have landed meanwhile
+    current = dict(
+        conn.execute(
+            "SELECT doc_id, sha256 FROM documents WHERE collection = %s", (spec.collection,)
+        ).fetchall()
+    )
+    built = dict(
+        conn.execute(
+            "SELECT doc_id, sha256 FROM index_documents WHERE index_name = %s", (index_name,)
+        ).fetchall()
+    )
     report.full_rebuild = bool(info["version"] > 0 and info["config_hash"] != spec.config.config_hash)
     previous = {} if report.full_rebuild else built
     added = sorted(d for d in current if d not in previous)
@@ -79,113 +113,101 @@ def stage_chunks(
         chunker = build_chunker(
             spec.config.chunker, config_key=spec.config.config_hash, embedding_model=embedding_model
         )
-    parts = partition_names(index_name)
-    with store.connection() as conn, conn.transaction():
-        conn.execute("SELECT 1 FROM indexes WHERE name = %s FOR UPDATE", (index_name,))
-        clear_staging(conn, index_name)
-        conn.execute(
-            "INSERT INTO staged_runs (index_name, config_hash, full_rebuild) VALUES (%s, %s, %s)",
-            (index_name, spec.config.config_hash, report.full_rebuild),
-        )
-        if removals:
-            with conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO staged_removals (index_name, doc_id) VALUES (%s, %s)",
-                    [(index_name, d) for d in removals],
-                )
-        # counted over the removed documents only (the doc_id index), not the whole partition: the
-        # published chunk count (BM25's N, checked against the partition at every publish) gives the rest
-        if removals:
-            report.chunks_to_delete = int(
-                conn.execute(
-                    sql.SQL("SELECT count(*) FROM {} WHERE index_name = %s AND doc_id = ANY(%s)").format(
-                        sql.Identifier(parts["chunks"])
-                    ),
-                    (index_name, removals),
-                ).fetchone()[0]
-            )
-        report.chunks_kept = max(int(info["chunk_count"]) - report.chunks_to_delete, 0)
-
-        to_chunk = added + changed
-        seen: set[str] = set()
+    clear_staging(conn, index_name)
+    conn.execute(
+        "INSERT INTO staged_runs (index_name, config_hash, full_rebuild, report) VALUES (%s, %s, %s, %s)",
+        (index_name, spec.config.config_hash, report.full_rebuild, Jsonb({"owner": owner} if owner else {})),
+    )
+    if removals:
         with conn.cursor() as cur:
-            for i in range(0, len(to_chunk), CHUNK_DOC_BATCH):
-                load_started = time.perf_counter()
-                docs = store.documents(spec.collection, to_chunk[i : i + CHUNK_DOC_BATCH])
-                report.load_seconds += time.perf_counter() - load_started
-                cur.executemany(
-                    "INSERT INTO staged_documents (index_name, doc_id, sha256) VALUES (%s, %s, %s)",
-                    [(index_name, d.id, d.sha256) for d in docs],
-                )
-                chunk_started = time.perf_counter()
-                chunk_lists = chunker.chunk_batch(docs)  # type: ignore[union-attr]
-                report.chunk_seconds += time.perf_counter() - chunk_started
-                rows = []
-                vectors = []
-                for doc, chunks in zip(docs, chunk_lists, strict=True):
-                    language = {METADATA_KEY: lang} if (lang := document_language(doc)) else {}
-                    for chunk in chunks:
-                        _check_chunk(chunk, doc)
-                        chunk_id = chunk.chunk_id
-                        if chunk_id in seen:
-                            report.duplicate_chunks_dropped += 1
-                            continue
-                        seen.add(chunk_id)
-                        metadata = {**language, **without_locations(doc.metadata), **chunk.metadata}
-                        rows.append(
-                            (
-                                index_name,
-                                chunk_id,
-                                chunk.doc_id,
-                                chunk.start,
-                                chunk.end,
-                                chunk.text,
-                                chunk.embed_text or "",
-                                int(chunk.token_count or 0),
-                                chunk.content_hash,
-                                Jsonb(metadata),
-                                chunk.parent_id,
-                            )
-                        )
-                        if chunk.embedding is not None:  # late chunking: stored as computed
-                            vectors.append(
-                                (index_name, chunk_id, np.asarray(chunk.embedding, dtype=np.float32))
-                            )
-                with cur.copy(
-                    'COPY staged_chunks (index_name, chunk_id, doc_id, start, "end", text, embed_text,'
-                    " token_count, content_hash, metadata, parent_id) FROM STDIN (FORMAT BINARY)"
-                ) as copy:
-                    copy.set_types(
-                        [
-                            "text",
-                            "text",
-                            "text",
-                            "int4",
-                            "int4",
-                            "text",
-                            "text",
-                            "int4",
-                            "text",
-                            "jsonb",
-                            "text",
-                        ]
-                    )
-                    for row in rows:
-                        copy.write_row(row)
-                if vectors:
-                    with cur.copy(
-                        "COPY staged_embeddings (index_name, chunk_id, embedding) FROM STDIN (FORMAT BINARY)"
-                    ) as copy:
-                        copy.set_types(["text", "text", "vector"])
-                        for row in vectors:
-                            copy.write_row(row)
-                report.chunks_staged += len(rows)
-                report.chunks_precomputed_embeddings += len(vectors)
-        analyze_staged(conn, report.chunks_staged, "staged_chunks", "staged_embeddings")
-        report.seconds = report.chunk_stage_seconds = round(time.perf_counter() - started, 3)
-        report.load_seconds, report.chunk_seconds = (
-            round(report.load_seconds, 3),
-            round(report.chunk_seconds, 3),
+            cur.executemany(
+                "INSERT INTO staged_removals (index_name, doc_id) VALUES (%s, %s)",
+                [(index_name, d) for d in removals],
+            )
+    # counted over the removed documents only (the doc_id index), not the whole partition: the
+    # published chunk count (BM25's N, checked against the partition at every publish) gives the rest
+    if removals:
+        report.chunks_to_delete = int(
+            conn.execute(
+                sql.SQL("SELECT count(*) FROM {} WHERE index_name = %s AND doc_id = ANY(%s)").format(
+                    sql.Identifier(parts["chunks"])
+                ),
+                (index_name, removals),
+            ).fetchone()[0]
         )
-        merge_stage_report(conn, index_name, report.as_metadata())
-    return report
+    report.chunks_kept = max(int(info["chunk_count"]) - report.chunks_to_delete, 0)
+
+    to_chunk = added + changed
+    seen: set[str] = set()
+    with conn.cursor() as cur:
+        for i in range(0, len(to_chunk), CHUNK_DOC_BATCH):
+            load_started = time.perf_counter()
+            docs = store.documents(spec.collection, to_chunk[i : i + CHUNK_DOC_BATCH])
+            report.load_seconds += time.perf_counter() - load_started
+            cur.executemany(
+                "INSERT INTO staged_documents (index_name, doc_id, sha256) VALUES (%s, %s, %s)",
+                [(index_name, d.id, d.sha256) for d in docs],
+            )
+            chunk_started = time.perf_counter()
+            chunk_lists = chunker.chunk_batch(docs)  # type: ignore[union-attr]
+            report.chunk_seconds += time.perf_counter() - chunk_started
+            rows = []
+            vectors = []
+            for doc, chunks in zip(docs, chunk_lists, strict=True):
+                language = {METADATA_KEY: lang} if (lang := document_language(doc)) else {}
+                for chunk in chunks:
+                    _check_chunk(chunk, doc)
+                    chunk_id = chunk.chunk_id
+                    if chunk_id in seen:
+                        report.duplicate_chunks_dropped += 1
+                        continue
+                    seen.add(chunk_id)
+                    metadata = {**language, **without_locations(doc.metadata), **chunk.metadata}
+                    rows.append(
+                        (
+                            index_name,
+                            chunk_id,
+                            chunk.doc_id,
+                            chunk.start,
+                            chunk.end,
+                            chunk.text,
+                            chunk.embed_text or "",
+                            int(chunk.token_count or 0),
+                            chunk.content_hash,
+                            Jsonb(metadata),
+                            chunk.parent_id,
+                        )
+                    )
+                    if chunk.embedding is not None:  # late chunking: stored as computed
+                        vectors.append((index_name, chunk_id, np.asarray(chunk.embedding, dtype=np.float32)))
+            with cur.copy(
+                'COPY staged_chunks (index_name, chunk_id, doc_id, start, "end", text, embed_text,'
+                " token_count, content_hash, metadata, parent_id) FROM STDIN (FORMAT BINARY)"
+            ) as copy:
+                copy.set_types(
+                    [
+                        "text",
+                        "text",
+                        "text",
+                        "int4",
+                        "int4",
+                        "text",
+                        "text",
+                        "int4",
+                        "text",
+                        "jsonb",
+                        "text",
+                    ]
+                )
+                for row in rows:
+                    copy.write_row(row)
+            if vectors:
+                with cur.copy(
+                    "COPY staged_embeddings (index_name, chunk_id, embedding) FROM STDIN (FORMAT BINARY)"
+                ) as copy:
+                    copy.set_types(["text", "text", "vector"])
+                    for row in vectors:
+                        copy.write_row(row)
+            report.chunks_staged += len(rows)
+            report.chunks_precomputed_embeddings += len(vectors)
+    analyze_staged(conn, report.chunks_staged, "staged_chunks", "staged_embeddings")

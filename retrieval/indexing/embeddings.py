@@ -106,9 +106,13 @@ class _CacheWriter:
 
 
 def stage_embeddings(
-    store: Store, spec: IndexSpec, embedder: Embedder | EndpointEmbedder
+    store: Store, spec: IndexSpec, embedder: Embedder | EndpointEmbedder, *, owner: str | None = None
 ) -> EmbeddingStageReport:
-    """Vectors for every staged chunk: from the cache (model, content hash) or computed and cached."""
+    """Vectors for every staged chunk: from the cache (model, content hash) or computed and cached.
+
+    The vectors are written only while `owner` still owns the staging (checked under the row lock in
+    the writing transaction): a run that re-staged meanwhile staged other texts for the same chunk ids.
+    """
     from chunking.models import resolve_model_path
 
     started = time.perf_counter()
@@ -122,7 +126,7 @@ def stage_embeddings(
     report = EmbeddingStageReport(index=index_name, model_id=embedder.model_id)
     report.model_max_tokens = int(embedder.max_seq_length)
     with store.connection() as conn:
-        config_hash, _, _ = staged_run(conn, index_name, "stage_embeddings")
+        config_hash, _, _ = staged_run(conn, index_name, "stage_embeddings", owner)
         if config_hash != spec.config.config_hash:
             raise IndexingError(
                 f"stage_embeddings: {index_name!r} was staged with another config; re-run stage_chunks"
@@ -190,6 +194,7 @@ def stage_embeddings(
         report.embed_tokens_per_second = round(report.tokens_embedded / max(embed_seconds, 1e-9), 1)
     write_started = time.perf_counter()
     with store.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        staged_run(conn, index_name, "stage_embeddings", owner)  # still ours, locked until commit
         with cur.copy(
             "COPY staged_embeddings (index_name, chunk_id, embedding) FROM STDIN (FORMAT BINARY)"
         ) as copy:

@@ -15,7 +15,7 @@ from retrieval.bm25 import refresh_stats
 from retrieval.config import IndexSpec
 from retrieval.indexing.hnsw import check_storage, create_hnsw, has_graph
 from retrieval.indexing.reports import IndexingError, PublishReport, stage_timings
-from retrieval.indexing.staging import clear_staging
+from retrieval.indexing.staging import check_owner, clear_staging
 from retrieval.languages import published_config
 from retrieval.migrations import STAGING_TABLES
 from retrieval.store import Store, partition_names
@@ -28,8 +28,12 @@ VACUUM_MIN_DEAD = 1000
 VACUUM_DEAD_SHARE = 0.2
 
 
-def publish(store: Store, spec: IndexSpec) -> PublishReport:
-    """Apply everything staged for the index in ONE transaction and bump its version."""
+def publish(store: Store, spec: IndexSpec, *, owner: str | None = None) -> PublishReport:
+    """Apply everything staged for the index in ONE transaction and bump its version.
+
+    With `owner`, only that run's staging is applied (`staging.check_owner`); before anything is
+    applied, every staged vector must equal the cached embedding of its chunk's text (`_check_vectors`).
+    """
     started = time.perf_counter()
     index_name = spec.name
     parts = partition_names(index_name)
@@ -52,6 +56,7 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
             "SELECT config_hash, full_rebuild, model_id, report FROM staged_runs WHERE index_name = %s",
             (index_name,),
         ).fetchone()
+        check_owner("publish", index_name, owner, (run[3] or {}).get("owner") if run else None)
         if run is None:  # nothing staged: the published index is already current
             report.version = version
             report.chunks_total, report.documents_total = _sizes(conn, index_name, chunks_t)
@@ -100,6 +105,7 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
             )
         if missing_terms:
             raise IndexingError(f"publish: {missing_terms} staged chunks have no BM25 terms; run stage_bm25")
+        report.vectors_checked = _check_vectors(conn, index_name, model_id, report.staged)
         dims = conn.execute(
             "SELECT DISTINCT vector_dims(embedding) FROM staged_embeddings WHERE index_name = %s",
             (index_name,),
@@ -228,6 +234,33 @@ def publish(store: Store, spec: IndexSpec) -> PublishReport:
     report.seconds = round(time.perf_counter() - started, 3)
     report.timings = stage_timings(report.staged, report.seconds, report.hnsw_seconds)
     return report
+
+
+def _check_vectors(conn: Connection, index_name: str, model_id: str | None, staged: dict) -> int:
+    """Every staged vector is the model's embedding of its own chunk's text: it equals the cache's
+    vector for the chunk's content hash (the embeddings stage caches every vector it computes).
+
+    A mismatch means two runs' stages crossed (text of one, vector of the other): publishing it
+    would serve a vector for text it does not embed, for as long as the document stays unchanged.
+    Vectors computed while chunking (late chunking: in the context of the whole document) have no
+    cache entry and are not checked. Returns the number of vectors checked.
+    """
+    if model_id is None or int(staged.get("chunks_precomputed_embeddings") or 0) > 0:
+        return 0
+    checked, wrong, example = conn.execute(
+        "SELECT count(*), count(*) FILTER (WHERE c.embedding IS DISTINCT FROM e.embedding),"
+        " min(s.chunk_id) FILTER (WHERE c.embedding IS DISTINCT FROM e.embedding)"
+        " FROM staged_chunks s JOIN staged_embeddings e ON e.index_name = s.index_name AND e.chunk_id = s.chunk_id"
+        " LEFT JOIN embedding_cache c ON c.model_id = %s AND c.content_hash = s.content_hash"
+        " WHERE s.index_name = %s",
+        (model_id, index_name),
+    ).fetchone()
+    if wrong:
+        raise IndexingError(
+            f"publish: {wrong} staged vector(s) of {index_name!r} are not the embedding of their chunk's "
+            f"text (e.g. chunk {example!r}); nothing published, re-run the index's stages"
+        )
+    return int(checked)
 
 
 def _remove_chunks(

@@ -103,6 +103,7 @@ class PublishReport:
     seconds: float = 0.0
     hnsw_seconds: float = 0.0
     tables_vacuumed: int = 0  # after the publish (see `publishing._vacuum_bloated`)
+    vectors_checked: int = 0  # staged vectors found equal to their text's cached embedding
     vector_storage: str = "vector"  # the HNSW graph's type (`vector` or `halfvec`)
     postgres_version: str = ""  # the server the index was published on (`server_version`)
     pgvector_version: str = ""  # its `vector` extension (`pg_extension.extversion`)

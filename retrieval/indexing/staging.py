@@ -1,4 +1,11 @@
-"""The staging area shared by the stages: one `staged_runs` row per index plus the `staged_*` tables."""
+"""The staging area shared by the stages: one `staged_runs` row per index plus the `staged_*` tables.
+
+One writer per index: `stage_chunks` records its run as the staging's owner (`report->>'owner'`);
+every later stage of that run checks the owner, under a lock on the `staged_runs` row, in the same
+transaction as its writes. A later run of the collection that re-stages the index takes it over and
+the earlier run stops at its next stage (`StagingTakenOver`), so no stage ever writes vectors or
+postings into chunks another run staged, and publish only applies its own run's staging.
+"""
 
 from __future__ import annotations
 
@@ -40,11 +47,34 @@ def clear_staging(conn: Connection, index_name: str, tables: tuple[str, ...] | N
             )
 
 
-def staged_run(conn: Connection, index_name: str, step: str) -> tuple[str, bool, str | None]:
-    """(config hash, full rebuild, model id) of what stage_chunks staged; an error names `step`."""
+class StagingTakenOver(IndexingError):
+    """A later run re-staged the index: this run's stages stop (that run publishes the newer documents)."""
+
+
+def check_owner(step: str, index_name: str, owner: str | None, current: str | None) -> None:
+    """Raise `StagingTakenOver` unless `owner` (None: no owner to check) still owns the staging."""
+    if owner is not None and current != owner:
+        raise StagingTakenOver(
+            f"{step}: the staging of index {index_name!r} now belongs to run {current or 'none'}, not "
+            f"{owner}: a later run of this collection re-staged it and publishes the newer documents"
+        )
+
+
+def staged_run(
+    conn: Connection, index_name: str, step: str, owner: str | None = None
+) -> tuple[str, bool, str | None]:
+    """(config hash, full rebuild, model id) of what stage_chunks staged; an error names `step`.
+
+    Locks the `staged_runs` row until the transaction ends and checks that `owner` staged it.
+    """
     row = conn.execute(
-        "SELECT config_hash, full_rebuild, model_id FROM staged_runs WHERE index_name = %s", (index_name,)
+        "SELECT config_hash, full_rebuild, model_id, report->>'owner' FROM staged_runs"
+        " WHERE index_name = %s FOR UPDATE",
+        (index_name,),
     ).fetchone()
     if row is None:
+        if owner is not None:
+            check_owner(step, index_name, owner, None)
         raise IndexingError(f"{step}: nothing staged for index {index_name!r}; run stage_chunks first")
+    check_owner(step, index_name, owner, row[3])
     return row[0], bool(row[1]), row[2]

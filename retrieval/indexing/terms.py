@@ -12,18 +12,18 @@ from retrieval.languages import index_analysis
 from retrieval.store import Store
 
 
-def stage_bm25(store: Store, spec: IndexSpec) -> Bm25StageReport:
+def stage_bm25(store: Store, spec: IndexSpec, *, owner: str | None = None) -> Bm25StageReport:
     """Term frequencies and lengths of every staged chunk's `embed_text`, for the inverted index.
 
     `analyzer: auto` is resolved here (`retrieval.languages.index_analysis`); the choice is staged
-    for publish, which records it in the published config.
+    for publish, which records it in the published config. Writes only while `owner` owns the staging.
     """
     started = time.perf_counter()
     index_name = spec.name
     report = Bm25StageReport(index=index_name)
     terms_seen: set[str] = set()
     with store.connection() as conn, conn.transaction():
-        config_hash, full_rebuild, _ = staged_run(conn, index_name, "stage_bm25")
+        config_hash, full_rebuild, _ = staged_run(conn, index_name, "stage_bm25", owner)
         if config_hash != spec.config.config_hash:
             raise IndexingError(
                 f"stage_bm25: {index_name!r} was staged with another config; re-run stage_chunks"

@@ -1,0 +1,40 @@
+"""`chunkyard lag`: how far each published index is behind its collection's documents (`retrieval.lag`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    lag = sub.add_parser(
+        "lag", help="documents each index is behind, and its oldest unindexed change", parents=[common]
+    )
+    lag.add_argument("collection", nargs="?", help="one collection (default: every index)")
+    lag.add_argument("--json", action="store_true", help="as JSON")
+
+
+def cmd_lag(args: argparse.Namespace) -> int:
+    from retrieval.db import database_url
+    from retrieval.lag import index_lags
+    from retrieval.store import Store
+
+    store = Store(database_url())
+    try:
+        lags = index_lags(store, args.collection)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps({lag.index: lag.as_dict() for lag in lags}, indent=2))
+        return 0
+    if not lags:
+        print("No index yet: `chunkyard index` builds them.")
+    for lag in lags:
+        facts = lag.as_dict()
+        oldest = facts["oldest_unindexed_change"]
+        print(
+            f"{lag.index}: {lag.documents_behind} document(s) behind ({facts['documents_added']} added, "
+            f"{facts['documents_changed']} changed, {facts['documents_deleted']} deleted)"
+            + (f", oldest unindexed change {oldest}" if oldest else "")
+        )
+    return 0

@@ -1,0 +1,83 @@
+"""How far each published index is behind its collection's stored documents (what it still serves stale).
+
+The `documents` table holds what the last documents sync read; `index_documents` holds the sha256 of
+every document an index was built from. They differ after a change whose run died between the two
+(or while a run is still under way): documents added or changed since the index was published, and
+documents the index still serves that are no longer stored. The reconciler (`pipeline.reconcile`)
+re-runs what this finds; `/v1/indexes`, `chunkyard lag` and the publish metadata show it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from retrieval.store import Store
+
+
+@dataclass(frozen=True)
+class IndexLag:
+    """One index against its collection's documents; `oldest_change` is the earliest `updated_at`
+    of a stored document the index lacks or has an older version of (a deletion leaves no time)."""
+
+    index: str
+    collection: str
+    added: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    oldest_change: datetime | None = None
+
+    @property
+    def documents_behind(self) -> int:
+        return len(self.added) + len(self.changed) + len(self.deleted)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form `/v1/indexes` and the asset metadata show."""
+        return {
+            "documents_behind": self.documents_behind,
+            "documents_added": len(self.added),
+            "documents_changed": len(self.changed),
+            "documents_deleted": len(self.deleted),
+            "oldest_unindexed_change": self.oldest_change.isoformat() if self.oldest_change else None,
+        }
+
+
+def index_lag(store: Store, index_name: str, collection: str) -> IndexLag:
+    """What index `index_name` (of `collection`) lacks, holds stale, or still serves after a deletion."""
+    with store.connection() as conn:
+        rows = conn.execute(
+            "SELECT d.doc_id, i.doc_id IS NULL, d.updated_at FROM documents d"
+            " LEFT JOIN index_documents i ON i.index_name = %s AND i.doc_id = d.doc_id"
+            " WHERE d.collection = %s AND (i.doc_id IS NULL OR i.sha256 <> d.sha256) ORDER BY d.doc_id",
+            (index_name, collection),
+        ).fetchall()
+        deleted = [
+            doc_id
+            for (doc_id,) in conn.execute(
+                "SELECT i.doc_id FROM index_documents i WHERE i.index_name = %s AND NOT EXISTS"
+                " (SELECT 1 FROM documents d WHERE d.collection = %s AND d.doc_id = i.doc_id)"
+                " ORDER BY i.doc_id",
+                (index_name, collection),
+            ).fetchall()
+        ]
+    return IndexLag(
+        index=index_name,
+        collection=collection,
+        added=[doc_id for doc_id, missing, _ in rows if missing],
+        changed=[doc_id for doc_id, missing, _ in rows if not missing],
+        deleted=deleted,
+        oldest_change=min((updated for _, _, updated in rows), default=None),
+    )
+
+
+def index_lags(store: Store, collection: str | None = None) -> list[IndexLag]:
+    """`index_lag` of every registered index (of `collection` only, when given), by index name."""
+    with store.connection() as conn:
+        query = "SELECT name, collection FROM indexes"
+        params: tuple[str, ...] = ()
+        if collection is not None:
+            query += " WHERE collection = %s"
+            params = (collection,)
+        registered = conn.execute(query + " ORDER BY name", params).fetchall()
+    return [index_lag(store, name, owner) for name, owner in registered]
