@@ -199,7 +199,7 @@ def materialize_all(
     The run's process is the orchestrator (it claims pool slots, submits steps); returns its exit
     status, output in `log_path`.
     """
-    command = [_bin("dagster"), "asset", "materialize", "--select", select, "-m", "orchestration.definitions"]
+    command = [_bin("dagster"), "asset", "materialize", "--select", select, "-m", "assets.definitions"]
     command += ["--config-json", json.dumps(run_config)]
     with log_path.open("ab") as log:
         return subprocess.run(

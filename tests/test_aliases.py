@@ -233,7 +233,9 @@ def test_the_api_and_client_pin_show_roll_back_and_search_an_alias(
     pinned = client.set_alias(name, a.name, {"mode": "bm25", "k": 2}, note="api")
     assert (pinned["index"], pinned["options"], pinned["note"]) == (a.name, {"mode": "bm25", "k": 2}, "api")
     # The response reports what ran: the alias's pinned mode and k, not the request's defaults.
-    answered = http.post("/v1/search", json={"query": "feline", "index": name}, headers={"X-API-Key": "s3cret"})
+    answered = http.post(
+        "/v1/search", json={"query": "feline", "index": name}, headers={"X-API-Key": "s3cret"}
+    )
     assert answered.status_code == 200, answered.text
     body = answered.json()
     assert (body["mode"], body["k"], body["index"]) == ("bm25", 2, a.name) and len(body["results"]) <= 2

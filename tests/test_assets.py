@@ -46,7 +46,7 @@ def _materialize_all(defs, instance, keys=None):
 
 
 def test_full_graph_materialises_with_checks_evaluation_and_leaderboard(tmp_path: Path, env: str) -> None:
-    from orchestration.definitions import build_definitions
+    from assets.definitions import build_definitions
 
     collection = unique_name("a")
     _, indexes_path, collections_path = write_project(tmp_path, collection, eval_set=QUESTIONS)
@@ -98,7 +98,7 @@ def test_regression_check_flags_drops_beyond_tolerance() -> None:
 
 
 def test_bad_files_are_reported_and_the_rest_is_indexed(tmp_path: Path, env: str) -> None:
-    from orchestration.definitions import build_definitions
+    from assets.definitions import build_definitions
 
     collection = unique_name("b")
     docs = {**DOCS, "empty.md": "", "latin1.txt": "caf\xe9 cr\xe8me".encode("latin-1")}
@@ -124,7 +124,7 @@ def test_bad_files_are_reported_and_the_rest_is_indexed(tmp_path: Path, env: str
 
 
 def test_missing_folder_is_reported_and_keeps_the_index(tmp_path: Path, env: str) -> None:
-    from orchestration.definitions import build_definitions
+    from assets.definitions import build_definitions
 
     collection = unique_name("m")
     docs_dir, indexes_path, collections_path = write_project(tmp_path, collection, configs=["token-48"])
@@ -146,7 +146,7 @@ def test_missing_folder_is_reported_and_keeps_the_index(tmp_path: Path, env: str
 
 
 def test_two_folders_one_missing_indexes_the_other(tmp_path: Path, env: str) -> None:
-    from orchestration.definitions import build_definitions
+    from assets.definitions import build_definitions
 
     collection = unique_name("f")
     other = tmp_path / "notes"
@@ -168,8 +168,8 @@ def test_two_folders_one_missing_indexes_the_other(tmp_path: Path, env: str) -> 
 
 
 def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: str) -> None:
+    from assets.definitions import build_definitions
     from chunking.tokenizers import get_tokenizer
-    from orchestration.definitions import build_definitions
     from pipeline.checks import check_token_limit
     from retrieval.store import Store
 
@@ -204,7 +204,7 @@ def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: s
 
 
 def test_evaluation_skips_questions_about_deleted_documents(tmp_path: Path, env: str) -> None:
-    from orchestration.definitions import build_definitions
+    from assets.definitions import build_definitions
 
     collection = unique_name("q")
     docs_dir, indexes_path, collections_path = write_project(

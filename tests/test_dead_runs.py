@@ -19,7 +19,7 @@ SLOW_JOB = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from dagster import DagsterInstance, asset, materialize
-    from orchestration.runs import host_tags
+    from assets.runs import host_tags
 
     marker = Path(sys.argv[1])
 
@@ -54,7 +54,7 @@ def instance_home(pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 def test_kill_9_mid_step_then_sweep_frees_the_pool_and_a_rerun_finishes(instance_home, tmp_path) -> None:
     from dagster import DagsterInstance, DagsterRunStatus, materialize
 
-    from orchestration.runs import host_tags, sweep_dead_runs
+    from assets.runs import host_tags, sweep_dead_runs
 
     marker = tmp_path / "started"
     script = tmp_path / "slow_job.py"
@@ -92,7 +92,7 @@ def test_the_sweep_leaves_live_runs_and_other_hosts_alone(instance_home) -> None
     from dagster import DagsterInstance, DagsterRunStatus
     from dagster._core.storage.dagster_run import DagsterRun
 
-    from orchestration.runs import RUN_HOST_TAG, host_tags, sweep_dead_runs
+    from assets.runs import RUN_HOST_TAG, host_tags, sweep_dead_runs
 
     instance = DagsterInstance.get()
     run = instance.add_run(

@@ -17,7 +17,7 @@ from tests.dagster_helpers import INDEXES, unique_name, write_project
 def test_code_location_loads_without_torch() -> None:
     code = (
         "import sys\n"
-        "import orchestration.definitions as d\n"
+        "import assets.definitions as d\n"
         "heavy = sorted(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules)\n"
         "assert not heavy, heavy\n"
         "assert d.defs.resolve_asset_graph().get_all_asset_keys()\n"
@@ -32,7 +32,7 @@ def test_code_location_loads_without_torch() -> None:
 
 
 def test_project_graph_names_groups_and_descriptions(monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestration.definitions import build_definitions, defs
+    from assets.definitions import build_definitions, defs
 
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
@@ -50,7 +50,7 @@ def test_project_graph_names_groups_and_descriptions(monkeypatch: pytest.MonkeyP
     )
     assert emb.pools == {"embedding"}
     assert defs.resolve_sensor_def("document_update_sensor") is not None
-    assert defs.executor.name == "chunkyard"  # multiprocess, in_process or celery (orchestration.executors)
+    assert defs.executor.name == "chunkyard"  # multiprocess, in_process or celery (assets.executors)
     assert defs.executor.config_schema.default_value == {"multiprocess": {}}  # multiprocess by default
     schedule = defs.resolve_schedule_def("nightly_evaluation")
     assert schedule.default_status.value == "STOPPED"
@@ -89,7 +89,7 @@ def test_project_graph_names_groups_and_descriptions(monkeypatch: pytest.MonkeyP
 
 
 def _versions(indexes_path: Path, collections_path: Path) -> dict[str, str]:
-    from orchestration.assets import build_all
+    from assets.indexes import build_all
 
     built = build_all(indexes_path, collections_path)
     return {
@@ -182,7 +182,7 @@ def test_docker_compose_parses_and_wires_the_services() -> None:
     assert services["dagster-webserver"]["ports"] == ["3000:3000"]
     assert services["query"]["ports"] == ["8000:8000"]
     commands = " ".join(" ".join(s.get("command", [])) for s in services.values())
-    assert "-m orchestration.definitions" in commands
+    assert "-m assets.definitions" in commands
     cli_commands = set(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
     assert {"instance", "serve"} <= cli_commands
     dockerfile = (REPO_ROOT / "docker" / "Dockerfile").read_text()
@@ -192,6 +192,7 @@ def test_docker_compose_parses_and_wires_the_services() -> None:
         "retrieval/",
         "evaluation/",
         "pipeline/",
+        "assets/",
         "orchestration/",
         "configs/",
         "docs/",

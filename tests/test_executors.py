@@ -7,7 +7,7 @@ from dagster import AssetSelection, Definitions, asset, define_asset_job
 from dagster._core.definitions.run_config import RunConfig
 from dagster._core.execution.api import create_execution_plan
 
-from orchestration.executors import BACKEND_ENV, BROKER_ENV, build_executor, default_mode_config
+from assets.executors import BACKEND_ENV, BROKER_ENV, build_executor, default_mode_config
 
 
 def test_default_mode_follows_the_broker_variable(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,6 @@
 """The document sensor through Dagster's own daemon: real ticks, real run keys, real dedupe.
 
-Starts `dagster-daemon run -m orchestration.definitions` as a process on a temporary DAGSTER_HOME
+Starts `dagster-daemon run -m assets.definitions` as a process on a temporary DAGSTER_HOME
 (its own Dagster schema on the test Postgres) with a one-second sensor interval, replays
 A->B->A->B on one file and delete -> re-add -> delete on another, and reads the ticks and runs the
 daemon recorded back from the instance. The run queue is held at zero, so the requested runs stay
@@ -90,7 +90,7 @@ def _runs(instance, collection: str) -> list:
 def test_daemon_runs_every_observed_change_once(daemon_home: Path, pg_url: str, tmp_path: Path) -> None:
     from dagster import DagsterInstance, DagsterRunStatus
 
-    from orchestration.runs import RUN_HOST_TAG, this_host
+    from assets.runs import RUN_HOST_TAG, this_host
 
     collection = unique_name("d")
     docs_dir, _, _ = write_project(tmp_path, collection, configs=["recursive-48"])
@@ -109,7 +109,7 @@ def test_daemon_runs_every_observed_change_once(daemon_home: Path, pg_url: str, 
     daemon_bin = Path(sys.executable).parent / "dagster-daemon"
     with open(log, "wb") as out:
         daemon = subprocess.Popen(
-            [str(daemon_bin), "run", "-m", "orchestration.definitions"],
+            [str(daemon_bin), "run", "-m", "assets.definitions"],
             env=env,
             cwd=REPO_ROOT,
             stdout=out,

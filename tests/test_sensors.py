@@ -17,7 +17,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str):
     monkeypatch.setenv("CHUNKYARD_HOME", str(tmp_path / "home"))
     collection = unique_name("s")
     docs_dir, indexes_path, collections_path = write_project(tmp_path, collection, configs=["recursive-48"])
-    from orchestration.definitions import build_definitions
+    from assets.definitions import build_definitions
 
     defs = build_definitions(indexes_path, collections_path, database_url=pg_url)
     return collection, docs_dir, defs
@@ -157,7 +157,7 @@ def _write(path: Path, text: str) -> None:
 def test_a_change_seen_again_gets_a_new_run_key(project) -> None:
     """A->B, B->A, A->B and delete -> re-add -> delete: every observed change is its own run key,
     and re-evaluating a tick from the same cursor keeps its key (Dagster runs it once)."""
-    from orchestration.runs import RUN_HOST_TAG, this_host
+    from assets.runs import RUN_HOST_TAG, this_host
 
     collection, docs_dir, defs = project
     beta = docs_dir / "beta.md"
@@ -190,7 +190,7 @@ def test_a_change_seen_again_gets_a_new_run_key(project) -> None:
 
 
 def test_a_cursor_of_the_earlier_format_reads_as_generation_zero(project) -> None:
-    from orchestration.sensors import parse_cursor
+    from assets.sensors import parse_cursor
 
     collection, docs_dir, defs = project
     with instance_for_test() as instance:
@@ -209,7 +209,7 @@ def test_a_cursor_of_the_earlier_format_reads_as_generation_zero(project) -> Non
 
 
 def test_sensor_interval_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestration.sensors import INTERVAL_ENV, MINIMUM_INTERVAL_SECONDS, sensor_interval
+    from assets.sensors import INTERVAL_ENV, MINIMUM_INTERVAL_SECONDS, sensor_interval
 
     monkeypatch.delenv(INTERVAL_ENV, raising=False)
     assert sensor_interval() == MINIMUM_INTERVAL_SECONDS
@@ -233,8 +233,8 @@ def test_a_tick_sweeps_a_dead_run_and_frees_its_pool_slot(
     from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRunStatus
     from dagster._core.storage.dagster_run import DagsterRun
 
+    from assets.runs import host_tags
     from orchestration.instance import ensure_instance
-    from orchestration.runs import host_tags
 
     collection, docs_dir, defs = project
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))

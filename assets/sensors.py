@@ -13,7 +13,7 @@ their automation conditions. The first tick (no cursor yet) compares the folders
 documents already in the database and requests a run (tagged `initial_scan`) only if they differ;
 its generation starts from the clock, so a reset cursor never reuses an earlier key.
 
-Every tick first sweeps dead runs (`orchestration.runs.sweep_dead_runs`): a run killed while it
+Every tick first sweeps dead runs (`assets.runs.sweep_dead_runs`): a run killed while it
 held the `embedding` pool slot is failed and its slot freed, so a daemon heals the pool by
 itself; the runs it requests carry `host_tags()` so later sweeps can judge them.
 """
@@ -35,9 +35,9 @@ from dagster import (
     sensor,
 )
 
+from assets.resources import PostgresResource
+from assets.runs import host_tags, sweep_dead_runs
 from chunking.environment import env_int
-from orchestration.resources import PostgresResource
-from orchestration.runs import host_tags, sweep_dead_runs
 from pipeline.documents import load_collection_documents, snapshot
 from retrieval.config import CollectionConfig
 

@@ -1,7 +1,7 @@
-"""The Dagster code location: `dagster dev -m orchestration.definitions`.
+"""The Dagster code location: `dagster dev -m assets.definitions`.
 
 Built from configs/indexes.yaml and configs/collections.yaml at load time. Loading imports no
-torch: models load inside runs (see orchestration.resources).
+torch: models load inside runs (see assets.resources).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from dagster import (
     Definitions,
 )
 
+from assets.executors import build_executor
+from assets.indexes import build_all
+from assets.resources import EmbedderResource, PostgresResource
+from assets.schedules import build_nightly_evaluation_schedule
+from assets.sensors import build_document_sensor
 from chunking.environment import env_int
-from orchestration.assets import build_all
-from orchestration.executors import build_executor
-from orchestration.resources import EmbedderResource, PostgresResource
-from orchestration.schedules import build_nightly_evaluation_schedule
-from orchestration.sensors import build_document_sensor
 from retrieval.config import load_collection_configs
 
 # Seconds between declarative-automation ticks (evaluations and leaderboards after a publish).

@@ -24,10 +24,10 @@ from dagster import (
     asset,
 )
 
+from assets.checks import check_result, check_specs
+from assets.resources import EmbedderResource, PostgresResource
 from chunking.registry import needs_embedding_model
 from evaluation.reports import ENDPOINT_COST_COLUMNS
-from orchestration.checks import check_result, check_specs
-from orchestration.resources import EmbedderResource, PostgresResource
 from pipeline.report import StepReport
 from pipeline.steps.evaluation import EVALUATION_K, evaluation_modes
 from pipeline.versions import code_version, index_settings
