@@ -1,31 +1,94 @@
 """The Dagster code location: `dagster dev -m assets.definitions`.
 
-Built from configs/indexes.yaml and configs/collections.yaml at load time. Loading imports no
-torch: models load inside runs (see assets.resources).
+Per collection: `[collection, "documents"]` (folder or dataset -> Postgres) and, if it has
+questions, `[collection, "leaderboard"]` (and `promotion` with a `serve:` section). Per index (the
+specs of `load_index_specs`, coarse companions included), in group `collection__config`: `chunks`
+-> `embeddings` + `bm25` -> `index` (atomic publish) -> `evaluation` (for the configs the
+collection lists). Built from configs/indexes.yaml and configs/collections.yaml at load time.
+Loading imports no torch: models load inside runs (see assets.resources).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dagster import (
+    AssetKey,
+    AssetsDefinition,
     AssetSelection,
     AutomationConditionSensorDefinition,
     DefaultSensorStatus,
     Definitions,
 )
 
+from assets.documents import build_documents_asset
+from assets.evaluation import build_evaluation_asset, build_leaderboard_asset, build_promotion_asset
 from assets.executors import build_executor
-from assets.indexes import build_all
+from assets.indexes import build_index_assets
+from assets.keys import INDEX_KINDS, index_key
 from assets.resources import EmbedderResource, PostgresResource
 from assets.schedules import build_nightly_evaluation_schedule
 from assets.sensors import build_document_sensor
 from chunking.environment import env_int
-from retrieval.config import load_collection_configs
+from retrieval.config import CollectionConfig, IndexSpec, load_collection_configs, load_index_specs
 
 # Seconds between declarative-automation ticks (evaluations and leaderboards after a publish).
 AUTOMATION_INTERVAL_ENV = "CHUNKYARD_AUTOMATION_INTERVAL"
 AUTOMATION_INTERVAL_SECONDS = 30
+
+
+@dataclass
+class CollectionAssets:
+    """The assets built for one collection, and the keys the sensor and CLI select."""
+
+    collection: CollectionConfig
+    assets: list[AssetsDefinition] = field(default_factory=list)
+    documents_key: AssetKey | None = None
+    # documents + chunks/embeddings/bm25/index of every index: what a document change re-runs.
+    indexing_keys: list[AssetKey] = field(default_factory=list)
+    evaluation_keys: list[AssetKey] = field(default_factory=list)
+    leaderboard_key: AssetKey | None = None
+
+    @property
+    def keys(self) -> list[AssetKey]:
+        return [k for a in self.assets for k in a.keys]
+
+
+def build_collection_assets(collection: CollectionConfig, specs: Sequence[IndexSpec]) -> CollectionAssets:
+    """The documents asset, every index's assets (companions too) and the leaderboard of one collection."""
+    built = CollectionAssets(collection)
+    docs = build_documents_asset(collection)
+    built.assets.append(docs)
+    built.documents_key = docs.key
+    built.indexing_keys.append(docs.key)
+    has_questions = bool(collection.dataset or collection.eval_set)
+    listed = [spec for spec in specs if spec.config.name in collection.indexes]
+    for spec in specs:
+        built.assets.extend(build_index_assets(spec))
+        built.indexing_keys.extend(index_key(spec.name, k) for k in INDEX_KINDS)
+        if has_questions and spec in listed:
+            built.assets.append(build_evaluation_asset(collection, spec))
+            built.evaluation_keys.append(index_key(spec.name, "evaluation"))
+    if has_questions and listed:
+        board = build_leaderboard_asset(collection, listed)
+        built.assets.append(board)
+        built.leaderboard_key = board.key
+        if collection.serve is not None:
+            built.assets.append(build_promotion_asset(collection, listed))
+    return built
+
+
+def build_all(
+    indexes_path: str | Path | None = None, collections_path: str | Path | None = None
+) -> dict[str, CollectionAssets]:
+    """Assets for every collection of collections.yaml and every index `load_index_specs` returns."""
+    specs = load_index_specs(indexes_path, collections_path)
+    return {
+        name: build_collection_assets(collection, [s for s in specs if s.collection == name])
+        for name, collection in load_collection_configs(collections_path).items()
+    }
 
 
 def build_definitions(

@@ -89,7 +89,7 @@ def test_project_graph_names_groups_and_descriptions(monkeypatch: pytest.MonkeyP
 
 
 def _versions(indexes_path: Path, collections_path: Path) -> dict[str, str]:
-    from assets.indexes import build_all
+    from assets.definitions import build_all
 
     built = build_all(indexes_path, collections_path)
     return {
