@@ -27,7 +27,7 @@ from assets.documents import build_documents_asset
 from assets.evaluation import build_evaluation_asset, build_leaderboard_asset, build_promotion_asset
 from assets.executors import build_executor
 from assets.indexes import build_index_assets
-from assets.keys import INDEX_KINDS, index_key
+from assets.keys import INDEX_KINDS, check_spellings, index_key
 from assets.resources import EmbedderResource, PostgresResource
 from assets.schedules import build_nightly_evaluation_schedule
 from assets.sensors import build_document_sensor
@@ -85,9 +85,15 @@ def build_all(
 ) -> dict[str, CollectionAssets]:
     """Assets for every collection of collections.yaml and every index `load_index_specs` returns."""
     specs = load_index_specs(indexes_path, collections_path)
+    collections = load_collection_configs(collections_path)
+    check_spellings("collections", collections)
+    for name in collections:
+        check_spellings(
+            f"collections.{name}: index configs", {s.config.name for s in specs if s.collection == name}
+        )
     return {
         name: build_collection_assets(collection, [s for s in specs if s.collection == name])
-        for name, collection in load_collection_configs(collections_path).items()
+        for name, collection in collections.items()
     }
 
 

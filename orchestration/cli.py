@@ -88,6 +88,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     from dagster import AssetSelection, materialize
 
     from assets.definitions import build_definitions
+    from assets.keys import collection_keys
     from assets.runs import host_tags, sweep_dead_runs
     from orchestration.instance import get_instance
 
@@ -97,8 +98,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         _print(f"Marked {len(swept)} run(s) whose process is gone as failed: {', '.join(swept)}")
     defs = build_definitions(database_url=os.environ["DATABASE_URL"])
     graph = defs.resolve_asset_graph()
-    prefixes = {c.replace("-", "_") for c in chosen}
-    keys = [k for k in graph.get_all_asset_keys() if k.path[0] in prefixes]
+    keys = [k for c in chosen for k in collection_keys(c, graph.get_all_asset_keys())]
     assets = [a for a in defs.assets if any(k in keys for k in a.keys)]  # type: ignore[union-attr]
     _print(f"Indexing {', '.join(chosen)}: {len(keys)} assets (Dagster home {os.environ['DAGSTER_HOME']})")
     progress = RunProgress(total=len(keys), stream=sys.stdout)
