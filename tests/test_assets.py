@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 from dagster import AssetCheckSeverity, AssetSelection, DagsterEventType, instance_for_test, materialize
 
+from assets.resources import PostgresResource
 from tests.dagster_helpers import DOCS, check_results, ids, materializations, unique_name, write_project
 
 QUESTIONS = [
@@ -220,3 +222,36 @@ def test_evaluation_skips_questions_about_deleted_documents(tmp_path: Path, env:
         assert evaluation["questions"] == len(QUESTIONS) - 1 and evaluation["questions_skipped"] == 1
         warnings = [e.message for e in instance.all_logs(result.run_id) if e.level >= 30 and e.message]
         assert any("1 question(s) skipped" in w and "q3" in w for w in warnings)
+
+
+def test_one_store_per_execution_closed_after_it(pg_url: str, store) -> None:
+    """The postgres resource opens one Store (one pool, one migration check) for the steps of an
+    execution, and its teardown closes the pool's connections."""
+    from dagster import asset, materialize
+
+    seen = []
+
+    def use(postgres: PostgresResource) -> None:
+        opened = postgres.store()
+        with opened.connection() as conn:
+            seen.append((opened, conn.info.backend_pid))
+
+    @asset
+    def first(postgres: PostgresResource) -> None:
+        use(postgres)
+
+    @asset(deps=[first])
+    def second(postgres: PostgresResource) -> None:
+        use(postgres)
+
+    assert materialize([first, second], resources={"postgres": PostgresResource(url=pg_url)}).success
+    assert len(seen) == 2 and seen[0][0] is seen[1][0]
+    pids = sorted({pid for _, pid in seen})
+    deadline = time.monotonic() + 10
+    while True:
+        with store.connection() as conn:
+            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [pids]).fetchone()
+        if row[0] == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert row[0] == 0, f"connections {pids} outlived the run"
