@@ -30,7 +30,7 @@ from assets.indexes import build_index_assets
 from assets.keys import INDEX_KINDS, check_spellings, index_key
 from assets.resources import EmbedderResource, PostgresResource
 from assets.schedules import build_nightly_evaluation_schedule
-from assets.sensors import build_document_sensor
+from assets.sensors import build_document_sensor, build_janitor_sensor
 from chunking.environment import env_int
 from retrieval.config import CollectionConfig, IndexSpec, load_collection_configs, load_index_specs
 
@@ -116,7 +116,8 @@ def build_definitions(
                 AUTOMATION_INTERVAL_ENV, AUTOMATION_INTERVAL_SECONDS, unit="whole seconds"
             ),
             description="Runs evaluations and leaderboards (and anything downstream) after an index changes.",
-        )
+        ),
+        build_janitor_sensor(),
     ]
     document_sensor = build_document_sensor(collections, {n: c.indexing_keys for n, c in built.items()})
     if document_sensor is not None:

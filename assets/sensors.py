@@ -13,9 +13,10 @@ their automation conditions. The first tick (no cursor yet) compares the folders
 documents already in the database and requests a run (tagged `initial_scan`) only if they differ;
 its generation starts from the clock, so a reset cursor never reuses an earlier key.
 
-Every tick first sweeps dead runs (`assets.runs.sweep_dead_runs`): a run killed while it
-held the `embedding` pool slot is failed and its slot freed, so a daemon heals the pool by
-itself; the runs it requests carry `host_tags()` so later sweeps can judge them.
+The runs it requests carry `host_tags()` so the dead-run janitor (`build_janitor_sensor`, a
+sensor of its own) can judge them: every tick it sweeps dead runs (`assets.runs.sweep_dead_runs`),
+so a run killed while it held the `embedding` pool slot is failed and its slot freed, and a
+daemon heals the pool by itself.
 """
 
 import hashlib
@@ -42,6 +43,7 @@ from pipeline.documents import load_collection_documents, snapshot
 from retrieval.config import CollectionConfig
 
 SENSOR_NAME = "document_update_sensor"
+JANITOR_NAME = "dead_run_janitor"
 MINIMUM_INTERVAL_SECONDS = 30
 # Overrides MINIMUM_INTERVAL_SECONDS (whole seconds, at least 1): tests tick fast through the daemon.
 INTERVAL_ENV = "CHUNKYARD_SENSOR_INTERVAL"
@@ -198,7 +200,6 @@ def build_document_sensor(
         asset_selection=targets,
     )
     def document_update_sensor(context: SensorEvaluationContext, postgres: PostgresResource) -> SensorResult:
-        sweep(context)
         current = {n: snapshot(c) for n, c in watched.items()}
         cursor = parse_cursor(context.cursor)
         if cursor is None:
@@ -247,3 +248,26 @@ def build_document_sensor(
         return SensorResult(run_requests=[request], cursor=new_cursor)
 
     return document_update_sensor
+
+
+def build_janitor_sensor(
+    *, name: str = JANITOR_NAME, default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING
+) -> SensorDefinition:
+    """Fails this host's runs whose process is gone and frees their pool slots, every tick."""
+
+    @sensor(
+        name=name,
+        description=(
+            "Fails the runs of this host whose process is gone (killed, or its failure never written) "
+            "and frees the concurrency-pool slots they held, so the `embedding` pool never waits for ever."
+        ),
+        minimum_interval_seconds=sensor_interval(),
+        default_status=default_status,
+    )
+    def dead_run_janitor(context: SensorEvaluationContext) -> SensorResult:
+        swept = sweep(context)
+        if not swept:
+            return SensorResult(skip_reason=SkipReason("no dead run"))
+        return SensorResult(skip_reason=SkipReason(f"failed {len(swept)} dead run(s): {', '.join(swept)}"))
+
+    return dead_run_janitor

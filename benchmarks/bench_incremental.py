@@ -139,7 +139,8 @@ def sensor_run(
     forget_shared_embedders()  # a new run process loads the model again
     sensor = defs.resolve_sensor_def("document_update_sensor")
     started = time.perf_counter()
-    tick = sensor(build_sensor_context(instance=instance, cursor=cursor, resources=defs.resources))
+    with build_sensor_context(instance=instance, cursor=cursor, resources=defs.resources) as context:
+        tick = sensor(context)
     tick_seconds = time.perf_counter() - started
     if not tick.run_requests:
         raise RuntimeError("the sensor requested no run")

@@ -25,8 +25,9 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str):
 
 def _tick(defs, instance, cursor: str | None):
     sensor = defs.resolve_sensor_def("document_update_sensor")
-    context = build_sensor_context(instance=instance, cursor=cursor, resources=defs.resources)
-    result = sensor(context)
+    # the postgres resource tears its Store down: Dagster's daemon opens and closes it around a tick
+    with build_sensor_context(instance=instance, cursor=cursor, resources=defs.resources) as context:
+        result = sensor(context)
     assert isinstance(result, SensorResult)
     return result
 
@@ -225,7 +226,7 @@ def test_a_tick_sweeps_a_dead_run_and_frees_its_pool_slot(
     project, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run whose process is gone (its RUN_START pid no longer exists) while holding the `embedding`
-    slot is failed and its slot freed by the next sensor tick: the daemon heals the pool itself."""
+    slot is failed and its slot freed by the janitor sensor's next tick: the daemon heals the pool itself."""
     import subprocess
     import sys
     import uuid
@@ -255,6 +256,11 @@ def test_a_tick_sweeps_a_dead_run_and_frees_its_pool_slot(
     assert storage.claim_concurrency_slot("embedding", run.run_id, "embeddings").is_claimed
     assert storage.get_concurrency_info("embedding").active_slot_count == 1
 
-    _tick(defs, instance, None)
+    _tick(defs, instance, None)  # the document sensor watches documents only
+    assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.STARTED
+    janitor = defs.resolve_sensor_def("dead_run_janitor")
+    result = janitor(build_sensor_context(instance=instance))
+    assert isinstance(result, SensorResult) and run.run_id in result.skip_reason.skip_message
     assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.FAILURE
     assert storage.get_concurrency_info("embedding").active_slot_count == 0
+    assert "no dead run" in janitor(build_sensor_context(instance=instance)).skip_reason.skip_message
