@@ -4,8 +4,9 @@ Per collection: `[collection, "documents"]` (folder or dataset -> Postgres) and,
 questions, `[collection, "leaderboard"]` (and `promotion` with a `serve:` section). Per index (the
 specs of `load_index_specs`, coarse companions included), in group `collection__config`: `chunks`
 -> `embeddings` + `bm25` -> `index` (atomic publish) -> `evaluation` (for the configs the
-collection lists). Built from configs/indexes.yaml and configs/collections.yaml at load time.
-Loading imports no torch: models load inside runs (see assets.resources).
+collection lists). Built from configs/indexes.yaml and configs/collections.yaml when Dagster
+loads the code location (`defs`, a `@definitions` function), never on import. Loading imports no
+torch: models load inside runs (see assets.resources).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dagster import (
     AutomationConditionSensorDefinition,
     DefaultSensorStatus,
     Definitions,
+    definitions,
 )
 
 from assets.documents import build_documents_asset
@@ -142,4 +144,7 @@ def build_definitions(
     )
 
 
-defs = build_definitions()
+@definitions
+def defs() -> Definitions:
+    """What `dagster dev -m assets.definitions` loads: built when Dagster asks, not at import."""
+    return build_definitions()

@@ -207,11 +207,11 @@ def _failure_rows(markdown: str) -> list[tuple[str, str]]:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    """`dagster dev -m assets.definitions` with DAGSTER_HOME and DATABASE_URL set."""
-    from orchestration.instance import ensure_instance
+    """`dagster dev` on the code location `chunkyard` with DAGSTER_HOME and DATABASE_URL set."""
+    from orchestration.instance import WORKSPACE_FILE, ensure_instance
 
     home = ensure_instance()
-    command = [sys.executable, "-m", "dagster", "dev", "-m", "assets.definitions"]
+    command = [sys.executable, "-m", "dagster", "dev", "-w", str(home / WORKSPACE_FILE)]
     command += ["--host", args.host, "--port", str(args.port)]
     _print(f"Dagster UI on http://{args.host}:{args.port} (DAGSTER_HOME={home})")
     env = {**os.environ, "DAGSTER_HOME": str(home)}

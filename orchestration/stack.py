@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-# The one code location every Dagster process loads.
-DEFINITIONS_MODULE = "assets.definitions"
+from orchestration.instance import WORKSPACE_FILE
+
 DB_USER = "chunkyard"
 DB_NAME = "chunkyard"
 # Compose's Postgres: the pgvector image on the PostgreSQL major and the pgvector release the embedded
@@ -152,8 +152,8 @@ def services(target: Target) -> list[Service]:
                 target.listen,
                 "-p",
                 str(target.webserver_port),
-                "-m",
-                DEFINITIONS_MODULE,
+                "-w",
+                f"{target.dagster_home}/{WORKSPACE_FILE}",
             ),
             environment=env,
             health=Health("http", path="/server_info"),
@@ -164,7 +164,7 @@ def services(target: Target) -> list[Service]:
         Service(
             name="dagster-daemon",
             # The document sensor, declarative automation (evaluations, leaderboards), the run queue.
-            command=("dagster-daemon", "run", "-m", DEFINITIONS_MODULE),
+            command=("dagster-daemon", "run", "-w", f"{target.dagster_home}/{WORKSPACE_FILE}"),
             environment=env,
             health=Health("command", command=("dagster-daemon", "liveness-check")),
             depends_on=("instance",),
