@@ -89,8 +89,7 @@ def test_kill_9_mid_step_then_sweep_frees_the_pool_and_a_rerun_finishes(instance
 
 def test_the_sweep_leaves_live_runs_and_other_hosts_alone(instance_home) -> None:
     """A run of another host is never judged by a pid looked up here; a live run is kept."""
-    from dagster import DagsterInstance, DagsterRunStatus
-    from dagster._core.storage.dagster_run import DagsterRun
+    from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 
     from assets.runs import RUN_HOST_TAG, host_tags, sweep_dead_runs
 

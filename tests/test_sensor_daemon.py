@@ -54,24 +54,18 @@ def daemon_home(pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def _sensor_ticks(instance) -> list:
-    from dagster._core.definitions.run_request import InstigatorType
-
-    states = [
-        s for s in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR) if s.name == SENSOR
-    ]
+    states = [s for s in instance.all_instigator_state() if s.name == SENSOR]  # no schedule shares it
     ticks = [t for s in states for t in instance.get_ticks(s.instigator_origin_id, s.selector_id)]
     return sorted(ticks, key=lambda t: t.timestamp)
 
 
 def _wait_for_tick_after(instance, moment: float, daemon: subprocess.Popen, log: Path) -> None:
     """Until a tick that started after `moment` has finished."""
-    from dagster._core.scheduler.instigation import TickStatus
-
     deadline = time.monotonic() + TICK_WAIT_SECONDS
     while time.monotonic() < deadline:
         if daemon.poll() is not None:
             raise AssertionError(f"dagster-daemon exited ({daemon.returncode}):\n{log.read_text()[-4000:]}")
-        if any(t.timestamp > moment and t.status != TickStatus.STARTED for t in _sensor_ticks(instance)):
+        if any(t.timestamp > moment and t.status.value != "STARTED" for t in _sensor_ticks(instance)):
             return
         time.sleep(0.5)
     raise AssertionError(f"no sensor tick within {TICK_WAIT_SECONDS} s:\n{log.read_text()[-4000:]}")

@@ -231,8 +231,7 @@ def test_a_tick_sweeps_a_dead_run_and_frees_its_pool_slot(
     import sys
     import uuid
 
-    from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRunStatus
-    from dagster._core.storage.dagster_run import DagsterRun
+    from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus
 
     from assets.runs import host_tags
     from orchestration.instance import ensure_instance
