@@ -29,11 +29,12 @@ from assets.documents import build_documents_asset
 from assets.evaluation import build_evaluation_asset, build_leaderboard_asset, build_promotion_asset
 from assets.executors import build_executor
 from assets.indexes import build_index_assets
-from assets.keys import INDEX_KINDS, check_spellings, index_key
+from assets.keys import check_spellings, index_key
 from assets.resources import EmbedderResource, PostgresResource
 from assets.schedules import build_nightly_evaluation_schedule
 from assets.sensors import build_document_sensor, build_janitor_sensor
 from chunking.environment import env_int
+from pipeline.graph import INDEX_KINDS
 from retrieval.config import CollectionConfig, IndexSpec, load_collection_configs, load_index_specs
 
 # Seconds between declarative-automation ticks (evaluations and leaderboards after a publish).

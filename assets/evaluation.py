@@ -54,8 +54,10 @@ def build_evaluation_asset(collection: CollectionConfig, spec: IndexSpec) -> Ass
     @asset(
         **index_asset_options(spec, "evaluation", settings),
         deps=[index_key(spec.name, "index"), *coarse],
-        # Re-evaluate when the index is republished, or when never evaluated.
-        automation_condition=catches_up() | AutomationCondition.on_missing(),
+        # Re-evaluate when the index is republished, or when never evaluated; never one whose
+        # published checks failed.
+        automation_condition=(catches_up() | AutomationCondition.on_missing())
+        & AutomationCondition.all_deps_blocking_checks_passed(),
         kinds={"python"},
     )
     def evaluation(

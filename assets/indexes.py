@@ -1,8 +1,11 @@
 """The assets of one index, in group `collection__config`: chunks -> embeddings + bm25 -> index.
 
-Each asset calls one `pipeline.steps` function and turns its `StepReport` into metadata and
-check results; the checks run inside the asset that produced the data, so they always see this
-run's staged rows. `index` is the atomic publish: readers see the old version or the new one.
+The steps and their order are `pipeline.graph.INDEX_STEPS`: each asset depends on the kinds its
+step reads, calls that step's `pipeline.steps` function and turns its `StepReport` into metadata
+and check results. The checks run inside the asset that produced the data, so they always see
+this run's staged rows; error-level ones are blocking, so a failed one stops the later steps in
+the run, and automation requests nothing below it until it passes. `index` is the atomic
+publish: readers see the old version or the new one.
 
 Nothing heavy is imported here: the code location loads without torch.
 """
@@ -15,10 +18,11 @@ from dagster import (
     asset,
 )
 
-from assets.keys import INDEX_KINDS, documents_key, group_name, index_key
+from assets.keys import documents_key, group_name, index_key
 from assets.resources import EmbedderResource, PostgresResource
 from assets.results import check_specs, materialize_result
 from chunking.registry import needs_embedding_model
+from pipeline.graph import step
 from pipeline.steps.evaluation import EVALUATION_K
 from pipeline.versions import code_version, index_settings
 from retrieval.config import IndexSpec
@@ -70,17 +74,27 @@ def index_asset_options(spec: IndexSpec, kind: str, settings: dict | None = None
     }
 
 
+def after_passing_checks() -> AutomationCondition:
+    """`eager()`, held back while a blocking check of a parent has failed (a failed staged check
+    leaves the chunks materialized: their children must not publish them on the next tick)."""
+    return AutomationCondition.eager() & AutomationCondition.all_deps_blocking_checks_passed()
+
+
+def step_options(spec: IndexSpec, kind: str) -> dict:
+    """`index_asset_options` plus the step's parents (`pipeline.graph`) and its automation."""
+    parents = step(kind).after
+    deps = [index_key(spec.name, parent) for parent in parents] or [documents_key(spec.collection)]
+    return {
+        **index_asset_options(spec, kind),
+        "deps": deps,
+        "automation_condition": after_passing_checks(),
+    }
+
+
 def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
     """chunks -> embeddings + bm25 -> index for one index."""
     config = spec.config
-    keys = {kind: index_key(spec.name, kind) for kind in INDEX_KINDS}
-
-    chunk_options = {
-        **index_asset_options(spec, "chunks"),
-        "deps": [documents_key(spec.collection)],
-        "automation_condition": AutomationCondition.eager(),
-        "kinds": {"python", "postgres"},
-    }
+    chunk_options = {**step_options(spec, "chunks"), "kinds": {"python", "postgres"}}
     if needs_embedding_model(config.chunker):
 
         @asset(**chunk_options)
@@ -99,13 +113,7 @@ def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
 
             return materialize_result(context, chunk(postgres.store(), spec))
 
-    @asset(
-        **index_asset_options(spec, "embeddings"),
-        deps=[keys["chunks"]],
-        automation_condition=AutomationCondition.eager(),
-        kinds={"pytorch", "pgvector"},
-        pool="embedding",
-    )
+    @asset(**step_options(spec, "embeddings"), kinds={"pytorch", "pgvector"}, pool="embedding")
     def embeddings(
         context: AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
     ) -> MaterializeResult:
@@ -113,23 +121,13 @@ def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
 
         return materialize_result(context, embed(postgres.store(), spec, embedder.for_config(config)))
 
-    @asset(
-        **index_asset_options(spec, "bm25"),
-        deps=[keys["chunks"]],
-        automation_condition=AutomationCondition.eager(),
-        kinds={"python", "postgres"},
-    )
+    @asset(**step_options(spec, "bm25"), kinds={"python", "postgres"})
     def bm25(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
         from pipeline.steps.bm25 import index_terms
 
         return materialize_result(context, index_terms(postgres.store(), spec))
 
-    @asset(
-        **index_asset_options(spec, "index"),
-        deps=[keys["embeddings"], keys["bm25"]],
-        automation_condition=AutomationCondition.eager(),
-        kinds={"postgres"},
-    )
+    @asset(**step_options(spec, "index"), kinds={"postgres"})
     def index(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
         from pipeline.steps.index import publish_index
 

@@ -15,8 +15,6 @@ from dagster import AssetKey
 from retrieval.config import ConfigError
 from retrieval.names import IndexName
 
-INDEX_KINDS = ("chunks", "embeddings", "bm25", "index")
-
 
 def safe_name(name: str) -> str:
     """A Dagster-legal name part: `recursive-256` -> `recursive_256`, `2024` -> `_2024`."""

@@ -15,6 +15,7 @@ from dagster import (
 )
 
 from pipeline.checks import CHECKS, Check
+from pipeline.graph import blocks
 from pipeline.report import StepReport
 
 ID_LIST_LIMIT = 50
@@ -22,9 +23,14 @@ _SEVERITY = {"error": AssetCheckSeverity.ERROR, "warn": AssetCheckSeverity.WARN}
 
 
 def check_specs(kind: str, key: AssetKey) -> list[AssetCheckSpec]:
-    """The checks an asset of `kind` reports, declared up front so the UI lists them."""
+    """The checks an asset of `kind` reports, declared up front so the UI lists them; those whose
+    failure stops the later steps (`pipeline.graph.blocks`) are blocking: the run does not
+    materialize what follows, so a failed staged check leaves the previous version published."""
     return [
-        AssetCheckSpec(spec.name, asset=key, description=spec.description) for spec in CHECKS.get(kind, ())
+        AssetCheckSpec(
+            spec.name, asset=key, description=spec.description, blocking=blocks(kind, spec.severity)
+        )
+        for spec in CHECKS.get(kind, ())
     ]
 
 
