@@ -1,8 +1,10 @@
 """Document-update sensor: watches the folder collections and re-indexes what changed.
 
 The cursor is JSON `{"generation": N, "collections": {collection: {document id: sha256 of the
-file's bytes}}}`: content hashes, not timestamps, so touching a file without changing it does
-nothing and a restored backup with old mtimes is still noticed. The generation counts the changes
+file's bytes}}, "signatures": {collection: {document id: stat signature}}}`: content hashes, not
+timestamps, so touching a file without changing it does nothing and a restored backup with old
+mtimes is still noticed. Only files whose stat signature changed are hashed again, the rule the
+documents step uses to skip reading them. The generation counts the changes
 observed; it goes up by one on every tick that sees a change. Each such tick requests ONE run (the
 changed collections' documents + chunk/embedding/BM25/publish assets) whose run key is the
 generation plus a hash of the change set: re-evaluating a tick from the same cursor gives the same
@@ -39,7 +41,7 @@ from dagster import (
 from assets.resources import PostgresResource
 from assets.runs import host_tags, sweep_dead_runs
 from chunking.environment import env_int
-from pipeline.documents import load_collection_documents, snapshot
+from pipeline.documents import FolderSnapshot, load_collection_documents, snapshot
 from retrieval.config import CollectionConfig
 
 SENSOR_NAME = "document_update_sensor"
@@ -125,13 +127,22 @@ def baseline_from_store(
 
 @dataclass(frozen=True)
 class Cursor:
-    """What the sensor remembers: the changes observed so far and every file's content hash."""
+    """What the sensor remembers: the changes observed so far, every file's content hash and the
+    stat signatures under which those hashes may be reused."""
 
     generation: int
     hashes: dict[str, dict[str, str]]
+    signatures: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def dumps(self) -> str:
-        return json.dumps({"generation": self.generation, "collections": self.hashes}, sort_keys=True)
+        return json.dumps(
+            {"generation": self.generation, "collections": self.hashes, "signatures": self.signatures},
+            sort_keys=True,
+        )
+
+    def known(self, collection: str) -> FolderSnapshot:
+        """What the last tick saw of one collection, for `snapshot` to reuse."""
+        return FolderSnapshot(self.hashes.get(collection, {}), self.signatures.get(collection, {}))
 
 
 def parse_cursor(cursor: str | None) -> Cursor | None:
@@ -152,7 +163,9 @@ def parse_cursor(cursor: str | None) -> Cursor | None:
     generation = data.get("generation")
     if isinstance(generation, int) and not isinstance(generation, bool):
         collections = data.get("collections")
-        return Cursor(generation, dict(collections)) if isinstance(collections, dict) else None
+        signatures = data.get("signatures")
+        signatures = dict(signatures) if isinstance(signatures, dict) else {}
+        return Cursor(generation, dict(collections), signatures) if isinstance(collections, dict) else None
     if all(isinstance(v, dict) for v in data.values()):
         return Cursor(0, dict(data))
     return None
@@ -200,8 +213,10 @@ def build_document_sensor(
         asset_selection=targets,
     )
     def document_update_sensor(context: SensorEvaluationContext, postgres: PostgresResource) -> SensorResult:
-        current = {n: snapshot(c) for n, c in watched.items()}
         cursor = parse_cursor(context.cursor)
+        scans = {n: snapshot(c, cursor.known(n) if cursor else None) for n, c in watched.items()}
+        current = {n: scan.hashes for n, scan in scans.items()}
+        signatures = {n: scan.signatures for n, scan in scans.items()}
         if cursor is None:
             # First tick: compare the folders with what the database already holds, so starting
             # the UI after `chunkyard demo` does not re-run anything.
@@ -216,9 +231,9 @@ def build_document_sensor(
             kept = cursor.generation if cursor is not None else generation
             return SensorResult(
                 skip_reason=SkipReason("no document changed since the last tick"),
-                cursor=Cursor(kept, current).dumps(),
+                cursor=Cursor(kept, current, signatures).dumps(),
             )
-        new_cursor = Cursor(generation, current).dumps()
+        new_cursor = Cursor(generation, current, signatures).dumps()
         for n, c in changed.items():
             context.log.info(
                 f"{n}: {len(c.added)} added, {len(c.modified)} modified, {len(c.deleted)} deleted: "

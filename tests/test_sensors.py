@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -200,13 +202,42 @@ def test_a_cursor_of_the_earlier_format_reads_as_generation_zero(project) -> Non
         assert parse_cursor(old).generation == 0 and parse_cursor(old).hashes == hashes
         idle = _tick(defs, instance, old)
         assert idle.run_requests == []
-        assert json.loads(idle.cursor) == {"generation": 0, "collections": hashes}
+        kept = json.loads(idle.cursor)
+        assert kept["generation"] == 0 and kept["collections"] == hashes
         (docs_dir / "alpha.md").unlink()
         changed = _tick(defs, instance, old)
         assert len(changed.run_requests) == 1
         assert changed.run_requests[0].run_key.startswith("g1-")
     assert parse_cursor("not json") is None and parse_cursor("[1]") is None
     assert parse_cursor(json.dumps({"generation": {"a.md": "x"}})).generation == 0  # a collection's name
+
+
+def test_a_tick_hashes_only_the_files_whose_stat_signature_changed(tmp_path: Path) -> None:
+    """The sensor trusts a file's stat signature as the documents step does: an unchanged file is
+    not read again, a rewritten or touched one is (and a touch alone changes no hash)."""
+    from chunking.loaders import RACY_SECONDS
+    from pipeline.documents import snapshot
+    from retrieval.config import load_collection_configs
+
+    collection = unique_name("h")
+    docs_dir, _, collections_path = write_project(tmp_path, collection)
+    config = load_collection_configs(collections_path)[collection]
+    time.sleep(RACY_SECONDS + 0.1)  # a signature younger than this is never trusted
+    first = snapshot(config)
+    assert first.hashed == len(DOCS) and set(first.signatures) == set(first.hashes) == set(DOCS)
+    again = snapshot(config, first)
+    assert again.hashed == 0 and again.hashes == first.hashes and again.signatures == first.signatures
+
+    (docs_dir / "alpha.md").write_text("Rewritten: the llama now eats oats.", encoding="utf-8")
+    os.utime(docs_dir / "beta.md")  # touched, same bytes
+    time.sleep(RACY_SECONDS + 0.1)
+    changed = snapshot(config, again)
+    assert changed.hashed == 2
+    assert changed.hashes["alpha.md"] != first.hashes["alpha.md"]
+    assert {k: v for k, v in changed.hashes.items() if k != "alpha.md"} == {
+        k: v for k, v in first.hashes.items() if k != "alpha.md"
+    }
+    assert snapshot(config, changed).hashed == 0
 
 
 def test_sensor_interval_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
