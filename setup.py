@@ -9,7 +9,9 @@ from setuptools import find_packages, setup
 
 setup(
     packages=[
-        *find_packages(include=["chunking*", "retrieval*", "evaluation*", "pipeline*", "orchestration*"]),
+        *find_packages(
+            include=["chunking*", "retrieval*", "evaluation*", "pipeline*", "assets*", "orchestration*"]
+        ),
         "retrieval.bundled",
     ],
     package_dir={"retrieval.bundled": "configs"},

@@ -186,13 +186,7 @@ def wait_idle(instance, stack: StackProcess, timeout: float) -> float:
 
 
 def sensor_ticks(instance) -> list:
-    from dagster._core.definitions.run_request import InstigatorType
-
-    states = [
-        s
-        for s in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR)
-        if s.name == "document_update_sensor"
-    ]
+    states = [s for s in instance.all_instigator_state() if s.name == "document_update_sensor"]
     return [t for s in states for t in instance.get_ticks(s.instigator_origin_id, s.selector_id, limit=200)]
 
 

@@ -122,7 +122,7 @@ def indexing_job():
     """The asset job of the code location as configured by CHUNKYARD_CONFIGS (for run subprocesses)."""
     from dagster import AssetSelection, Definitions, define_asset_job
 
-    from orchestration.definitions import build_definitions
+    from assets.definitions import build_definitions
 
     job = define_asset_job("bench_indexing", selection=AssetSelection.all())
     return Definitions.merge(build_definitions(), Definitions(jobs=[job])).resolve_job_def("bench_indexing")
@@ -139,7 +139,8 @@ def sensor_run(
     forget_shared_embedders()  # a new run process loads the model again
     sensor = defs.resolve_sensor_def("document_update_sensor")
     started = time.perf_counter()
-    tick = sensor(build_sensor_context(instance=instance, cursor=cursor, resources=defs.resources))
+    with build_sensor_context(instance=instance, cursor=cursor, resources=defs.resources) as context:
+        tick = sensor(context)
     tick_seconds = time.perf_counter() - started
     if not tick.run_requests:
         raise RuntimeError("the sensor requested no run")
@@ -299,7 +300,7 @@ def measure(executor: str, args: argparse.Namespace) -> dict[str, Any]:
         corpus_chars = sum(len(p.read_text(encoding="utf-8")) for p in docs)
         indexes_path, collections_path = write_configs(root, root / "docs", args.config)
 
-        from orchestration.definitions import build_definitions
+        from assets.definitions import build_definitions
         from orchestration.instance import get_instance
         from retrieval.store import Store
 

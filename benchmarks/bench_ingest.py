@@ -148,8 +148,8 @@ def run_chunkyard_library(system: str, url: str, docs_dir: Path, root: Path) -> 
 
 def run_chunkyard_dagster(system: str, url: str, docs_dir: Path, root: Path) -> dict[str, Any]:
     """The deployed path: the document sensor, then `execute_job` with the multiprocess executor."""
+    from assets.definitions import build_definitions
     from benchmarks.bench_incremental import sensor_run
-    from orchestration.definitions import build_definitions
     from orchestration.instance import get_instance
     from retrieval.config import load_index_specs
     from retrieval.store import Store

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import yaml
 
+from orchestration.instance import DEFINITIONS_MODULE
+
 REDIS_BINARY = "redis-server"
 WORKER_APP = "dagster_celery.app"
 READY_TIMEOUT_S = 120.0
@@ -199,7 +201,7 @@ def materialize_all(
     The run's process is the orchestrator (it claims pool slots, submits steps); returns its exit
     status, output in `log_path`.
     """
-    command = [_bin("dagster"), "asset", "materialize", "--select", select, "-m", "orchestration.definitions"]
+    command = [_bin("dagster"), "asset", "materialize", "--select", select, "-m", DEFINITIONS_MODULE]
     command += ["--config-json", json.dumps(run_config)]
     with log_path.open("ab") as log:
         return subprocess.run(

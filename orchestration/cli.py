@@ -87,9 +87,10 @@ def cmd_index(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     from dagster import AssetSelection, materialize
 
-    from orchestration.definitions import build_definitions
+    from assets.definitions import build_definitions
+    from assets.keys import collection_keys
+    from assets.runs import host_tags, sweep_dead_runs
     from orchestration.instance import get_instance
-    from orchestration.runs import host_tags, sweep_dead_runs
 
     instance = get_instance()
     swept = sweep_dead_runs(instance)
@@ -97,8 +98,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         _print(f"Marked {len(swept)} run(s) whose process is gone as failed: {', '.join(swept)}")
     defs = build_definitions(database_url=os.environ["DATABASE_URL"])
     graph = defs.resolve_asset_graph()
-    prefixes = {c.replace("-", "_") for c in chosen}
-    keys = [k for k in graph.get_all_asset_keys() if k.path[0] in prefixes]
+    keys = [k for c in chosen for k in collection_keys(c, graph.get_all_asset_keys())]
     assets = [a for a in defs.assets if any(k in keys for k in a.keys)]  # type: ignore[union-attr]
     _print(f"Indexing {', '.join(chosen)}: {len(keys)} assets (Dagster home {os.environ['DAGSTER_HOME']})")
     progress = RunProgress(total=len(keys), stream=sys.stdout)
@@ -212,11 +212,11 @@ def _failure_rows(markdown: str) -> list[tuple[str, str]]:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    """`dagster dev -m orchestration.definitions` with DAGSTER_HOME and DATABASE_URL set."""
-    from orchestration.instance import ensure_instance
+    """`dagster dev` on the code location `chunkyard` with DAGSTER_HOME and DATABASE_URL set."""
+    from orchestration.instance import WORKSPACE_FILE, ensure_instance
 
     home = ensure_instance()
-    command = [sys.executable, "-m", "dagster", "dev", "-m", "orchestration.definitions"]
+    command = [sys.executable, "-m", "dagster", "dev", "-w", str(home / WORKSPACE_FILE)]
     command += ["--host", args.host, "--port", str(args.port)]
     _print(f"Dagster UI on http://{args.host}:{args.port} (DAGSTER_HOME={home})")
     env = {**os.environ, "DAGSTER_HOME": str(home)}

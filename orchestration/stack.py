@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-# The one code location every Dagster process loads.
-DEFINITIONS_MODULE = "orchestration.definitions"
+from orchestration.instance import WORKSPACE_FILE
+
 DB_USER = "chunkyard"
 DB_NAME = "chunkyard"
 # Compose's Postgres: the pgvector image on the PostgreSQL major and the pgvector release the embedded
@@ -35,8 +35,8 @@ API_KEY_FILE_ENV = "CHUNKYARD_API_KEY_FILE"
 BIND_ENV = "CHUNKYARD_BIND"
 # Health probes under load: `dagster-daemon liveness-check` took 5.2-6.7 s at load 12.
 HEALTH_TIMEOUT = "30s"
-SENSOR_INTERVAL_ENV = "CHUNKYARD_SENSOR_INTERVAL"  # orchestration.sensors.INTERVAL_ENV
-AUTOMATION_INTERVAL_ENV = "CHUNKYARD_AUTOMATION_INTERVAL"  # orchestration.definitions
+SENSOR_INTERVAL_ENV = "CHUNKYARD_SENSOR_INTERVAL"  # assets.sensors.INTERVAL_ENV
+AUTOMATION_INTERVAL_ENV = "CHUNKYARD_AUTOMATION_INTERVAL"  # assets.definitions
 DEFAULT_SENSOR_INTERVAL = 30
 DEFAULT_AUTOMATION_INTERVAL = 30
 
@@ -166,8 +166,8 @@ def services(target: Target) -> list[Service]:
                 target.listen,
                 "-p",
                 str(target.webserver_port),
-                "-m",
-                DEFINITIONS_MODULE,
+                "-w",
+                f"{target.dagster_home}/{WORKSPACE_FILE}",
             ),
             environment=env,
             health=Health("http", path="/server_info"),
@@ -178,7 +178,7 @@ def services(target: Target) -> list[Service]:
         Service(
             name="dagster-daemon",
             # The document sensor, declarative automation (evaluations, leaderboards), the run queue.
-            command=("dagster-daemon", "run", "-m", DEFINITIONS_MODULE),
+            command=("dagster-daemon", "run", "-w", f"{target.dagster_home}/{WORKSPACE_FILE}"),
             environment=env,
             health=Health("command", command=("dagster-daemon", "liveness-check")),
             depends_on=("instance",),

@@ -2,17 +2,21 @@
 
 Both the documents step (which loads and syncs them) and the document sensor (which only hashes
 files to notice changes) go through `collection_files`, so their ids always agree: with several
-folders, a document id is prefixed with its folder's name so ids stay unique.
+folders, a document id is prefixed with its folder's name so ids stay unique. Both also trust a
+file's stat signature (`chunking.loaders.file_signature`) as the run does: a file whose signature
+is unchanged is neither read again by the step nor hashed again by the sensor.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chunking.loaders import DocumentFailure, list_files, scan_folder
+from chunking.loaders import DocumentFailure, file_signature, list_files, scan_folder
 from chunking.types import Document
 from retrieval.config import CollectionConfig
 
@@ -57,18 +61,39 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def snapshot(collection: CollectionConfig) -> dict[str, str]:
-    """{document id: sha256 of the file} of every file the collection would load.
+@dataclass
+class FolderSnapshot:
+    """Every file's sha256 by document id, and the stat signatures that may be trusted next time."""
+
+    hashes: dict[str, str] = field(default_factory=dict)
+    signatures: dict[str, str] = field(default_factory=dict)
+    hashed: int = 0  # files read this time; the others kept their hash (same signature)
+
+
+def snapshot(collection: CollectionConfig, known: FolderSnapshot | None = None) -> FolderSnapshot:
+    """The sha256 of every file the collection would load, reading only files whose stat signature
+    differs from `known` (all of them without it).
 
     A file that vanishes or cannot be read mid-scan is left out (it is seen on a later scan).
     """
-    hashes: dict[str, str] = {}
+    current = FolderSnapshot()
+    now_ns = time.time_ns()
     for doc_id, path in collection_files(collection):
         try:
-            hashes[doc_id] = file_sha256(path)
+            signature = file_signature(os.stat(path), now_ns)  # before reading: a later write changes it
+            if known is not None and signature is not None and known.signatures.get(doc_id) == signature:
+                previous = known.hashes.get(doc_id)
+                if previous is not None:
+                    current.hashes[doc_id] = previous
+                    current.signatures[doc_id] = signature
+                    continue
+            current.hashes[doc_id] = file_sha256(path)
+            current.hashed += 1
         except OSError:
             continue
-    return hashes
+        if signature is not None:
+            current.signatures[doc_id] = signature
+    return current
 
 
 def load_collection_documents(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 from dagster import AssetCheckSeverity, AssetSelection, DagsterEventType, instance_for_test, materialize
 
+from assets.resources import PostgresResource
 from tests.dagster_helpers import DOCS, check_results, ids, materializations, unique_name, write_project
 
 QUESTIONS = [
@@ -40,13 +42,19 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str) -> str:
     return pg_url
 
 
-def _materialize_all(defs, instance, keys=None):
+def _materialize_all(defs, instance, keys=None, *, raise_on_error: bool = True):
     selection = AssetSelection.assets(*keys) if keys else AssetSelection.all()
-    return materialize(list(defs.assets), instance=instance, resources=defs.resources, selection=selection)
+    return materialize(
+        list(defs.assets),
+        instance=instance,
+        resources=defs.resources,
+        selection=selection,
+        raise_on_error=raise_on_error,
+    )
 
 
 def test_full_graph_materialises_with_checks_evaluation_and_leaderboard(tmp_path: Path, env: str) -> None:
-    from orchestration.definitions import build_definitions
+    from assets.definitions import build_definitions
 
     collection = unique_name("a")
     _, indexes_path, collections_path = write_project(tmp_path, collection, eval_set=QUESTIONS)
@@ -98,7 +106,7 @@ def test_regression_check_flags_drops_beyond_tolerance() -> None:
 
 
 def test_bad_files_are_reported_and_the_rest_is_indexed(tmp_path: Path, env: str) -> None:
-    from orchestration.definitions import build_definitions
+    from assets.definitions import build_definitions
 
     collection = unique_name("b")
     docs = {**DOCS, "empty.md": "", "latin1.txt": "caf\xe9 cr\xe8me".encode("latin-1")}
@@ -124,7 +132,7 @@ def test_bad_files_are_reported_and_the_rest_is_indexed(tmp_path: Path, env: str
 
 
 def test_missing_folder_is_reported_and_keeps_the_index(tmp_path: Path, env: str) -> None:
-    from orchestration.definitions import build_definitions
+    from assets.definitions import build_definitions
 
     collection = unique_name("m")
     docs_dir, indexes_path, collections_path = write_project(tmp_path, collection, configs=["token-48"])
@@ -146,7 +154,7 @@ def test_missing_folder_is_reported_and_keeps_the_index(tmp_path: Path, env: str
 
 
 def test_two_folders_one_missing_indexes_the_other(tmp_path: Path, env: str) -> None:
-    from orchestration.definitions import build_definitions
+    from assets.definitions import build_definitions
 
     collection = unique_name("f")
     other = tmp_path / "notes"
@@ -168,8 +176,8 @@ def test_two_folders_one_missing_indexes_the_other(tmp_path: Path, env: str) -> 
 
 
 def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: str) -> None:
+    from assets.definitions import build_definitions
     from chunking.tokenizers import get_tokenizer
-    from orchestration.definitions import build_definitions
     from pipeline.checks import check_token_limit
     from retrieval.store import Store
 
@@ -185,12 +193,15 @@ def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: s
     )
     defs = build_definitions(indexes_path, collections_path, database_url=env)
     with instance_for_test() as instance:
-        result = _materialize_all(defs, instance)
-        assert result.success  # checks report; they do not stop the run
+        result = _materialize_all(defs, instance, raise_on_error=False)
+        assert not result.success  # an error-level check is blocking: nothing after it runs
         check = check_results(result)[f"{collection}/words_300/chunks:within_model_token_limit"]
         assert not check.passed and check.severity == AssetCheckSeverity.ERROR
         assert check.metadata["chunks_over_limit"].value >= 1
         assert check.metadata["model_token_limit"].value == 256
+        assert f"{collection}/words_300/index" not in materializations(result)
+    info = Store(env).index_info(f"{collection}/words-300") or {}
+    assert not info.get("published_at") and not info.get("chunk_count")  # never published
     # A config that allows truncation passes the same chunks and reports the truncated share.
     check = check_token_limit(
         Store(env),
@@ -198,13 +209,55 @@ def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: s
         get_tokenizer("model"),
         256,
         allow_truncation=True,
-        where="published",
+        where="staged",
     )
     assert check.passed and 0.0 < check.metadata["share_truncated"] <= 1.0
 
 
+def test_a_failed_blocking_check_leaves_the_previous_version_published(tmp_path: Path, env: str) -> None:
+    """A staged error-level check that fails stops the publish in the same run, and automation
+    requests nothing below it while it stands failed: readers keep the previous version."""
+    from dagster import evaluate_automation_conditions
+
+    from assets.definitions import build_definitions
+    from retrieval.store import Store
+
+    collection = unique_name("b")
+    indexes = {
+        "indexes": {
+            "words-300": {"chunker": {"strategy": "token", "size": 300, "overlap": 0, "tokenizer": "words"}}
+        }
+    }
+    docs_dir, indexes_path, collections_path = write_project(
+        tmp_path, collection, docs={"short.txt": "The zyxomorphic llama eats hay."}, indexes=indexes
+    )
+    defs = build_definitions(indexes_path, collections_path, database_url=env)
+    name = f"{collection}/words-300"
+    store = Store(env)
+    with instance_for_test() as instance:
+        assert _materialize_all(defs, instance).success
+        published = store.index_info(name)
+        assert published is not None and published["chunk_count"] == 1
+        before = evaluate_automation_conditions(defs=defs, instance=instance)
+        # ~800 words: the chunks now exceed the model's 256-token input, which the config does not allow
+        (docs_dir / "short.txt").write_text(" ".join(f"word{i} alpha beta gamma" for i in range(200)))
+        result = _materialize_all(defs, instance, raise_on_error=False)
+        assert not result.success
+        check = check_results(result)[f"{collection}/words_300/chunks:within_model_token_limit"]
+        assert not check.passed
+        done = materializations(result)
+        assert f"{collection}/words_300/chunks" in done
+        assert not {f"{collection}/words_300/{kind}" for kind in ("embeddings", "bm25", "index")} & set(done)
+        after = store.index_info(name)
+        assert after["version"] == published["version"] and after["chunk_count"] == 1
+        # The chunks were materialized, but while their blocking check stands failed automation
+        # requests nothing below them (plain eager() would publish them: embeddings, bm25, index).
+        later = evaluate_automation_conditions(defs=defs, instance=instance, cursor=before.cursor)
+        assert later.total_requested == 0
+
+
 def test_evaluation_skips_questions_about_deleted_documents(tmp_path: Path, env: str) -> None:
-    from orchestration.definitions import build_definitions
+    from assets.definitions import build_definitions
 
     collection = unique_name("q")
     docs_dir, indexes_path, collections_path = write_project(
@@ -220,3 +273,36 @@ def test_evaluation_skips_questions_about_deleted_documents(tmp_path: Path, env:
         assert evaluation["questions"] == len(QUESTIONS) - 1 and evaluation["questions_skipped"] == 1
         warnings = [e.message for e in instance.all_logs(result.run_id) if e.level >= 30 and e.message]
         assert any("1 question(s) skipped" in w and "q3" in w for w in warnings)
+
+
+def test_one_store_per_execution_closed_after_it(pg_url: str, store) -> None:
+    """The postgres resource opens one Store (one pool, one migration check) for the steps of an
+    execution, and its teardown closes the pool's connections."""
+    from dagster import asset, materialize
+
+    seen = []
+
+    def use(postgres: PostgresResource) -> None:
+        opened = postgres.store()
+        with opened.connection() as conn:
+            seen.append((opened, conn.info.backend_pid))
+
+    @asset
+    def first(postgres: PostgresResource) -> None:
+        use(postgres)
+
+    @asset(deps=[first])
+    def second(postgres: PostgresResource) -> None:
+        use(postgres)
+
+    assert materialize([first, second], resources={"postgres": PostgresResource(url=pg_url)}).success
+    assert len(seen) == 2 and seen[0][0] is seen[1][0]
+    pids = sorted({pid for _, pid in seen})
+    deadline = time.monotonic() + 10
+    while True:
+        with store.connection() as conn:
+            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [pids]).fetchone()
+        if row[0] == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert row[0] == 0, f"connections {pids} outlived the run"

@@ -89,6 +89,38 @@ def test_init_and_add_write_the_project_and_refuse_what_is_wrong(
         main(["--debug", "index"])
 
 
+def test_collections_named_2024_and_my_docs_index_and_names_that_spell_alike_are_refused(
+    tmp_path: Path,
+) -> None:
+    """Collection names become asset keys through `assets.keys` alone: `2024` (a leading digit) and
+    `my.docs` (a dot) select their assets, and `a-b` beside `a_b` (one Dagster spelling) is an error."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "pets.md").write_text("# Pets\n\nThe zyxomorphic llama eats hay every Tuesday morning.\n")
+    project = tmp_path / "work"
+    project.mkdir()
+    assert _run(["init"], project).returncode == 0
+    for name in ("my.docs", "2024"):
+        added = _run(["add", name, str(docs), "--index", "recursive-256"], project)
+        assert added.returncode == 0, added.stderr
+    for name in ("my.docs", "2024"):
+        indexed = _run(["index", name], project)
+        assert indexed.returncode == 0, indexed.stdout + indexed.stderr
+        # documents, chunks, embeddings, bm25, index: every asset of the collection, and only those
+        assert f"Indexing {name}: 5 assets" in indexed.stdout, indexed.stdout
+        assert "succeeded" in indexed.stdout and "1 added" in indexed.stdout, indexed.stdout
+        found = _run(["search", "what does the llama eat", "--index", f"{name}/recursive-256"], project)
+        assert found.returncode == 0, found.stderr
+        assert found.stdout.splitlines()[1].split()[1] == "pets.md", found.stdout
+
+    for name in ("a-b", "a_b"):
+        assert _run(["add", name, str(docs), "--index", "recursive-256"], project).returncode == 0
+    refused = _run(["index", "a-b"], project)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    line = refused.stderr.strip().splitlines()
+    assert len(line) == 1 and "'a-b' and 'a_b'" in line[0] and "a_b" in line[0], refused.stderr
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -19,7 +19,7 @@ SLOW_JOB = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from dagster import DagsterInstance, asset, materialize
-    from orchestration.runs import host_tags
+    from assets.runs import host_tags
 
     marker = Path(sys.argv[1])
 
@@ -54,7 +54,7 @@ def instance_home(pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 def test_kill_9_mid_step_then_sweep_frees_the_pool_and_a_rerun_finishes(instance_home, tmp_path) -> None:
     from dagster import DagsterInstance, DagsterRunStatus, materialize
 
-    from orchestration.runs import host_tags, sweep_dead_runs
+    from assets.runs import host_tags, sweep_dead_runs
 
     marker = tmp_path / "started"
     script = tmp_path / "slow_job.py"
@@ -89,10 +89,9 @@ def test_kill_9_mid_step_then_sweep_frees_the_pool_and_a_rerun_finishes(instance
 
 def test_the_sweep_leaves_live_runs_and_other_hosts_alone(instance_home) -> None:
     """A run of another host is never judged by a pid looked up here; a live run is kept."""
-    from dagster import DagsterInstance, DagsterRunStatus
-    from dagster._core.storage.dagster_run import DagsterRun
+    from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 
-    from orchestration.runs import RUN_HOST_TAG, host_tags, sweep_dead_runs
+    from assets.runs import RUN_HOST_TAG, host_tags, sweep_dead_runs
 
     instance = DagsterInstance.get()
     run = instance.add_run(
@@ -116,8 +115,8 @@ MULTIPROCESS_JOB = textwrap.dedent(
     import os, sys, time
     from pathlib import Path
     from dagster import DagsterInstance, Definitions, asset, define_asset_job, execute_job, reconstructable
-    from orchestration.executors import build_executor
-    from orchestration.runs import host_tags
+    from assets.executors import build_executor
+    from assets.runs import host_tags
 
     @asset
     def slow_step() -> None:
@@ -171,7 +170,7 @@ def test_a_killed_multiprocess_run_takes_its_step_process_with_it(instance_home,
         assert not _running(step_pid), "the step process outlived its run's process"
         from dagster import DagsterInstance
 
-        from orchestration.runs import sweep_dead_runs
+        from assets.runs import sweep_dead_runs
 
         instance = DagsterInstance.get()
         swept = [instance.get_run_by_id(run_id).job_name for run_id in sweep_dead_runs(instance)]
@@ -196,10 +195,9 @@ def test_the_sweep_kills_a_step_process_its_dead_run_left(instance_home) -> None
     """A step process still alive after its run's process died (its STEP_START pid) is killed by the sweep."""
     import uuid
 
-    from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRunStatus
-    from dagster._core.storage.dagster_run import DagsterRun
+    from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus
 
-    from orchestration.runs import host_tags, sweep_dead_runs
+    from assets.runs import host_tags, sweep_dead_runs
 
     instance = DagsterInstance.get()
     gone = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -17,10 +17,12 @@ from tests.dagster_helpers import INDEXES, unique_name, write_project
 def test_code_location_loads_without_torch() -> None:
     code = (
         "import sys\n"
-        "import orchestration.definitions as d\n"
+        "import dagster\n"
+        "import assets.definitions as d\n"
+        "assert not isinstance(d.defs, dagster.Definitions)  # built when Dagster loads it, not on import\n"
         "heavy = sorted(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules)\n"
         "assert not heavy, heavy\n"
-        "assert d.defs.resolve_asset_graph().get_all_asset_keys()\n"
+        "assert d.defs().resolve_asset_graph().get_all_asset_keys()\n"
         "print('ok')\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
@@ -32,8 +34,9 @@ def test_code_location_loads_without_torch() -> None:
 
 
 def test_project_graph_names_groups_and_descriptions(monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestration.definitions import build_definitions, defs
+    from assets.definitions import build_definitions
 
+    defs = build_definitions()
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     for kind in ("chunks", "embeddings", "bm25", "index", "evaluation"):
@@ -50,7 +53,8 @@ def test_project_graph_names_groups_and_descriptions(monkeypatch: pytest.MonkeyP
     )
     assert emb.pools == {"embedding"}
     assert defs.resolve_sensor_def("document_update_sensor") is not None
-    assert defs.executor.name == "chunkyard"  # multiprocess, in_process or celery (orchestration.executors)
+    assert defs.resolve_sensor_def("dead_run_janitor") is not None
+    assert defs.executor.name == "chunkyard"  # multiprocess, in_process or celery (assets.executors)
     assert defs.executor.config_schema.default_value == {"multiprocess": {}}  # multiprocess by default
     schedule = defs.resolve_schedule_def("nightly_evaluation")
     assert schedule.default_status.value == "STOPPED"
@@ -89,7 +93,7 @@ def test_project_graph_names_groups_and_descriptions(monkeypatch: pytest.MonkeyP
 
 
 def _versions(indexes_path: Path, collections_path: Path) -> dict[str, str]:
-    from orchestration.assets import build_all
+    from assets.definitions import build_all
 
     built = build_all(indexes_path, collections_path)
     return {
@@ -150,6 +154,17 @@ def test_generated_instance_uses_postgres_storage(
         result = materialize([probe], instance=instance)
         assert result.success
         assert instance.get_run_by_id(result.run_id) is not None
+    # The workspace file loads assets.definitions as the code location `chunkyard`.
+    validated = subprocess.run(
+        [sys.executable, "-m", "dagster", "definitions", "validate", "-w", str(home / "workspace.yaml")],
+        cwd=REPO_ROOT,  # the repository's own project
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert validated.returncode == 0, validated.stderr[-3000:]
+    assert "Validation successful for code location chunkyard" in validated.stderr + validated.stdout
     # Regenerating leaves a file the user took over (marker removed) alone.
     custom = "storage: {}\n"
     (home / "dagster.yaml").write_text(custom)
@@ -182,7 +197,7 @@ def test_docker_compose_parses_and_wires_the_services() -> None:
     assert services["dagster-webserver"]["ports"] == ["127.0.0.1:3000:3000"]
     assert services["query"]["ports"] == ["${CHUNKYARD_BIND:-127.0.0.1}:8000:8000"]
     commands = " ".join(" ".join(s.get("command", [])) for s in services.values())
-    assert "-m orchestration.definitions" in commands
+    assert "-w /var/lib/chunkyard/dagster/workspace.yaml" in commands  # the code location `chunkyard`
     cli_commands = set(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
     assert {"instance", "serve"} <= cli_commands
     dockerfile = (REPO_ROOT / "docker" / "Dockerfile").read_text()
@@ -192,6 +207,7 @@ def test_docker_compose_parses_and_wires_the_services() -> None:
         "retrieval/",
         "evaluation/",
         "pipeline/",
+        "assets/",
         "orchestration/",
         "configs/",
         "docs/",

@@ -358,7 +358,7 @@ def test_the_dagster_assets_embed_on_the_server_and_report_its_usage(
 ) -> None:
     from dagster import instance_for_test, materialize
 
-    from orchestration.definitions import build_definitions
+    from assets.definitions import build_definitions
     from tests.dagster_helpers import INDEXES, materializations, unique_name, write_project
 
     monkeypatch.setenv("DATABASE_URL", pg_url)

@@ -417,3 +417,47 @@ def test_eval_cli_tune_flag(pg_url, tmp_path, capsys):
     assert "--tune: expected NAME=VALUE" in capsys.readouterr().err
     assert eval_main([*argv, "--tune", "context_weight=2"]) == 2
     assert "context_weight: must be a number between 0 and 1" in capsys.readouterr().err
+
+
+def test_eval_stops_before_the_publish_when_an_error_check_fails(pg_url, tmp_path, monkeypatch, embedder):
+    """`chunkyard eval` runs the steps of `pipeline.graph`: a failed staged error-level check stops
+    it with an error naming the check, and the previous version stays published."""
+    import retrieval.embedder
+    from pipeline.benchmark import run_benchmark
+    from pipeline.benchmark.run import BenchmarkError
+    from retrieval.store import Store
+
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "indexes.yaml").write_text(
+        "indexes:\n  words-300:\n    chunker: {strategy: token, size: 300, overlap: 0, tokenizer: words}\n",
+        encoding="utf-8",
+    )
+    (configs / "collections.yaml").write_text(
+        "collections:\n  gate-test:\n    dataset: gate.yaml\n    indexes: [words-300]\n", encoding="utf-8"
+    )
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "llama.md").write_text("The zyxomorphic llama eats hay every Tuesday.", encoding="utf-8")
+    eval_set = tmp_path / "gate.yaml"
+    eval_set.write_text(
+        "documents: docs\nquestions:\n  - {id: a, question: 'What does the llama eat?', answers: [eats hay]}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("CHUNKYARD_CONFIGS", str(configs))
+    monkeypatch.setattr(retrieval.embedder, "embedder_for_config", lambda config: embedder)
+    arguments = {"configs": ["words-300"], "modes": ["dense"], "database_url": pg_url, "show_progress": False}
+    first = run_benchmark(str(eval_set), **arguments)
+    name = "eval-gate/words-300"
+    published = Store(pg_url).index_info(name)
+    assert first.reports and published is not None
+
+    # ~800 words in one chunk: over the model's 256-token input, which the config does not allow
+    (docs / "llama.md").write_text(
+        "The zyxomorphic llama eats hay. " + " ".join(f"word{i} alpha beta gamma" for i in range(200)),
+        encoding="utf-8",
+    )
+    with pytest.raises(BenchmarkError, match="within_model_token_limit"):
+        run_benchmark(str(eval_set), **arguments)
+    after = Store(pg_url).index_info(name)
+    assert after["version"] == published["version"] and after["chunk_count"] == published["chunk_count"]

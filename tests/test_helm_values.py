@@ -70,7 +70,7 @@ def test_helm_values_use_the_charts_keys_and_chunkyards_settings() -> None:
     (deployment,) = users["deployments"]
     assert {"name", "image", "dagsterApiGrpcArgs", "port"} <= set(deployment)
     assert {"repository", "tag", "pullPolicy"} <= set(deployment["image"])
-    assert deployment["dagsterApiGrpcArgs"] == ["-m", "orchestration.definitions"]
+    assert deployment["dagsterApiGrpcArgs"] == ["-m", "assets.definitions"]
     assert {"name": "chunkyard-env"} in deployment["envSecrets"]
 
     # Same run queue and pools as the dagster.yaml `chunkyard instance` writes.

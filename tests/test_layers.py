@@ -1,6 +1,6 @@
 """The import graph, read with `ast`: dependencies point down the floors, no cycles, no Dagster below.
 
-Floors: chunking < retrieval < evaluation < pipeline < orchestration. Every import counts
+Floors: chunking < retrieval < evaluation < pipeline < assets < orchestration. Every import counts
 (module level, inside functions, and under `if TYPE_CHECKING:`).
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.conftest import REPO_ROOT
 
-FLOORS = ("chunking", "retrieval", "evaluation", "pipeline", "orchestration")
+FLOORS = ("chunking", "retrieval", "evaluation", "pipeline", "assets", "orchestration")
 LIBRARIES = ("chunking", "retrieval", "evaluation", "pipeline")
 
 
@@ -140,3 +140,50 @@ def test_no_import_cycle_between_folders() -> None:
         ]
         cycles += _cycles(edges)
     assert cycles == []
+
+
+DAGSTER_HOMES = ("assets", "orchestration")  # the only folders whose code may import Dagster
+
+
+def _every_python_file() -> list[Path]:
+    skipped = {".venv", ".git", ".chunkyard", "node_modules", "build", "dist"}
+    return sorted(
+        p for p in REPO_ROOT.rglob("*.py") if not skipped & set(p.relative_to(REPO_ROOT).parts[:-1])
+    )
+
+
+def _imported_names(path: Path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.append(node.module)
+            names.extend(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_only_assets_and_orchestration_import_dagster() -> None:
+    """Every .py outside tests/ and benchmarks/: anything named dagster* is imported in assets/ and
+    orchestration/ only (dagster, dagster_celery, dagster_postgres, dagster_webserver, ...)."""
+    offenders = [
+        f"{path.relative_to(REPO_ROOT)} imports {name}"
+        for path in _every_python_file()
+        if path.relative_to(REPO_ROOT).parts[0] not in ("tests", "benchmarks", *DAGSTER_HOMES)
+        for name in _imported_names(path)
+        if name.startswith("dagster")
+    ]
+    assert offenders == []
+    assert any("dagster" in n for n in _imported_names(REPO_ROOT / "assets" / "definitions.py"))
+
+
+def test_no_file_imports_dagster_internals() -> None:
+    """No file at all (tests and benchmarks included) imports a private Dagster module (`dagster._...`,
+    `dagster_celery._...`): only the public API, which keeps its promises across releases."""
+    offenders = [
+        f"{path.relative_to(REPO_ROOT)} imports {name}"
+        for path in _every_python_file()
+        for name in _imported_names(path)
+        if name.startswith("dagster") and any(part.startswith("_") for part in name.split(".")[1:])
+    ]
+    assert offenders == []

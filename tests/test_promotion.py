@@ -10,12 +10,13 @@ import uuid
 import pytest
 from dagster import DagsterInstance, materialize
 
+from assets.evaluation import build_promotion_asset
+from assets.keys import promotion_key
+from assets.resources import PostgresResource
 from chunking.types import Document
 from evaluation.estimates import Estimate
 from evaluation.reports import Leaderboard, LeaderboardRow
 from evaluation.runner import evaluate_index
-from orchestration.assets import build_promotion_asset, promotion_key
-from orchestration.resources import PostgresResource
 from pipeline.steps.promotion import decide, promote
 from retrieval import aliases
 from retrieval.config import CollectionConfig, ConfigError, ServeConfig, _serve
@@ -199,7 +200,7 @@ def test_readers_see_no_error_while_promotions_swap_the_alias(store, evaluated) 
 
 
 def test_a_collection_with_serve_gets_a_promotion_asset(tmp_path) -> None:
-    from orchestration.assets import build_collection_assets
+    from assets.definitions import build_collection_assets
     from retrieval.config import load_collection_configs, load_index_specs
 
     path = tmp_path / "collections.yaml"

@@ -33,7 +33,7 @@ RUN_SCRIPT = textwrap.dedent(
     """
     import json, sys
     from dagster import AssetKey, AssetSelection, DagsterInstance, materialize
-    from orchestration.definitions import build_definitions
+    from assets.definitions import build_definitions
 
     spec = json.loads(open(sys.argv[1]).read())
     defs = build_definitions(spec["indexes"], spec["collections"], database_url=spec["url"])
@@ -56,7 +56,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str):
     ensure_instance(pg_url)
     collection = unique_name("r")
     docs_dir, indexes_path, collections_path = write_project(tmp_path, collection, configs=["recursive-48"])
-    from orchestration.definitions import build_definitions
+    from assets.definitions import build_definitions
 
     defs = build_definitions(indexes_path, collections_path, database_url=pg_url)
     return collection, docs_dir, indexes_path, collections_path, defs
@@ -64,9 +64,15 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str):
 
 def _tick(defs, instance, cursor: str | None) -> SensorResult:
     sensor = defs.resolve_sensor_def("document_update_sensor")
-    result = sensor(build_sensor_context(instance=instance, cursor=cursor, resources=defs.resources))
+    with build_sensor_context(instance=instance, cursor=cursor, resources=defs.resources) as context:
+        result = sensor(context)
     assert isinstance(result, SensorResult)
     return result
+
+
+def _sweep(defs, instance) -> None:
+    with build_sensor_context(instance=instance) as context:
+        defs.resolve_sensor_def("dead_run_janitor")(context)
 
 
 def _tags(request) -> dict[str, str]:
@@ -156,9 +162,11 @@ def test_a_run_killed_mid_run_is_reconciled_with_no_new_edit(
     assert (lag.changed, lag.documents_behind) == ((["beta.md"], 1) if blocked_in == "chunks" else ([], 0))
     assert blocked_in == "documents" or lag.oldest_change is not None
 
-    # No new edit from here on: ticks and the runs they ask for only.
-    healed = _tick(defs, instance, changed.cursor)
+    # No new edit from here on: ticks and the runs they ask for only. The janitor fails the dead run
+    # (its own sensor), then the document sensor's reconciler sees the gap no run covers.
+    _sweep(defs, instance)
     assert instance.get_run_by_id(next(iter(stored))).status == DagsterRunStatus.FAILURE  # swept
+    healed = _tick(defs, instance, changed.cursor)
     (retry,) = healed.run_requests
     assert retry.tags["chunkyard/trigger"] == "reconcile" and retry.tags["chunkyard/attempt"] == "1"
     assert _tick(defs, instance, healed.cursor).run_requests == []  # covered by its own request
@@ -210,10 +218,10 @@ def test_a_gap_that_runs_keep_failing_to_close_is_given_up_and_reported(project,
     import argparse
     import uuid
 
-    from dagster._core.storage.dagster_run import DagsterRun
+    from dagster import DagsterRun
 
+    from assets.reconciling import COLLECTIONS_TAG, GAP_TAG
     from orchestration.cli_lag import cmd_lag
-    from orchestration.reconciling import COLLECTIONS_TAG, GAP_TAG
     from pipeline.reconcile import collection_gap
     from retrieval.config import load_collection_configs
 

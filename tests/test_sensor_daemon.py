@@ -1,6 +1,6 @@
 """The document sensor through Dagster's own daemon: real ticks, real run keys, real dedupe.
 
-Starts `dagster-daemon run -m orchestration.definitions` as a process on a temporary DAGSTER_HOME
+Starts `dagster-daemon run -m assets.definitions` as a process on a temporary DAGSTER_HOME
 (its own Dagster schema on the test Postgres) with a one-second sensor interval, replays
 A->B->A->B on one file and delete -> re-add -> delete on another, and reads the ticks and runs the
 daemon recorded back from the instance. The run queue is held at zero, so the requested runs stay
@@ -54,24 +54,18 @@ def daemon_home(pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def _sensor_ticks(instance) -> list:
-    from dagster._core.definitions.run_request import InstigatorType
-
-    states = [
-        s for s in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR) if s.name == SENSOR
-    ]
+    states = [s for s in instance.all_instigator_state() if s.name == SENSOR]  # no schedule shares it
     ticks = [t for s in states for t in instance.get_ticks(s.instigator_origin_id, s.selector_id)]
     return sorted(ticks, key=lambda t: t.timestamp)
 
 
 def _wait_for_tick_after(instance, moment: float, daemon: subprocess.Popen, log: Path) -> None:
     """Until a tick that started after `moment` has finished."""
-    from dagster._core.scheduler.instigation import TickStatus
-
     deadline = time.monotonic() + TICK_WAIT_SECONDS
     while time.monotonic() < deadline:
         if daemon.poll() is not None:
             raise AssertionError(f"dagster-daemon exited ({daemon.returncode}):\n{log.read_text()[-4000:]}")
-        if any(t.timestamp > moment and t.status != TickStatus.STARTED for t in _sensor_ticks(instance)):
+        if any(t.timestamp > moment and t.status.value != "STARTED" for t in _sensor_ticks(instance)):
             return
         time.sleep(0.5)
     raise AssertionError(f"no sensor tick within {TICK_WAIT_SECONDS} s:\n{log.read_text()[-4000:]}")
@@ -90,7 +84,7 @@ def _runs(instance, collection: str) -> list:
 def test_daemon_runs_every_observed_change_once(daemon_home: Path, pg_url: str, tmp_path: Path) -> None:
     from dagster import DagsterInstance, DagsterRunStatus
 
-    from orchestration.runs import RUN_HOST_TAG, this_host
+    from assets.runs import RUN_HOST_TAG, this_host
 
     collection = unique_name("d")
     docs_dir, _, _ = write_project(tmp_path, collection, configs=["recursive-48"])
@@ -109,7 +103,7 @@ def test_daemon_runs_every_observed_change_once(daemon_home: Path, pg_url: str, 
     daemon_bin = Path(sys.executable).parent / "dagster-daemon"
     with open(log, "wb") as out:
         daemon = subprocess.Popen(
-            [str(daemon_bin), "run", "-m", "orchestration.definitions"],
+            [str(daemon_bin), "run", "-m", "assets.definitions"],
             env=env,
             cwd=REPO_ROOT,
             stdout=out,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str):
     monkeypatch.setenv("CHUNKYARD_HOME", str(tmp_path / "home"))
     collection = unique_name("s")
     docs_dir, indexes_path, collections_path = write_project(tmp_path, collection, configs=["recursive-48"])
-    from orchestration.definitions import build_definitions
+    from assets.definitions import build_definitions
 
     defs = build_definitions(indexes_path, collections_path, database_url=pg_url)
     return collection, docs_dir, defs
@@ -25,8 +27,9 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str):
 
 def _tick(defs, instance, cursor: str | None):
     sensor = defs.resolve_sensor_def("document_update_sensor")
-    context = build_sensor_context(instance=instance, cursor=cursor, resources=defs.resources)
-    result = sensor(context)
+    # the postgres resource tears its Store down: Dagster's daemon opens and closes it around a tick
+    with build_sensor_context(instance=instance, cursor=cursor, resources=defs.resources) as context:
+        result = sensor(context)
     assert isinstance(result, SensorResult)
     return result
 
@@ -157,7 +160,7 @@ def _write(path: Path, text: str) -> None:
 def test_a_change_seen_again_gets_a_new_run_key(project) -> None:
     """A->B, B->A, A->B and delete -> re-add -> delete: every observed change is its own run key,
     and re-evaluating a tick from the same cursor keeps its key (Dagster runs it once)."""
-    from orchestration.runs import RUN_HOST_TAG, this_host
+    from assets.runs import RUN_HOST_TAG, this_host
 
     collection, docs_dir, defs = project
     beta = docs_dir / "beta.md"
@@ -190,7 +193,7 @@ def test_a_change_seen_again_gets_a_new_run_key(project) -> None:
 
 
 def test_a_cursor_of_the_earlier_format_reads_as_generation_zero(project) -> None:
-    from orchestration.sensors import parse_cursor
+    from assets.sensors import parse_cursor
 
     collection, docs_dir, defs = project
     with instance_for_test() as instance:
@@ -201,7 +204,8 @@ def test_a_cursor_of_the_earlier_format_reads_as_generation_zero(project) -> Non
         assert parse_cursor(old).generation == 0 and parse_cursor(old).hashes == hashes
         idle = _tick(defs, instance, old)
         assert idle.run_requests == []
-        assert json.loads(idle.cursor) == {"generation": 0, "collections": hashes}
+        kept = json.loads(idle.cursor)
+        assert kept["generation"] == 0 and kept["collections"] == hashes
         (docs_dir / "alpha.md").unlink()
         changed = _tick(defs, instance, old)
         assert len(changed.run_requests) == 1
@@ -210,8 +214,36 @@ def test_a_cursor_of_the_earlier_format_reads_as_generation_zero(project) -> Non
     assert parse_cursor(json.dumps({"generation": {"a.md": "x"}})).generation == 0  # a collection's name
 
 
+def test_a_tick_hashes_only_the_files_whose_stat_signature_changed(tmp_path: Path) -> None:
+    """The sensor trusts a file's stat signature as the documents step does: an unchanged file is
+    not read again, a rewritten or touched one is (and a touch alone changes no hash)."""
+    from chunking.loaders import RACY_SECONDS
+    from pipeline.documents import snapshot
+    from retrieval.config import load_collection_configs
+
+    collection = unique_name("h")
+    docs_dir, _, collections_path = write_project(tmp_path, collection)
+    config = load_collection_configs(collections_path)[collection]
+    time.sleep(RACY_SECONDS + 0.1)  # a signature younger than this is never trusted
+    first = snapshot(config)
+    assert first.hashed == len(DOCS) and set(first.signatures) == set(first.hashes) == set(DOCS)
+    again = snapshot(config, first)
+    assert again.hashed == 0 and again.hashes == first.hashes and again.signatures == first.signatures
+
+    (docs_dir / "alpha.md").write_text("Rewritten: the llama now eats oats.", encoding="utf-8")
+    os.utime(docs_dir / "beta.md")  # touched, same bytes
+    time.sleep(RACY_SECONDS + 0.1)
+    changed = snapshot(config, again)
+    assert changed.hashed == 2
+    assert changed.hashes["alpha.md"] != first.hashes["alpha.md"]
+    assert {k: v for k, v in changed.hashes.items() if k != "alpha.md"} == {
+        k: v for k, v in first.hashes.items() if k != "alpha.md"
+    }
+    assert snapshot(config, changed).hashed == 0
+
+
 def test_sensor_interval_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestration.sensors import INTERVAL_ENV, MINIMUM_INTERVAL_SECONDS, sensor_interval
+    from assets.sensors import INTERVAL_ENV, MINIMUM_INTERVAL_SECONDS, sensor_interval
 
     monkeypatch.delenv(INTERVAL_ENV, raising=False)
     assert sensor_interval() == MINIMUM_INTERVAL_SECONDS
@@ -227,16 +259,15 @@ def test_a_tick_sweeps_a_dead_run_and_frees_its_pool_slot(
     project, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run whose process is gone (its RUN_START pid no longer exists) while holding the `embedding`
-    slot is failed and its slot freed by the next sensor tick: the daemon heals the pool itself."""
+    slot is failed and its slot freed by the janitor sensor's next tick: the daemon heals the pool itself."""
     import subprocess
     import sys
     import uuid
 
-    from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRunStatus
-    from dagster._core.storage.dagster_run import DagsterRun
+    from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus
 
+    from assets.runs import host_tags
     from orchestration.instance import ensure_instance
-    from orchestration.runs import host_tags
 
     collection, docs_dir, defs = project
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
@@ -257,6 +288,11 @@ def test_a_tick_sweeps_a_dead_run_and_frees_its_pool_slot(
     assert storage.claim_concurrency_slot("embedding", run.run_id, "embeddings").is_claimed
     assert storage.get_concurrency_info("embedding").active_slot_count == 1
 
-    _tick(defs, instance, None)
+    _tick(defs, instance, None)  # the document sensor watches documents only
+    assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.STARTED
+    janitor = defs.resolve_sensor_def("dead_run_janitor")
+    result = janitor(build_sensor_context(instance=instance))
+    assert isinstance(result, SensorResult) and run.run_id in result.skip_reason.skip_message
     assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.FAILURE
     assert storage.get_concurrency_info("embedding").active_slot_count == 0
+    assert "no dead run" in janitor(build_sensor_context(instance=instance)).skip_reason.skip_message

@@ -320,7 +320,14 @@ def test_stack_end_to_end(tmp_path: Path) -> None:
 
 def test_compose_file_is_generated(tmp_path: Path) -> None:
     """docker/docker-compose.yml is `chunkyard stack compose`; its services run the local commands."""
-    from orchestration.stack import POSTGRES_IMAGE, compose_path, compose_services, compose_yaml, services
+    from orchestration.stack import (
+        POSTGRES_IMAGE,
+        compose_path,
+        compose_services,
+        compose_target,
+        compose_yaml,
+        services,
+    )
     from orchestration.stack_local import local_target
 
     committed = compose_path(REPO_ROOT).read_text(encoding="utf-8")
@@ -333,7 +340,8 @@ def test_compose_file_is_generated(tmp_path: Path) -> None:
         cwd=tmp_path,  # no project needed to print it
     )
     assert printed.stdout == committed
-    local = {s.name: s for s in services(local_target(tmp_path, None, pg_port=5432, secret="s"))}
+    target = local_target(tmp_path, None, pg_port=5432, secret="s")
+    local = {s.name: s for s in services(target)}
     assert not (tmp_path / "stack").exists()
     compose = compose_services()
     assert list(compose) == list(local)
@@ -343,7 +351,9 @@ def test_compose_file_is_generated(tmp_path: Path) -> None:
             continue
         # The same argv, environment variables and dependencies; only addresses and paths differ.
         ours = local[name]
-        assert [{"127.0.0.1": "0.0.0.0"}.get(a, a) for a in ours.command] == service["command"], name
+        argv = [{"127.0.0.1": "0.0.0.0"}.get(a, a) for a in ours.command]
+        home = compose_target().dagster_home  # the workspace file lies in each target's Dagster home
+        assert [a.replace(target.dagster_home, home) for a in argv] == service["command"], name
         # (the password: Compose reads it from its secret when the service starts)
         assert set(ours.environment) - {"DAGSTER_PG_PASSWORD"} <= set(service["environment"]), name
         assert set(ours.depends_on) == set(service["depends_on"]), name

@@ -126,7 +126,7 @@ def test_dagster_assets_get_the_static_options_of_the_index_config(
 ) -> None:
     """The Dagster resource passes every `embedder:` option (vocabulary_size, pca_dims) on, and hands
     out the instance the query side uses: a dropped option would index with another model."""
-    from orchestration.resources import EmbedderResource
+    from assets.resources import EmbedderResource
     from retrieval.embedder import embedder_for_config
 
     config = IndexConfig(

@@ -251,7 +251,7 @@ def test_dagster_ui_shows_graph_leaderboard_and_plots(tmp_path: Path, ui_env: di
 
         # One config's group: the lineage of its assets.
         browser.open(
-            f"{base}/locations/orchestration.definitions/asset-groups/demo__recursive_256",
+            f"{base}/locations/chunkyard/asset-groups/demo__recursive_256",
             expect=["chunks", "embeddings", "bm25", "evaluation"],
         )
         browser.screenshot(shots_dir / "02_group_recursive_256.png")

@@ -1,8 +1,10 @@
 """Document-update sensor: watches the folder collections and re-indexes what changed.
 
 The cursor is JSON `{"generation": N, "collections": {collection: {document id: sha256 of the
-file's bytes}}}`: content hashes, not timestamps, so touching a file without changing it does
-nothing and a restored backup with old mtimes is still noticed. The generation counts the changes
+file's bytes}}, "signatures": {collection: {document id: stat signature}}}`: content hashes, not
+timestamps, so touching a file without changing it does nothing and a restored backup with old
+mtimes is still noticed. Only files whose stat signature changed are hashed again, the rule the
+documents step uses to skip reading them. The generation counts the changes
 observed; it goes up by one on every tick that sees a change. Each such tick requests ONE run (the
 changed collections' documents + chunk/embedding/BM25/publish assets) whose run key is the
 generation plus a hash of the change set: re-evaluating a tick from the same cursor gives the same
@@ -13,13 +15,14 @@ their automation conditions. The first tick (no cursor yet) compares the folders
 documents already in the database and requests a run (tagged `initial_scan`) only if they differ;
 its generation starts from the clock, so a reset cursor never reuses an earlier key.
 
-Every tick first sweeps dead runs (`orchestration.runs.sweep_dead_runs`): a run killed while it
-held the `embedding` pool slot is failed and its slot freed, so a daemon heals the pool by
-itself; the runs it requests carry `host_tags()` so later sweeps can judge them.
+The runs it requests carry `host_tags()` so the dead-run janitor (`build_janitor_sensor`, a
+sensor of its own) can judge them: every tick it sweeps dead runs (`assets.runs.sweep_dead_runs`),
+so a run killed while it held the `embedding` pool slot is failed and its slot freed, and a
+daemon heals the pool by itself.
 
 Requests are per collection (tagged `chunkyard/writer`: the instance queues one run per collection at
 a time). The cursor moves on when a change is requested, so every tick ends with the reconciler
-(`orchestration.reconciling`): for each collection that no queued or running run covers, it compares
+(`assets.reconciling`): for each collection that no queued or running run covers, it compares
 the folder, the stored documents and each published index, and requests a run for any gap (a run
 that died mid-way), with backoff between retries and a report after too many. The cursor keeps the
 last request per collection (`requested`) and the gaps already reported as given up (`reported`).
@@ -42,21 +45,22 @@ from dagster import (
     sensor,
 )
 
-from chunking.environment import env_int
-from orchestration.reconciling import (
+from assets.reconciling import (
     Reconciled,
     busy_collections,
     collection_tags,
     recently_requested,
     reconcile,
 )
-from orchestration.resources import PostgresResource
-from orchestration.runs import host_tags, sweep_dead_runs
-from pipeline.documents import load_collection_documents, snapshot
+from assets.resources import PostgresResource
+from assets.runs import host_tags, sweep_dead_runs
+from chunking.environment import env_int
+from pipeline.documents import FolderSnapshot, load_collection_documents, snapshot
 from pipeline.reconcile import RetryPolicy
 from retrieval.config import CollectionConfig
 
 SENSOR_NAME = "document_update_sensor"
+JANITOR_NAME = "dead_run_janitor"
 MINIMUM_INTERVAL_SECONDS = 30
 # Overrides MINIMUM_INTERVAL_SECONDS (whole seconds, at least 1): tests tick fast through the daemon.
 INTERVAL_ENV = "CHUNKYARD_SENSOR_INTERVAL"
@@ -138,21 +142,31 @@ def baseline_from_store(
 
 @dataclass(frozen=True)
 class Cursor:
-    """What the sensor remembers: the changes observed so far, every file's content hash, the last
-    request per collection ([run key, time]) and the gaps reported as given up (collection -> digest)."""
+    """What the sensor remembers: the changes observed so far, every file's content hash, the stat
+    signatures under which those hashes may be reused, the last request per collection ([run key,
+    time]) and the gaps reported as given up (collection -> digest)."""
 
     generation: int
     hashes: dict[str, dict[str, str]]
     requested: dict[str, list] = field(default_factory=dict)
     reported: dict[str, str] = field(default_factory=dict)
+    signatures: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def dumps(self) -> str:
-        data: dict = {"generation": self.generation, "collections": self.hashes}
+        data: dict = {
+            "generation": self.generation,
+            "collections": self.hashes,
+            "signatures": self.signatures,
+        }
         if self.requested:
             data["requested"] = self.requested
         if self.reported:
             data["reported"] = self.reported
         return json.dumps(data, sort_keys=True)
+
+    def known(self, collection: str) -> FolderSnapshot:
+        """What the last tick saw of one collection, for `snapshot` to reuse."""
+        return FolderSnapshot(self.hashes.get(collection, {}), self.signatures.get(collection, {}))
 
 
 def parse_cursor(cursor: str | None) -> Cursor | None:
@@ -177,11 +191,13 @@ def parse_cursor(cursor: str | None) -> Cursor | None:
             return None
         requested = data.get("requested")
         reported = data.get("reported")
+        signatures = data.get("signatures")
         return Cursor(
             generation,
             dict(collections),
             dict(requested) if isinstance(requested, dict) else {},
             dict(reported) if isinstance(reported, dict) else {},
+            dict(signatures) if isinstance(signatures, dict) else {},
         )
     if all(isinstance(v, dict) for v in data.values()):
         return Cursor(0, dict(data))
@@ -236,10 +252,11 @@ def build_document_sensor(
         asset_selection=targets,
     )
     def document_update_sensor(context: SensorEvaluationContext, postgres: PostgresResource) -> SensorResult:
-        sweep(context)
         now = time.time()
-        current = {n: snapshot(c) for n, c in watched.items()}
         cursor = parse_cursor(context.cursor)
+        scans = {n: snapshot(c, cursor.known(n) if cursor else None) for n, c in watched.items()}
+        current = {n: scan.hashes for n, scan in scans.items()}
+        signatures = {n: scan.signatures for n, scan in scans.items()}
         if cursor is None:
             # First tick: compare the folders with what the database already holds, so starting
             # the UI after `chunkyard demo` does not re-run anything.
@@ -277,7 +294,7 @@ def build_document_sensor(
             requested[request.tags["chunkyard/collections"]] = [request.run_key, now]
         requests += reconciled.requests
         kept = generation if changed or cursor is None else cursor.generation
-        new_cursor = Cursor(kept, current, requested, reported).dumps()
+        new_cursor = Cursor(kept, current, requested, reported, signatures).dumps()
         if not requests:
             reason = (
                 "; ".join(reconciled.waiting)
@@ -333,7 +350,7 @@ def run_reconciler(
     requested: Mapping[str, list],
     now: float,
 ) -> Reconciled:
-    """`orchestration.reconciling.reconcile` for the collections no run covers; never fails the tick."""
+    """`assets.reconciling.reconcile` for the collections no run covers; never fails the tick."""
     try:
         prefixes = {n: indexing_keys[n][0].path[0] for n in watched}
         skip = busy_collections(context.instance, prefixes) | recently_requested(
@@ -352,3 +369,26 @@ def run_reconciler(
     except Exception as exc:  # a repair: the change-driven requests of this tick still go out
         context.log.warning(f"reconciler failed ({exc}); it tries again next tick")
         return Reconciled()
+
+
+def build_janitor_sensor(
+    *, name: str = JANITOR_NAME, default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING
+) -> SensorDefinition:
+    """Fails this host's runs whose process is gone and frees their pool slots, every tick."""
+
+    @sensor(
+        name=name,
+        description=(
+            "Fails the runs of this host whose process is gone (killed, or its failure never written) "
+            "and frees the concurrency-pool slots they held, so the `embedding` pool never waits for ever."
+        ),
+        minimum_interval_seconds=sensor_interval(),
+        default_status=default_status,
+    )
+    def dead_run_janitor(context: SensorEvaluationContext) -> SensorResult:
+        swept = sweep(context)
+        if not swept:
+            return SensorResult(skip_reason=SkipReason("no dead run"))
+        return SensorResult(skip_reason=SkipReason(f"failed {len(swept)} dead run(s): {', '.join(swept)}"))
+
+    return dead_run_janitor

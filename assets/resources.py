@@ -1,7 +1,9 @@
 """Dagster resources: the Postgres store and the embedding models.
 
 Nothing heavy is imported here at module level: torch and sentence-transformers load in
-`setup_for_execution` (inside a run), never when the code location loads.
+`setup_for_execution` (inside a run), never when the code location loads. Dagster sets a resource
+up once per step process (once per run in process, once per sensor tick) and tears it down after:
+the Store lives exactly that long, one pool and one migration check for all its steps.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dagster import ConfigurableResource, InitResourceContext
+from pydantic import PrivateAttr
 
 if TYPE_CHECKING:
     from retrieval.config import IndexConfig
@@ -21,6 +24,7 @@ class PostgresResource(ConfigurableResource):
     """chunkyard's database: `url` if given, else DATABASE_URL, else the embedded pgserver."""
 
     url: str | None = None
+    _store: Store | None = PrivateAttr(default=None)
 
     def database_url(self) -> str:
         from retrieval.db import database_url
@@ -28,12 +32,20 @@ class PostgresResource(ConfigurableResource):
         return self.url or database_url()
 
     def store(self) -> Store:
-        """A migrated `retrieval.store.Store` on this database."""
-        from retrieval.store import Store
+        """This execution's migrated `retrieval.store.Store`, opened on first use (a sensor tick
+        that needs no database opens none) and closed in `teardown_after_execution`."""
+        if self._store is None:
+            from retrieval.store import Store
 
-        store = Store(self.database_url())
-        store.migrate()
-        return store
+            store = Store(self.database_url())
+            store.migrate()
+            self._store = store
+        return self._store
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
 
 
 class EmbedderResource(ConfigurableResource):

@@ -1,19 +1,19 @@
-"""The run executor: multiprocess by default, in-process for small change sets, Celery to scale out.
+"""The run executor: Dagster's own executors, one chosen per run by `execution: {config: {<mode>: ...}}`.
 
-One executor with three modes, chosen per run by `execution: {config: {<mode>: {...}}}`:
-
-- `multiprocess` (default): one process per step on the machine running the run;
-- `in_process`: every step in the run's process (the document sensor asks for it for small
-  change sets, where process start-up would dominate);
-- `celery`: `dagster_celery`'s executor; each step becomes a task on the broker and runs in a
+- `multiprocess` (default): `dagster.multiprocess_executor`, one process per step on the machine
+  running the run;
+- `in_process`: `dagster.in_process_executor`, every step in the run's process (the document
+  sensor asks for it for small change sets, where process start-up would dominate);
+- `celery`: `dagster_celery.celery_executor`; each step becomes a task on the broker and runs in a
   Celery worker (`dagster-celery worker start -A dagster_celery.app`) on any machine that reaches
   the broker, the database and the code. The run's process still orchestrates: it claims the
   instance's concurrency-pool slots (the `embedding` pool) before sending a step, so the limit
   holds across every worker.
 
-Setting CHUNKYARD_CELERY_BROKER where the code location loads makes `celery` the default mode,
-with that broker and CHUNKYARD_CELERY_BACKEND (default: the broker) as the result backend, so
-runs launched by sensors, automation and the UI go to the workers without run config.
+Each mode's config schema, requirements and executor are the chosen definition's own; this
+executor only selects. Setting CHUNKYARD_CELERY_BROKER where the code location loads makes `celery`
+the default mode, with that broker and CHUNKYARD_CELERY_BACKEND (default: the broker) as the result
+backend, so runs launched by sensors, automation and the UI go to the workers without run config.
 
 A multiprocess step's process is a `multiprocessing` child of the run's process; loading this module
 there (every step loads the code location) asks Linux to SIGKILL it when that parent dies
@@ -26,22 +26,30 @@ import ctypes
 import os
 import signal
 import sys
+from collections.abc import Mapping
 
-from dagster import Executor, Field, InitExecutorContext, Selector, executor
-from dagster._core.definitions.executor_definition import (
-    IN_PROC_CONFIG,
-    MULTI_PROC_CONFIG,
-    _core_in_process_executor_creation,
-    _core_multiprocess_executor_creation,
-    multiple_process_executor_requirements,
+from dagster import (
+    Executor,
+    ExecutorDefinition,
+    ExecutorRequirement,
+    Field,
+    InitExecutorContext,
+    Selector,
+    executor,
+    in_process_executor,
+    multiprocess_executor,
 )
-from dagster._core.execution.retries import RetryMode
-from dagster_celery.executor import CELERY_CONFIG, CeleryExecutor
+from dagster_celery import celery_executor
 
 PR_SET_PDEATHSIG = 1  # prctl(2)
 BROKER_ENV = "CHUNKYARD_CELERY_BROKER"
 BACKEND_ENV = "CHUNKYARD_CELERY_BACKEND"
-MODES = ("multiprocess", "in_process", "celery")
+EXECUTORS: dict[str, ExecutorDefinition] = {
+    "multiprocess": multiprocess_executor,
+    "in_process": in_process_executor,
+    "celery": celery_executor,
+}
+MODES = tuple(EXECUTORS)
 
 
 def default_mode_config() -> dict:
@@ -52,43 +60,39 @@ def default_mode_config() -> dict:
     return {"celery": {"broker": broker, "backend": os.environ.get(BACKEND_ENV) or broker}}
 
 
-def _requirements(config: dict) -> list:
+def _chosen(config: Mapping[str, object]) -> tuple[ExecutorDefinition, Mapping[str, object]]:
+    ((mode, mode_config),) = config.items()
+    return EXECUTORS[mode], mode_config  # type: ignore[return-value]
+
+
+def _requirements(config: Mapping[str, object]) -> list[ExecutorRequirement]:
     # in_process needs nothing; multiprocess and celery re-load the job elsewhere and need a
     # persistent instance (the workers read and write the same run storage).
-    return [] if "in_process" in config else multiple_process_executor_requirements()
+    chosen, mode_config = _chosen(config)
+    return list(chosen.get_requirements(mode_config))
 
 
-def build_executor():
+def build_executor() -> ExecutorDefinition:
     """The chunkyard executor definition; its default mode is read from the environment now."""
 
     @executor(
         name="chunkyard",
         config_schema=Field(
-            Selector(
-                {
-                    "multiprocess": MULTI_PROC_CONFIG,
-                    "in_process": IN_PROC_CONFIG,
-                    "celery": Field(CELERY_CONFIG, description="Steps as tasks for Celery workers."),
-                }
-            ),
+            Selector({mode: definition.get_config_field() for mode, definition in EXECUTORS.items()}),
             default_value=default_mode_config(),
         ),
         requirements=_requirements,
     )
     def chunkyard_executor(init_context: InitExecutorContext) -> Executor:
-        config = init_context.executor_config
-        if "celery" in config:
-            celery = config["celery"]
-            return CeleryExecutor(
-                broker=celery.get("broker"),
-                backend=celery.get("backend"),
-                include=celery.get("include"),
-                config_source=celery.get("config_source"),
-                retries=RetryMode.from_config(celery["retries"]),
+        chosen, mode_config = _chosen(init_context.executor_config)
+        return chosen.executor_creation_fn(  # type: ignore[misc]
+            InitExecutorContext(
+                job=init_context.job,
+                executor_def=chosen,
+                executor_config=mode_config,
+                instance=init_context.instance,
             )
-        if "in_process" in config:
-            return _core_in_process_executor_creation(config["in_process"])
-        return _core_multiprocess_executor_creation(config["multiprocess"])
+        )
 
     return chunkyard_executor
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunRequest, RunsFilter
 
-from orchestration.resources import PostgresResource
-from orchestration.runs import host_tags
+from assets.resources import PostgresResource
+from assets.runs import host_tags
 from pipeline.reconcile import Attempt, Gap, RetryPolicy, collection_gap, decide
 from retrieval.config import CollectionConfig
 

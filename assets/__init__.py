@@ -1,0 +1,1 @@
+"""The Dagster definitions: assets, checks, sensors, schedules, resources and the executor."""

@@ -1,0 +1,157 @@
+"""The Dagster code location: `dagster dev -m assets.definitions`.
+
+Per collection: `[collection, "documents"]` (folder or dataset -> Postgres) and, if it has
+questions, `[collection, "leaderboard"]` (and `promotion` with a `serve:` section). Per index (the
+specs of `load_index_specs`, coarse companions included), in group `collection__config`: `chunks`
+-> `embeddings` + `bm25` -> `index` (atomic publish) -> `evaluation` (for the configs the
+collection lists). Built from configs/indexes.yaml and configs/collections.yaml when Dagster
+loads the code location (`defs`, a `@definitions` function), never on import. Loading imports no
+torch: models load inside runs (see assets.resources).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dagster import (
+    AssetKey,
+    AssetsDefinition,
+    AssetSelection,
+    AutomationConditionSensorDefinition,
+    DefaultSensorStatus,
+    Definitions,
+    definitions,
+)
+
+from assets.documents import build_documents_asset
+from assets.evaluation import build_evaluation_asset, build_leaderboard_asset, build_promotion_asset
+from assets.executors import build_executor
+from assets.indexes import build_index_assets
+from assets.keys import check_spellings, index_key
+from assets.resources import EmbedderResource, PostgresResource
+from assets.schedules import build_nightly_evaluation_schedule
+from assets.sensors import build_document_sensor, build_janitor_sensor
+from chunking.environment import env_int
+from pipeline.graph import INDEX_KINDS
+from retrieval.config import CollectionConfig, IndexSpec, load_collection_configs, load_index_specs
+
+# Seconds between declarative-automation ticks (evaluations and leaderboards after a publish).
+AUTOMATION_INTERVAL_ENV = "CHUNKYARD_AUTOMATION_INTERVAL"
+AUTOMATION_INTERVAL_SECONDS = 30
+
+
+@dataclass
+class CollectionAssets:
+    """The assets built for one collection, and the keys the sensor and CLI select."""
+
+    collection: CollectionConfig
+    assets: list[AssetsDefinition] = field(default_factory=list)
+    documents_key: AssetKey | None = None
+    # documents + chunks/embeddings/bm25/index of every index: what a document change re-runs.
+    indexing_keys: list[AssetKey] = field(default_factory=list)
+    index_names: list[str] = field(default_factory=list)  # what those runs publish (the reconciler's)
+    evaluation_keys: list[AssetKey] = field(default_factory=list)
+    leaderboard_key: AssetKey | None = None
+
+    @property
+    def keys(self) -> list[AssetKey]:
+        return [k for a in self.assets for k in a.keys]
+
+
+def build_collection_assets(collection: CollectionConfig, specs: Sequence[IndexSpec]) -> CollectionAssets:
+    """The documents asset, every index's assets (companions too) and the leaderboard of one collection."""
+    built = CollectionAssets(collection)
+    docs = build_documents_asset(collection)
+    built.assets.append(docs)
+    built.documents_key = docs.key
+    built.indexing_keys.append(docs.key)
+    has_questions = bool(collection.dataset or collection.eval_set)
+    listed = [spec for spec in specs if spec.config.name in collection.indexes]
+    for spec in specs:
+        built.assets.extend(build_index_assets(spec))
+        built.indexing_keys.extend(index_key(spec.name, k) for k in INDEX_KINDS)
+        built.index_names.append(str(spec.name))
+        if has_questions and spec in listed:
+            built.assets.append(build_evaluation_asset(collection, spec))
+            built.evaluation_keys.append(index_key(spec.name, "evaluation"))
+    if has_questions and listed:
+        board = build_leaderboard_asset(collection, listed)
+        built.assets.append(board)
+        built.leaderboard_key = board.key
+        if collection.serve is not None:
+            built.assets.append(build_promotion_asset(collection, listed))
+    return built
+
+
+def build_all(
+    indexes_path: str | Path | None = None, collections_path: str | Path | None = None
+) -> dict[str, CollectionAssets]:
+    """Assets for every collection of collections.yaml and every index `load_index_specs` returns."""
+    specs = load_index_specs(indexes_path, collections_path)
+    collections = load_collection_configs(collections_path)
+    check_spellings("collections", collections)
+    for name in collections:
+        check_spellings(
+            f"collections.{name}: index configs", {s.config.name for s in specs if s.collection == name}
+        )
+    return {
+        name: build_collection_assets(collection, [s for s in specs if s.collection == name])
+        for name, collection in collections.items()
+    }
+
+
+def build_definitions(
+    indexes_path: str | Path | None = None,
+    collections_path: str | Path | None = None,
+    *,
+    database_url: str | None = None,
+) -> Definitions:
+    """Everything Dagster shows: assets and checks per config, the sensor, schedule and resources."""
+    built = build_all(indexes_path, collections_path)
+    collections = load_collection_configs(collections_path)
+    assets = [a for c in built.values() for a in c.assets]
+    sensors = [
+        AutomationConditionSensorDefinition(
+            "chunkyard_automation",
+            target=AssetSelection.all(),
+            default_status=DefaultSensorStatus.RUNNING,
+            minimum_interval_seconds=env_int(
+                AUTOMATION_INTERVAL_ENV, AUTOMATION_INTERVAL_SECONDS, unit="whole seconds"
+            ),
+            description="Runs evaluations and leaderboards (and anything downstream) after an index changes.",
+        ),
+        build_janitor_sensor(),
+    ]
+    document_sensor = build_document_sensor(
+        collections,
+        {n: c.indexing_keys for n, c in built.items()},
+        index_names={n: c.index_names for n, c in built.items()},
+    )
+    if document_sensor is not None:
+        sensors.append(document_sensor)
+    schedule = build_nightly_evaluation_schedule(
+        [k for c in built.values() for k in c.evaluation_keys],
+        [c.leaderboard_key for c in built.values() if c.leaderboard_key is not None],
+    )
+    return Definitions(
+        assets=assets,
+        sensors=sensors,
+        schedules=[schedule] if schedule else [],
+        resources={
+            "postgres": PostgresResource(url=database_url),
+            "embedder": EmbedderResource(),
+        },
+        # Multiprocess by default (steps in parallel, one per CPU; the `embedding` pool caps the
+        # model-heavy steps). A run may ask for `execution: {config: {in_process: {}}}`: the
+        # document sensor does for small change sets, where process start-up would dominate.
+        # `celery` sends steps to Celery workers (the default when CHUNKYARD_CELERY_BROKER is set).
+        executor=build_executor(),
+    )
+
+
+@definitions
+def defs() -> Definitions:
+    """What `dagster dev -m assets.definitions` loads: built when Dagster asks, not at import."""
+    return build_definitions()

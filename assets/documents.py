@@ -1,0 +1,43 @@
+"""The documents asset of a collection: its folder or dataset, hashed and synced into Postgres."""
+
+from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, asset
+
+from assets.keys import collection_prefix, documents_key
+from assets.resources import PostgresResource
+from assets.results import materialize_result
+from pipeline.versions import code_version
+from retrieval.config import CollectionConfig
+
+
+def build_documents_asset(collection: CollectionConfig) -> AssetsDefinition:
+    """`[collection, "documents"]`: what every index of the collection chunks."""
+    name = collection.name
+    source = (
+        f"dataset `{collection.dataset}`"
+        if collection.dataset
+        else "folders " + ", ".join(f"`{f}`" for f in collection.folders)
+    )
+    settings = {
+        "folders": collection.folders,
+        "include": collection.include,
+        "exclude": collection.exclude,
+        "dataset": collection.dataset,
+    }
+
+    @asset(
+        key=documents_key(name),
+        group_name=collection_prefix(name),
+        description=(
+            f"Documents of collection `{name}` from {source}, hashed (sha256) and synced into Postgres."
+            f"\n\n{collection.description}"
+        ),
+        code_version=code_version("documents", settings),
+        kinds={"python", "postgres"},
+        metadata={"collection": name, "source": source},
+    )
+    def documents(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
+        from pipeline.steps.documents import sync_documents
+
+        return materialize_result(context, sync_documents(postgres.store(), collection))
+
+    return documents

@@ -1,0 +1,126 @@
+"""The assets that judge indexes: each index's evaluation, the collection's leaderboard, its promotion.
+
+An index's `evaluation` follows its publish (and its coarse companion's); the `leaderboard`
+compares every evaluated config of a collection; `promotion` points `serve.alias` at the winner
+within budget, blocked by a regression. All three catch up with parents updated mid-run.
+"""
+
+from collections.abc import Sequence
+
+from dagster import (
+    AssetExecutionContext,
+    AssetsDefinition,
+    AutomationCondition,
+    MaterializeResult,
+    asset,
+)
+
+from assets.indexes import index_asset_options
+from assets.keys import collection_prefix, index_key, leaderboard_key, promotion_key
+from assets.resources import EmbedderResource, PostgresResource
+from assets.results import check_specs, materialize_result
+from evaluation.reports import ENDPOINT_COST_COLUMNS
+from pipeline.steps.evaluation import EVALUATION_K, evaluation_modes
+from pipeline.versions import code_version, index_settings
+from retrieval.config import CollectionConfig, IndexSpec
+
+
+def catches_up() -> AutomationCondition:
+    """`eager()` reset only by its own requests, for assets only automation materializes.
+
+    `eager()` also counts a materialization as handling a parent's update, so when an index is
+    republished while its evaluation run is in flight (that run read the previous version), the
+    run's own materialization hides the update and the evaluation stays stale. Here the update
+    still stands after that run, and one more run is requested when it ends.
+    """
+    return (
+        AutomationCondition.in_latest_time_window()
+        & (AutomationCondition.newly_missing() | AutomationCondition.any_deps_updated()).since(
+            AutomationCondition.newly_requested() | AutomationCondition.initial_evaluation()
+        )
+        & ~AutomationCondition.any_deps_missing()
+        & ~AutomationCondition.any_deps_in_progress()
+        & ~AutomationCondition.in_progress()
+    ).with_label("eager, catching up with parents updated mid-run")
+
+
+def build_evaluation_asset(collection: CollectionConfig, spec: IndexSpec) -> AssetsDefinition:
+    """`[collection, config, "evaluation"]`: the collection's questions against one published index."""
+    config = spec.config
+    settings = {"modes": evaluation_modes(config), "k": EVALUATION_K, **index_settings(config, "evaluation")}
+    # an index with `coarse` answers ambiguous queries from its coarse index: evaluate after both
+    coarse = [index_key(spec.name.sibling(config.coarse["config"]), "index")] if config.coarse else []
+
+    @asset(
+        **index_asset_options(spec, "evaluation", settings),
+        deps=[index_key(spec.name, "index"), *coarse],
+        # Re-evaluate when the index is republished, or when never evaluated; never one whose
+        # published checks failed.
+        automation_condition=(catches_up() | AutomationCondition.on_missing())
+        & AutomationCondition.all_deps_blocking_checks_passed(),
+        kinds={"python"},
+    )
+    def evaluation(
+        context: AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
+    ) -> MaterializeResult:
+        from pipeline.steps.evaluation import evaluate_collection_index
+
+        # an embedding server's usage by the latest embedding step joins the report's cost
+        embedded = context.instance.get_latest_materialization_event(index_key(spec.name, "embeddings"))
+        usage = embedded.asset_materialization.metadata if embedded and embedded.asset_materialization else {}
+        cost = {k: float(v.value) for k, v in usage.items() if k in ENDPOINT_COST_COLUMNS}
+        report = evaluate_collection_index(
+            postgres.store(), collection, spec, embedder.for_config(config), cost=cost
+        )
+        return materialize_result(context, report)
+
+    return evaluation
+
+
+def build_leaderboard_asset(collection: CollectionConfig, specs: Sequence[IndexSpec]) -> AssetsDefinition:
+    """`[collection, "leaderboard"]`: every evaluated config of the collection on the same questions."""
+    name = collection.name
+    names = [spec.name for spec in specs]
+
+    @asset(
+        key=leaderboard_key(name),
+        group_name=collection_prefix(name),
+        description=f"Every index config of `{name}` compared on the same questions (table + chart).",
+        code_version=code_version("leaderboard", {"collection": name, "indexes": names}),
+        deps=[index_key(n, "evaluation") for n in names],
+        automation_condition=catches_up(),
+        kinds={"python"},
+        metadata={"collection": name, "indexes": ", ".join(names)},
+    )
+    def leaderboard(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
+        from pipeline.steps.leaderboard import write_leaderboard
+
+        return materialize_result(context, write_leaderboard(postgres.store(), name, names))
+
+    return leaderboard
+
+
+def build_promotion_asset(collection: CollectionConfig, specs: Sequence[IndexSpec]) -> AssetsDefinition:
+    """The leaderboard's winner within `serve.budget` served by `serve.alias` (blocked on a regression)."""
+    name, serve = collection.name, collection.serve
+    assert serve is not None
+    names = [spec.name for spec in specs]
+    key = promotion_key(name)
+
+    @asset(
+        key=key,
+        group_name=collection_prefix(name),
+        description=f"Points alias `{serve.alias}` at the best (config, mode) of `{name}` within its budget.",
+        code_version=code_version("promotion", {"collection": name, "indexes": names, "serve": repr(serve)}),
+        deps=[leaderboard_key(name)],
+        automation_condition=catches_up(),
+        check_specs=check_specs("promotion", key),
+        kinds={"python"},
+        metadata={"collection": name, "alias": serve.alias},
+    )
+    def promotion(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
+        from pipeline.steps.promotion import promote
+
+        return materialize_result(context, promote(postgres.store(), name, names, serve))
+
+    return promotion

@@ -1,0 +1,140 @@
+"""The assets of one index, in group `collection__config`: chunks -> embeddings + bm25 -> index.
+
+The steps and their order are `pipeline.graph.INDEX_STEPS`: each asset depends on the kinds its
+step reads, calls that step's `pipeline.steps` function and turns its `StepReport` into metadata
+and check results. The checks run inside the asset that produced the data, so they always see
+this run's staged rows; error-level ones are blocking, so a failed one stops the later steps in
+the run, and automation requests nothing below it until it passes. `index` is the atomic
+publish: readers see the old version or the new one.
+
+Nothing heavy is imported here: the code location loads without torch.
+"""
+
+from dagster import (
+    AssetExecutionContext,
+    AssetsDefinition,
+    AutomationCondition,
+    MaterializeResult,
+    asset,
+)
+
+from assets.keys import documents_key, group_name, index_key
+from assets.resources import EmbedderResource, PostgresResource
+from assets.results import check_specs, materialize_result
+from chunking.registry import needs_embedding_model
+from pipeline.graph import step
+from pipeline.steps.evaluation import EVALUATION_K
+from pipeline.versions import code_version, index_settings
+from retrieval.config import IndexSpec
+
+
+def describe(spec: IndexSpec, kind: str) -> str:
+    """The UI description of the `kind` asset of one index."""
+    config = spec.config
+    chunker = ", ".join(f"{k}={v}" for k, v in sorted(config.chunker.items()))
+    what = {
+        "chunks": "Chunk set (staged; only added/changed documents are re-chunked)",
+        "embeddings": "Embeddings of the staged chunks (content-hash cache across configs and runs)",
+        "bm25": "BM25 term frequencies of the staged chunks",
+        "index": "Atomic publish of staged chunks, vectors and postings (readers see old or new)",
+        "evaluation": f"hit@{EVALUATION_K}, MRR@{EVALUATION_K} and span metrics per retrieval mode",
+    }[kind]
+    return (
+        f"{what} for index `{spec.name}`.\n\n{config.description or 'Index config ' + config.name}\n\n"
+        f"chunker: {chunker}; model: {config.embedding_model}"
+    )
+
+
+def config_metadata(spec: IndexSpec) -> dict[str, str]:
+    """The index config's settings as the metadata every asset of the index shows."""
+    config = spec.config
+    return {
+        "index": spec.name,
+        "config": config.name,
+        "strategy": str(config.chunker.get("strategy")),
+        "chunk_size": str(config.chunker.get("size", "")),
+        "overlap": str(config.chunker.get("overlap", "")),
+        "tokenizer": str(config.chunker.get("tokenizer", "")),
+        "embedding_model": config.embedding_model,
+        "config_hash": config.config_hash,
+    }
+
+
+def index_asset_options(spec: IndexSpec, kind: str, settings: dict | None = None) -> dict:
+    """What every asset of an index declares: key, group, description, code version, checks."""
+    settings = settings or index_settings(spec.config, kind)
+    key = index_key(spec.name, kind)
+    return {
+        "key": key,
+        "group_name": group_name(spec.name),
+        "description": describe(spec, kind),
+        "code_version": code_version(kind, {"collection": spec.collection, **settings}),
+        "metadata": config_metadata(spec),
+        "check_specs": check_specs(kind, key),
+    }
+
+
+def after_passing_checks() -> AutomationCondition:
+    """`eager()`, held back while a blocking check of a parent has failed (a failed staged check
+    leaves the chunks materialized: their children must not publish them on the next tick)."""
+    return AutomationCondition.eager() & AutomationCondition.all_deps_blocking_checks_passed()
+
+
+def step_options(spec: IndexSpec, kind: str) -> dict:
+    """`index_asset_options` plus the step's parents (`pipeline.graph`) and its automation."""
+    parents = step(kind).after
+    deps = [index_key(spec.name, parent) for parent in parents] or [documents_key(spec.collection)]
+    return {
+        **index_asset_options(spec, kind),
+        "deps": deps,
+        "automation_condition": after_passing_checks(),
+    }
+
+
+def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
+    """chunks -> embeddings + bm25 -> index for one index."""
+    config = spec.config
+    chunk_options = {**step_options(spec, "chunks"), "kinds": {"python", "postgres"}}
+    if needs_embedding_model(config.chunker):
+
+        @asset(**chunk_options)
+        def chunks(
+            context: AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
+        ) -> MaterializeResult:
+            from pipeline.steps.chunks import chunk
+
+            return materialize_result(
+                context, chunk(postgres.store(), spec, embedder.for_config(config), owner=context.run.run_id)
+            )
+
+    else:
+
+        @asset(**chunk_options)
+        def chunks(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
+            from pipeline.steps.chunks import chunk
+
+            return materialize_result(context, chunk(postgres.store(), spec, owner=context.run.run_id))
+
+    @asset(**step_options(spec, "embeddings"), kinds={"pytorch", "pgvector"}, pool="embedding")
+    def embeddings(
+        context: AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
+    ) -> MaterializeResult:
+        from pipeline.steps.embeddings import embed
+
+        return materialize_result(
+            context, embed(postgres.store(), spec, embedder.for_config(config), owner=context.run.run_id)
+        )
+
+    @asset(**step_options(spec, "bm25"), kinds={"python", "postgres"})
+    def bm25(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
+        from pipeline.steps.bm25 import index_terms
+
+        return materialize_result(context, index_terms(postgres.store(), spec, owner=context.run.run_id))
+
+    @asset(**step_options(spec, "index"), kinds={"postgres"})
+    def index(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
+        from pipeline.steps.index import publish_index
+
+        return materialize_result(context, publish_index(postgres.store(), spec, owner=context.run.run_id))
+
+    return [chunks, embeddings, bm25, index]
