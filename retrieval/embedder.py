@@ -9,17 +9,15 @@ and sentence-transformers are imported only to make the export, once per machine
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 import os
-import shutil
 import threading
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from chunking.model_cache import build_once, folder_digest, library_output_to_log, model_cache_dir
 from chunking.models import DEFAULT_MODEL, resolve_model_path
 from retrieval.endpoint_settings import ENDPOINT_BACKEND
 from retrieval.onnx_encoder import BATCH_TOKENS, OnnxEncoder, length_groups
@@ -30,21 +28,15 @@ if TYPE_CHECKING:
 BACKENDS = ("torch", "onnx", "static")
 QUANTIZATIONS = (None, "int8")
 ONNX_FP32_FILE = "onnx/model.onnx"
-# Written last into a verified ONNX export: a folder without it is incomplete and is rebuilt.
-EXPORT_READY = "chunkyard-export-ready"
 
 
 class EmbedderConfigError(ValueError):
     """An embedder option is invalid; the message names the option."""
 
 
-def _onnx_cache_dir(model_path: str, quantize: str | None) -> Path:
-    """Where the offline ONNX export of a local model lives (under CHUNKYARD_HOME)."""
-    from retrieval.db import chunkyard_home
-
-    digest = hashlib.sha256(model_path.encode()).hexdigest()[:12]
-    name = f"{Path(model_path).name}-{digest}-{quantize or 'fp32'}"
-    return chunkyard_home() / "models" / "onnx" / name
+def onnx_cache_dir(model_path: str) -> Path:
+    """Where the ONNX export (fp32 and int8) of a local model lives: the per-machine model cache."""
+    return model_cache_dir() / "onnx" / f"{Path(model_path).name}-{folder_digest(model_path)}"
 
 
 class Embedder:
@@ -146,24 +138,14 @@ class Embedder:
         self._tokenizer = None
 
     def _load_onnx(self) -> OnnxEncoder:
-        """Load the offline ONNX export of the local model, exporting (or repairing) it first.
-
-        An export is written under a temporary name, verified by embedding a probe sentence, marked
-        ready and then renamed into place, so a crash or a full disk mid-export never leaves a
-        half-written model that later runs would load. A ready export that still fails to load
-        (a file truncated or corrupted afterwards) is rebuilt with a warning.
-        """
-        export_dir = _onnx_cache_dir(self.model_path, None)
-        if (export_dir / EXPORT_READY).is_file():
-            try:
-                return self._open_onnx(export_dir, self.quantize)
-            except Exception as exc:  # onnxruntime raises its own types (INVALID_PROTOBUF, ...)
-                warnings.warn(
-                    f"ONNX model cache {export_dir} is unusable ({type(exc).__name__}: {exc}); rebuilding it",
-                    stacklevel=2,
-                )
-        self._export_onnx(export_dir)
-        return self._open_onnx(export_dir, self.quantize)
+        """The model's ONNX export from the per-machine model cache, exported (or repaired) first:
+        once per machine and model (`chunking.model_cache.build_once`), both files verified."""
+        return build_once(
+            onnx_cache_dir(self.model_path),
+            self._export_onnx,
+            lambda folder: self._open_onnx(folder, self.quantize),
+            f"the ONNX export of {self.model_name}",
+        )
 
     def _open_onnx(self, export_dir: Path, quantize: str | None = None) -> OnnxEncoder:
         """The export's fp32 (or int8) model, checked by embedding a probe sentence."""
@@ -179,15 +161,11 @@ class Embedder:
             raise ValueError(f"{export_dir / file_name}: the probe embedding is not finite")
         return model
 
-    def _export_onnx(self, export_dir: Path) -> None:
-        """fp32 and int8 exports into a temporary folder, verified, then renamed to `export_dir`."""
-        from sentence_transformers import SentenceTransformer, export_dynamic_quantized_onnx_model
+    def _export_onnx(self, staging: Path) -> None:
+        """fp32 and int8 ONNX files into `staging`, with sentence-transformers (torch, once per machine)."""
+        with library_output_to_log():
+            from sentence_transformers import SentenceTransformer, export_dynamic_quantized_onnx_model
 
-        export_dir.parent.mkdir(parents=True, exist_ok=True)
-        staging = export_dir.with_name(f"{export_dir.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-        retired = export_dir.with_name(f"{export_dir.name}.old-{os.getpid()}-{threading.get_ident()}")
-        shutil.rmtree(staging, ignore_errors=True)
-        try:
             exported = SentenceTransformer(
                 self.model_path, device=self.device, backend="onnx", local_files_only=True
             )
@@ -200,20 +178,8 @@ class Embedder:
                 model_kwargs={"file_name": ONNX_FP32_FILE},
             )
             export_dynamic_quantized_onnx_model(base, "avx2", str(staging))
-            for quantize in QUANTIZATIONS:  # raises if a file is unusable
-                self._open_onnx(staging, quantize)
-            (staging / EXPORT_READY).write_text(f"exported from {self.model_path}\n", encoding="utf-8")
-            if export_dir.exists():
-                export_dir.rename(retired)
-            try:
-                staging.rename(export_dir)
-            except OSError:
-                # Another process put its verified export in place first: use that one.
-                if not (export_dir / EXPORT_READY).is_file():
-                    raise
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-            shutil.rmtree(retired, ignore_errors=True)
+        for quantize in QUANTIZATIONS:  # raises if either file is unusable
+            self._open_onnx(staging, quantize)
 
     @property
     def tokenizer(self):
