@@ -145,3 +145,20 @@ def test_a_machine_without_the_model_builds_it_on_first_use_and_says_so(tmp_path
         [sys.executable, "-c", BUILD], env=env, capture_output=True, text=True, timeout=300
     )
     assert again.stdout == first.stdout and again.stderr == ""
+
+
+def test_chunk_sizes_count_the_index_models_own_tokens(store, e5_int8) -> None:
+    """`tokenizer: model` means the index's embedding model: MiniLM's word pieces map most Thai to a few
+    unknown tokens (a whole article became one "64-token" chunk); e5's tokenizer reads Thai."""
+    chunker = {"strategy": "recursive", "size": 48, "overlap": 0, "tokenizer": "model"}
+    config = IndexConfig(name="recursive-48-e5", chunker=chunker, embedding_model=MODEL_NAME)
+    spec = IndexSpec("e5-th", config)
+    docs = [Document(p.name, p.read_text(encoding="utf-8")) for p in sorted((DATA / "th").glob("*.md"))]
+    store.sync_documents(spec.collection, docs, [])
+    indexing.build_index(store, spec, e5_int8)
+    with store.connection() as conn:
+        texts = [
+            row[0] for row in conn.execute("SELECT text FROM chunks WHERE index_name = %s", (spec.name,))
+        ]
+    assert len(texts) > len(docs)  # MiniLM's counting left each article whole
+    assert max(e5_int8.tokenizer.count(text) for text in texts) <= 48
