@@ -37,9 +37,10 @@ class EmbedderConfigError(ValueError):
     """An embedder option is invalid; the message names the option."""
 
 
-def onnx_cache_dir(model_path: str) -> Path:
-    """Where the ONNX export (fp32 and int8) of a local model lives: the per-machine model cache."""
-    return model_cache_dir() / "onnx" / f"{Path(model_path).name}-{folder_digest(model_path)}"
+def onnx_cache_dir(model_path: str, name: str | None = None) -> Path:
+    """Where the ONNX export (fp32 and int8) of a local model lives: the per-machine model cache, in a
+    folder named after the model (`name`, else its folder) and the digest of its files."""
+    return model_cache_dir() / "onnx" / f"{Path(name or model_path).name}-{folder_digest(model_path)}"
 
 
 def model_prompts(model_path: str) -> dict[str, str]:
@@ -157,7 +158,7 @@ class Embedder:
         """The model's ONNX export from the per-machine model cache, exported (or repaired) first:
         once per machine and model (`chunking.model_cache.build_once`), both files verified."""
         return build_once(
-            onnx_cache_dir(self.model_path),
+            onnx_cache_dir(self.model_path, self.model_name),
             self._export_onnx,
             lambda folder: self._open_onnx(folder, self.quantize),
             f"the ONNX export of {self.model_name}",

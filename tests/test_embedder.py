@@ -91,9 +91,9 @@ def test_a_corrupt_onnx_cache_is_rebuilt_with_a_warning(tmp_path, monkeypatch) -
     """A truncated export (disk full mid-write, say) is repaired instead of failing every later run;
     it starts from a copy of the machine's export, so only the repair exports."""
     reference = Embedder(backend="onnx", quantize="int8").embed(["Repair the cache."])
-    export = onnx_cache_dir(resolve_model_path(DEFAULT_MODEL))
+    export = onnx_cache_dir(resolve_model_path(DEFAULT_MODEL), DEFAULT_MODEL)
     monkeypatch.setenv("CHUNKYARD_MODEL_DIR", str(tmp_path))
-    copy = onnx_cache_dir(resolve_model_path(DEFAULT_MODEL))
+    copy = onnx_cache_dir(resolve_model_path(DEFAULT_MODEL), DEFAULT_MODEL)
     shutil.copytree(export, copy)
     (int8_file,) = (copy / "onnx").glob("model_*int8_avx2.onnx")
     int8_file.write_bytes(int8_file.read_bytes()[:1000])  # truncated
