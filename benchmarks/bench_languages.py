@@ -7,6 +7,13 @@ Ukrainian word forms of one lemma, the share of same-lemma pairs that stem alike
 and of different-lemma pairs that collide. Writes `benchmarks/results/languages.{md,json}`.
 
     python -m benchmarks.bench_languages
+
+`--retrieval` measures the embedding models per language instead: tests/data/multilingual (the same
+6 short documents and 12 questions in en/es/id/uk/ar/hi/th, written for this project; each language
+its own collection), English questions over each other language's documents, and the demo set
+(docs/). Per model (ONNX int8) and chunk size: served / dense / BM25 hit@5, chunks, cl100k tokens
+of the served top 5 and served recall within 1,024 tokens. Writes the "Retrieval per language"
+section of languages.md and `languages_retrieval.json`.
 """
 
 from __future__ import annotations
@@ -264,7 +271,157 @@ def _site_size(package: str) -> str:
     return f"{size / 2**20:.1f} MiB"
 
 
+RETRIEVAL_LANGUAGES = ("en", "es", "id", "uk", "ar", "hi", "th")
+RETRIEVAL_MODELS = ("all-MiniLM-L6-v2", "multilingual-e5-small")
+RETRIEVAL_SECTION = "## Retrieval per language and embedding model"
+DATA = REPO_ROOT / "tests" / "data" / "multilingual"
+
+
+def _question_sets(language: str, documents: list) -> list[tuple[str, list]]:
+    """The language's questions, and (not for English) the English questions over its documents."""
+    from dataclasses import replace
+
+    from evaluation.datasets.evalset import read_eval_set
+
+    own = read_eval_set(DATA / f"{language}_questions.jsonl", documents, on_missing="error").questions
+    if language == "en":
+        return [(language, own)]
+    english = [
+        json.loads(line)["question"] for line in (DATA / "en_questions.jsonl").read_text().splitlines()
+    ]
+    return [
+        (language, own),
+        (f"en->{language}", [replace(q, text=t) for q, t in zip(own, english, strict=True)]),
+    ]
+
+
+def measure_retrieval(sizes: tuple[int, ...]) -> list[dict[str, object]]:
+    """Each model x chunk size x language: build the index, evaluate served / dense / BM25 at k=5."""
+    import tempfile
+    from dataclasses import replace
+
+    from benchmarks.bench_embedder import load_demo_set
+    from chunking.types import Document
+    from evaluation.runner import SERVED_MODE, evaluate_index
+    from retrieval.config import IndexSpec, load_index_configs
+    from retrieval.db import embedded_database_url
+    from retrieval.embedder import Embedder
+    from retrieval.indexing import build_index
+    from retrieval.query import Searcher
+    from retrieval.store import Store
+
+    store = Store(embedded_database_url(tempfile.mkdtemp(prefix="chunkyard-languages-")))
+    store.migrate()
+    demo, _ = load_demo_set()
+    base = load_index_configs()["recursive-256"]
+    rows: list[dict[str, object]] = []
+    for model in RETRIEVAL_MODELS:
+        embedder = Embedder(model, backend="onnx", quantize="int8", batch_size=32)
+        searcher = Searcher(store, embedder)
+        for size in sizes:
+            chunker = {**base.chunker, "size": size}
+            config = replace(base, name=f"recursive-{size}-{model.split('-')[0].lower()}", chunker=chunker)
+            config = replace(config, embedding_model=model, embedder={**base.embedder, "batch_size": 32})
+            corpora = [
+                (
+                    language,
+                    [
+                        Document(p.name, p.read_text(encoding="utf-8"))
+                        for p in sorted((DATA / language).glob("*.md"))
+                    ],
+                )
+                for language in RETRIEVAL_LANGUAGES
+            ]
+            if demo is not None and size == 256:
+                corpora.append(("demo", demo.documents))
+            for language, documents in corpora:
+                spec = IndexSpec(f"languages-{language}", config)
+                store.sync_documents(spec.collection, documents, [])
+                build_index(store, spec, embedder)
+                info = store.index_info(spec.name)
+                sets = (
+                    [("demo (en)", demo.questions)]
+                    if language == "demo"
+                    else _question_sets(language, documents)
+                )
+                for label, questions in sets:
+                    report = evaluate_index(
+                        searcher,
+                        spec,
+                        questions,
+                        ("dense", "bm25", SERVED_MODE),
+                        k=5,
+                        n_resamples=200,
+                        store=store,
+                    )
+                    served = report.metrics[SERVED_MODE]
+                    rows.append(
+                        {
+                            "model": model,
+                            "size": size,
+                            "set": label,
+                            "questions": len(questions),
+                            "chunks": info["chunk_count"],
+                            "analyzer": info["analyzer"],
+                            **{
+                                f"{mode}_hit_at_5": report.metrics[mode]["hit_at_5"]
+                                for mode in ("dense", "bm25")
+                            },
+                            "served_hit_at_5": served["hit_at_5"],
+                            "served_context_tokens_at_5": served["context_tokens_at_5"],
+                            "served_budget_recall_1024": served["budget_recall_1024"],
+                        }
+                    )
+                    print(rows[-1], flush=True)
+    return rows
+
+
+def write_retrieval(rows: list[dict[str, object]]) -> None:
+    """The retrieval section of languages.md (replacing an earlier one) and its JSON."""
+    import subprocess
+
+    (RESULTS_DIR / "languages_retrieval.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    load = subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.split(
+        "load average:"
+    )[-1]
+    lines = [
+        RETRIEVAL_SECTION,
+        "",
+        f"`python -m benchmarks.bench_languages --retrieval`, {time.strftime('%Y-%m-%d', time.gmtime())}, "
+        f"2-core CPU, load average {load.strip()} at the end. tests/data/multilingual: the same 6 short "
+        "documents and 12 questions in each language (written for this project), each language its own "
+        "collection; `en->xx` asks the English questions over language xx's documents; demo: docs/ and "
+        "its 38 questions. Config recursive-SIZE (sizes in each model's own tokens), `analyzer: auto`, "
+        "ONNX int8, k=5. One question is 8.3 points. Tokens: cl100k tokens of the served top 5 "
+        "(mean per question); recall@1024: served recall within a 1,024-token budget.",
+        "",
+        "| model | size | set | served hit@5 | dense hit@5 | BM25 hit@5 | chunks | analyzer "
+        "| top-5 tokens | recall@1024 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['model']} | {row['size']} | {row['set']} | {100 * row['served_hit_at_5']:.1f} | "
+            f"{100 * row['dense_hit_at_5']:.1f} | {100 * row['bm25_hit_at_5']:.1f} | {row['chunks']} | "
+            f"{row['analyzer']} | {row['served_context_tokens_at_5']:.0f} | "
+            f"{100 * row['served_budget_recall_1024']:.1f} |"
+        )
+    markdown = RESULTS_DIR / "languages.md"
+    text = markdown.read_text(encoding="utf-8").split(RETRIEVAL_SECTION)[0].rstrip()
+    markdown.write_text(text + "\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+
+
 def main() -> None:
+    import sys
+
+    if "--retrieval" in sys.argv[1:]:
+        sizes = tuple(int(s) for s in sys.argv[sys.argv.index("--retrieval") + 1 :] if s.isdigit()) or (
+            256,
+            64,
+        )
+        write_retrieval(measure_retrieval(sizes))
+        return
     detectors = measure_detectors()
     stemmers = measure_ukrainian_stemmers()
     sizes = {"py3langid": _site_size("py3langid"), "lingua": _site_size("lingua")}

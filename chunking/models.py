@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
+
+from chunking.model_cache import READY, build_once, model_cache_dir
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
@@ -14,26 +17,53 @@ _ALIASES = {
 }
 
 
+# Models chunkyard builds from registry packages into the per-machine model cache on first use
+# (`chunkyard models build` builds them ahead, as `make install` does).
+BUILT_MODELS = ("multilingual-e5-small",)
+log = logging.getLogger("chunkyard.models")
+
+
+def built_model_path(name: str) -> Path:
+    """The folder of a model in BUILT_MODELS, built first if this machine has none yet."""
+    from chunking.e5_model import MODEL_NAME, build_e5_model, check_e5_folder
+
+    if name != MODEL_NAME:
+        raise ValueError(f"embedding model {name!r}: not one of the built models {list(BUILT_MODELS)}")
+    target = model_cache_dir() / name
+    if not (target / READY).is_file():
+        log.warning(
+            "building %s into %s from its pinned packages: once per machine, a few minutes with its "
+            "ONNX export (`chunkyard models build` does it ahead)",
+            name,
+            target,
+        )
+    return build_once(target, build_e5_model, check_e5_folder, name)
+
+
 def resolve_model_path(name_or_path: str) -> str:
     """Return a local directory for a model name or path, or raise a clear error.
 
-    Accepts an existing directory, a known alias (shipped by a PyPI package), or
-    a name under CHUNKYARD_MODEL_DIR.
+    Accepts an existing directory, a known alias (shipped by a PyPI package), or a folder name in
+    the per-machine model cache (`chunking.model_cache.model_cache_dir`: CHUNKYARD_MODEL_DIR, else
+    the user cache directory).
     """
     if os.path.isdir(name_or_path):
         return str(Path(name_or_path).resolve())
+    if name_or_path in BUILT_MODELS:
+        return str(built_model_path(name_or_path))
     module_name = _ALIASES.get(name_or_path)
     if module_name:
         import importlib
 
         module = importlib.import_module(module_name)
         return str(module.get_model_path())
-    model_dir = os.environ.get("CHUNKYARD_MODEL_DIR")
-    if model_dir and (Path(model_dir) / name_or_path).is_dir():
-        return str(Path(model_dir) / name_or_path)
+    folder = model_cache_dir() / name_or_path
+    if name_or_path and "/" not in name_or_path and folder.is_dir():
+        return str(folder)
     raise ValueError(
         f"embedding model {name_or_path!r} is not available locally: give a directory path, "
-        f"one of {sorted(_ALIASES)}, or a folder name under CHUNKYARD_MODEL_DIR"
+        f"one of {sorted(_ALIASES)}, or a folder name in the model cache {model_cache_dir()} "
+        "(CHUNKYARD_MODEL_DIR)"
     )
 
 

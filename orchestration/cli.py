@@ -24,7 +24,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from orchestration import cli_alias, cli_lag, cli_questions, cli_stack, service_file
+from orchestration import cli_alias, cli_lag, cli_models, cli_questions, cli_stack, service_file
 from orchestration.cli_errors import RuntimeFailure, Stopped, UsageError, report, stops_embedded_postgres
 from orchestration.progress import RunProgress
 
@@ -396,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_alias.add_parser(sub, common)
     cli_stack.add_parser(sub, common)
     cli_lag.add_parser(sub, common)
+    cli_models.add_parser(sub, common)
     return parser
 
 
@@ -443,6 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "alias": cli_alias.cmd_alias,
             "stack": cli_stack.cmd_stack,
             "lag": cli_lag.cmd_lag,
+            "models": cli_models.cmd_models,
         }
         handler = handlers[args.command]
     debug = bool(getattr(args, "debug", False))

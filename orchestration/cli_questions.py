@@ -82,7 +82,9 @@ def cmd_questions(args: argparse.Namespace) -> int:
     if not documents:
         raise UsageError(f"collection {collection.name!r} has no readable documents")
     config = configs[config_name]
-    chunker = build_chunker(dict(config.chunker), config_key=config.config_hash)
+    chunker = build_chunker(
+        {"model": config.embedding_model, **config.chunker}, config_key=config.config_hash
+    )
     chunks = [c for chunk_list in chunker.chunk_batch(documents) for c in chunk_list]
     print(
         f"Asking {client.url} ({client.model}) for {args.n} question(s) about {collection.name} "

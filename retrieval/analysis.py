@@ -1,9 +1,11 @@
 """Lexical analysis for BM25: text -> terms per language (stop words, stemmer, CJK bigrams).
 
-Analyzers: `standard` (lowercase words only), `english`, `spanish`, `indonesian`, `russian` and
-`ukrainian`. Snowball stems the first four; snowballstemmer has no Ukrainian algorithm, so Ukrainian
-uses the light suffix stripper below (measured against the Russian stemmer and no stemming in
-benchmarks/results/languages.md). `auto` (the default) is resolved per index from its documents'
+Analyzers: `standard` (lowercase words only), `ukrainian`, and one per language Snowball stems
+(`english`, `spanish`, `german`, `turkish`, `arabic`, `hindi`, ... : SNOWBALL_LANGUAGES).
+snowballstemmer has no Ukrainian algorithm, so Ukrainian uses the light suffix stripper below
+(measured against the Russian stemmer and no stemming in benchmarks/results/languages.md). Stop
+words: the hand-written lists below for English, Spanish, Indonesian, Russian and Ukrainian, else
+the `stopwords` package's function-word list of the language (ISC, 100-200 words), else none. `auto` (the default) is resolved per index from its documents'
 languages when the index is built (`retrieval.languages`) and stored in the published config as
 `bm25.resolved_analyzer`, so queries are analysed as the index was.
 """
@@ -16,6 +18,8 @@ import threading
 import unicodedata
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import regex
 
 AUTO = "auto"
 RESOLVED_KEY = "resolved_analyzer"  # set in the published config's bm25 block when `analyzer: auto`
@@ -58,12 +62,65 @@ _STOPWORDS_TEXT = {
     проте саме свій себе скільки та так також там тебе теж ти тим тих то тобі того тоді той тому
     тут у уже хто це цей ці ця цього чи чий чим чому що щоб як яка яке які який якщо яких""",
 }
+# snowballstemmer's algorithms, less the variants of another language (`porter`, `dutch_porter`).
+SNOWBALL_LANGUAGES = [
+    "arabic",
+    "armenian",
+    "basque",
+    "catalan",
+    "czech",
+    "danish",
+    "dutch",
+    "english",
+    "esperanto",
+    "estonian",
+    "finnish",
+    "french",
+    "german",
+    "greek",
+    "hindi",
+    "hungarian",
+    "indonesian",
+    "irish",
+    "italian",
+    "lithuanian",
+    "nepali",
+    "norwegian",
+    "persian",
+    "polish",
+    "portuguese",
+    "romanian",
+    "russian",
+    "serbian",
+    "sesotho",
+    "spanish",
+    "swedish",
+    "tamil",
+    "turkish",
+    "yiddish",
+]
+
+
+def _packaged_stopwords(language: str) -> frozenset[str]:
+    """The `stopwords` package's list for `language` (normalised as analysed text), empty if it has none."""
+    import stopwords
+
+    try:
+        words = stopwords.get_stopwords(language)
+    except stopwords.LanguageNotAvailable:
+        return frozenset()
+    return frozenset(unicodedata.normalize("NFKC", word).lower() for word in words if word.strip())
+
+
 STOPWORDS: dict[str, frozenset[str]] = {
     language: frozenset(text.split()) for language, text in _STOPWORDS_TEXT.items()
 }
+STOPWORDS |= {
+    language: _packaged_stopwords(language) for language in SNOWBALL_LANGUAGES if language not in STOPWORDS
+}
 ENGLISH_STOPWORDS = STOPWORDS["english"]
 SPANISH_STOPWORDS = STOPWORDS["spanish"]
-ANALYZERS = ("standard", *STOPWORDS)
+ANALYZERS = ("standard", *sorted(STOPWORDS))
 
 # Ukrainian inflection endings (noun and adjective cases, verb persons, tenses and participles);
 # the longest one that leaves a stem of at least three letters is removed, after a reflexive -ся/-сь.
@@ -103,6 +160,11 @@ def _stemmer(language: str) -> Callable[[str], str]:
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+# Python's \w leaves out combining marks, so it cuts Devanagari, Arabic (harakat), ... words at every
+# vowel sign (हिमनद -> ह, मनद); `regex`'s \w keeps them, for the stemmed languages. English keeps the
+# pattern its numbers were measured with; `standard` too: for scripts written without spaces (Thai)
+# the cuts at vowel signs are the only word breaks it has (no segmenter yet).
+_WORD_WITH_MARKS = regex.compile(r"\w+")
 
 
 # The characters `_is_cjk` accepts, as one character class.
@@ -169,6 +231,7 @@ class Analyzer:
         self.stopwords = STOPWORDS[language] if (language and stopwords) else frozenset()
         self._stemmer = _stemmer(language) if (language and stem) else None
         self._drop_apostrophes = language == "ukrainian"
+        self._word = _WORD_WITH_MARKS if language not in (None, "english") else _WORD
         self._stem = functools.lru_cache(maxsize=200_000)(self._stem_uncached)
         self._lock = threading.Lock()
 
@@ -188,10 +251,10 @@ class Analyzer:
         if self._drop_apostrophes:
             text = _APOSTROPHE_IN_WORD.sub("", text)
         if _CJK_CHAR.search(text) is None:  # no CJK anywhere: every word is one word (the common case)
-            for match in _WORD.finditer(text):
+            for match in self._word.finditer(text):
                 self._add_word(match.group(), terms)
             return terms
-        for match in _WORD.finditer(text):
+        for match in self._word.finditer(text):
             word = match.group()
             if not any(_is_cjk(ch) for ch in word):
                 self._add_word(word, terms)

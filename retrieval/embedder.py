@@ -9,17 +9,16 @@ and sentence-transformers are imported only to make the export, once per machine
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
+import json
 import os
-import shutil
 import threading
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from chunking.model_cache import build_once, folder_digest, library_output_to_log, model_cache_dir
 from chunking.models import DEFAULT_MODEL, resolve_model_path
 from retrieval.endpoint_settings import ENDPOINT_BACKEND
 from retrieval.onnx_encoder import BATCH_TOKENS, OnnxEncoder, length_groups
@@ -28,30 +27,38 @@ if TYPE_CHECKING:
     from retrieval.endpoint_embedder import EndpointEmbedder
 
 BACKENDS = ("torch", "onnx", "static")
+# What a text is to the model: models such as e5 prefix each with its own prompt ("query: ", "passage: ").
+ROLES = ("document", "query")
 QUANTIZATIONS = (None, "int8")
 ONNX_FP32_FILE = "onnx/model.onnx"
-# Written last into a verified ONNX export: a folder without it is incomplete and is rebuilt.
-EXPORT_READY = "chunkyard-export-ready"
 
 
 class EmbedderConfigError(ValueError):
     """An embedder option is invalid; the message names the option."""
 
 
-def _onnx_cache_dir(model_path: str, quantize: str | None) -> Path:
-    """Where the offline ONNX export of a local model lives (under CHUNKYARD_HOME)."""
-    from retrieval.db import chunkyard_home
+def onnx_cache_dir(model_path: str, name: str | None = None) -> Path:
+    """Where the ONNX export (fp32 and int8) of a local model lives: the per-machine model cache, in a
+    folder named after the model (`name`, else its folder) and the digest of its files."""
+    return model_cache_dir() / "onnx" / f"{Path(name or model_path).name}-{folder_digest(model_path)}"
 
-    digest = hashlib.sha256(model_path.encode()).hexdigest()[:12]
-    name = f"{Path(model_path).name}-{digest}-{quantize or 'fp32'}"
-    return chunkyard_home() / "models" / "onnx" / name
+
+def model_prompts(model_path: str) -> dict[str, str]:
+    """The model's own prefix per role, from its `config_sentence_transformers.json` prompts (the
+    document prompt is named `document`, `passage` or `corpus` there, as sentence-transformers reads it);
+    "" where it has none."""
+    file = Path(model_path) / "config_sentence_transformers.json"
+    prompts = (json.loads(file.read_text(encoding="utf-8")).get("prompts") or {}) if file.is_file() else {}
+    document = next((prompts[name] for name in ("document", "passage", "corpus") if prompts.get(name)), "")
+    return {"document": document, "query": prompts.get("query") or ""}
 
 
 class Embedder:
     """An embedding model: `embed` (normalised float32 sentence vectors) and `embed_tokens`.
 
     `model_id` is the embedding cache key: it names the model, backend and quantisation, since
-    vectors from different backends/quantisations are not interchangeable bit for bit.
+    vectors from different backends/quantisations are not interchangeable bit for bit. Texts get the
+    model's own prefix for their role (`model_prompts`): documents by default, queries when asked.
     """
 
     def __init__(
@@ -90,6 +97,7 @@ class Embedder:
         self.batch_size = batch_size
         self.device = device
         self.model_path = resolve_model_path(model)
+        self.prompts = model_prompts(self.model_path)
         self._lock = threading.Lock()
         self._threads = threads
         if backend == "torch":
@@ -138,6 +146,7 @@ class Embedder:
         self.batch_size = batch_size
         self.device = device
         self.model_path = resolve_model_path(model)
+        self.prompts = model_prompts(self.model_path)
         self._lock = threading.Lock()
         self._model = load_static_model(self.model_path, self.static_settings)
         self.dim = int(self._model.dim)
@@ -146,24 +155,14 @@ class Embedder:
         self._tokenizer = None
 
     def _load_onnx(self) -> OnnxEncoder:
-        """Load the offline ONNX export of the local model, exporting (or repairing) it first.
-
-        An export is written under a temporary name, verified by embedding a probe sentence, marked
-        ready and then renamed into place, so a crash or a full disk mid-export never leaves a
-        half-written model that later runs would load. A ready export that still fails to load
-        (a file truncated or corrupted afterwards) is rebuilt with a warning.
-        """
-        export_dir = _onnx_cache_dir(self.model_path, None)
-        if (export_dir / EXPORT_READY).is_file():
-            try:
-                return self._open_onnx(export_dir, self.quantize)
-            except Exception as exc:  # onnxruntime raises its own types (INVALID_PROTOBUF, ...)
-                warnings.warn(
-                    f"ONNX model cache {export_dir} is unusable ({type(exc).__name__}: {exc}); rebuilding it",
-                    stacklevel=2,
-                )
-        self._export_onnx(export_dir)
-        return self._open_onnx(export_dir, self.quantize)
+        """The model's ONNX export from the per-machine model cache, exported (or repaired) first:
+        once per machine and model (`chunking.model_cache.build_once`), both files verified."""
+        return build_once(
+            onnx_cache_dir(self.model_path, self.model_name),
+            self._export_onnx,
+            lambda folder: self._open_onnx(folder, self.quantize),
+            f"the ONNX export of {self.model_name}",
+        )
 
     def _open_onnx(self, export_dir: Path, quantize: str | None = None) -> OnnxEncoder:
         """The export's fp32 (or int8) model, checked by embedding a probe sentence."""
@@ -179,15 +178,11 @@ class Embedder:
             raise ValueError(f"{export_dir / file_name}: the probe embedding is not finite")
         return model
 
-    def _export_onnx(self, export_dir: Path) -> None:
-        """fp32 and int8 exports into a temporary folder, verified, then renamed to `export_dir`."""
-        from sentence_transformers import SentenceTransformer, export_dynamic_quantized_onnx_model
+    def _export_onnx(self, staging: Path) -> None:
+        """fp32 and int8 ONNX files into `staging`, with sentence-transformers (torch, once per machine)."""
+        with library_output_to_log():
+            from sentence_transformers import SentenceTransformer, export_dynamic_quantized_onnx_model
 
-        export_dir.parent.mkdir(parents=True, exist_ok=True)
-        staging = export_dir.with_name(f"{export_dir.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-        retired = export_dir.with_name(f"{export_dir.name}.old-{os.getpid()}-{threading.get_ident()}")
-        shutil.rmtree(staging, ignore_errors=True)
-        try:
             exported = SentenceTransformer(
                 self.model_path, device=self.device, backend="onnx", local_files_only=True
             )
@@ -200,20 +195,8 @@ class Embedder:
                 model_kwargs={"file_name": ONNX_FP32_FILE},
             )
             export_dynamic_quantized_onnx_model(base, "avx2", str(staging))
-            for quantize in QUANTIZATIONS:  # raises if a file is unusable
-                self._open_onnx(staging, quantize)
-            (staging / EXPORT_READY).write_text(f"exported from {self.model_path}\n", encoding="utf-8")
-            if export_dir.exists():
-                export_dir.rename(retired)
-            try:
-                staging.rename(export_dir)
-            except OSError:
-                # Another process put its verified export in place first: use that one.
-                if not (export_dir / EXPORT_READY).is_file():
-                    raise
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-            shutil.rmtree(retired, ignore_errors=True)
+        for quantize in QUANTIZATIONS:  # raises if either file is unusable
+            self._open_onnx(staging, quantize)
 
     @property
     def tokenizer(self):
@@ -224,12 +207,16 @@ class Embedder:
             self._tokenizer = get_tokenizer("model", self.model_name)
         return self._tokenizer
 
-    def embed(self, texts: list[str]) -> np.ndarray:
-        """L2-normalised float32 vectors, shape (len(texts), dim)."""
+    def embed(self, texts: list[str], role: str = "document") -> np.ndarray:
+        """L2-normalised float32 vectors, shape (len(texts), dim), of documents or (`role="query"`) queries."""
         if isinstance(texts, str):
             raise TypeError("embed() takes a list of strings, not a single string")
+        if role not in ROLES:
+            raise ValueError(f"embed(): role must be one of {ROLES}, got {role!r}")
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        prefix = self.prompts[role]
+        texts = [prefix + text for text in texts] if prefix else list(texts)
         if self.backend == "static":
             from retrieval.static_model import encode_static
 
@@ -261,13 +248,16 @@ class Embedder:
         """Char spans of the model's tokens in `text` and their contextual vectors (special tokens dropped).
 
         Text longer than the model limit is truncated: only the first `max_seq_length` tokens
-        (including [CLS]/[SEP]) are seen, so spans cover a prefix of `text`.
+        (including [CLS]/[SEP]) are seen, so spans cover a prefix of `text`. The model's document
+        prompt is read with the text, and its tokens are dropped like the special ones.
         """
         if self.backend == "static":
             raise EmbedderConfigError(
                 "embedder.backend: static has no contextual token vectors (late chunking and the maxsim "
                 "reranker need them); use backend torch or onnx for this index"
             )
+        prefix = self.prompts["document"]
+        text = prefix + text
         if self.backend == "onnx":
             ((encoding, token_vectors),) = self._model.token_embeddings([text], 1)
             offsets, special = encoding.offsets, encoding.special_tokens_mask
@@ -291,9 +281,9 @@ class Embedder:
         spans: list[tuple[int, int]] = []
         keep: list[int] = []
         for i, ((start, end), is_special) in enumerate(zip(offsets, special, strict=True)):
-            if is_special or end <= start:
+            if is_special or end <= max(start, len(prefix)):
                 continue
-            spans.append((int(start), int(end)))
+            spans.append((max(int(start), len(prefix)) - len(prefix), int(end) - len(prefix)))
             keep.append(i)
         return spans, token_vectors[keep]
 

@@ -174,8 +174,9 @@ class EndpointEmbedder:
             batches.append(current)
         return batches
 
-    def embed(self, texts: list[str]) -> np.ndarray:
-        """L2-normalised float32 vectors, shape (len(texts), dim), requests run `concurrency` at once."""
+    def embed(self, texts: list[str], role: str = "document") -> np.ndarray:
+        """L2-normalised float32 vectors, shape (len(texts), dim), requests run `concurrency` at once.
+        `role` (document or query) is the Embedder's: a server's model gets the texts as they are."""
         if isinstance(texts, str):
             raise TypeError("embed() takes a list of strings, not a single string")
         texts = list(texts)

@@ -33,6 +33,15 @@ METADATA_KEY = "text_language"
 # often detected as Malay); CJK and every other language get `standard` (words, CJK bigrams).
 LANGUAGE_ANALYZERS = {"en": "english", "es": "spanish", "id": "indonesian", "ms": "indonesian"}
 LANGUAGE_ANALYZERS |= {"ru": "russian", "uk": "ukrainian"}
+# every other language Snowball stems (py3langid's codes; Norwegian Bokmål and Nynorsk alike)
+LANGUAGE_ANALYZERS |= {
+    "ar": "arabic", "hy": "armenian", "eu": "basque", "ca": "catalan", "cs": "czech", "da": "danish",
+    "nl": "dutch", "eo": "esperanto", "et": "estonian", "fi": "finnish", "fr": "french", "de": "german",
+    "el": "greek", "hi": "hindi", "hu": "hungarian", "ga": "irish", "it": "italian", "lt": "lithuanian",
+    "ne": "nepali", "no": "norwegian", "nb": "norwegian", "nn": "norwegian", "fa": "persian", "pl": "polish",
+    "pt": "portuguese", "ro": "romanian", "sr": "serbian", "st": "sesotho", "sv": "swedish", "ta": "tamil",
+    "tr": "turkish", "yi": "yiddish",
+}  # fmt: skip
 SAMPLE_CHARS = 20_000  # detection reads the document's beginning: enough for a stable answer
 _MIN_LETTERS = 3
 

@@ -8,23 +8,18 @@ the source is the local model folder (`chunking.models.resolve_model_path`).
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
-import shutil
-import threading
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from chunking.model_cache import build_once, folder_digest, library_output_to_log, model_cache_dir
+
 if TYPE_CHECKING:
     from model2vec import StaticModel
 
-# Written last into a verified distillation: a folder without it is incomplete and is redone.
-STATIC_READY = "chunkyard-static-ready"
 # A static model has no position limit; texts are cut at this many word pieces (model2vec's default).
 STATIC_MAX_TOKENS = 512
 DEFAULT_PCA_DIMS = 256
@@ -64,26 +59,22 @@ class StaticSettings:
 
 
 def static_cache_dir(model_path: str, settings: StaticSettings) -> Path:
-    """Where the distilled model of a local model lives: CHUNKYARD_HOME/models/static/<name>."""
-    from retrieval.db import chunkyard_home
-
-    digest = hashlib.sha256(model_path.encode()).hexdigest()[:12]
-    return chunkyard_home() / "models" / "static" / f"{Path(model_path).name}-{digest}-{settings.suffix}"
+    """Where the distilled model of a local model lives: the per-machine model cache's `static/`."""
+    return (
+        model_cache_dir()
+        / "static"
+        / f"{Path(model_path).name}-{folder_digest(model_path)}-{settings.suffix}"
+    )
 
 
 def load_static_model(model_path: str, settings: StaticSettings) -> StaticModel:
     """The cached static model of `model_path`, distilled (or re-distilled if unusable) first."""
-    target = static_cache_dir(model_path, settings)
-    if (target / STATIC_READY).is_file():
-        try:
-            return _open(target)
-        except Exception as exc:  # safetensors / tokenizers raise their own types
-            warnings.warn(
-                f"static model cache {target} is unusable ({type(exc).__name__}: {exc}); distilling again",
-                stacklevel=2,
-            )
-    distil_static_model(model_path, settings, target)
-    return _open(target)
+    return build_once(
+        static_cache_dir(model_path, settings),
+        lambda staging: distil_static_model(model_path, settings, staging),
+        _open,
+        f"the static model of {Path(model_path).name} ({settings.suffix})",
+    )
 
 
 def _open(folder: Path) -> StaticModel:
@@ -97,17 +88,12 @@ def _open(folder: Path) -> StaticModel:
     return model
 
 
-def distil_static_model(model_path: str, settings: StaticSettings, target: Path) -> None:
-    """Distil into a temporary folder, verify, mark ready, then rename to `target` (like the ONNX export)."""
-    from model2vec.distill import distill_from_model
-    from transformers import AutoModel, AutoTokenizer
+def distil_static_model(model_path: str, settings: StaticSettings, staging: Path) -> None:
+    """Distil the model into the folder `staging` (`build_once` verifies it and moves it into place)."""
+    with library_output_to_log():
+        from model2vec.distill import distill_from_model
+        from transformers import AutoModel, AutoTokenizer
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tag = f"{os.getpid()}-{threading.get_ident()}"
-    staging = target.with_name(f"{target.name}.tmp-{tag}")
-    retired = target.with_name(f"{target.name}.old-{tag}")
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
         model = AutoModel.from_pretrained(model_path, local_files_only=True)
         tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True, use_fast=True)
         static = distill_from_model(
@@ -118,19 +104,6 @@ def distil_static_model(model_path: str, settings: StaticSettings, target: Path)
             token_remove_pattern=_remove_pattern(tokenizer.get_vocab(), settings.vocabulary_size),
         )
         static.save_pretrained(str(staging))
-        _open(staging)  # raises if the saved files are unusable
-        (staging / STATIC_READY).write_text(f"distilled from {model_path}\n", encoding="utf-8")
-        if target.exists():
-            target.rename(retired)
-        try:
-            staging.rename(target)
-        except OSError:
-            # Another process put its verified model in place first: use that one.
-            if not (target / STATIC_READY).is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(retired, ignore_errors=True)
 
 
 def _remove_pattern(vocabulary: dict[str, int], vocabulary_size: int | None) -> str:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
-from retrieval.embedder import Embedder, EmbedderConfigError
+from chunking.model_cache import READY, model_cache_dir
+from chunking.models import DEFAULT_MODEL, resolve_model_path
+from retrieval.embedder import Embedder, EmbedderConfigError, onnx_cache_dir
 
 
 def test_embed_returns_normalised_float32_vectors(embedder) -> None:
@@ -64,46 +68,40 @@ def test_bad_options_are_clear_errors() -> None:
 
 
 def test_onnx_backends_are_exported_offline_and_match_torch(embedder, tmp_path, monkeypatch) -> None:
-    """ONNX fp32 gives the torch vectors; int8 stays close (cosine > 0.97); both cached under CHUNKYARD_HOME."""
+    """ONNX fp32 gives the torch vectors; int8 stays close (cosine > 0.97); both exported into the
+    per-machine model cache, never into the project's CHUNKYARD_HOME."""
     monkeypatch.setenv("CHUNKYARD_HOME", str(tmp_path))
     texts = ["Postgres stores vectors with pgvector.", "Glaciers carve valleys as they move downhill. " * 8]
     reference = embedder.embed(texts)
     onnx = Embedder(backend="onnx")
     assert onnx.model_id == "all-MiniLM-L6-v2@onnx" and onnx.dim == 384
     np.testing.assert_allclose(onnx.embed(texts), reference, atol=1e-4)
-    assert list(tmp_path.glob("models/onnx/*/onnx/model.onnx"))
+    export = onnx._model.export_dir
+    assert export.parent == model_cache_dir() / "onnx" and (export / READY).is_file()
+    assert (export / "onnx" / "model.onnx").is_file() and not list(tmp_path.rglob("*.onnx"))
     spans, vectors = onnx.embed_tokens("hello world")
     assert spans == [(0, 5), (6, 11)] and vectors.shape == (2, 384)
     int8 = Embedder(backend="onnx", quantize="int8")
-    assert int8.model_id == "all-MiniLM-L6-v2@onnx-int8"
+    assert int8.model_id == "all-MiniLM-L6-v2@onnx-int8" and int8._model.export_dir == export
     cosines = (int8.embed(texts) * reference).sum(axis=1)
     assert cosines.min() > 0.97
 
 
 def test_a_corrupt_onnx_cache_is_rebuilt_with_a_warning(tmp_path, monkeypatch) -> None:
-    """A truncated export (disk full mid-write, say) is repaired instead of failing every later run."""
-    monkeypatch.setenv("CHUNKYARD_HOME", str(tmp_path))
-    first = Embedder(backend="onnx", quantize="int8")
-    reference = first.embed(["Repair the cache."])
-    (export,) = tmp_path.glob("models/onnx/*-fp32")
-    assert (export / "chunkyard-export-ready").is_file() and not list(tmp_path.glob("models/onnx/*.tmp-*"))
-    (int8_file,) = (export / "onnx").glob("model_*int8_avx2.onnx")
+    """A truncated export (disk full mid-write, say) is repaired instead of failing every later run;
+    it starts from a copy of the machine's export, so only the repair exports."""
+    reference = Embedder(backend="onnx", quantize="int8").embed(["Repair the cache."])
+    export = onnx_cache_dir(resolve_model_path(DEFAULT_MODEL), DEFAULT_MODEL)
+    monkeypatch.setenv("CHUNKYARD_MODEL_DIR", str(tmp_path))
+    copy = onnx_cache_dir(resolve_model_path(DEFAULT_MODEL), DEFAULT_MODEL)
+    shutil.copytree(export, copy)
+    (int8_file,) = (copy / "onnx").glob("model_*int8_avx2.onnx")
     int8_file.write_bytes(int8_file.read_bytes()[:1000])  # truncated
     with pytest.warns(UserWarning, match="unusable"):
         repaired = Embedder(backend="onnx", quantize="int8")
+    assert repaired._model.export_dir == copy and (copy / READY).is_file()
+    assert sorted(p.name for p in tmp_path.joinpath("onnx").iterdir()) == [copy.name, f"{copy.name}.lock"]
     np.testing.assert_allclose(repaired.embed(["Repair the cache."]), reference, atol=1e-6)
-
-
-def test_an_unfinished_onnx_export_is_redone(tmp_path, monkeypatch) -> None:
-    """A folder without the ready mark (the export died before finishing) is exported again."""
-    monkeypatch.setenv("CHUNKYARD_HOME", str(tmp_path))
-    Embedder(backend="onnx")
-    (export,) = tmp_path.glob("models/onnx/*-fp32")
-    (export / "chunkyard-export-ready").unlink()
-    (export / "onnx" / "model.onnx").write_bytes(b"\x08\x07garbage")
-    onnx = Embedder(backend="onnx")
-    assert (export / "chunkyard-export-ready").is_file()
-    assert onnx.embed(["still works"]).shape == (1, 384)
 
 
 def test_the_onnx_backend_matches_sentence_transformers_onnx_without_importing_torch() -> None:

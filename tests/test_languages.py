@@ -89,6 +89,35 @@ def test_ukrainian_apostrophes_and_reflexive_verbs() -> None:
     assert UkrainianStemmer().stemWord("зачиняється") == UkrainianStemmer().stemWord("зачиняє")
 
 
+def test_every_snowball_language_has_an_analyzer_with_stop_words_where_a_list_exists() -> None:
+    """German, Turkish, Arabic, Hindi, French ... stem and drop function words; auto maps their codes."""
+    from retrieval.analysis import SNOWBALL_LANGUAGES
+    from retrieval.languages import analyzer_for_language
+
+    for language in SNOWBALL_LANGUAGES:
+        assert Analyzer(language).analyze("") == []  # every one builds
+    german = Analyzer("german")
+    assert german.analyze("Die Gletscher formten die Täler") == german.analyze("Gletscher formt Tal")
+    assert len({Analyzer("turkish").analyze(w)[0] for w in ("vadi", "vadiler", "vadileri")}) == 1
+    assert Analyzer("french").analyze("le la les des") == []
+    assert Analyzer("arabic").analyze("في من على") == []
+    assert {analyzer_for_language(c) for c in ("de", "tr", "ar", "hi", "fr")} == {
+        "german",
+        "turkish",
+        "arabic",
+        "hindi",
+        "french",
+    }
+    assert choose_analyzer({"de": 900, "en": 100})[0] == "german"
+
+
+def test_words_keep_their_vowel_signs() -> None:
+    """Devanagari vowel signs are combining marks, which Python's \\w leaves out: a word must not be cut
+    at each of them (हिमनद was ह + मनद)."""
+    assert Analyzer("hindi").analyze("हिमनद घाटियाँ बनाते हैं") == ["हिमनद", "घाट", "बन"]
+    assert "हिमनद" in Analyzer("hindi").analyze("हिमनद")
+
+
 def test_english_analyzer_unchanged() -> None:
     assert Analyzer("english").analyze("The running dogs were barking at the cats") == [
         "run",

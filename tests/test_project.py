@@ -176,3 +176,25 @@ def test_the_installed_package_works_outside_the_repository(tmp_path: Path) -> N
         done = subprocess.run([*cli, *argv], cwd=work, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
     assert "mine:" in (work / "chunkyard.yaml").read_text()
+
+
+def test_add_picks_minilm_for_an_english_folder_and_the_multilingual_model_otherwise(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    """`chunkyard add` without --index: recursive-256 (MiniLM) where the folder is English only,
+    recursive-256-multilingual (multilingual-e5-small) where it is not (benchmarks/results/languages.md)."""
+    import shutil
+
+    from orchestration.project import add_collection, init_project
+
+    root = tmp_path / "proj"
+    init_project(root)
+    clean_env.chdir(root)
+    data = REPO_ROOT / "tests" / "data" / "multilingual"
+    shutil.copytree(data / "en", root / "english")
+    shutil.copytree(data / "en", root / "mixed" / "en")
+    shutil.copytree(data / "uk", root / "mixed" / "uk")
+    assert add_collection(root, "english", ["english"])["indexes"] == ["recursive-256"]
+    assert add_collection(root, "mixed", ["mixed"])["indexes"] == ["recursive-256-multilingual"]
+    assert add_collection(root, "pinned", ["mixed"], indexes=["token-256"])["indexes"] == ["token-256"]
+    assert load_index_configs()["recursive-256-multilingual"].embedding_model == "multilingual-e5-small"

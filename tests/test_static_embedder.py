@@ -12,12 +12,13 @@ import os
 import numpy as np
 import pytest
 
+from chunking.model_cache import READY
 from chunking.types import Document
 from retrieval import indexing
 from retrieval.config import IndexConfig, IndexSpec
 from retrieval.embedder import Embedder, EmbedderConfigError
 from retrieval.query import Searcher
-from retrieval.static_model import STATIC_READY, static_cache_dir
+from retrieval.static_model import static_cache_dir
 
 VOCABULARY = 4000
 OPTIONS = {"backend": "static", "quantize": None, "batch_size": 256, "vocabulary_size": VOCABULARY}
@@ -30,16 +31,16 @@ def static_home(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def static_embedder(static_home) -> Embedder:
-    """Distilled once per module into its own CHUNKYARD_HOME (nothing read from an earlier run)."""
-    previous = os.environ.get("CHUNKYARD_HOME")
-    os.environ["CHUNKYARD_HOME"] = str(static_home)
+    """Distilled once per module into its own model cache (nothing read from an earlier run)."""
+    previous = os.environ.get("CHUNKYARD_MODEL_DIR")
+    os.environ["CHUNKYARD_MODEL_DIR"] = str(static_home)
     try:
         return Embedder(backend="static", batch_size=256, vocabulary_size=VOCABULARY)
     finally:
         if previous is None:
-            os.environ.pop("CHUNKYARD_HOME", None)
+            os.environ.pop("CHUNKYARD_MODEL_DIR", None)
         else:
-            os.environ["CHUNKYARD_HOME"] = previous
+            os.environ["CHUNKYARD_MODEL_DIR"] = previous
 
 
 def test_static_vectors_are_normalised_float32_and_deterministic(static_embedder, static_home) -> None:
@@ -50,14 +51,18 @@ def test_static_vectors_are_normalised_float32_and_deterministic(static_embedder
     np.testing.assert_array_equal(static_embedder.embed(texts), vectors)
     assert static_embedder.model_id == "all-MiniLM-L6-v2@static-v4000"
     assert static_embedder.max_seq_length == 512
-    # cached under CHUNKYARD_HOME/models/static, marked ready: a second Embedder loads it, same vectors
-    os.environ["CHUNKYARD_HOME"] = str(static_home)
+    # cached in the model cache's static/, marked ready: a second Embedder loads it, same vectors
+    previous = os.environ.get("CHUNKYARD_MODEL_DIR")
+    os.environ["CHUNKYARD_MODEL_DIR"] = str(static_home)
     try:
         folder = static_cache_dir(static_embedder.model_path, static_embedder.static_settings)
-        assert folder.parent == static_home / "models" / "static" and (folder / STATIC_READY).is_file()
+        assert folder.parent == static_home / "static" and (folder / READY).is_file()
         again = Embedder(backend="static", vocabulary_size=VOCABULARY)
     finally:
-        os.environ.pop("CHUNKYARD_HOME", None)
+        if previous is None:
+            os.environ.pop("CHUNKYARD_MODEL_DIR", None)
+        else:
+            os.environ["CHUNKYARD_MODEL_DIR"] = previous
     np.testing.assert_array_equal(again.embed(texts), vectors)
     assert not list(folder.parent.glob("*.tmp-*"))
 
@@ -134,7 +139,7 @@ def test_dagster_assets_get_the_static_options_of_the_index_config(
         chunker={"strategy": "token", "size": 64, "overlap": 0, "tokenizer": "words"},
         embedder=OPTIONS,
     )
-    monkeypatch.setenv("CHUNKYARD_HOME", str(static_home))
+    monkeypatch.setenv("CHUNKYARD_MODEL_DIR", str(static_home))
     from_dagster = EmbedderResource().for_config(config)
     assert from_dagster.model_id == static_embedder.model_id == "all-MiniLM-L6-v2@static-v4000"
     assert from_dagster is embedder_for_config(config)

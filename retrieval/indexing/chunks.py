@@ -110,8 +110,11 @@ def _stage(
     if chunker is None and (added or changed):
         from chunking import build_chunker
 
+        # sizes in `tokenizer: model` count the index's own embedding model's tokens, unless it names another
         chunker = build_chunker(
-            spec.config.chunker, config_key=spec.config.config_hash, embedding_model=embedding_model
+            {"model": spec.config.embedding_model, **spec.config.chunker},
+            config_key=spec.config.config_hash,
+            embedding_model=embedding_model,
         )
     clear_staging(conn, index_name)
     conn.execute(

@@ -44,7 +44,7 @@ EXACT_MAX_CHUNKS = 5000
 class QueryEmbedder(Protocol):
     """What the Searcher needs of an embedder (`retrieval.embedder.Embedder` is one)."""
 
-    def embed(self, texts: list[str]) -> np.ndarray: ...
+    def embed(self, texts: list[str], role: str = "document") -> np.ndarray: ...
 
 
 def checked_vectors(given: np.ndarray, handle: IndexHandle, n_queries: int) -> np.ndarray:
@@ -63,7 +63,7 @@ def embed_queries(
 ) -> tuple[np.ndarray, float]:
     """One vector per query in one embedding call, and the embedding time per query (ms)."""
     started = time.perf_counter()
-    vectors = np.asarray(embedder.embed(list(queries)))
+    vectors = np.asarray(embedder.embed(list(queries), role="query"))
     embed_ms = (time.perf_counter() - started) * 1000 / len(queries)
     if vectors.shape[1] != handle.dim:
         raise SearchError(
