@@ -22,6 +22,7 @@ import numpy as np
 import tenacity
 
 from chunking.models import DEFAULT_MODEL
+from retrieval.batching import budget_batches
 from retrieval.endpoint_settings import (
     ENDPOINT_BACKEND,
     EndpointConfigError,
@@ -160,19 +161,7 @@ class EndpointEmbedder:
 
     def request_batches(self, counts: list[int]) -> list[list[int]]:
         """Positions cut into requests of at most `batch_size` texts and `batch_tokens` tokens."""
-        limit_texts, limit_tokens = self.settings.batch_size, self.settings.batch_tokens
-        batches: list[list[int]] = []
-        current: list[int] = []
-        total = 0
-        for i, n in enumerate(counts):
-            if current and (len(current) >= limit_texts or total + n > limit_tokens):
-                batches.append(current)
-                current, total = [], 0
-            current.append(i)
-            total += n
-        if current:
-            batches.append(current)
-        return batches
+        return budget_batches(counts, self.settings.batch_size, self.settings.batch_tokens)
 
     def embed(self, texts: list[str], role: str = "document") -> np.ndarray:
         """L2-normalised float32 vectors, shape (len(texts), dim), requests run `concurrency` at once.

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from retrieval.batching import budget_batches
 from retrieval.config import IndexSpec
 from retrieval.indexing.reports import EmbeddingStageReport, IndexingError
 from retrieval.indexing.staging import analyze_staged, merge_stage_report, staged_run
@@ -29,19 +30,8 @@ def token_batches(hashes: list[str], tokens: dict[str, int]) -> list[list[str]]:
     Sorted across all documents, so the model's own sub-batches pad to nearly equal lengths.
     """
     ordered = sorted(hashes, key=lambda h: -tokens.get(h, 0))
-    batches: list[list[str]] = []
-    current: list[str] = []
-    total = 0
-    for h in ordered:
-        n = tokens.get(h, 0)
-        if current and (len(current) >= EMBED_BATCH or total + n > EMBED_BATCH_TOKENS):
-            batches.append(current)
-            current, total = [], 0
-        current.append(h)
-        total += n
-    if current:
-        batches.append(current)
-    return batches
+    cuts = budget_batches([tokens.get(h, 0) for h in ordered], EMBED_BATCH, EMBED_BATCH_TOKENS)
+    return [[ordered[i] for i in batch] for batch in cuts]
 
 
 def _computed(
