@@ -64,7 +64,8 @@ def _published(store, target: IndexSpec) -> dict[str, str]:
     """(document, start) -> published vector, as text."""
     with store.connection() as conn:
         rows = conn.execute(
-            "SELECT doc_id || ':' || start, embedding::text FROM chunks WHERE index_name = %s", (str(target.name),)
+            "SELECT doc_id || ':' || start, embedding::text FROM chunks WHERE index_name = %s",
+            (str(target.name),),
         ).fetchall()
     return dict(rows)
 
@@ -150,3 +151,34 @@ def test_two_shard_processes_publish_one_processs_vectors_and_a_killed_shard_res
         for t in targets:
             store.drop_index(str(t.name))
         forget_shared_endpoint_embedders()
+
+
+def test_dagster_runs_the_shards_as_assets_before_embeddings(tmp_path, monkeypatch, store, pg_url) -> None:
+    from dagster import instance_for_test, materialize
+
+    from assets.definitions import build_definitions
+    from tests.dagster_helpers import INDEXES, materializations, unique_name, write_project
+
+    monkeypatch.setenv("DATABASE_URL", pg_url)
+    monkeypatch.setenv("CHUNKYARD_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CHUNKYARD_EMBED_SHARDS", "2")
+    collection = unique_name("shd")
+    with FakeEmbeddingServer() as server:
+        remote = {"backend": "openai", "url": server.url, "model": server.model, "batch_size": 2}
+        indexes = {
+            "defaults": INDEXES["defaults"],
+            "indexes": {"token-48": {**INDEXES["indexes"]["token-48"], "embedder": remote}},
+        }
+        _, indexes_path, collections_path = write_project(tmp_path, collection, indexes=indexes)
+        defs = build_definitions(indexes_path, collections_path, database_url=pg_url)
+        with instance_for_test() as instance:
+            result = materialize(list(defs.assets), instance=instance, resources=defs.resources)
+        assert result.success
+        done = materializations(result)
+        prefix = f"{collection}/token_48"
+        parts = [done[f"{prefix}/embeddings_part{k}"] for k in (0, 1)]
+        assert all(p["embeddings_computed"] > 0 for p in parts)
+        assert done[f"{prefix}/embeddings"]["embeddings_computed"] == 0  # the parts embedded everything
+        assert sum(p["embeddings_computed"] for p in parts) == len(server.answered)
+        assert max(server.answered.values()) == 1
+    store.drop_index(f"{collection}/token-48")

@@ -22,8 +22,11 @@ def embed(store: Store, spec: IndexSpec, embedder: Embedder, *, owner: str | Non
     )
 
 
-def embed_part(store: Store, spec: IndexSpec, embedder: Embedder, shard: int, shards: int) -> StepReport:
-    """Fill the embedding cache for shard `shard` of `shards` (see `retrieval.indexing.embed_shards`);
-    the `embeddings` step after every shard then stages the vectors without computing any."""
-    report = embed_shard(store, spec, embedder, shard, shards)
+def embed_part(
+    store: Store, spec: IndexSpec, embedder: Embedder, shard: int, shards: int, *, owner: str | None = None
+) -> StepReport:
+    """Fill the embedding cache for shard `shard` of `shards` as run `owner` (see
+    `retrieval.indexing.embed_shards`); the `embeddings` step after every shard then stages the
+    vectors without computing any."""
+    report = embed_shard(store, spec, embedder, shard, shards, owner=owner)
     return StepReport(metadata=dict(report.as_metadata()))

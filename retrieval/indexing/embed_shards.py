@@ -50,16 +50,23 @@ class ShardReport:
 
 
 def embed_shard(
-    store: Store, spec: IndexSpec, embedder: Embedder | EndpointEmbedder, shard: int, shards: int
+    store: Store,
+    spec: IndexSpec,
+    embedder: Embedder | EndpointEmbedder,
+    shard: int,
+    shards: int,
+    *,
+    owner: str | None = None,
 ) -> ShardReport:
-    """Embed and cache the staged texts of shard `shard` of `shards` that the cache lacks."""
+    """Embed and cache the staged texts of shard `shard` of `shards` that the cache lacks; as run
+    `owner` when given (a later run that re-staged the index stops this one)."""
     if shards < 1 or not 0 <= shard < shards:
         raise IndexingError(f"embed_shard: shard must be in 0..{shards - 1} of shards >= 1, got {shard}")
     started = time.perf_counter()
     index_name = str(spec.name)
     report = ShardReport(index=index_name, shard=shard, shards=shards, model_id=embedder.model_id)
     with store.connection() as conn:
-        config_hash, _, _ = staged_run(conn, index_name, "embed_shard")
+        config_hash, _, _ = staged_run(conn, index_name, "embed_shard", owner)
         if config_hash != spec.config.config_hash:
             raise IndexingError(
                 f"embed_shard: {index_name!r} was staged with another config; re-run stage_chunks"
