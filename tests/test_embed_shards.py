@@ -169,7 +169,14 @@ def test_dagster_runs_the_shards_as_assets_before_embeddings(tmp_path, monkeypat
             "defaults": INDEXES["defaults"],
             "indexes": {"token-48": {**INDEXES["indexes"]["token-48"], "embedder": remote}},
         }
-        _, indexes_path, collections_path = write_project(tmp_path, collection, indexes=indexes)
+        question = {
+            "id": "q1",
+            "question": "Which words does BM25 score highly?",
+            "references": [{"doc": "alpha.md", "text": "BM25 scores rare words such as zyxomorphic highly."}],
+        }
+        _, indexes_path, collections_path = write_project(
+            tmp_path, collection, indexes=indexes, eval_set=[question]
+        )
         defs = build_definitions(indexes_path, collections_path, database_url=pg_url)
         with instance_for_test() as instance:
             result = materialize(list(defs.assets), instance=instance, resources=defs.resources)
@@ -179,6 +186,9 @@ def test_dagster_runs_the_shards_as_assets_before_embeddings(tmp_path, monkeypat
         parts = [done[f"{prefix}/embeddings_part{k}"] for k in (0, 1)]
         assert all(p["embeddings_computed"] > 0 for p in parts)
         assert done[f"{prefix}/embeddings"]["embeddings_computed"] == 0  # the parts embedded everything
-        assert sum(p["embeddings_computed"] for p in parts) == len(server.answered)
-        assert max(server.answered.values()) == 1
+        chunk_texts = {t: n for t, n in server.answered.items() if t != question["question"]}
+        assert sum(p["embeddings_computed"] for p in parts) == len(chunk_texts)
+        assert max(chunk_texts.values()) == 1
+        cost = store.latest_evaluation(f"{collection}/token-48")["cost"]  # the parts' usage adds up
+        assert cost["endpoint_requests"] == sum(p["endpoint_requests"] for p in parts) > 0
     store.drop_index(f"{collection}/token-48")
