@@ -304,16 +304,36 @@ def save_section(out: Path, name: str, report: dict[str, Any]) -> None:
     print(compose(sections))
 
 
-def endpoint_reading(runs: list[dict[str, Any]]) -> str:
+def endpoint_reading(runs: list[dict[str, Any]], latency: float) -> str:
+    """What the runs show: the embedding phase's and the run's ratios, the parts' own times and the
+    phase's time outside the parts (step hand-offs between the run's process and the workers)."""
     one, two = runs[0], runs[-1]
+
+    def parts(run: dict[str, Any]) -> list[float]:
+        return [v["seconds"] for k, v in run["steps"].items() if k.startswith("embeddings_part")]
+
     phase = one["embedding_phase_seconds"] / max(two["embedding_phase_seconds"], 1e-9)
     run = one["wall_seconds"] / two["wall_seconds"]
+    mean_one, mean_two = sum(parts(one)) / len(parts(one)), sum(parts(two)) / len(parts(two))
+    outside_one = one["embedding_phase_seconds"] - sum(parts(one))
+    outside_two = two["embedding_phase_seconds"] - max(parts(two))
+    others = [k for k in one["steps"] if not k.startswith("embeddings")]
+    rest_one = sum(one["steps"][k]["seconds"] for k in others)
+    rest_two = sum(two["steps"][k]["seconds"] for k in others if k in two["steps"])
     return (
-        f"The embedding phase ran {phase:.2f}x faster on two workers and the whole run {run:.2f}x. Against a "
-        "server the parts wait on the network, not on this machine's two cores, so two workers keep twice the "
-        "requests in flight. The whole run gains less because the steps around the embedding phase (documents, "
-        "chunks, bm25, index) are one chain that a second worker cannot shorten, and every Celery step pays "
-        "process start-up and code-location loading on its worker."
+        f"The embedding phase (first part's start to the `embeddings` step's end) ran {phase:.2f}x faster on "
+        f"two workers, and the whole run {run:.2f}x. The parts themselves scaled: on two workers they ran at "
+        f"once and each took {mean_two:.1f} s on average, against {mean_one:.1f} s each one after the other on one "
+        f"worker ({mean_one / mean_two:.2f}x per part). A part is {latency * 1000:.0f} ms waits on the server plus "
+        "CPU work (its step process starting and loading the code location, counting tokens, decoding the JSON "
+        "vectors, writing the cache) on the same 2 shared cores. What limits the phase is the time outside the "
+        f"parts: {outside_two:.1f} s on two workers ({outside_one:.1f} s on one), the hand-offs of Dagster's Celery "
+        "executor (the run's process polls for a finished step, then sends the next, and a worker starts a step "
+        "process for it), and the `embeddings` step after the parts. It is paid once per step, whatever the "
+        "part's size, so larger collections or more parts per worker move the phase ratio towards the parts' "
+        f"ratio. The steps around the phase (documents, chunks, bm25, index: {rest_one:.1f} s on one worker, "
+        f"{rest_two:.1f} s on two) are one chain a second worker cannot shorten, which caps the whole run's "
+        "ratio. The goal of 1.7x " + ("was met." if phase >= 1.7 else "was not met in this run.")
     )
 
 
@@ -341,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
         sections = load_sections(args.out)
         if "local" in sections:
             sections["local"]["reading"] = reading(sections["local"]["runs"], sections["local"]["documents"])
+        if "endpoint" in sections:
+            endpoint = sections["endpoint"]
+            endpoint["reading"] = endpoint_reading(endpoint["runs"], endpoint["latency"])
         args.out.write_text(compose(sections), encoding="utf-8")
         args.out.with_suffix(".json").write_text(json.dumps(sections, indent=2, sort_keys=True))
         print(compose(sections))
@@ -400,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         shards=args.shards,
         dimensions=384,
         embedder={k: v for k, v in embedder.items() if k != "url"},
-        reading=endpoint_reading(runs),
+        reading=endpoint_reading(runs, args.endpoint_latency),
     )
     save_section(args.out, "endpoint", report)
     return 0
