@@ -28,7 +28,7 @@ from dagster import (
 from assets.documents import build_documents_asset
 from assets.evaluation import build_evaluation_asset, build_leaderboard_asset, build_promotion_asset
 from assets.executors import build_executor
-from assets.indexes import build_index_assets
+from assets.indexes import build_index_assets, part_kinds
 from assets.keys import check_spellings, index_key
 from assets.resources import EmbedderResource, PostgresResource
 from assets.schedules import build_nightly_evaluation_schedule
@@ -71,7 +71,7 @@ def build_collection_assets(collection: CollectionConfig, specs: Sequence[IndexS
     listed = [spec for spec in specs if spec.config.name in collection.indexes]
     for spec in specs:
         built.assets.extend(build_index_assets(spec))
-        built.indexing_keys.extend(index_key(spec.name, k) for k in INDEX_KINDS)
+        built.indexing_keys.extend(index_key(spec.name, k) for k in (*INDEX_KINDS, *part_kinds()))
         built.index_names.append(str(spec.name))
         if has_questions and spec in listed:
             built.assets.append(build_evaluation_asset(collection, spec))

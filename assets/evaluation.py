@@ -15,7 +15,7 @@ from dagster import (
     asset,
 )
 
-from assets.indexes import index_asset_options
+from assets.indexes import index_asset_options, part_kinds
 from assets.keys import collection_prefix, index_key, leaderboard_key, promotion_key
 from assets.resources import EmbedderResource, PostgresResource
 from assets.results import check_specs, materialize_result
@@ -65,10 +65,16 @@ def build_evaluation_asset(collection: CollectionConfig, spec: IndexSpec) -> Ass
     ) -> MaterializeResult:
         from pipeline.steps.evaluation import evaluate_collection_index
 
-        # an embedding server's usage by the latest embedding step joins the report's cost
-        embedded = context.instance.get_latest_materialization_event(index_key(spec.name, "embeddings"))
-        usage = embedded.asset_materialization.metadata if embedded and embedded.asset_materialization else {}
-        cost = {k: float(v.value) for k, v in usage.items() if k in ENDPOINT_COST_COLUMNS}
+        # an embedding server's usage by the latest embedding step (and its parts) joins the report's cost
+        cost: dict[str, float] = {}
+        for kind in ["embeddings", *part_kinds()]:
+            embedded = context.instance.get_latest_materialization_event(index_key(spec.name, kind))
+            usage = (
+                embedded.asset_materialization.metadata if embedded and embedded.asset_materialization else {}
+            )
+            for name, value in usage.items():
+                if name in ENDPOINT_COST_COLUMNS:
+                    cost[name] = cost.get(name, 0.0) + float(value.value)
         report = evaluate_collection_index(
             postgres.store(), collection, spec, embedder.for_config(config), cost=cost
         )

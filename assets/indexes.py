@@ -12,6 +12,7 @@ Nothing heavy is imported here: the code location loads without torch.
 
 from dagster import (
     AssetExecutionContext,
+    AssetKey,
     AssetsDefinition,
     AutomationCondition,
     MaterializeResult,
@@ -21,11 +22,23 @@ from dagster import (
 from assets.keys import documents_key, group_name, index_key
 from assets.resources import EmbedderResource, PostgresResource
 from assets.results import check_specs, materialize_result
+from chunking.environment import env_int
 from chunking.registry import needs_embedding_model
 from pipeline.graph import step
 from pipeline.steps.evaluation import EVALUATION_K
 from pipeline.versions import code_version, index_settings
 from retrieval.config import IndexSpec
+
+# CHUNKYARD_EMBED_SHARDS=n (n > 1, where the code location and the workers load): each index's
+# embedding work is split into n `embeddings_part<k>` assets that fill the embedding cache at once on
+# any workers (retrieval.indexing.embed_shards); `embeddings` then stages the cached vectors.
+SHARDS_ENV = "CHUNKYARD_EMBED_SHARDS"
+
+
+def part_kinds() -> list[str]:
+    """`embeddings_part0` .. of CHUNKYARD_EMBED_SHARDS (none when unset or 1)."""
+    shards = env_int(SHARDS_ENV, 1) or 1
+    return [f"embeddings_part{k}" for k in range(shards)] if shards > 1 else []
 
 
 def describe(spec: IndexSpec, kind: str) -> str:
@@ -115,7 +128,11 @@ def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
 
             return materialize_result(context, chunk(postgres.store(), spec, owner=context.run.run_id))
 
-    @asset(**step_options(spec, "embeddings"), kinds={"pytorch", "pgvector"}, pool="embedding")
+    parts = [embedding_part(spec, k, len(part_kinds())) for k in range(len(part_kinds()))]
+    embedding_options = step_options(spec, "embeddings")
+    embedding_options["deps"] = [*embedding_options["deps"], *(part.key for part in parts)]
+
+    @asset(**embedding_options, kinds={"pytorch", "pgvector"}, pool="embedding")
     def embeddings(
         context: AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
     ) -> MaterializeResult:
@@ -137,4 +154,34 @@ def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
 
         return materialize_result(context, publish_index(postgres.store(), spec, owner=context.run.run_id))
 
-    return [chunks, embeddings, bm25, index]
+    return [chunks, *parts, embeddings, bm25, index]
+
+
+def embedding_part(spec: IndexSpec, k: int, n: int) -> AssetsDefinition:
+    """Shard k of n of the embedding work; in the `embedding` pool only for a local model (a server's
+    requests cost this machine little, so the parts against one run at once)."""
+    options = index_asset_options(spec, "embeddings")
+    options.update(
+        key=AssetKey([*options["key"].path[:-1], f"embeddings_part{k}"]),
+        description=f"Embedding cache filled for shard {k} of {n} of the staged chunks' content hashes",
+        check_specs=None,
+    )
+    remote = (spec.config.embedder or {}).get("backend") == "openai"
+
+    @asset(
+        **options,
+        deps=[index_key(spec.name, "chunks")],
+        automation_condition=after_passing_checks(),
+        kinds={"pgvector"},
+        pool=None if remote else "embedding",
+    )
+    def part(
+        context: AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
+    ) -> MaterializeResult:
+        from pipeline.steps.embeddings import embed_part
+
+        model = embedder.for_config(spec.config)
+        report = embed_part(postgres.store(), spec, model, k, n, owner=context.run.run_id)
+        return materialize_result(context, report)
+
+    return part

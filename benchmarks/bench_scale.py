@@ -9,7 +9,13 @@ first model step, as a deployed worker would once.
 
     python -m benchmarks.bench_scale [--docs 1000] [--workers 1 2] [--config recursive-256]
 
-Results: benchmarks/results/scale.md (and .json).
+With `--endpoint-latency S` the embedder is instead the fake OpenAI-compatible server
+(tests/fake_embedding_server.py, its own process on loopback) answering every request after S
+seconds, and CHUNKYARD_EMBED_SHARDS (`--shards`, default 2) splits each embedding step into parts
+that run on any worker: the honest test of scale-out on a 2-core machine, where the work waits on the
+server rather than on local cores. Both worker counts run the same asset graph.
+
+Results: benchmarks/results/scale.md (and .json): one section per mode, each from its latest run.
 """
 
 from __future__ import annotations
@@ -41,13 +47,16 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = REPO_ROOT / "benchmarks" / "results"
 
 
-def write_configs(root: Path, docs_dir: Path, config_name: str) -> None:
-    """indexes.yaml (the one config, from configs/indexes.yaml) and collections.yaml (`bench`) under root."""
+def write_configs(root: Path, docs_dir: Path, config_name: str, embedder: dict | None = None) -> None:
+    """indexes.yaml (the one config, from configs/indexes.yaml, its `embedder:` replaced when given) and
+    collections.yaml (`bench`) under root."""
     from retrieval.config import load_index_configs
 
     config = load_index_configs(REPO_ROOT / "configs" / "indexes.yaml")[config_name]
     # plain YAML types (the config's sections are read-only mappings)
     entry = json.loads(json.dumps({k: v for k, v in config.as_dict().items() if k != "name"}, default=dict))
+    if embedder is not None:
+        entry["embedder"] = embedder
     (root / "indexes.yaml").write_text(yaml.safe_dump({"indexes": {config_name: entry}}))
     collection = {"folders": [str(docs_dir)], "include": ["**/*.md"], "indexes": [config_name]}
     (root / "collections.yaml").write_text(yaml.safe_dump({"collections": {"bench": collection}}))
@@ -66,7 +75,9 @@ def new_database(server_url: str, name: str) -> str:
     return urlunsplit(urlsplit(server_url)._replace(path=f"/{name}"))
 
 
-def measure(workers: int, root: Path, server_url: str, configs: Path, broker: str) -> dict[str, Any]:
+def measure(
+    workers: int, root: Path, server_url: str, configs: Path, broker: str, extra_env: dict[str, str]
+) -> dict[str, Any]:
     """One full index on `workers` Celery workers, in its own database and DAGSTER_HOME."""
     from dagster import DagsterInstance
 
@@ -82,6 +93,7 @@ def measure(workers: int, root: Path, server_url: str, configs: Path, broker: st
         DATABASE_URL=url,
         CHUNKYARD_HOME=str(root / f"home-{workers}"),
         CHUNKYARD_CONFIGS=str(configs),
+        **extra_env,
     )
     with celery_workers(
         workers, broker=broker, env=env, workdir=root / f"workers-{workers}", prefix=f"w{workers}n"
@@ -107,11 +119,15 @@ def measure(workers: int, root: Path, server_url: str, configs: Path, broker: st
         }
         for key, span in spans.items()
     }
+    # the embedding phase: first embedding part's start to the `embeddings` step's end
+    embedding = [span for key, span in spans.items() if "__embeddings" in key]
+    embed_phase = max(s.end for s in embedding) - min(s.start for s in embedding) if embedding else 0.0
     print(f"  {wall:.1f} s", flush=True)
     return {
         "workers": workers,
         "wall_seconds": round(wall, 2),
         "run_seconds": round((stats.end_time or 0) - (stats.launch_time or stats.start_time or 0), 2),
+        "embedding_phase_seconds": round(embed_phase, 2),
         "steps": steps,
         "load_before": load_before,
         "load_after": load_after,
@@ -213,6 +229,114 @@ def server_versions(url: str) -> str:
     return f"PostgreSQL {version.split()[0]} + pgvector {vector}"
 
 
+def markdown_endpoint(report: dict[str, Any]) -> str:
+    runs = report["runs"]
+    base, phase = runs[0]["wall_seconds"], runs[0]["embedding_phase_seconds"]
+    lines = [
+        "## Scale-out against an embedding server of fixed latency",
+        "",
+        f"Collection: {report['documents']} documents ({report['corpus_chars']:,} characters), index config "
+        f"`{report['config']}` with `embedder: {json.dumps(report['embedder'])}`: the fake OpenAI-compatible server "
+        f"(tests/fake_embedding_server.py, its own process on loopback, {report['latency'] * 1000:.0f} ms per "
+        f"request, {report['dimensions']} dimensions). `CHUNKYARD_EMBED_SHARDS={report['shards']}` in every run: the "
+        f"embedding work is {report['shards']} `embeddings_part<k>` assets (content-hash shards, outside the "
+        "`embedding` pool against a server), then `embeddings` stages the cached vectors. Otherwise as above "
+        "(fresh database per worker count, redis broker, solo-pool `dagster-celery` workers, one "
+        f"`dagster asset materialize` run). Machine: {report['machine']}. Measured {report['measured_at']} by "
+        f"`python -m benchmarks.bench_scale{report['args']}`, both worker counts in that one run.",
+        "",
+        "| workers | wall s | run s (Dagster) | embedding phase s | speed-up, run | speed-up, embedding phase |"
+        " load before | load after |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        lines.append(
+            f"| {run['workers']} | {run['wall_seconds']:.1f} | {run['run_seconds']:.1f} | "
+            f"{run['embedding_phase_seconds']:.1f} | {base / run['wall_seconds']:.2f}x | "
+            f"{phase / max(run['embedding_phase_seconds'], 1e-9):.2f}x | "
+            f"{run['load_before'].split('load average:')[-1].strip()} | "
+            f"{run['load_after'].split('load average:')[-1].strip()} |"
+        )
+    lines += ["", "Seconds per step and the worker that ran it:", ""]
+    kinds = sorted({k for run in runs for k in run["steps"]})
+    lines.append("| step | " + " | ".join(f"{run['workers']} worker(s)" for run in runs) + " |")
+    lines.append("|---|" + "---|" * len(runs))
+    for kind in kinds:
+        cells = []
+        for run in runs:
+            step = run["steps"].get(kind)
+            cells.append(f"{step['seconds']:.2f} ({step['worker']})" if step else "-")
+        lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    lines += ["", report.get("reading", ""), ""]
+    return "\n".join(lines)
+
+
+def compose(sections: dict[str, Any]) -> str:
+    """scale.md: the endpoint section, then the local-model one, then the pipeline ceiling (each if run)."""
+    parts = ["# Scale-out and the pipeline's ceiling", ""]
+    if "endpoint" in sections:
+        parts.append(markdown_endpoint(sections["endpoint"]))
+    if "ceiling" in sections:
+        from benchmarks.bench_ceiling import markdown_ceiling
+
+        parts.append(markdown_ceiling(sections["ceiling"]))
+    if "local" in sections:
+        parts.append(markdown(sections["local"]).replace("# Scale-out: one", "## Local model: one", 1))
+    return "\n".join(parts)
+
+
+def load_sections(out: Path) -> dict[str, Any]:
+    """The sections of the last runs (a flat report of an older run is the `local` section)."""
+    path = out.with_suffix(".json")
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    return data if "runs" not in data else {"local": data}
+
+
+def save_section(out: Path, name: str, report: dict[str, Any]) -> None:
+    """Store one section's report beside the others and rewrite scale.md from them all."""
+    sections = load_sections(out)
+    sections[name] = report
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(sections, indent=2, sort_keys=True))
+    out.write_text(compose(sections), encoding="utf-8")
+    print(compose(sections))
+
+
+def endpoint_reading(runs: list[dict[str, Any]], latency: float) -> str:
+    """What the runs show: the embedding phase's and the run's ratios, the parts' own times and the
+    phase's time outside the parts (step hand-offs between the run's process and the workers)."""
+    one, two = runs[0], runs[-1]
+
+    def parts(run: dict[str, Any]) -> list[float]:
+        return [v["seconds"] for k, v in run["steps"].items() if k.startswith("embeddings_part")]
+
+    phase = one["embedding_phase_seconds"] / max(two["embedding_phase_seconds"], 1e-9)
+    run = one["wall_seconds"] / two["wall_seconds"]
+    mean_one, mean_two = sum(parts(one)) / len(parts(one)), sum(parts(two)) / len(parts(two))
+    outside_one = one["embedding_phase_seconds"] - sum(parts(one))
+    outside_two = two["embedding_phase_seconds"] - max(parts(two))
+    others = [k for k in one["steps"] if not k.startswith("embeddings")]
+    rest_one = sum(one["steps"][k]["seconds"] for k in others)
+    rest_two = sum(two["steps"][k]["seconds"] for k in others if k in two["steps"])
+    return (
+        f"The embedding phase (first part's start to the `embeddings` step's end) ran {phase:.2f}x faster on "
+        f"two workers, and the whole run {run:.2f}x. The parts themselves scaled: on two workers they ran at "
+        f"once and each took {mean_two:.1f} s on average, against {mean_one:.1f} s each one after the other on one "
+        f"worker ({mean_one / mean_two:.2f}x per part). A part is {latency * 1000:.0f} ms waits on the server plus "
+        "CPU work (its step process starting and loading the code location, counting tokens, decoding the JSON "
+        "vectors, writing the cache) on the same 2 shared cores. What limits the phase is the time outside the "
+        f"parts: {outside_two:.1f} s on two workers ({outside_one:.1f} s on one), the hand-offs of Dagster's Celery "
+        "executor (the run's process polls for a finished step, then sends the next, and a worker starts a step "
+        "process for it), and the `embeddings` step after the parts. It is paid once per step, whatever the "
+        "part's size, so larger collections or more parts per worker move the phase ratio towards the parts' "
+        f"ratio. The steps around the phase (documents, chunks, bm25, index: {rest_one:.1f} s on one worker, "
+        f"{rest_two:.1f} s on two) are one chain a second worker cannot shorten, which caps the whole run's "
+        "ratio. The goal of 1.7x " + ("was met." if phase >= 1.7 else "was not met in this run.")
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", type=int, default=1000)
@@ -220,27 +344,61 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default="recursive-256")
     parser.add_argument("--out", type=Path, default=RESULTS / "scale.md")
     parser.add_argument(
+        "--endpoint-latency", type=float, help="seconds per request of the fake embedding server"
+    )
+    parser.add_argument(
+        "--shards", type=int, default=2, help="CHUNKYARD_EMBED_SHARDS with --endpoint-latency"
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=16, help="texts per request with --endpoint-latency"
+    )
+    parser.add_argument("--concurrency", type=int, default=1, help="requests in flight per embedding part")
+    parser.add_argument(
         "--render", action="store_true", help="rewrite the .md from the .json of the last run (no new run)"
     )
     args = parser.parse_args(argv)
     if args.render:
-        report = json.loads(args.out.with_suffix(".json").read_text())
-        report["reading"] = reading(report["runs"], report["documents"])
-        args.out.write_text(markdown(report), encoding="utf-8")
-        args.out.with_suffix(".json").write_text(json.dumps(report, indent=2, sort_keys=True))
-        print(markdown(report))
+        sections = load_sections(args.out)
+        if "local" in sections:
+            sections["local"]["reading"] = reading(sections["local"]["runs"], sections["local"]["documents"])
+        if "endpoint" in sections:
+            endpoint = sections["endpoint"]
+            endpoint["reading"] = endpoint_reading(endpoint["runs"], endpoint["latency"])
+        args.out.write_text(compose(sections), encoding="utf-8")
+        args.out.with_suffix(".json").write_text(json.dumps(sections, indent=2, sort_keys=True))
+        print(compose(sections))
         return 0
     from retrieval.db import embedded_database_url
 
-    with tempfile.TemporaryDirectory(prefix="chunkyard-scale-") as tmp:
-        root = Path(tmp)
-        docs = build_corpus(args.docs, root / "docs")
-        corpus_chars = sum(len(p.read_text(encoding="utf-8")) for p in docs)
-        write_configs(root, root / "docs", args.config)
-        server_url = embedded_database_url(root / "pg")
-        with redis_server(root / "redis") as broker:
-            runs = [measure(n, root, server_url, root, broker) for n in args.workers]
-        server = server_versions(server_url)
+    extra_env: dict[str, str] = {}
+    embedder = None
+    server = None
+    if args.endpoint_latency is not None:
+        from benchmarks.bench_endpoint import fake_server
+
+        server, url = fake_server(args.endpoint_latency, "fake-embed")
+        embedder = {
+            "backend": "openai",
+            "url": url,
+            "model": "fake-embed",
+            "batch_size": args.batch_size,
+            "concurrency": args.concurrency,
+        }
+        extra_env["CHUNKYARD_EMBED_SHARDS"] = str(args.shards)
+    try:
+        with tempfile.TemporaryDirectory(prefix="chunkyard-scale-") as tmp:
+            root = Path(tmp)
+            docs = build_corpus(args.docs, root / "docs")
+            corpus_chars = sum(len(p.read_text(encoding="utf-8")) for p in docs)
+            write_configs(root, root / "docs", args.config, embedder)
+            server_url = embedded_database_url(root / "pg")
+            with redis_server(root / "redis") as broker:
+                runs = [measure(n, root, server_url, root, broker, extra_env) for n in args.workers]
+            versions = server_versions(server_url)
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)
     flags = ("" if args.docs == 1000 else f" --docs {args.docs}") + (
         "" if args.workers == [1, 2] else " --workers " + " ".join(map(str, args.workers))
     )
@@ -248,17 +406,26 @@ def main(argv: list[str] | None = None) -> int:
         "documents": len(docs),
         "corpus_chars": corpus_chars,
         "config": args.config,
-        "server": server,
+        "server": versions,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}",
         "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "args": flags,
         "runs": runs,
-        "reading": reading(runs, len(docs)),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(markdown(report), encoding="utf-8")
-    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2, sort_keys=True))
-    print(markdown(report))
+    if embedder is None:
+        report.update(args=flags, reading=reading(runs, len(docs)))
+        save_section(args.out, "local", report)
+        return 0
+    flags += f" --endpoint-latency {args.endpoint_latency} --shards {args.shards}"
+    flags += f" --batch-size {args.batch_size} --concurrency {args.concurrency}"
+    report.update(
+        args=flags,
+        latency=args.endpoint_latency,
+        shards=args.shards,
+        dimensions=384,
+        embedder={k: v for k, v in embedder.items() if k != "url"},
+        reading=endpoint_reading(runs, args.endpoint_latency),
+    )
+    save_section(args.out, "endpoint", report)
     return 0
 
 

@@ -6,6 +6,7 @@ from pipeline import checks
 from pipeline.report import StepReport
 from retrieval.config import IndexSpec
 from retrieval.embedder import Embedder
+from retrieval.indexing.embed_shards import embed_shard
 from retrieval.indexing.embeddings import stage_embeddings
 from retrieval.store import Store
 
@@ -19,3 +20,13 @@ def embed(store: Store, spec: IndexSpec, embedder: Embedder, *, owner: str | Non
         ids={"embedded_documents": documents["chunked"]},
         checks=[checks.check_staged_embeddings(store, spec.name, embedder.dim)],
     )
+
+
+def embed_part(
+    store: Store, spec: IndexSpec, embedder: Embedder, shard: int, shards: int, *, owner: str | None = None
+) -> StepReport:
+    """Fill the embedding cache for shard `shard` of `shards` as run `owner` (see
+    `retrieval.indexing.embed_shards`); the `embeddings` step after every shard then stages the
+    vectors without computing any."""
+    report = embed_shard(store, spec, embedder, shard, shards, owner=owner)
+    return StepReport(metadata=dict(report.as_metadata()))

@@ -18,6 +18,7 @@ _LAZY = {
     "build_index": "retrieval.indexing.build",
     "stage_chunks": "retrieval.indexing.chunks",
     "stage_embeddings": "retrieval.indexing.embeddings",
+    "embed_shard": "retrieval.indexing.embed_shards",
     "stage_bm25": "retrieval.indexing.terms",
     "publish": "retrieval.indexing.publishing",
     "IndexingError": "retrieval.indexing.reports",

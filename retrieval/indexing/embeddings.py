@@ -95,6 +95,38 @@ class _CacheWriter:
                     self._error = exc
 
 
+def embed_and_cache(
+    store: Store,
+    embedder: Embedder | EndpointEmbedder,
+    missing: list[str],
+    texts_by_hash: dict[str, str],
+    tokens: dict[str, int],
+) -> tuple[dict[str, np.ndarray], float]:
+    """Vectors of the `missing` content hashes, each answer cached as it arrives; and the seconds spent
+    waiting on the model or server. Shared by the whole stage and by one shard of it (`embed_shards`)."""
+    vectors: dict[str, np.ndarray] = {}
+    embed_seconds = 0.0
+    computed = _computed(embedder, missing, texts_by_hash, tokens)
+    # The cache writes run beside the embedding (psycopg releases the GIL), each taking every answer
+    # that arrived during the one before.
+    writer = _CacheWriter(store, embedder.model_id)
+    try:
+        while True:
+            batch_started = time.perf_counter()
+            answer = next(computed, None)
+            embed_seconds += time.perf_counter() - batch_started
+            if answer is None:
+                break
+            fresh = dict(zip(*answer, strict=True))
+            writer.put(fresh)
+            vectors.update(fresh)
+    except BaseException:
+        writer.close(reraise=False)  # what was answered before the failure is cached for the retry
+        raise
+    writer.close()
+    return vectors, embed_seconds
+
+
 def stage_embeddings(
     store: Store, spec: IndexSpec, embedder: Embedder | EndpointEmbedder, *, owner: str | None = None
 ) -> EmbeddingStageReport:
@@ -151,26 +183,9 @@ def stage_embeddings(
     report.cache_lookup_seconds = round(time.perf_counter() - lookup_started, 3)
     missing = [h for h in texts_by_hash if h not in vectors]
     embed_started = time.perf_counter()
-    embed_seconds = 0.0
     usage_before = embedder.usage if hasattr(embedder, "usage") else None
-    computed = _computed(embedder, missing, texts_by_hash, tokens)
-    # The cache writes run beside the embedding (psycopg releases the GIL), each taking every answer
-    # that arrived during the one before.
-    writer = _CacheWriter(store, embedder.model_id)
-    try:
-        while True:
-            batch_started = time.perf_counter()
-            answer = next(computed, None)
-            embed_seconds += time.perf_counter() - batch_started
-            if answer is None:
-                break
-            fresh = dict(zip(*answer, strict=True))
-            writer.put(fresh)
-            vectors.update(fresh)
-    except BaseException:
-        writer.close(reraise=False)  # what was answered before the failure is cached for the retry
-        raise
-    writer.close()
+    fresh, embed_seconds = embed_and_cache(store, embedder, missing, texts_by_hash, tokens)
+    vectors.update(fresh)
     if usage_before is not None:
         report.endpoint = embedder.usage.minus(usage_before).as_metadata()
     report.embeddings_computed = len(missing)
