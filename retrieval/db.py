@@ -342,11 +342,10 @@ def embedded_log_excerpt() -> tuple[Path, list[str]] | None:
             folders = [chunkyard_home() / "pg"]
         except ProjectError:
             return None
-    for folder in folders:
-        lines = log_excerpt(folder / "log")
-        if lines:
-            return folder / "log", lines
-    return None
+    found = [(folder / "log", lines) for folder in folders if (lines := log_excerpt(folder / "log"))]
+    # where several servers were used (tests), the one whose log records a crash explains the loss
+    crashed = [entry for entry in found if any("terminated by signal" in line for line in entry[1])]
+    return (crashed or found or [None])[0]
 
 
 def verify_server(url: str) -> SelfCheck:
