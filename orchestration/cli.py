@@ -24,11 +24,11 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from orchestration import cli_alias, cli_lag, cli_models, cli_questions, cli_stack, service_file
+from orchestration import cli_alias, cli_check, cli_lag, cli_models, cli_questions, cli_stack, service_file
 from orchestration.cli_errors import RuntimeFailure, Stopped, UsageError, report, stops_embedded_postgres
 from orchestration.progress import RunProgress
 
-PROJECT_COMMANDS = {"add", "index", "demo", "search", "serve", "ui", "eval", "questions", "alias"}
+PROJECT_COMMANDS = {"add", "index", "demo", "search", "serve", "ui", "eval", "questions", "alias", "check"}
 UI_SHUTDOWN_SECONDS = 30
 
 
@@ -70,20 +70,12 @@ def cmd_add(args: argparse.Namespace) -> int:
 def cmd_index(args: argparse.Namespace) -> int:
     """Materialise the collection's assets as a real run of the project's Dagster instance."""
     from retrieval.config import load_collection_configs
-    from retrieval.project import PROJECT_FILE, project_root
 
-    name = getattr(args, "name", None) or getattr(args, "collection", None)
-    collections = load_collection_configs()
-    if not collections:
-        raise UsageError(
-            f"{project_root() / PROJECT_FILE} has no collections: add one with `chunkyard add NAME FOLDER`"
-        )
-    if name is not None and name not in collections:
-        raise UsageError(
-            f"collection {name!r} is not in {project_root() / PROJECT_FILE}; known: "
-            f"{', '.join(sorted(collections))} (benchmark collections need --with-benchmarks)"
-        )
-    chosen = [name] if name else sorted(collections)
+    chosen = cli_check.chosen_collections(getattr(args, "name", None) or getattr(args, "collection", None))
+    planned = cli_check.check_project(chosen)  # every config, before anything runs: exit 2 on a problem
+    if getattr(args, "dry_run", False):
+        cli_check.print_plan(planned)
+        return 0
     started = time.perf_counter()
     from dagster import AssetSelection, materialize
 
@@ -366,6 +358,11 @@ def build_parser() -> argparse.ArgumentParser:
         "index", help="build a collection's indexes (all when none named)", parents=[common]
     )
     index.add_argument("name", nargs="?", help="collection of chunkyard.yaml")
+    index.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the configuration and show what would be built (= check)",
+    )
     demo = sub.add_parser(
         "demo", help="index and evaluate the demo collection (= index demo)", parents=[common]
     )
@@ -392,6 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     from retrieval.options import SearchOptions
 
     SearchOptions.add_arguments(search)  # one flag per search option: -k, --mode, --context-weight, ...
+    cli_check.add_parser(sub, common)
     cli_questions.add_parser(sub, common)
     cli_alias.add_parser(sub, common)
     cli_stack.add_parser(sub, common)
@@ -442,6 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "search": cmd_search,
             "questions": cli_questions.cmd_questions,
             "alias": cli_alias.cmd_alias,
+            "check": cli_check.cmd_check,
             "stack": cli_stack.cmd_stack,
             "lag": cli_lag.cmd_lag,
             "models": cli_models.cmd_models,

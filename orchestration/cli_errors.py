@@ -58,12 +58,18 @@ def report(command: str, exc: Exception) -> int:
     from pipeline.benchmark.run import BenchmarkError
     from retrieval.client import AuthenticationError, ServiceError
     from retrieval.config import ConfigError
+    from retrieval.config_checks import ConfigErrors
     from retrieval.options import SearchError
     from retrieval.query.results import IndexNotFoundError
     from retrieval.selfcheck import DatabaseSelfCheckError
 
-    message = " ".join(str(exc).split()) or type(exc).__name__
     prefix = f"chunkyard {command}" if command else "chunkyard"
+    if isinstance(exc, ConfigErrors):
+        print(f"{prefix}: {len(exc.problems)} configuration problem(s), nothing was run:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 2
+    message = " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, DatabaseSelfCheckError):
         print(f"{prefix}: {message}\nhint: {exc.hint}", file=sys.stderr)
         return 1

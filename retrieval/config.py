@@ -13,11 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from chunking.models import DEFAULT_MODEL
-from retrieval.analysis import AnalyzerConfigError, analyzer_setting, validate_analyzer
-from retrieval.bm25 import Bm25Params
-from retrieval.capabilities import VECTOR_STORAGES
+from retrieval.config_fields import (
+    checked_coarse,
+    checked_vector_storage,
+    optional_text,
+    string_list,
+    text,
+    validate_bm25,
+    where_field,
+)
 from retrieval.endpoint_settings import EndpointConfigError, check_endpoint_options, endpoint_identity
-from retrieval.index_defaults import COARSE_DEFAULT_RANK, ContextConfigError, ContextScoring
+from retrieval.index_defaults import ContextConfigError, ContextScoring
 from retrieval.names import IndexName
 from retrieval.project import (
     PROJECT_FILE,
@@ -81,9 +87,11 @@ class IndexConfig:
     # How the HNSW graph stores vectors: `vector` (float32) or `halfvec` (float16, about half the
     # index size; pgvector >= 0.7). The chunk rows keep float32 either way.
     vector_storage: str = "vector"
+    # `file:line` of the entry, for errors about it (`retrieval.config_checks`).
+    source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        _vector_storage(self.vector_storage, f"indexes.{self.name}.vector_storage")
+        checked_vector_storage(self.vector_storage, f"indexes.{self.name}.vector_storage")
 
     @property
     def config_hash(self) -> str:
@@ -184,6 +192,8 @@ class CollectionConfig:
     benchmark: bool = False
     # the alias its leaderboard's winner is promoted to (None: no promotion asset)
     serve: ServeConfig | None = None
+    # A folder that does not exist is indexed as empty instead of stopping `chunkyard index`.
+    allow_empty: bool = False
     # `file:line` of the entry, for errors about it.
     source: str = field(default="", compare=False)
 
@@ -232,6 +242,7 @@ _COLLECTION_KEYS = {
     "description",
     "benchmark",
     "serve",
+    "allow_empty",
 }
 
 
@@ -265,45 +276,54 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
             raise ConfigError(f"{where}: name must be lowercase letters, digits, '-', '_' or '.'")
         if not isinstance(entry, dict):
             raise ConfigError(f"{where}: must be a mapping")
-        unknown = set(entry) - _INDEX_KEYS
+        unknown = sorted(set(entry) - _INDEX_KEYS)
+        source = sources[name][0]
+
+        def at(key: str, where: str = where, source: Path = source, entry: Any = entry) -> str:
+            return where_field(source, entry, key, where)
+
         if unknown:
-            raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)}; allowed {sorted(_INDEX_KEYS)}")
+            raise ConfigError(f"{at(unknown[0])}: unknown field(s) {unknown}; allowed {sorted(_INDEX_KEYS)}")
         merged = _deep_merge(defaults, entry)
         unknown_hybrid = set(merged.get("hybrid") or {}) - _HYBRID_KEYS
         if unknown_hybrid:
             raise ConfigError(
-                f"{where}.hybrid: unknown field(s) {sorted(unknown_hybrid)}; allowed {sorted(_HYBRID_KEYS)} "
+                f"{at('hybrid')}: unknown field(s) {sorted(unknown_hybrid)}; allowed {sorted(_HYBRID_KEYS)} "
                 "(the search mode chooses the fusion: hybrid = RRF, hybrid_weighted = weighted scores)"
             )
         context_scoring = merged.get("context_scoring") or {}
         try:
-            ContextScoring.from_config(context_scoring, where=f"{where}.context_scoring")
+            ContextScoring.from_config(context_scoring, where=at("context_scoring"))
         except ContextConfigError as exc:
             raise ConfigError(str(exc)) from exc
-        _validate_bm25(merged.get("bm25") or {}, where)
+        validate_bm25(merged.get("bm25") or {}, at("bm25").removesuffix(".bm25"))
         try:  # an embedding server's options now; a local model's when it loads
             check_endpoint_options(merged.get("embedder") or {})
         except EndpointConfigError as exc:
-            raise ConfigError(f"{where}.{exc}") from exc
+            raise ConfigError(f"{at('embedder').removesuffix('.embedder')}.{exc}") from exc
         chunker = merged.get("chunker")
         if not isinstance(chunker, dict) or "strategy" not in chunker:
-            raise ConfigError(f"{where}.chunker: must be a mapping with a `strategy`")
+            raise ConfigError(f"{at('chunker')}: must be a mapping with a `strategy`")
+        if not isinstance(merged.get("embedder") or {}, dict):
+            raise ConfigError(f"{at('embedder')}: must be a mapping, got {merged['embedder']!r}")
         configs[name] = IndexConfig(
             name=name,
             chunker=chunker,
-            embedding_model=merged.get("embedding_model", DEFAULT_MODEL),
+            embedding_model=optional_text(merged.get("embedding_model"), at("embedding_model"))
+            or DEFAULT_MODEL,
             embedder=merged.get("embedder") or {},
             bm25=merged.get("bm25") or {},
             hybrid=merged.get("hybrid") or {},
             rerank=merged.get("rerank") or {},
             context_scoring=context_scoring,
-            collapse_duplicates=as_bool(
-                merged.get("collapse_duplicates", False), f"{where}.collapse_duplicates"
+            collapse_duplicates=as_bool(merged.get("collapse_duplicates", False), at("collapse_duplicates")),
+            coarse=checked_coarse(merged.get("coarse"), at("coarse")),
+            description=text(merged.get("description"), at("description")),
+            allow_truncation=as_bool(merged.get("allow_truncation", False), at("allow_truncation")),
+            vector_storage=checked_vector_storage(
+                merged.get("vector_storage", "vector"), at("vector_storage")
             ),
-            coarse=_coarse(merged.get("coarse"), f"{where}.coarse"),
-            description=merged.get("description", ""),
-            allow_truncation=as_bool(merged.get("allow_truncation", False), f"{where}.allow_truncation"),
-            vector_storage=_vector_storage(merged.get("vector_storage", "vector"), f"{where}.vector_storage"),
+            source=where.rpartition(": indexes.")[0],
         )
     for name, config in configs.items():
         if not config.coarse:
@@ -317,35 +337,6 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
     return configs
 
 
-def _vector_storage(raw: Any, where: str) -> str:
-    """`vector_storage: vector | halfvec` (whether the server has halfvec is checked at publish)."""
-    if raw not in VECTOR_STORAGES:
-        raise ConfigError(f"{where}: expected one of {list(VECTOR_STORAGES)}, got {raw!r}")
-    return str(raw)
-
-
-COARSE_KEYS = ("config", "min_gap", "rank")
-
-
-def _coarse(raw: Any, where: str) -> dict[str, Any]:
-    """Validate `coarse: {config: NAME, min_gap: 0.18, rank: 5}` (the reference is checked later)."""
-    if raw in (None, {}):
-        return {}
-    if not isinstance(raw, dict) or not {"config", "min_gap"} <= set(raw) or set(raw) - set(COARSE_KEYS):
-        raise ConfigError(
-            f"{where}: expected a mapping with `config` and `min_gap` (and optionally `rank`), got {raw!r}"
-        )
-    if not isinstance(raw["config"], str) or not raw["config"]:
-        raise ConfigError(f"{where}.config: must be the name of another index config")
-    gap = raw["min_gap"]
-    if isinstance(gap, bool) or not isinstance(gap, int | float) or not 0.0 <= gap <= 1.0:
-        raise ConfigError(f"{where}.min_gap: must be a number between 0 and 1, got {gap!r}")
-    rank = raw.get("rank", COARSE_DEFAULT_RANK)
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 2 <= rank <= 100:
-        raise ConfigError(f"{where}.rank: must be an integer between 2 and 100, got {rank!r}")
-    return {"config": raw["config"], "min_gap": float(gap), "rank": rank}
-
-
 def with_coarse_companions(names: list[str], configs: dict[str, IndexConfig]) -> list[str]:
     """`names` plus every config one of them falls back to, each coarse config before its user."""
     out: list[str] = []
@@ -355,25 +346,6 @@ def with_coarse_companions(names: list[str], configs: dict[str, IndexConfig]) ->
             if item and item not in out:
                 out.append(item)
     return out
-
-
-BM25_KEYS = ("k1", "b", "epsilon", "analyzer")
-
-
-def _validate_bm25(bm25: Any, where: str) -> None:
-    """`bm25: {k1, b, epsilon, analyzer}`; analyzer is `auto` (the default), a language or a mapping."""
-    if not isinstance(bm25, dict):
-        raise ConfigError(f"{where}.bm25: must be a mapping, got {bm25!r}")
-    unknown = set(bm25) - set(BM25_KEYS)
-    if unknown:
-        raise ConfigError(f"{where}.bm25: unknown field(s) {sorted(unknown)}; allowed {list(BM25_KEYS)}")
-    try:
-        validate_analyzer(analyzer_setting(bm25))
-        Bm25Params.from_config(bm25)
-    except (AnalyzerConfigError, TypeError, ValueError) as exc:
-        raise ConfigError(
-            f"{where}.{exc}" if str(exc).startswith("bm25") else f"{where}.bm25: {exc}"
-        ) from exc
 
 
 def default_collection() -> str:
@@ -429,27 +401,33 @@ def load_collection_configs(
         entry = entry or {}
         if not isinstance(entry, dict):
             raise ConfigError(f"{where}: must be a mapping (folders, include, indexes, ...), got {entry!r}")
-        unknown = set(entry) - _COLLECTION_KEYS
+        unknown = sorted(set(entry) - _COLLECTION_KEYS)
         if unknown:
             raise ConfigError(
-                f"{where}: unknown field(s) {sorted(unknown)}; allowed {sorted(_COLLECTION_KEYS)}"
+                f"{where_field(source, entry, unknown[0], where)}: unknown field(s) {unknown}; "
+                f"allowed {sorted(_COLLECTION_KEYS)}"
             )
         if not entry.get("folders") and not entry.get("dataset"):
             raise ConfigError(f"{where}: needs `folders` or `dataset`")
         benchmark = as_bool(entry.get("benchmark", False), f"{where}.benchmark")
         if benchmark and not keep_benchmarks:
             continue
+
+        def at(key: str, where: str = where, source: Path = source, entry: Any = entry) -> str:
+            return where_field(source, entry, key, where)
+
         collections[name] = CollectionConfig(
             name=name,
-            folders=tuple(entry.get("folders") or ()),
-            include=tuple(entry.get("include") or ("**/*",)),
-            exclude=tuple(entry.get("exclude") or ()),
-            dataset=entry.get("dataset"),
-            eval_set=entry.get("eval_set"),
-            indexes=tuple(entry.get("indexes") or ()),
-            description=entry.get("description", ""),
+            folders=string_list(entry.get("folders"), at("folders"), "folders"),
+            include=string_list(entry.get("include"), at("include"), "glob patterns", default=("**/*",)),
+            exclude=string_list(entry.get("exclude"), at("exclude"), "glob patterns"),
+            dataset=optional_text(entry.get("dataset"), at("dataset")),
+            eval_set=optional_text(entry.get("eval_set"), at("eval_set")),
+            indexes=string_list(entry.get("indexes"), at("indexes"), "index config names"),
+            description=text(entry.get("description"), at("description")),
             benchmark=benchmark,
             serve=_serve(entry.get("serve"), where),
+            allow_empty=as_bool(entry.get("allow_empty", False), at("allow_empty")),
             source=where.rpartition(": collections.")[0],
         )
     return collections
@@ -479,4 +457,11 @@ def load_index_specs(
         # A config with `coarse` needs its coarse index in the same collection: it is built too.
         for config_name in with_coarse_companions(list(collection.indexes), configs):
             specs.append(IndexSpec(collection.name, configs[config_name]))
+    from retrieval.config_checks import ConfigErrors, index_config_problems
+
+    problems = [
+        p for name in sorted({s.config.name for s in specs}) for p in index_config_problems(configs[name])
+    ]
+    if problems:  # each chunker, embedder and model as the steps will build them, before any step runs
+        raise ConfigErrors(problems)
     return specs

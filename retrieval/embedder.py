@@ -72,25 +72,19 @@ class Embedder:
         pca_dims: int | None = None,
         vocabulary_size: int | None = None,
     ) -> None:
-        if backend not in BACKENDS:
-            expected = (*BACKENDS, ENDPOINT_BACKEND)
-            raise EmbedderConfigError(f"embedder.backend: unknown {backend!r}; expected one of {expected}")
-        if quantize not in QUANTIZATIONS:
-            raise EmbedderConfigError(
-                f"embedder.quantize: unknown {quantize!r}; expected one of {QUANTIZATIONS}"
-            )
-        if quantize and backend != "onnx":
-            raise EmbedderConfigError("embedder.quantize: int8 quantisation needs backend: onnx")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise EmbedderConfigError(f"embedder.batch_size: must be a positive integer, got {batch_size!r}")
+        check_options(
+            {
+                "backend": backend,
+                "quantize": quantize,
+                "batch_size": batch_size,
+                "device": device,
+                "pca_dims": pca_dims,
+                "vocabulary_size": vocabulary_size,
+            }
+        )
         if backend == "static":
             self._init_static(model, batch_size, device, pca_dims, vocabulary_size)
             return
-        for option, value in (("pca_dims", pca_dims), ("vocabulary_size", vocabulary_size)):
-            if value is not None:
-                raise EmbedderConfigError(f"embedder.{option}: only the static backend is distilled")
-        if backend == "onnx" and device != "cpu":
-            raise EmbedderConfigError(f"embedder.device: the onnx backend runs on the CPU, got {device!r}")
         self.model_name = model
         self.backend = backend
         self.quantize = quantize
@@ -132,8 +126,6 @@ class Embedder:
             load_static_model,
         )
 
-        if device != "cpu":
-            raise EmbedderConfigError(f"embedder.device: the static backend runs on the CPU, got {device!r}")
         try:
             self.static_settings = StaticSettings(
                 pca_dims=DEFAULT_PCA_DIMS if pca_dims is None else pca_dims, vocabulary_size=vocabulary_size
@@ -326,16 +318,56 @@ def shared_embedder(
 
         return shared_endpoint_embedder(model, options, queries=queries)
     defaults = _option_defaults()
-    unknown = set(options) - set(defaults)
-    if unknown:
-        raise EmbedderConfigError(
-            f"embedder: unknown option(s) {sorted(unknown)}; allowed {sorted(defaults)}"
-        )
+    check_options(options)
     key = (model, tuple(sorted({**defaults, **options}.items())))
     with _shared_lock:
         if key not in _shared:
             _shared[key] = Embedder(model, **options)
         return _shared[key]
+
+
+def check_options(options: dict[str, Any]) -> None:
+    """The `embedder:` options of an index config, checked without loading anything (the names,
+    then each value against its backend); EmbedderConfigError names the option and what is allowed."""
+    if options.get("backend") == ENDPOINT_BACKEND:  # an embedding server: its own options
+        from retrieval.endpoint_settings import EndpointConfigError, check_endpoint_options
+
+        try:
+            check_endpoint_options(options)
+        except EndpointConfigError as exc:
+            raise EmbedderConfigError(str(exc)) from exc
+        return
+    defaults = _option_defaults()
+    unknown = set(options) - set(defaults)
+    if unknown:
+        raise EmbedderConfigError(
+            f"embedder: unknown option(s) {sorted(unknown)}; allowed {sorted(defaults)}"
+        )
+    given = {**defaults, **options}
+    backend, quantize, batch_size, device = (
+        given[k] for k in ("backend", "quantize", "batch_size", "device")
+    )
+    if backend not in BACKENDS:
+        raise EmbedderConfigError(
+            f"embedder.backend: unknown {backend!r}; expected one of {', '.join((*BACKENDS, ENDPOINT_BACKEND))}"
+        )
+    if quantize not in QUANTIZATIONS:
+        raise EmbedderConfigError(f"embedder.quantize: unknown {quantize!r}; expected null or int8")
+    if quantize and backend != "onnx":
+        raise EmbedderConfigError("embedder.quantize: int8 quantisation needs backend: onnx")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise EmbedderConfigError(f"embedder.batch_size: must be a positive integer, got {batch_size!r}")
+    if backend in ("onnx", "static") and device != "cpu":
+        raise EmbedderConfigError(f"embedder.device: the {backend} backend runs on the CPU, got {device!r}")
+    if not isinstance(device, str):
+        raise EmbedderConfigError(f"embedder.device: expected cpu or cuda, got {device!r}")
+    threads = given["threads"]
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise EmbedderConfigError(f"embedder.threads: must be a positive integer, got {threads!r}")
+    if backend != "static":
+        for option in ("pca_dims", "vocabulary_size"):
+            if given[option] is not None:
+                raise EmbedderConfigError(f"embedder.{option}: only the static backend is distilled")
 
 
 @functools.cache

@@ -110,7 +110,7 @@ def test_config_errors_name_the_file_and_line(tmp_path: Path, clean_env) -> None
     clean_env.chdir(root)
     with pytest.raises(ConfigError) as error:
         load_collection_configs()
-    assert f"{root.resolve() / 'chunkyard.yaml'}:6: collections.other" in str(error.value)
+    assert f"{root.resolve() / 'chunkyard.yaml'}:8: collections.other.colour" in str(error.value)  # its line
     assert "colour" in str(error.value)
     _project(root, "collections:\n  mine:\n    folders: [x]\n    indexes: [no-such]\n")
     with pytest.raises(ConfigError) as error:

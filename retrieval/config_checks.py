@@ -1,0 +1,173 @@
+"""Every field of a project's configuration checked before anything runs (`chunkyard check`, `chunkyard
+index`, the Dagster definitions), so a typo stops the command at once instead of a step half a minute in.
+
+The loaders (`retrieval.config`) check each entry's shape; this adds what needs more than the entry:
+each chunker built as the chunks step builds it, the embedder options and model, the hybrid
+settings with the search options' own wording, the folders and evaluation sets on disk. Every
+problem names `file:line`, the field and what is allowed; all of them are reported at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from retrieval.project import ConfigError, project_root, read_yaml
+
+if TYPE_CHECKING:
+    from retrieval.config import CollectionConfig, IndexConfig
+
+
+class ConfigErrors(ConfigError):
+    """Several configuration problems, one line each (`problems`)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+class _NoModel:
+    """Stands in for the embedding model when a chunker that embeds is built only to check its fields."""
+
+
+@dataclass(frozen=True)
+class PlannedCollection:
+    """What `chunkyard index` would build for one collection."""
+
+    collection: CollectionConfig
+    configs: tuple[IndexConfig, ...]
+    folders: tuple[Path, ...]
+
+
+class _Lines:
+    """`file:line` of a field, found by reading the entry's file again (its mappings keep key lines)."""
+
+    def __init__(self) -> None:
+        self._files: dict[str, dict[str, Any] | None] = {}
+
+    def of(self, source: str, path: Iterable[str]) -> str:
+        """The deepest of `path`'s keys (`indexes`, NAME, `chunker`, `size`) that has a line."""
+        file, _, line = source.rpartition(":")
+        if not line.isdigit():
+            file, line = source, ""
+        if file not in self._files:
+            try:
+                self._files[file] = read_yaml(Path(file))
+            except (ConfigError, OSError):
+                self._files[file] = None
+        found = f"{file}:{line}" if line else file
+        node: Any = self._files[file]
+        for key in path:
+            lines = getattr(node, "lines", {})
+            if not isinstance(node, dict) or key not in node:
+                break
+            if key in lines:
+                found = f"{file}:{lines[key]}"
+            node = node[key]
+        return found
+
+
+def _field_path(message: str) -> list[str]:
+    """`['chunker', 'size']` of a library error such as `chunker.size: must be >= 8, got -5`."""
+    head = message.split(":", 1)[0]
+    return [part for part in head.split(".") if part] if " " not in head else []
+
+
+def index_config_problems(config: IndexConfig, lines: _Lines | None = None) -> list[str]:
+    """The problems of one index config: its chunker, embedder, model and hybrid settings."""
+    from chunking.base import ChunkerConfigError
+    from chunking.models import resolve_model_path
+    from chunking.registry import build_chunker, needs_embedding_model
+    from retrieval.embedder import EmbedderConfigError, check_options
+    from retrieval.endpoint_settings import ENDPOINT_BACKEND
+    from retrieval.options import SearchError, option_specs
+
+    lines = lines or _Lines()
+    problems: list[str] = []
+
+    def add(message: str, path: list[str]) -> None:
+        where = lines.of(config.source, ["indexes", config.name, *path]) if config.source else "indexes"
+        problems.append(f"{where}: indexes.{config.name}.{message}")
+
+    try:
+        model = _NoModel() if needs_embedding_model(config.chunker) else None
+        build_chunker(dict(config.chunker), config_key=config.config_hash, embedding_model=model)
+    except ChunkerConfigError as exc:
+        add(str(exc), _field_path(str(exc)))
+    try:
+        check_options(dict(config.embedder))
+    except EmbedderConfigError as exc:
+        add(str(exc), _field_path(str(exc)))
+    try:
+        if (config.embedder or {}).get("backend") != ENDPOINT_BACKEND:  # a server's model is its own
+            resolve_model_path(config.embedding_model)
+    except ValueError as exc:
+        add(f"embedding_model: {exc}", ["embedding_model"])
+    specs = {spec.name: spec for spec in option_specs()}
+    for key, value in (config.hybrid or {}).items():
+        try:
+            specs[key].check(value)
+        except SearchError as exc:
+            add(f"hybrid.{exc}", ["hybrid", key])
+    return problems
+
+
+def collection_problems(collection: CollectionConfig, configs: dict[str, IndexConfig]) -> list[str]:
+    """The problems of one collection: its index configs named, its folders and evaluation set there."""
+    problems: list[str] = []
+    where = f"{collection.source or 'collections'}: collections.{collection.name}"
+    lines = _Lines()
+
+    def at(key: str) -> str:
+        located = lines.of(collection.source, ["collections", collection.name, key])
+        return f"{located}: collections.{collection.name}.{key}"
+
+    if not collection.indexes:
+        problems.append(f"{where}.indexes: lists no index config; known: {', '.join(sorted(configs))}")
+    for name in collection.indexes:
+        if name not in configs:
+            problems.append(
+                f"{at('indexes')}: unknown index config {name!r}; known: {', '.join(sorted(configs))}"
+            )
+    for folder in collection.folder_paths():
+        if folder.is_dir() or (collection.allow_empty and not folder.exists()):
+            continue
+        state = "is not a folder" if folder.exists() else "does not exist"
+        problems.append(
+            f"{at('folders')}: {folder} {state}"
+            + ("" if folder.exists() else " (`allow_empty: true` on the collection indexes it as empty)")
+        )
+    if collection.eval_set:
+        path = Path(collection.eval_set)
+        path = path if path.is_absolute() else project_root() / path
+        if not path.is_file():
+            problems.append(
+                f"{at('eval_set')}: {path} does not exist (a JSON Lines or YAML file of questions)"
+            )
+    return problems
+
+
+def check_project(names: list[str] | None = None) -> list[PlannedCollection]:
+    """Check every index config and the collections `names` (default: all); what would be built, or
+    ConfigErrors listing every problem."""
+    from retrieval.config import load_collection_configs, load_index_configs, with_coarse_companions
+
+    configs = load_index_configs()
+    collections = load_collection_configs()
+    chosen = [collections[name] for name in (names or sorted(collections))]
+    lines = _Lines()
+    problems = [problem for config in configs.values() for problem in index_config_problems(config, lines)]
+    planned = []
+    for collection in chosen:
+        problems += collection_problems(collection, configs)
+        used = [name for name in with_coarse_companions(list(collection.indexes), configs) if name in configs]
+        planned.append(
+            PlannedCollection(
+                collection, tuple(configs[name] for name in used), tuple(collection.folder_paths())
+            )
+        )
+    if problems:
+        raise ConfigErrors(problems)
+    return planned
