@@ -24,7 +24,16 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from orchestration import cli_alias, cli_check, cli_lag, cli_models, cli_questions, cli_stack, service_file
+from orchestration import (
+    cli_alias,
+    cli_check,
+    cli_lag,
+    cli_models,
+    cli_questions,
+    cli_stack,
+    run_checks,
+    service_file,
+)
 from orchestration.cli_errors import RuntimeFailure, Stopped, UsageError, report, stops_embedded_postgres
 from orchestration.progress import RunProgress
 
@@ -109,13 +118,17 @@ def cmd_index(args: argparse.Namespace) -> int:
     summary = _run_summary(result)
     for line in summary["failures"]:
         _print(f"  ! {line}")
+    failed_checks = run_checks.failed_checks(result.all_events)
+    for check in failed_checks:
+        _print(f"  ! {check.line()}")
+    succeeded = result.success and not any(check.error for check in failed_checks)
     if summary["skipped_files"]:
         _print(f"Files skipped ({len(summary['skipped_files'])}):")
         for path, reason in summary["skipped_files"]:
             _print(f"  - {path}: {reason}")
     _print()
     _print(
-        f"Run {result.run_id} {'succeeded' if result.success else 'FAILED'} in "
+        f"Run {result.run_id} {'succeeded' if succeeded else 'FAILED'} in "
         f"{time.perf_counter() - started:.1f} s (visible in `chunkyard ui`)."
     )
     for collection, counts in sorted(summary["documents"].items()):  # every collection indexed
@@ -140,14 +153,22 @@ def cmd_index(args: argparse.Namespace) -> int:
             _print(f"\nAll metrics with cost: {summary['full_table']}")
         if summary.get("chart"):
             _print(f"Chart: {summary['chart']}")
-    if result.success:
+    if succeeded:
         first = next((s for s in load_collection_configs()[chosen[0]].indexes), None)
         if first:
             _print(f'\nSearch it: chunkyard search "your question" --index {chosen[0]}/{first}')
         return 0
+    if result.success:  # every step ran; an error-level check failed
+        errors = [check for check in failed_checks if check.error]
+        raise RuntimeFailure(
+            f"{len(errors)} check(s) failed, first {errors[0].name} on {errors[0].asset}",
+            run_checks.hint(failed_checks),
+        )
     raise RuntimeFailure(
         f"run {result.run_id} failed: {summary['failures'][0] if summary['failures'] else 'see the UI'}",
-        "open `chunkyard ui` (http://127.0.0.1:3000) for the step logs; fix and rerun `chunkyard index`",
+        "fix the cause above and rerun `chunkyard index` (finished steps are not redone)"
+        if summary["failures"]
+        else "open `chunkyard ui` (http://127.0.0.1:3000) for the step logs; fix and rerun `chunkyard index`",
     )
 
 

@@ -186,7 +186,11 @@ def check_no_empty_chunks(store: Store, index_name: str, where: str = "staged") 
                 ).format(table),
                 (index_name, SAMPLE),
             ).fetchall()
-    metadata: Metadata = {"chunks_checked": int(total), "empty_chunks": int(empty)}
+    metadata: Metadata = {
+        "chunks_checked": int(total),
+        "empty_chunks": int(empty),
+        "scope": f"{where} chunks",
+    }
     if examples:
         metadata["examples"] = "; ".join(f"{d}[{s}:{e}]" for d, s, e in examples)
     return Check("no_empty_chunks", empty == 0, metadata)
@@ -233,6 +237,7 @@ def check_token_limit(
         "chunks_over_limit": over,
         "share_truncated": float(over / total) if total else 0.0,
         "truncation_allowed": bool(allow_truncation),
+        "scope": f"{where} chunks",
     }
     if examples:
         metadata["examples"] = "; ".join(examples)

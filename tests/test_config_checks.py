@@ -171,3 +171,43 @@ def test_the_dagster_definitions_refuse_a_bad_chunker_too(tmp_path: Path) -> Non
         ConfigErrors, match=r"indexes.yaml:7: indexes.mine-64.chunker.tokenizer: unknown 'word'"
     ):
         load_index_specs(indexes, collections)
+
+
+@pytest.mark.slow
+def test_a_failed_check_fails_index_and_stays_failed_on_an_unchanged_rerun(tmp_path: Path) -> None:
+    """250 words of long words are ~3 word pieces each: far over all-MiniLM-L6-v2's 256-token input."""
+    import subprocess
+    import sys
+
+    project = tmp_path / "proj"
+    (project / "docs").mkdir(parents=True)
+    words = " ".join(f"antidisestablishmentarianism{i}" for i in range(400))
+    (project / "docs" / "long.md").write_text(f"# Long\n\n{words}\n")
+    (project / "chunkyard.yaml").write_text(
+        COLLECTION.replace("mine-64", "words-250")
+        + "indexes:\n  words-250:\n    chunker: {strategy: recursive, size: 250, overlap: 0, tokenizer: words}\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k not in STATE_VARIABLES}
+    for attempt in ("first", "unchanged"):
+        done = subprocess.run(
+            [sys.executable, "-m", "orchestration.cli", "index"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert done.returncode == 1, (attempt, done.stdout, done.stderr)
+        failed = [
+            line for line in done.stdout.splitlines() if "check within_model_token_limit failed" in line
+        ]
+        assert len(failed) == 1 and "mine/words_250/chunks" in failed[0], done.stdout
+        assert "chunks_over_limit=" in failed[0] and "model_token_limit=256" in failed[0]
+        assert "chunks_checked=0" not in failed[0]  # the unchanged run checks the published chunks
+        assert "FAILED" in done.stdout and "succeeded" not in done.stdout
+        err = done.stderr.strip().splitlines()[-2:]  # (the first run's ONNX export talks before)
+        assert (
+            err[0]
+            == "chunkyard index: 1 check(s) failed, first within_model_token_limit on mine/words_250/chunks"
+        )
+        assert err[1].startswith("hint: chunks longer than the embedding model's input")

@@ -21,23 +21,29 @@ def needs_model(config: IndexConfig) -> bool:
 def chunk(
     store: Store, spec: IndexSpec, embedder: Embedder | None = None, *, owner: str | None = None
 ) -> StepReport:
-    """Stage the chunks as run `owner`; checks: exact spans, no empty chunk, within the model's input limit."""
+    """Stage the chunks as run `owner`; checks: exact spans, no empty chunk, within the model's input limit.
+
+    With nothing re-chunked (an unchanged index), the chunk checks read the published chunks: a check
+    that failed stays failed on the next run instead of passing over zero new chunks.
+    """
     config = spec.config
     staged = stage_chunks(store, spec, embedding_model=embedder, owner=owner)
     limit = embedder.max_seq_length if embedder is not None else model_token_limit(config.embedding_model)
     documents = checks.staged_documents(store, spec.name)
+    where = "staged" if documents["chunked"] else "published"
     return StepReport(
         metadata=dict(staged.as_metadata()),
         ids={"rechunked_documents": documents["chunked"], "removed_documents": documents["removed"]},
         checks=[
             checks.check_spans(store, spec.collection, spec.name, "staged"),
-            checks.check_no_empty_chunks(store, spec.name, "staged"),
+            checks.check_no_empty_chunks(store, spec.name, where),
             checks.check_token_limit(
                 store,
                 spec.name,
                 get_tokenizer("model", config.embedding_model),
                 limit,
                 allow_truncation=config.allow_truncation,
+                where=where,
             ),
         ],
     )

@@ -1,0 +1,74 @@
+"""The asset checks of a `chunkyard index` run where the user looks: each failed check with its numbers.
+
+A failed error-level check fails the command (exit 1) even though Dagster's run succeeded (the checks
+do not block the steps after them); a failed `warn` check is listed and the command succeeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+# What to do about a failed check, when the check's own numbers do not say it.
+HINTS = {
+    "within_model_token_limit": (
+        "chunks longer than the embedding model's input are truncated by it: make the config's chunks "
+        "smaller (`size` in the model's own tokens: `tokenizer: model`), or set `allow_truncation: true`"
+    ),
+    "no_empty_chunks": "empty chunks embed to noise: check the documents named in the check's examples",
+}
+DEFAULT_HINT = "`chunkyard ui` (http://127.0.0.1:3000) shows each check's examples under its asset"
+
+
+@dataclass(frozen=True)
+class FailedCheck:
+    """One failed asset check: the asset (`collection/config/step`), the check, its severity and numbers."""
+
+    asset: str
+    name: str
+    error: bool
+    metadata: dict[str, Any]
+
+    def line(self) -> str:
+        numbers = ", ".join(
+            f"{key}={_number(value)}"
+            for key, value in self.metadata.items()
+            if isinstance(value, int | float) and not isinstance(value, bool)
+        )
+        examples = str(self.metadata.get("examples", ""))
+        examples = f"; e.g. {examples[:160]}{'...' if len(examples) > 160 else ''}" if examples else ""
+        severity = "" if self.error else " (warning)"
+        return f"{self.asset}: check {self.name} failed{severity}: {numbers}{examples}"
+
+
+def _number(value: float) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def failed_checks(events: Iterable[Any]) -> list[FailedCheck]:
+    """The failed checks among a run's events (`ExecuteInProcessResult.all_events`)."""
+    from dagster import AssetCheckSeverity, DagsterEventType
+
+    failed = []
+    for event in events:
+        if event.event_type != DagsterEventType.ASSET_CHECK_EVALUATION:
+            continue
+        evaluation = event.asset_check_evaluation_data
+        if evaluation.passed:
+            continue
+        failed.append(
+            FailedCheck(
+                asset="/".join(evaluation.asset_key.path),
+                name=evaluation.check_name,
+                error=evaluation.severity == AssetCheckSeverity.ERROR,
+                metadata={key: getattr(value, "value", value) for key, value in evaluation.metadata.items()},
+            )
+        )
+    return failed
+
+
+def hint(failed: list[FailedCheck]) -> str:
+    """What to do about the first failed error-level check."""
+    first = next((check for check in failed if check.error), None)
+    return HINTS.get(first.name, DEFAULT_HINT) if first else DEFAULT_HINT
