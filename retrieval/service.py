@@ -39,6 +39,7 @@ from retrieval.lag import index_lag
 from retrieval.names import IndexNameError
 from retrieval.options import MAX_K, SERVICE_MAX_K, OptionSpec, SearchOptions, option_specs
 from retrieval.query import IndexNotFoundError, Searcher, SearchError, SearchResult
+from retrieval.query.results import NOTHING_INDEXED
 from retrieval.rerank import RerankerConfigError
 from retrieval.selfcheck import DatabaseSelfCheckError
 from retrieval.store import Store
@@ -164,6 +165,17 @@ def _index_summary(info: dict[str, Any]) -> dict[str, Any]:
 def _self_check_failed(error: DatabaseSelfCheckError) -> JSONResponse:
     """The database cannot run pgvector's operators: not an outage that passes, so say what and why."""
     return JSONResponse({"status": "failed", "detail": str(error), "hint": error.hint}, status_code=503)
+
+
+def _published_state(store: Store) -> tuple[int, int]:
+    """The schema version and the number of published indexes; (0, 0) before anything was indexed."""
+    with store.connection() as conn:
+        try:
+            version = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+            published = conn.execute("SELECT count(*) FROM indexes WHERE version > 0").fetchone()[0]
+        except psycopg.errors.UndefinedTable:
+            return 0, 0
+    return int(version), int(published)
 
 
 class _Readiness:
@@ -320,14 +332,21 @@ def create_app(
             )
         try:
             store = get_searcher().store
-            version = store.schema_version()
+            version, published = _published_state(store)
             database = verify_server(store.url).describe()
         except DatabaseSelfCheckError as exc:
             return _self_check_failed(exc)
         except Exception as exc:  # not ready: the reason goes to the log, not to an anonymous caller
             log.error("readyz: %s: %s", type(exc).__name__, exc)
             return JSONResponse({"status": "unavailable", "detail": UNAVAILABLE}, status_code=503)
-        body: dict[str, Any] = {"status": "ready", "schema_version": version, "database": database}
+        body: dict[str, Any] = {
+            "status": "ready",
+            "schema_version": version,
+            "database": database,
+            "indexes": published,
+        }
+        if not published:
+            body["detail"] = NOTHING_INDEXED
         problems = readiness.endpoint_problems(get_searcher())
         if problems is not None:  # an embedding server is a dependency of the indexes it serves
             down = {name: problem for name, problem in problems.items() if problem}

@@ -428,8 +428,12 @@ class Store:
         return info
 
     def list_indexes(self) -> list[dict[str, Any]]:
+        """Every index's `index_info`; none in a database no index was built in (no tables yet)."""
         with self.connection() as conn:
-            names = [r[0] for r in conn.execute("SELECT name FROM indexes ORDER BY name")]
+            try:
+                names = [r[0] for r in conn.execute("SELECT name FROM indexes ORDER BY name")]
+            except psycopg.errors.UndefinedTable:
+                return []
         return [info for info in (self.index_info(n) for n in names) if info is not None]
 
     def index_version(self, index_name: str) -> int | None:

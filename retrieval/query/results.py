@@ -7,7 +7,10 @@ from typing import Any
 
 from retrieval.options import SearchError
 
-__all__ = ["IndexNotFoundError", "SearchError", "SearchResult"]
+__all__ = ["NOTHING_INDEXED", "IndexNotFoundError", "SearchError", "SearchResult"]
+
+# A database no index was built in yet is a state, not an error of the database: the one wording of it.
+NOTHING_INDEXED = "nothing is indexed yet: `chunkyard index` builds the project's collections"
 
 
 class IndexNotFoundError(LookupError):

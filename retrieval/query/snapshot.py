@@ -19,7 +19,7 @@ from retrieval import bm25 as bm25_lib
 from retrieval.index_defaults import ContextConfigError, IndexDefaults
 from retrieval.names import IndexName
 from retrieval.options import SearchError
-from retrieval.query.results import IndexNotFoundError
+from retrieval.query.results import NOTHING_INDEXED, IndexNotFoundError
 from retrieval.store import partition_names, split_index_name
 
 
@@ -51,13 +51,19 @@ class IndexHandles:
     def get(self, conn: psycopg.Connection, index: str, *, begin: bool = False) -> IndexHandle:
         """The index's published state; with `begin`, the snapshot's BEGIN rides in the same round trip."""
         name = split_index_name(index)
-        with conn.pipeline():
-            if begin:
-                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            cursor = conn.execute("SELECT version, dim, config FROM indexes WHERE name = %s", (name,))
-        row = cursor.fetchone()
+        try:
+            with conn.pipeline():
+                if begin:
+                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                cursor = conn.execute("SELECT version, dim, config FROM indexes WHERE name = %s", (name,))
+            row = cursor.fetchone()
+        except psycopg.errors.UndefinedTable:  # a database no index was built in: no tables yet
+            raise IndexNotFoundError(f"index {name!r} does not exist: {NOTHING_INDEXED}") from None
         if row is None:
-            raise IndexNotFoundError(f"index {name!r} does not exist; known: {_published(conn)}")
+            known = _published(conn)
+            raise IndexNotFoundError(
+                f"index {name!r} does not exist; " + (f"known: {known}" if known else NOTHING_INDEXED)
+            )
         version, dim, config = int(row[0]), row[1], row[2]
         if version == 0 or not dim:
             raise IndexNotFoundError(f"index {name!r} has not been published yet")
