@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
 import time
 import warnings
@@ -27,18 +25,19 @@ from pathlib import Path
 from orchestration import (
     cli_alias,
     cli_check,
+    cli_help,
     cli_lag,
     cli_models,
     cli_questions,
+    cli_search,
     cli_stack,
-    run_checks,
-    service_file,
+    cli_ui,
+    run_report,
 )
 from orchestration.cli_errors import RuntimeFailure, Stopped, UsageError, report, stops_embedded_postgres
 from orchestration.progress import RunProgress
 
 PROJECT_COMMANDS = {"add", "index", "demo", "search", "serve", "ui", "eval", "questions", "alias", "check"}
-UI_SHUTDOWN_SECONDS = 30
 
 
 def _print(message: str = "") -> None:
@@ -78,7 +77,6 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 def cmd_index(args: argparse.Namespace) -> int:
     """Materialise the collection's assets as a real run of the project's Dagster instance."""
-    from retrieval.config import load_collection_configs
 
     chosen = cli_check.chosen_collections(getattr(args, "name", None) or getattr(args, "collection", None))
     planned = cli_check.check_project(chosen)  # every config, before anything runs: exit 2 on a problem
@@ -115,10 +113,12 @@ def cmd_index(args: argparse.Namespace) -> int:
             run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
             raise_on_error=False,
         )
+    if run_report.interrupted(result.all_events):
+        raise KeyboardInterrupt  # one line from main(), not the interrupted step's error
     summary = _run_summary(result)
     for line in summary["failures"]:
         _print(f"  ! {line}")
-    failed_checks = run_checks.failed_checks(result.all_events)
+    failed_checks = run_report.failed_checks(result.all_events)
     for check in failed_checks:
         _print(f"  ! {check.line()}")
     succeeded = result.success and not any(check.error for check in failed_checks)
@@ -154,15 +154,13 @@ def cmd_index(args: argparse.Namespace) -> int:
         if summary.get("chart"):
             _print(f"Chart: {summary['chart']}")
     if succeeded:
-        first = next((s for s in load_collection_configs()[chosen[0]].indexes), None)
-        if first:
-            _print(f'\nSearch it: chunkyard search "your question" --index {chosen[0]}/{first}')
+        _print(cli_search.suggestion(chosen[0], summary.get("best")))
         return 0
     if result.success:  # every step ran; an error-level check failed
         errors = [check for check in failed_checks if check.error]
         raise RuntimeFailure(
             f"{len(errors)} check(s) failed, first {errors[0].name} on {errors[0].asset}",
-            run_checks.hint(failed_checks),
+            run_report.hint(failed_checks),
         )
     raise RuntimeFailure(
         f"run {result.run_id} failed: {summary['failures'][0] if summary['failures'] else 'see the UI'}",
@@ -209,6 +207,7 @@ def _run_summary(result) -> dict:
             summary["skipped_files"].extend(_failure_rows(str(meta.get("failures", ""))))
         elif key[-1] == "leaderboard":
             summary["leaderboard"] = meta.get("summary") or meta.get("leaderboard")
+            summary["best"] = (meta.get("best_index"), meta.get("best_mode"))
             summary["chart"] = meta.get("chart_path")
             summary["full_table"] = meta.get("markdown_path")
     return summary
@@ -222,41 +221,6 @@ def _failure_rows(markdown: str) -> list[tuple[str, str]]:
             path, _, reason = line[3:].partition("` | ")
             rows.append((path.replace("\\|", "|"), reason.rstrip(" |").replace("\\|", "|")))
     return rows
-
-
-def cmd_ui(args: argparse.Namespace) -> int:
-    """`dagster dev` on the code location `chunkyard` with DAGSTER_HOME and DATABASE_URL set."""
-    from orchestration.instance import WORKSPACE_FILE, ensure_instance
-
-    home = ensure_instance()
-    command = [sys.executable, "-m", "dagster", "dev", "-w", str(home / WORKSPACE_FILE)]
-    command += ["--host", args.host, "--port", str(args.port)]
-    _print(f"Dagster UI on http://{args.host}:{args.port} (DAGSTER_HOME={home})")
-    env = {**os.environ, "DAGSTER_HOME": str(home)}
-    # SIGINT may be ignored when started in the background; dagster dev needs it to shut down.
-    process = subprocess.Popen(command, env=env, preexec_fn=_default_sigint)
-    stopping: list[float] = []
-
-    def stop(signum: int, frame: object) -> None:
-        # dagster dev shuts its webserver, daemon and code servers down cleanly on SIGINT.
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-        stopping.append(time.monotonic())
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-    while True:
-        try:
-            code = process.wait(timeout=1)
-            return 0 if stopping else code
-        except subprocess.TimeoutExpired:
-            if stopping and time.monotonic() - stopping[0] > UI_SHUTDOWN_SECONDS:
-                process.kill()
-                return process.wait()
-
-
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def cmd_instance(args: argparse.Namespace) -> int:
@@ -282,6 +246,7 @@ def cmd_instance(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from retrieval import service_file
     from retrieval.db import chunkyard_home, database_url
     from retrieval.http_guards import exposure_error
 
@@ -306,58 +271,41 @@ def cmd_eval(args: argparse.Namespace, rest: Sequence[str]) -> int:
     return int(benchmark_main(list(rest)) or 0)
 
 
-def cmd_search(args: argparse.Namespace) -> int:
-    from retrieval.config import default_collection
-    from retrieval.db import chunkyard_home
-    from retrieval.options import SearchOptions
-
-    options = SearchOptions.from_arguments(args)
-    index = cli_alias.index_or_alias(args.index, default_collection())
-    started = time.perf_counter()
-    running = None if args.no_service else service_file.running(chunkyard_home())
-    if running is not None:
-        from retrieval.client import Client
-
-        with Client(running["url"], api_key=os.environ.get("CHUNKYARD_API_KEY")) as client:
-            results = client.search(args.query, index=index, options=options)
-        path = f"via the running service {running['url']} (pid {running['pid']})"
-    else:
-        from retrieval.query import Searcher
-
-        # one query: BM25 from the postings in Postgres (loading the in-memory copy would cost more)
-        results = Searcher(bm25_backend="sql").search(args.query, index, options)
-        path = "in-process (no running service: `chunkyard serve` keeps the model warm)"
-    _print(f"{index}: {len(results)} result(s) in {time.perf_counter() - started:.2f} s, {path}")
-    for hit in results:
-        scores = ", ".join(f"{name}={value:.4f}" for name, value in sorted(hit.scores.items()))
-        _print(f"{hit.rank}. {hit.doc_id} [{hit.start}:{hit.end}] {scores}")
-        text = " ".join(hit.text.split())
-        _print(f"   {text[:300]}{'...' if len(text) > 300 else ''}")
-    return 0
-
-
 def _common() -> argparse.ArgumentParser:
-    """--project, --debug and --with-benchmarks, before or after the command's name."""
+    """--project and --debug, before or after the command's name (every command takes them)."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--project", metavar="DIR", default=argparse.SUPPRESS, help="the project folder")
-    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     common.add_argument(
+        "--project",
+        metavar="DIR",
+        default=argparse.SUPPRESS,
+        help="the project folder (default: found from here up)",
+    )
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+    return common
+
+
+def _benchmarks() -> argparse.ArgumentParser:
+    """--with-benchmarks: only on the commands that read the collections."""
+    flag = argparse.ArgumentParser(add_help=False)
+    flag.add_argument(
         "--with-benchmarks",
         action="store_true",
         default=argparse.SUPPRESS,
         help="include benchmark collections (chroma_general)",
     )
-    return common
+    return flag
 
 
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
-    parser = argparse.ArgumentParser(
+    collections = [common, _benchmarks()]
+    parser = cli_help.Parser(
         prog="chunkyard",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[common],
+        parents=collections,
     )
+    cli_help.add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     init = sub.add_parser("init", help="make a folder a chunkyard project", parents=[common])
@@ -369,53 +317,59 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument(
         "--include", action="append", metavar="GLOB", help="default **/* (unsupported types are reported)"
     )
-    add.add_argument("--exclude", action="append", metavar="GLOB")
+    add.add_argument("--exclude", action="append", metavar="GLOB", help="files to leave out (repeatable)")
     add.add_argument(
         "--index", action="append", metavar="CONFIG", help="index config (default recursive-256)"
     )
     add.add_argument("--replace", action="store_true", help="overwrite an existing collection of that name")
 
     index = sub.add_parser(
-        "index", help="build a collection's indexes (all when none named)", parents=[common]
+        "index", help="build a collection's indexes (all when none named)", parents=collections
     )
-    index.add_argument("name", nargs="?", help="collection of chunkyard.yaml")
+    index.add_argument("name", nargs="?", help="collection of chunkyard.yaml (default: all of them)")
     index.add_argument(
         "--dry-run",
         action="store_true",
         help="check the configuration and show what would be built (= check)",
     )
     demo = sub.add_parser(
-        "demo", help="index and evaluate the demo collection (= index demo)", parents=[common]
+        "demo", help="index and evaluate the demo collection (= index demo)", parents=collections
     )
     demo.add_argument("--collection", default="demo", help="collection of chunkyard.yaml")
 
-    ui = sub.add_parser("ui", help="start the Dagster UI (dagster dev)", parents=[common])
-    ui.add_argument("--host", default="127.0.0.1")
-    ui.add_argument("--port", type=int, default=3000)
-
-    sub.add_parser("instance", help="write $DAGSTER_HOME/dagster.yaml for DATABASE_URL (or the embedded DB)")
-
-    serve = sub.add_parser("serve", help="start the query service", parents=[common])
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-
-    sub.add_parser("eval", help="run benchmarks (further arguments go to pipeline.benchmark)", add_help=False)
-
-    search = sub.add_parser("search", help="query an index", parents=[common])
-    search.add_argument("query")
-    search.add_argument(
-        "--index", default="recursive-256", help="collection/config (bare config: the project's collection)"
+    ui = sub.add_parser("ui", help="start the Dagster UI (dagster dev)", parents=collections)
+    ui.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine)"
     )
-    search.add_argument("--no-service", action="store_true", help="search in-process even if a service runs")
-    from retrieval.options import SearchOptions
+    ui.add_argument("--port", type=int, default=3000, help="port to listen on (default 3000)")
 
-    SearchOptions.add_arguments(search)  # one flag per search option: -k, --mode, --context-weight, ...
-    cli_check.add_parser(sub, common)
+    sub.add_parser(
+        "instance",
+        help="write $DAGSTER_HOME/dagster.yaml for DATABASE_URL (or the embedded DB)",
+        parents=[common],
+    )
+
+    serve = sub.add_parser(
+        "serve", help="start the query service (HTTP API, docs at /docs)", parents=[common]
+    )
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine)"
+    )
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+
+    sub.add_parser(
+        "eval",
+        help="run benchmarks (`chunkyard eval --help`: pipeline.benchmark's arguments)",
+        add_help=False,
+    )
+    cli_search.add_parser(sub, collections)
+    cli_check.add_parser(sub, collections)
     cli_questions.add_parser(sub, common)
     cli_alias.add_parser(sub, common)
     cli_stack.add_parser(sub, common)
     cli_lag.add_parser(sub, common)
     cli_models.add_parser(sub, common)
+    cli_help.describe_commands(parser)
     return parser
 
 
@@ -441,24 +395,36 @@ def _split_globals(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return flags, rest
 
 
+def _eval_flags(flags: argparse.Namespace, rest: list[str]) -> list[str]:
+    """`chunkyard eval ... --project DIR --debug`: chunkyard's own flags after `eval` too; the rest
+    goes to pipeline.benchmark."""
+    known = argparse.ArgumentParser(add_help=False, parents=[_common(), _benchmarks()])
+    parsed, rest = known.parse_known_args(rest, namespace=flags)
+    return rest
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # pgserver's platformdirs warns on every start where XDG_RUNTIME_DIR is unset (containers, cron)
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR is not set.*")
     flags, argv = _split_globals(list(sys.argv[1:] if argv is None else argv))
     command = argv[0] if argv else ""
     if command == "eval":
-        args, handler = flags, lambda a: cmd_eval(a, argv[1:])
+        rest = _eval_flags(flags, argv[1:])
+        args, handler = flags, lambda a: cmd_eval(a, rest)
     else:
-        args = build_parser().parse_args(argv, namespace=flags)
+        parser = build_parser()
+        if cli_help.print_help_when_bare(parser, argv):
+            return 0
+        args = parser.parse_args(argv, namespace=flags)
         handlers: dict[str, Callable[[argparse.Namespace], int]] = {
             "init": cmd_init,
             "add": cmd_add,
             "index": cmd_index,
             "demo": cmd_index,
-            "ui": cmd_ui,
+            "ui": cli_ui.cmd_ui,
             "instance": cmd_instance,
             "serve": cmd_serve,
-            "search": cmd_search,
+            "search": cli_search.cmd_search,
             "questions": cli_questions.cmd_questions,
             "alias": cli_alias.cmd_alias,
             "check": cli_check.cmd_check,
@@ -476,7 +442,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"chunkyard {command}: stopped (SIGTERM)", file=sys.stderr)
         return 0
     except KeyboardInterrupt:
-        print(f"chunkyard {command}: interrupted", file=sys.stderr)
+        resume = f"; run `chunkyard {command}` again to resume" if command in ("index", "demo") else ""
+        print(f"chunkyard {command}: interrupted{resume}", file=sys.stderr)
         return 130
     except Exception as exc:
         if debug:

@@ -25,10 +25,10 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     )
     SearchOptions.add_arguments(set_)
     show = actions.add_parser("show", help="every alias, or one with its kept targets", parents=[common])
-    show.add_argument("name", nargs="?")
+    show.add_argument("name", nargs="?", help="one alias, with its kept targets (default: every alias)")
     show.add_argument("--json", action="store_true", help="as JSON")
     rollback = actions.add_parser("rollback", help="return an alias to its previous target", parents=[common])
-    rollback.add_argument("name")
+    rollback.add_argument("name", help="the alias to roll back")
 
 
 def _line(target: object) -> str:

@@ -17,12 +17,12 @@ DESCRIPTION = (
 )
 
 
-def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     check = sub.add_parser(
         "check",
         help="check the configuration and show what `chunkyard index` would build",
         description=DESCRIPTION,
-        parents=[common],
+        parents=parents,
     )
     check.add_argument("name", nargs="?", help="one collection of chunkyard.yaml (default: all of them)")
 

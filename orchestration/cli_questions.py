@@ -9,7 +9,6 @@ from pathlib import Path
 from orchestration.cli_errors import RuntimeFailure, UsageError
 
 MODEL_ENV = "CHUNKYARD_LLM_MODEL"
-DEFAULT_MODEL = "gpt-4o-mini"
 LLM_HINT = (
     "--llm takes an OpenAI-compatible server (POST <URL>/v1/chat/completions, or the full "
     ".../chat/completions URL); a key goes in CHUNKYARD_LLM_API_KEY"
@@ -30,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     generate.add_argument(
         "--model",
         default=None,
-        help=f"model name sent to the endpoint (default ${MODEL_ENV} or {DEFAULT_MODEL})",
+        help=f"the model the endpoint serves, e.g. llama3.1 for Ollama (default ${MODEL_ENV}; no guess)",
     )
     generate.add_argument("--n", type=int, default=50, help="questions wanted (default 50)")
     generate.add_argument(
@@ -63,6 +62,9 @@ def cmd_questions(args: argparse.Namespace) -> int:
         )
     if args.n < 1:
         raise UsageError(f"--n: expected a positive number of questions, got {args.n}")
+    model = args.model or os.environ.get(MODEL_ENV)
+    if not model:  # a local endpoint serves its own models: no default is right for all of them
+        raise UsageError(f"--model: name the model {args.llm} serves (e.g. llama3.1), or set {MODEL_ENV}")
     output = Path(args.output) if args.output else Path("evals") / f"{collection.name}.generated.jsonl"
     target = output if output.is_absolute() else root / output
     if target.exists() and not args.force:
@@ -72,9 +74,7 @@ def cmd_questions(args: argparse.Namespace) -> int:
     if config_name not in configs:
         raise UsageError(f"--index {config_name}: unknown index config; known: {', '.join(sorted(configs))}")
     try:
-        client = ChatClient(
-            args.llm, args.model or os.environ.get(MODEL_ENV) or DEFAULT_MODEL, timeout=args.timeout
-        )
+        client = ChatClient(args.llm, model, timeout=args.timeout)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     # The folders as the documents step reads them (same ids as the store's), indexed or not.

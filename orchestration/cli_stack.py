@@ -19,9 +19,13 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     up = verbs.add_parser(
         "up", help="run them as local processes on loopback until Ctrl-C or SIGTERM", parents=[common]
     )
-    up.add_argument("--pg-port", type=int, default=stack_local.DEFAULT_PG_PORT)
-    up.add_argument("--webserver-port", type=int, default=stack_local.DEFAULT_WEBSERVER_PORT)
-    up.add_argument("--query-port", type=int, default=stack_local.DEFAULT_QUERY_PORT)
+    up.add_argument("--pg-port", type=int, default=stack_local.DEFAULT_PG_PORT, help="Postgres's port")
+    up.add_argument(
+        "--webserver-port", type=int, default=stack_local.DEFAULT_WEBSERVER_PORT, help="the Dagster UI's port"
+    )
+    up.add_argument(
+        "--query-port", type=int, default=stack_local.DEFAULT_QUERY_PORT, help="the query service's port"
+    )
     up.add_argument(
         "--sensor-interval",
         type=int,
@@ -38,7 +42,11 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
         "--ready-timeout", type=float, default=stack_local.READY_TIMEOUT_S, help="seconds to become healthy"
     )
     verbs.add_parser("down", help="stop the stack `stack up` runs for this project", parents=[common])
-    verbs.add_parser("compose", help="print docker/docker-compose.yml (generated from the same definition)")
+    verbs.add_parser(
+        "compose",
+        help="print docker/docker-compose.yml (generated from the same definition)",
+        parents=[common],
+    )
 
 
 def cmd_stack(args: argparse.Namespace) -> int:

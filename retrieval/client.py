@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import httpx
@@ -19,16 +20,21 @@ class AuthenticationError(PermissionError):
 
 
 class Client:
-    """`Client("http://127.0.0.1:8000", api_key=...).search("question", index="demo/recursive-256")`."""
+    """`Client().search("question", index="demo/recursive-256")`: the project's running `chunkyard serve`
+    (found like the CLI finds it), or `Client("http://host:8000", api_key=...)` for any other service.
+    The key defaults to CHUNKYARD_API_KEY."""
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | None = None,
         api_key: str | None = None,
         *,
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        if base_url is None:
+            base_url = _project_service()
+        api_key = api_key if api_key is not None else os.environ.get("CHUNKYARD_API_KEY")
         headers = {"X-API-Key": api_key} if api_key else {}
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
@@ -51,13 +57,16 @@ class Client:
         if response.status_code < 400:
             return response.json()
         try:
-            detail = response.json().get("detail", response.text)
-        except ValueError:
+            body = response.json()
+            detail = body.get("message") or body.get("detail", response.text)  # 422: `message` is one line
+        except (ValueError, AttributeError):
             detail = response.text
         if response.status_code == 401:
             raise AuthenticationError(str(detail))
         if response.status_code == 404:
             raise IndexNotFoundError(str(detail))
+        if response.status_code in (400, 422):  # the searcher's own wording, as in-process
+            raise SearchError(str(detail))
         if response.status_code < 500:
             raise SearchError(f"{response.status_code}: {detail}")
         raise ServiceError(f"{method} {path}: HTTP {response.status_code}: {detail}")
@@ -96,3 +105,18 @@ class Client:
         except (ServiceError, SearchError):
             return False
         return True
+
+
+def _project_service() -> str:
+    """The URL of the current project's running `chunkyard serve` (its `.chunkyard/service.json`)."""
+    from retrieval import service_file
+    from retrieval.db import chunkyard_home
+
+    home = chunkyard_home()
+    running = service_file.running(home)
+    if running is None:
+        raise ServiceError(
+            f"no running `chunkyard serve` for the project of {home.parent}: start one, or pass its URL "
+            "(Client('http://host:8000'))"
+        )
+    return str(running["url"])

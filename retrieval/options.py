@@ -266,7 +266,7 @@ class SearchOptions:
                 kwargs["type"] = _bounded(spec)
                 kwargs["help"] = f"{spec.help} ({spec.ge:g}-{spec.request_bound:g}){default_text}"
             else:
-                kwargs["type"] = json.loads if spec.kind == "object" else str
+                kwargs["type"] = _json_object(spec) if spec.kind == "object" else str
             parser.add_argument(*flags, **kwargs)
 
     @classmethod
@@ -334,6 +334,22 @@ def _bounded(spec: OptionSpec) -> Any:
         return value
 
     parse.__name__ = spec.kind
+    return parse
+
+
+def _json_object(spec: OptionSpec) -> Any:
+    """An argparse type for a JSON object option (`--filters '{"lang": "en"}'`), in the service's wording."""
+
+    def parse(text: str) -> dict[str, Any]:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise argparse.ArgumentTypeError(f"{spec.error}; not JSON ({exc.msg}): {text!r}") from None
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError(f'{spec.error}, e.g. \'{{"lang": "en"}}\'; got {text!r}')
+        return value
+
+    parse.__name__ = "JSON object"
     return parse
 
 

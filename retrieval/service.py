@@ -92,7 +92,8 @@ def request_model(max_k: int = DEFAULT_MAX_K) -> type[BaseModel]:
     return create_model(
         "SearchRequest",
         __base__=_StrictRequest,
-        query=(str, Field(min_length=1, description="The question or keywords.")),
+        # emptiness is the searcher's check, so the service and in-process say it alike
+        query=(str, Field(description="The question or keywords (not blank).")),
         index=(str, Field("recursive-256", min_length=1, max_length=200, description="`collection/config`.")),
         **{spec.name: _request_field(spec, max_k) for spec in option_specs()},
     )

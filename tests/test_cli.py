@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -209,6 +210,35 @@ def test_own_documents_walkthrough_then_serve_and_sigterm(tmp_path: Path) -> Non
             assert done.returncode == 0, done.stderr
             assert "via the running service" in done.stdout.splitlines()[0]
             assert done.stdout.splitlines()[1].split()[1] == expected, (query, done.stdout)
+        # for people: where in the document, rounded scores, integer ranks
+        first = _run(["search", "when does the beacon upgrade ship", "-k", "1"], project).stdout.splitlines()[
+            1
+        ]
+        assert re.match(r"1\. review\.pptx \(slides? [\d-]+\) \[", first), first
+        assert re.search(r"ranks: bm25 \d+, dense \d+$", first), first
+        assert not re.search(r"\d\.\d{4}", first), first
+        pdf = _run(["search", "moon phases spring tides", "-k", "1"], project).stdout.splitlines()[1]
+        assert re.match(r"1\. tides\.pdf \(pages? [\d-]+\) \[", pdf), pdf
+        # for programs: --json is the HTTP response, and the Python client finds the service itself
+        shown = json.loads(_run(["search", "what does the llama eat", "-k", "2", "--json"], project).stdout)
+        body = {"query": "what does the llama eat", "index": "mine/recursive-256", "k": 2}
+        served = httpx.post(f"http://127.0.0.1:{port}/v1/search", json=body, timeout=30).json()
+        assert set(shown) == set(served) and set(shown["results"][0]) == set(served["results"][0])
+        assert [r["chunk_id"] for r in shown["results"]] == [r["chunk_id"] for r in served["results"]]
+        assert shown["results"][0]["rank"] == 1 and shown["index"] == served["index"] == "mine/recursive-256"
+        found = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from retrieval import Client; print(Client().search('llama eats hay', index='mine/recursive-256')[0].doc_id)",
+            ],
+            cwd=project,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert found.stdout.strip() == "pets.md", found.stderr
         assert _postmasters(pgdata)
         serve.send_signal(signal.SIGTERM)
         assert serve.wait(timeout=60) == 0

@@ -284,7 +284,7 @@ def test_cli_generate_writes_the_set_and_sets_eval(fake_llm, tmp_path, monkeypat
     closed.bind(("127.0.0.1", 0))
     port = closed.getsockname()[1]
     closed.close()
-    assert main([*argv[:5], f"http://127.0.0.1:{port}", "--force"]) == 1
+    assert main([*argv[:5], f"http://127.0.0.1:{port}", "--model", "fake", "--force"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and f"http://127.0.0.1:{port}/v1/chat/completions unreachable" in err[0]
     assert err[1].startswith("hint: --llm takes an OpenAI-compatible server")

@@ -85,7 +85,7 @@ def test_indexes_health_and_readiness(http: TestClient, index_name: str) -> None
 @pytest.mark.parametrize(
     ("body", "status", "needle"),
     [
-        ({"query": "", "index": "x"}, 422, "query"),
+        ({"query": "", "index": "INDEX"}, 400, "query: must be a non-empty string"),
         ({"index": "x"}, 422, "query"),
         ({"query": "q", "k": 0}, 422, "k"),
         ({"query": "q", "k": "five"}, 422, "k"),
@@ -112,6 +112,19 @@ def test_bad_input_is_a_4xx_naming_the_problem(
     response = http.post("/v1/search", json=body)
     assert response.status_code == status, response.text
     assert needle in response.text
+
+
+def test_an_empty_query_is_worded_alike_in_process_over_http_and_by_the_client(
+    http: TestClient, searcher: Searcher, index_name: str
+) -> None:
+    with pytest.raises(SearchError) as in_process:
+        searcher.search("", index_name)
+    response = http.post("/v1/search", json={"query": "", "index": index_name})
+    assert response.status_code == 400 and response.json()["detail"] == str(in_process.value)
+    with serve_in_thread(create_app(searcher)) as base, Client(base) as client:
+        with pytest.raises(SearchError) as remote:
+            client.search("", index=index_name)
+    assert str(remote.value) == str(in_process.value) == "query: must be a non-empty string"
 
 
 def test_malformed_json_is_a_4xx(http: TestClient) -> None:

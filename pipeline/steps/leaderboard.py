@@ -20,8 +20,12 @@ def write_leaderboard(store: Store, collection: str, index_names: Sequence[Index
     prefix = chunkyard_home() / "reports" / collection / "leaderboard"
     written = {path.suffix.lstrip("."): path for path in board.write(prefix)}
     chart = base64.b64encode(written["png"].read_bytes()).decode()
+    best = board.rows[0] if board.rows else None  # what `chunkyard index` suggests searching
     return StepReport(
-        metadata={"indexes": len(index_names)},
+        metadata={
+            "indexes": len(index_names),
+            **({"best_index": best.index, "best_mode": best.mode} if best else {}),
+        },
         markdown={
             "leaderboard": board.markdown(),
             "chart": f"![leaderboard chart](data:image/png;base64,{chart})",

@@ -1,4 +1,5 @@
-"""The asset checks of a `chunkyard index` run where the user looks: each failed check with its numbers.
+"""What a `chunkyard index` run tells the user beyond its steps: each failed check with its numbers, and
+whether Ctrl-C interrupted it.
 
 A failed error-level check fails the command (exit 1) even though Dagster's run succeeded (the checks
 do not block the steps after them); a failed `warn` check is listed and the command succeeds.
@@ -72,3 +73,17 @@ def hint(failed: list[FailedCheck]) -> str:
     """What to do about the first failed error-level check."""
     first = next((check for check in failed if check.error), None)
     return HINTS.get(first.name, DEFAULT_HINT) if first else DEFAULT_HINT
+
+
+INTERRUPTIONS = ("DagsterExecutionInterruptedError", "KeyboardInterrupt")
+
+
+def interrupted(events: Iterable[Any]) -> bool:
+    """Whether a step of the run failed because Ctrl-C interrupted it (Dagster turns it into a failure)."""
+    for event in events:
+        error = event.event_specific_data.error if event.is_step_failure else None  # type: ignore[union-attr]
+        while error is not None:
+            if error.cls_name in INTERRUPTIONS:
+                return True
+            error = error.cause
+    return False

@@ -1,0 +1,121 @@
+"""`chunkyard search`: one query, through the project's running service or in-process, for people
+(rounded scores, integer ranks, page or slide and heading path) or for programs (`--json`: the
+HTTP response's shape, `POST /v1/search`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+from retrieval.query.results import SearchResult
+
+TEXT_CHARS = 300
+
+
+def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+    from retrieval.options import SearchOptions
+
+    search = sub.add_parser("search", help="query an index", parents=parents)
+    search.add_argument("query", help="the question or keywords")
+    search.add_argument(
+        "--index",
+        default="recursive-256",
+        help="collection/config or a serving alias (a bare config: the project's collection; default recursive-256)",
+    )
+    search.add_argument(
+        "--no-service", action="store_true", help="search in-process even when `chunkyard serve` runs"
+    )
+    search.add_argument(
+        "--json", action="store_true", help="print the HTTP API's response body (POST /v1/search)"
+    )
+    SearchOptions.add_arguments(search)  # one flag per search option: -k, --mode, --context-weight, ...
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from orchestration.cli_alias import index_or_alias
+    from retrieval import service_file
+    from retrieval.config import default_collection
+    from retrieval.db import chunkyard_home
+    from retrieval.options import DEFAULT_MODE, SearchOptions
+
+    options = SearchOptions.from_arguments(args)
+    index = index_or_alias(args.index, default_collection())  # the one rule for a bare config name
+    started = time.perf_counter()
+    running = None if args.no_service else service_file.running(chunkyard_home())
+    if running is not None:
+        from retrieval.client import Client
+
+        with Client(running["url"], api_key=os.environ.get("CHUNKYARD_API_KEY")) as client:
+            results = client.search(args.query, index=index, options=options)
+        path = f"via the running service {running['url']} (pid {running['pid']})"
+    else:
+        from retrieval.query import Searcher
+
+        # one query: BM25 from the postings in Postgres (loading the in-memory copy would cost more)
+        results = Searcher(bm25_backend="sql").search(args.query, index, options)
+        path = (
+            "in-process (--no-service)"
+            if args.no_service
+            else "in-process (no running service: `chunkyard serve` keeps the model warm)"
+        )
+    took = time.perf_counter() - started
+    if args.json:
+        body = {
+            "index": results[0].index if results else index,
+            "mode": options.mode or DEFAULT_MODE,
+            "k": options.k,
+            "results": [result.as_dict() for result in results],
+            "took_ms": round(took * 1000, 3),
+        }
+        print(json.dumps(body, ensure_ascii=False, indent=2))
+        return 0
+    print(f"{index}: {len(results)} result(s) in {took:.2f} s, {path}")
+    for hit in results:
+        print(f"{hit.rank}. {hit.doc_id}{where(hit)} [{hit.start}:{hit.end}]  {scores(hit.scores)}")
+        text = " ".join(hit.text.split())
+        print(f"   {text[:TEXT_CHARS]}{'...' if len(text) > TEXT_CHARS else ''}")
+    return 0
+
+
+def where(hit: SearchResult) -> str:
+    """` (page 3)`, ` (slides 2-3; Setup › Install)`: where in its document a chunk is, when known."""
+    meta = hit.metadata or {}
+    parts = []
+    for unit in ("page", "slide"):
+        first, last = meta.get(unit), meta.get(f"{unit}_end")
+        if first is not None:
+            parts.append(f"{unit}s {first}-{last}" if last not in (None, first) else f"{unit} {first}")
+    headings = [str(h) for h in meta.get("heading_path") or [] if h]
+    if headings:
+        parts.append(" › ".join(headings))
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def scores(values: dict[str, float]) -> str:
+    """Scores rounded to 3 decimals, ranks as integers (`dense 0.512, bm25 3.21; ranks: dense 1, bm25 2`)."""
+    ranks = {k.removesuffix("_rank"): int(v) for k, v in values.items() if k.endswith("_rank")}
+    rest = {k: v for k, v in values.items() if not k.endswith("_rank")}
+    text = ", ".join(f"{name} {value:.3f}" for name, value in sorted(rest.items()))
+    if ranks:
+        text += "; ranks: " + ", ".join(f"{name} {rank}" for name, rank in sorted(ranks.items()))
+    return text
+
+
+def suggestion(collection: str, best: tuple[str | None, str | None] | None) -> str:
+    """What to type next after `chunkyard index`: the leaderboard's best (index, mode) when there is one,
+    else the collection's first index config."""
+    from retrieval.config import load_collection_configs
+    from retrieval.options import DEFAULT_MODE
+
+    index, mode = best or (None, None)
+    if not index or not index.startswith(f"{collection}/"):
+        configs = load_collection_configs()[collection].indexes
+        index, mode = (f"{collection}/{configs[0]}" if configs else None), None
+    if index is None:
+        return ""
+    flags = f" --mode {mode}" if mode and mode != DEFAULT_MODE else ""
+    ranked = " (the leaderboard's best)" if best and best[0] == index else ""
+    return f'\nSearch it: chunkyard search "your question" --index {index}{flags}{ranked}'

@@ -1,0 +1,51 @@
+"""`chunkyard ui`: the Dagster UI (`dagster dev`) on the project's instance, stopped cleanly on Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+UI_SHUTDOWN_SECONDS = 30
+
+
+def _print(message: str = "") -> None:
+    print(message, flush=True)
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    """`dagster dev` on the code location `chunkyard` with DAGSTER_HOME and DATABASE_URL set."""
+    from orchestration.instance import WORKSPACE_FILE, ensure_instance
+
+    home = ensure_instance()
+    command = [sys.executable, "-m", "dagster", "dev", "-w", str(home / WORKSPACE_FILE)]
+    command += ["--host", args.host, "--port", str(args.port)]
+    _print(f"Dagster UI on http://{args.host}:{args.port} (DAGSTER_HOME={home})")
+    env = {**os.environ, "DAGSTER_HOME": str(home)}
+    # SIGINT may be ignored when started in the background; dagster dev needs it to shut down.
+    process = subprocess.Popen(command, env=env, preexec_fn=_default_sigint)
+    stopping: list[float] = []
+
+    def stop(signum: int, frame: object) -> None:
+        # dagster dev shuts its webserver, daemon and code servers down cleanly on SIGINT.
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+        stopping.append(time.monotonic())
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    while True:
+        try:
+            code = process.wait(timeout=1)
+            return 0 if stopping else code
+        except subprocess.TimeoutExpired:
+            if stopping and time.monotonic() - stopping[0] > UI_SHUTDOWN_SECONDS:
+                process.kill()
+                return process.wait()
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
