@@ -22,13 +22,15 @@ class CollectionQuestions:
     questions: list[Question] = field(default_factory=list)
     dataset: str = ""
     skipped: list[str] = field(default_factory=list)
+    # the loader's notes: answers found more than once, references located elsewhere, ...
+    notes: list[str] = field(default_factory=list)
 
 
 def collection_questions(store: Store, collection: CollectionConfig) -> CollectionQuestions:
     """The collection's questions (none when it has neither a dataset nor an eval set)."""
     if collection.dataset:
         dataset = load_dataset(collection.dataset)
-        return CollectionQuestions(list(dataset.questions), dataset.name)
+        return CollectionQuestions(list(dataset.questions), dataset.name, notes=list(dataset.problems))
     if not collection.eval_set:
         return CollectionQuestions()
     path = Path(collection.eval_set)
@@ -46,4 +48,6 @@ def collection_questions(store: Store, collection: CollectionConfig) -> Collecti
         else:
             kept.append(record)
     loaded = resolve_records(kept, documents, on_missing="skip", source=str(path))
-    return CollectionQuestions(list(loaded.questions), path.stem, skipped + list(loaded.missing))
+    return CollectionQuestions(
+        list(loaded.questions), path.stem, skipped + list(loaded.missing), list(loaded.problems)
+    )

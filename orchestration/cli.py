@@ -40,8 +40,8 @@ from orchestration.progress import RunProgress
 PROJECT_COMMANDS = {"add", "index", "demo", "search", "serve", "ui", "eval", "questions", "alias", "check"}
 
 
-def _print(message: str = "") -> None:
-    print(message, flush=True)
+def _print(message: str = "", end: str = "\n") -> None:
+    print(message, end=end, flush=True)
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -122,6 +122,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     for check in failed_checks:
         _print(f"  ! {check.line()}")
     succeeded = result.success and not any(check.error for check in failed_checks)
+    notes = run_report.evaluation_notes(result.all_events)
+    _print("".join(f"  note: {note}\n" for note in notes), end="")
     if summary["skipped_files"]:
         _print(f"Files skipped ({len(summary['skipped_files'])}):")
         for path, reason in summary["skipped_files"]:

@@ -7,6 +7,8 @@ import time
 import uuid
 from typing import TextIO
 
+from orchestration.run_report import interrupted
+
 POLL_S = 1.0
 TAG = "chunkyard/invocation"
 
@@ -75,6 +77,8 @@ class RunProgress:
                     finished += 1
                     took = record.timestamp - started.pop(event.step_key, record.timestamp)
                     mark = "ok" if event.event_type == DagsterEventType.STEP_SUCCESS else "FAILED"
+                    if mark == "FAILED" and interrupted([event]):
+                        mark = "stopped"  # Ctrl-C: the command says so, with how to resume
                     self._line(f"  [{finished}/{self.total}] {mark:6} {event.step_key} ({took:.1f} s)")
                 if last:
                     return

@@ -87,3 +87,17 @@ def interrupted(events: Iterable[Any]) -> bool:
                 return True
             error = error.cause
     return False
+
+
+def evaluation_notes(events: Iterable[Any]) -> list[str]:
+    """The evaluation steps' notes: questions skipped after an edit, answers found more than once, ..."""
+    notes: list[str] = []
+    for event in events:
+        if not event.is_step_materialization:
+            continue
+        materialization = event.step_materialization_data.materialization
+        if materialization.asset_key.path[-1] != "evaluation":
+            continue
+        text = getattr(materialization.metadata.get("notes"), "value", "") or ""
+        notes += [line.removeprefix("- ") for line in str(text).splitlines() if line.strip()]
+    return notes

@@ -134,5 +134,6 @@ def test_ctrl_c_during_index_is_one_line_and_the_next_run_resumes(tmp_path: Path
         err.strip().splitlines()[-1] == "chunkyard index: interrupted; run `chunkyard index` again to resume"
     )
     assert "Traceback" not in err and "InterruptedError" not in out + err and "FAILED" not in out, (out, err)
+    assert "stopped" in out or "[2/" not in out  # the interrupted step, if it had started
     again = subprocess.run(cli, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0 and "succeeded" in again.stdout, again.stdout + again.stderr

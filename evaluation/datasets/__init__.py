@@ -83,8 +83,8 @@ def load_dataset(
             folder = header.get("documents")
             if not folder:
                 raise DatasetError(
-                    f"{path}: an eval set needs its documents: pass documents=..., or give the YAML a "
-                    f"`documents:` folder"
+                    f"{path}: an eval set needs its documents: `chunkyard eval --collection NAME` reads the "
+                    "collection's folders (with its eval_set), or give the YAML file a `documents:` folder"
                 )
             folder_path = Path(folder)
             if not folder_path.is_absolute():

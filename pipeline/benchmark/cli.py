@@ -11,7 +11,7 @@ from typing import Any
 
 from evaluation.datasets import CHROMA_GENERAL, DatasetError
 from pipeline.benchmark.results import PROTOCOLS
-from pipeline.benchmark.run import BenchmarkError, run_benchmark
+from pipeline.benchmark.run import BenchmarkError, collection_eval_set, run_benchmark
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,8 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--dataset",
-        default=CHROMA_GENERAL,
-        help="chroma_general, a SQuAD .json, or a .jsonl/.yaml eval set (default: %(default)s)",
+        default=None,
+        help="chroma_general, a SQuAD .json, or a .jsonl/.yaml eval set (default: the --collection's "
+        f"eval_set, else {CHROMA_GENERAL})",
     )
     parser.add_argument(
         "--protocol",
@@ -45,7 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
         "exactly what /v1/search runs when a request names no option (default: dense, bm25, hybrid, served)",
     )
     parser.add_argument("--k", type=int, default=5, help="top k (protocol chroma: always 5)")
-    parser.add_argument("--collection", help="collection name to index the dataset as")
+    parser.add_argument(
+        "--collection",
+        help="a collection of chunkyard.yaml: its eval_set over its folders (or the name to index --dataset as)",
+    )
     parser.add_argument("--database-url", help="Postgres URL (default: DATABASE_URL or the embedded one)")
     parser.add_argument(
         "--output",
@@ -104,12 +108,22 @@ def _default_output(dataset: str, protocol: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `chunkyard eval`; returns the process exit code."""
     args = build_parser().parse_args(argv)
-    output = args.output
-    if output is None and not args.json and not args.configs and not args.limit_questions:
-        output = _default_output(args.dataset, args.protocol)
     try:
+        documents = None
+        if args.dataset is None:
+            args.dataset, documents = (
+                collection_eval_set(args.collection) if args.collection else (CHROMA_GENERAL, None)
+            )
+        output = args.output
+        if output is None and documents is not None:  # a project's own collection: its reports folder
+            from retrieval.db import chunkyard_home
+
+            output = chunkyard_home() / "reports" / args.collection / f"eval_{args.protocol}"
+        elif output is None and not args.json and not args.configs and not args.limit_questions:
+            output = _default_output(args.dataset, args.protocol)
         result = run_benchmark(
             args.dataset,
+            documents=documents,
             protocol=args.protocol,
             configs=args.configs,
             modes=args.modes,

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import retrieval.embedder
+from chunking.types import Document
 from evaluation.datasets import CHROMA_GENERAL, Dataset, load_dataset
 from evaluation.reports import ENDPOINT_COST_COLUMNS, leaderboard
 from evaluation.runner import DEFAULT_MODES, EvaluationReport
@@ -75,9 +76,35 @@ def _show_step(bar: Any) -> Callable[[IndexStep, dict[str, StepReport]], None]:
     return show
 
 
+def collection_eval_set(name: str) -> tuple[str, list[Document] | None]:
+    """`chunkyard eval --collection NAME`: the collection's dataset, or its `eval_set` with the documents
+    of its folders read as indexing reads them (the same ids the eval set's `doc` names)."""
+    from pipeline.documents import load_collection_documents
+    from retrieval.config import load_collection_configs
+    from retrieval.project import PROJECT_FILE, project_root
+
+    collections = load_collection_configs(include_benchmarks=True)
+    if name not in collections:
+        raise BenchmarkError(
+            f"--collection {name}: not in {project_root() / PROJECT_FILE}; known: {', '.join(sorted(collections))}"
+        )
+    collection = collections[name]
+    if collection.dataset:
+        return collection.dataset, None
+    if not collection.eval_set:
+        raise BenchmarkError(
+            f"collection {name!r} has no eval_set: set `eval_set: FILE.jsonl` on it in chunkyard.yaml "
+            "(or `chunkyard questions generate --set-eval`), or pass --dataset"
+        )
+    path = Path(collection.eval_set)
+    path = path if path.is_absolute() else project_root() / path
+    return str(path), load_collection_documents(collection).documents
+
+
 def run_benchmark(
     dataset: str = CHROMA_GENERAL,
     *,
+    documents: Sequence[Document] | None = None,
     protocol: str = "full",
     configs: Sequence[str] | None = None,
     modes: Sequence[str] | None = None,
@@ -97,7 +124,8 @@ def run_benchmark(
     tune_mode: str = "hybrid_weighted",
     tune_floors: dict[str, float] | None = None,
 ) -> BenchmarkResult:
-    """Build (or reuse) and evaluate every requested config of the dataset's collection."""
+    """Build (or reuse) and evaluate every requested config of the dataset's collection (`documents`:
+    those an eval set's references point into, as `collection_eval_set` gives them)."""
     if protocol not in PROTOCOLS:
         raise BenchmarkError(f"protocol: expected one of {PROTOCOLS}, got {protocol!r}")
     from tqdm.auto import tqdm
@@ -106,7 +134,9 @@ def run_benchmark(
         k = 5
         modes = tuple(modes or ("dense",))
     modes = tuple(modes or DEFAULT_MODES)
-    data: Dataset = load_dataset(dataset, duplicates=duplicates, squad_documents=squad_documents)
+    data: Dataset = load_dataset(
+        dataset, documents=documents, duplicates=duplicates, squad_documents=squad_documents
+    )
     questions = data.questions[:limit_questions] if limit_questions else data.questions
     collection_name, listed = _collection_for(dataset, collection)
     all_configs = load_index_configs()

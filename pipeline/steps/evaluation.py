@@ -95,6 +95,7 @@ def evaluate_collection_index(
         k=EVALUATION_K,
         dataset=found.dataset,
         cost=cost,
+        notes=found.notes,  # recorded with the report
     )
     regression = (
         checks.regression(report.quality(), previous[0].quality(), REGRESSION_TOLERANCE)
@@ -106,7 +107,7 @@ def evaluate_collection_index(
             severity="warn",
         )
     )
-    warnings = []
+    warnings = [f"{spec.name}: {note}" for note in found.notes]
     if found.skipped:
         warnings.append(
             f"{spec.name}: {len(found.skipped)} question(s) skipped (their document is gone or their "
@@ -120,6 +121,8 @@ def evaluate_collection_index(
             "dataset": found.dataset,
         },
         markdown={
+            # the loader's notes and the skipped questions, which `chunkyard index` prints
+            "notes": "\n".join(f"- {warning}" for warning in warnings),
             "headline_percent": headline_percent(report.headline()),
             "report": report.markdown(),
             "misses": report.misses_markdown(),
