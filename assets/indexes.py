@@ -136,10 +136,13 @@ def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
     def embeddings(
         context: AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
     ) -> MaterializeResult:
+        from assets.progress import step_progress
         from pipeline.steps.embeddings import embed
 
+        progress = step_progress(context.log, "chunks", "embedded")  # counts, rate, time left in the step log
         return materialize_result(
-            context, embed(postgres.store(), spec, embedder.for_config(config), owner=context.run.run_id)
+            context,
+            embed(postgres.store(), spec, embedder.for_config(config), progress, owner=context.run.run_id),
         )
 
     @asset(**step_options(spec, "bm25"), kinds={"python", "postgres"})

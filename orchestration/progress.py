@@ -1,4 +1,5 @@
-"""The progress of a `chunkyard index` run, read from the Dagster event log while it runs."""
+"""The progress of a `chunkyard index` run, read from the Dagster event log while it runs, and the
+progress lines long steps write into it (`assets.progress.step_progress`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 import uuid
 from typing import TextIO
 
+from assets.progress import PROGRESS_PREFIX
 from orchestration.run_report import interrupted
 
 POLL_S = 1.0
@@ -48,34 +50,41 @@ class RunProgress:
                 DagsterEventType.STEP_FAILURE,
             }
             run_id = None
-            seen: set[str] = set()
+            cursor: str | None = None
             started: dict[str, float] = {}
+            inside: dict[str, str] = {}  # a running step's latest progress line (`step_progress`)
             finished = 0
             while True:
                 last = self._done.wait(POLL_S)  # after the run: one more pass for its last steps
-                if last and run_id is None:
+                if run_id is None:
                     runs = instance.get_runs(RunsFilter(tags=self.tags), limit=1)
                     run_id = runs[0].run_id if runs else None
                     if run_id is None:
-                        return
-                if run_id is None:
-                    runs = instance.get_runs(RunsFilter(tags=self.tags), limit=1)
-                    if not runs:
+                        if last:
+                            return
                         continue
-                    run_id = runs[0].run_id
-                for record in instance.all_logs(run_id, of_type=kinds):
-                    event = record.dagster_event
-                    if event is None or event.step_key is None:
+                records, more = [], True
+                while more:  # the records since the last pass, in order
+                    connection = instance.get_records_for_run(run_id, cursor=cursor)
+                    records += connection.records
+                    cursor, more = connection.cursor, connection.has_more
+                for record in records:
+                    entry = record.event_log_entry
+                    event = entry.dagster_event
+                    if event is None:
+                        if entry.step_key and entry.user_message.startswith(PROGRESS_PREFIX):
+                            inside[entry.step_key] = entry.user_message.removeprefix(PROGRESS_PREFIX)
+                            if not self._tty:
+                                self._line(f"        {entry.step_key}: {inside[entry.step_key]}")
                         continue
-                    key = f"{event.event_type_value}:{event.step_key}"
-                    if key in seen:
+                    if event.event_type not in kinds or event.step_key is None:
                         continue
-                    seen.add(key)
                     if event.event_type == DagsterEventType.STEP_START:
-                        started[event.step_key] = record.timestamp
+                        started[event.step_key] = entry.timestamp
                         continue
                     finished += 1
-                    took = record.timestamp - started.pop(event.step_key, record.timestamp)
+                    inside.pop(event.step_key, None)
+                    took = entry.timestamp - started.pop(event.step_key, entry.timestamp)
                     mark = "ok" if event.event_type == DagsterEventType.STEP_SUCCESS else "FAILED"
                     if mark == "FAILED" and interrupted([event]):
                         mark = "stopped"  # Ctrl-C: the command says so, with how to resume
@@ -83,9 +92,11 @@ class RunProgress:
                 if last:
                     return
                 if self._tty and started:
-                    running = ", ".join(sorted(started))
+                    running = ", ".join(
+                        f"{step}: {inside[step]}" if step in inside else step for step in sorted(started)
+                    )
                     elapsed = time.monotonic() - self._started
-                    self.stream.write(f"\r\033[K  running {running[:70]} ... {elapsed:.0f} s")
+                    self.stream.write(f"\r\033[K  running {running[:110]} ... {elapsed:.0f} s")
                     self.stream.flush()
         except Exception as exc:  # the display is a convenience: never fail the run for it
             self._line(f"  (progress display stopped: {type(exc).__name__}: {exc})")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pipeline import checks
 from pipeline.report import StepReport
 from retrieval.config import IndexSpec
@@ -11,9 +13,17 @@ from retrieval.indexing.embeddings import stage_embeddings
 from retrieval.store import Store
 
 
-def embed(store: Store, spec: IndexSpec, embedder: Embedder, *, owner: str | None = None) -> StepReport:
-    """Stage the vectors as run `owner`; check: one vector per staged chunk, of the model's dimension."""
-    staged = stage_embeddings(store, spec, embedder, owner=owner)
+def embed(
+    store: Store,
+    spec: IndexSpec,
+    embedder: Embedder,
+    progress: Callable[[int, int], None] | None = None,
+    *,
+    owner: str | None = None,
+) -> StepReport:
+    """Stage the vectors as run `owner` (`progress(done, total)` after each batch); check: one vector
+    per staged chunk, of the model's dimension."""
+    staged = stage_embeddings(store, spec, embedder, progress, owner=owner)
     documents = checks.staged_documents(store, spec.name)
     return StepReport(
         metadata=dict(staged.as_metadata()),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -101,6 +101,7 @@ def embed_and_cache(
     missing: list[str],
     texts_by_hash: dict[str, str],
     tokens: dict[str, int],
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[dict[str, np.ndarray], float]:
     """Vectors of the `missing` content hashes, each answer cached as it arrives; and the seconds spent
     waiting on the model or server. Shared by the whole stage and by one shard of it (`embed_shards`)."""
@@ -120,6 +121,8 @@ def embed_and_cache(
             fresh = dict(zip(*answer, strict=True))
             writer.put(fresh)
             vectors.update(fresh)
+            if progress is not None:  # `progress(done, total)` after each answer
+                progress(len(vectors), len(missing))
     except BaseException:
         writer.close(reraise=False)  # what was answered before the failure is cached for the retry
         raise
@@ -128,9 +131,15 @@ def embed_and_cache(
 
 
 def stage_embeddings(
-    store: Store, spec: IndexSpec, embedder: Embedder | EndpointEmbedder, *, owner: str | None = None
+    store: Store,
+    spec: IndexSpec,
+    embedder: Embedder | EndpointEmbedder,
+    progress: Callable[[int, int], None] | None = None,
+    *,
+    owner: str | None = None,
 ) -> EmbeddingStageReport:
     """Vectors for every staged chunk: from the cache (model, content hash) or computed and cached.
+    `progress(done, total)` is called after each answer of the model (the step's longest part).
 
     The vectors are written only while `owner` still owns the staging (checked under the row lock in
     the writing transaction): a run that re-staged meanwhile staged other texts for the same chunk ids.
@@ -184,7 +193,7 @@ def stage_embeddings(
     missing = [h for h in texts_by_hash if h not in vectors]
     embed_started = time.perf_counter()
     usage_before = embedder.usage if hasattr(embedder, "usage") else None
-    fresh, embed_seconds = embed_and_cache(store, embedder, missing, texts_by_hash, tokens)
+    fresh, embed_seconds = embed_and_cache(store, embedder, missing, texts_by_hash, tokens, progress)
     vectors.update(fresh)
     if usage_before is not None:
         report.endpoint = embedder.usage.minus(usage_before).as_metadata()
