@@ -31,8 +31,8 @@ def step_progress(
             done,
             total,
             now - started,
-            unit=f" {unit}",
-            bar_format=f"{{n_fmt}}/{{total_fmt}}{{unit}} {done_what}, {{rate_fmt}}, {{remaining}} left",
+            unit=unit,
+            bar_format=f"{{n_fmt}}/{{total_fmt}} {unit} {done_what}, {{rate_fmt}}, {{remaining}} left",
         )
         log.info(PROGRESS_PREFIX + meter)
 

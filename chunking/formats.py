@@ -100,7 +100,9 @@ def has_visible_text(text: str) -> bool:
 
 
 def parse_html(html: str) -> tuple[str, str]:
-    """Visible text of an HTML page (scripts and styles dropped) and its <title>."""
+    """The main text of an HTML page and its <title>. trafilatura keeps the page's main content and
+    drops navigation, cookie banners, footers and related links (benchmarks/results/html_extraction.md);
+    where it finds no main text (a page of bare `<div>`s, a one-line page) every visible text is kept."""
     from bs4 import BeautifulSoup
 
     try:
@@ -115,7 +117,19 @@ def parse_html(html: str) -> tuple[str, str]:
     text = "\n".join(_squeeze_blank_lines(lines)).strip()
     if not text:
         raise UnusableFile("HTML page has no visible text")
-    return text, title
+    return _main_text(html) or text, title
+
+
+def _main_text(html: str) -> str:
+    """trafilatura's main text of a page, paragraphs separated by blank lines ("" when it finds none)."""
+    import trafilatura
+
+    try:
+        main = trafilatura.extract(html, favor_recall=True, include_tables=True, include_comments=False)
+    except Exception:  # a parser of untrusted input: any failure keeps the visible text instead
+        return ""
+    lines = (line.strip() for line in (main or "").splitlines())
+    return "\n\n".join(line for line in lines if line)
 
 
 def _squeeze_blank_lines(lines: Iterable[str]) -> Iterable[str]:

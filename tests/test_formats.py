@@ -229,3 +229,19 @@ def test_every_format_is_indexed_and_searchable_and_bad_files_reported(
             assert metadata["page_end"] == (3 if "Third page" in text else 1)
         else:
             assert metadata["slide"] in (1, 2, 3)
+
+
+def test_html_keeps_the_main_text_and_drops_navigation_and_footers() -> None:
+    """The issue's page: a menu bar "Inicio | Blog | Herramientas" is not content; the article is."""
+    from benchmarks.bench_html_extraction import PAGES
+    from chunking.formats import parse_html
+
+    blog = PAGES[0]
+    text, title = parse_html(blog.html)
+    flat = " ".join(text.split())
+    assert title == "Cuidar las herramientas"
+    assert all(sentence in flat for sentence in blog.content)
+    assert not any(noise in flat for noise in blog.boilerplate), text
+    assert "Cuidar las herramientas del jardín\n\n" in text  # headings stay, blocks split by blank lines
+    text, _ = parse_html("<html><body><h1>Kitchen</h1><p>Bread rises overnight.</p></body></html>")
+    assert "Bread rises overnight." in text  # a page with no main text to find keeps its visible text

@@ -121,9 +121,12 @@ def test_an_empty_query_is_worded_alike_in_process_over_http_and_by_the_client(
         searcher.search("", index_name)
     response = http.post("/v1/search", json={"query": "", "index": index_name})
     assert response.status_code == 400 and response.json()["detail"] == str(in_process.value)
-    with serve_in_thread(create_app(searcher)) as base, Client(base) as client:
-        with pytest.raises(SearchError) as remote:
-            client.search("", index=index_name)
+    with (
+        serve_in_thread(create_app(searcher)) as base,
+        Client(base) as client,
+        pytest.raises(SearchError) as remote,
+    ):
+        client.search("", index=index_name)
     assert str(remote.value) == str(in_process.value) == "query: must be a non-empty string"
 
 
