@@ -2,11 +2,12 @@
 
 chunkyard init [DIR]          make DIR (default: here) a project: a chunkyard.yaml
 chunkyard add NAME FOLDER...  add a collection of your documents to chunkyard.yaml
+chunkyard check [NAME]        check every config field; show what `index` would build
 chunkyard index [NAME]        build its indexes (Dagster runs, shown by `chunkyard ui`)
 chunkyard search "..."        query an index (through `chunkyard serve` when it runs)
 chunkyard serve               the query service (HTTP API on :8000, docs at /docs)
 chunkyard ui                  the Dagster UI on the same database (:3000)
-chunkyard eval                benchmarks (pipeline.benchmark)
+chunkyard eval                evaluate configs: --collection NAME (its eval_set) or --dataset
 chunkyard questions generate  an eval set from a collection's chunks, by an LLM
 chunkyard alias set/show/rollback  what a serving alias (`docs`) answers from
 chunkyard stack up|down|compose    the deployed services as local processes (or the Compose file)
