@@ -65,7 +65,13 @@ def test_search_and_serve_before_any_index(tmp_path: Path) -> None:
                 pass
             time.sleep(0.5)
         assert ready is not None and ready.status_code == 200, ready and ready.text
-        assert ready.json() == {"status": "ready", "schema_version": 0, "indexes": 0, "detail": NOTHING}
+        body = ready.json()
+        assert (body["status"], body["schema_version"], body["indexes"], body["detail"]) == (
+            "ready",
+            0,
+            0,
+            NOTHING,
+        )
         listed = httpx.get(f"{base}/v1/indexes", timeout=10)
         assert listed.status_code == 200 and listed.json() == []
         searched = httpx.post(
