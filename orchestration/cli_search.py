@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from typing import Any
 
@@ -39,7 +38,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from retrieval import service_file
     from retrieval.config import default_collection
     from retrieval.db import chunkyard_home
-    from retrieval.options import DEFAULT_MODE, SearchOptions
+    from retrieval.options import SearchOptions
 
     options = SearchOptions.from_arguments(args)
     index = index_or_alias(args.index, default_collection())  # the one rule for a bare config name
@@ -48,14 +47,22 @@ def cmd_search(args: argparse.Namespace) -> int:
     if running is not None:
         from retrieval.client import Client
 
-        with Client(running["url"], api_key=os.environ.get("CHUNKYARD_API_KEY")) as client:
-            results = client.search(args.query, index=index, options=options)
+        with Client(running["url"]) as client:
+            body = client.search_response(args.query, index=index, options=options)
+        results = [SearchResult.from_dict(item) for item in body["results"]]
         path = f"via the running service {running['url']} (pid {running['pid']})"
     else:
         from retrieval.query import Searcher
 
         # one query: BM25 from the postings in Postgres (loading the in-memory copy would cost more)
-        results = Searcher(bm25_backend="sql").search(args.query, index, options)
+        results, plan = Searcher(bm25_backend="sql").search_with_plan(args.query, index, options)
+        body = {  # the HTTP response's shape (retrieval.service.SearchResponse)
+            "index": results[0].index if results else index,
+            "mode": plan.mode,
+            "k": plan.k,
+            "results": [result.as_dict() for result in results],
+            "took_ms": round((time.perf_counter() - started) * 1000, 3),
+        }
         path = (
             "in-process (--no-service)"
             if args.no_service
@@ -63,13 +70,6 @@ def cmd_search(args: argparse.Namespace) -> int:
         )
     took = time.perf_counter() - started
     if args.json:
-        body = {
-            "index": results[0].index if results else index,
-            "mode": options.mode or DEFAULT_MODE,
-            "k": options.k,
-            "results": [result.as_dict() for result in results],
-            "took_ms": round(took * 1000, 3),
-        }
         print(json.dumps(body, ensure_ascii=False, indent=2))
         return 0
     print(f"{index}: {len(results)} result(s) in {took:.2f} s, {path}")

@@ -75,12 +75,18 @@ class Client:
         self, query: str, index: str = "recursive-256", options: SearchOptions | None = None, **overrides: Any
     ) -> list[SearchResult]:
         """Top-k chunks from the service: the same options and results as `Searcher.search`."""
+        payload = self.search_response(query, index, options, **overrides)
+        return [SearchResult.from_dict(item) for item in payload["results"]]
+
+    def search_response(
+        self, query: str, index: str = "recursive-256", options: SearchOptions | None = None, **overrides: Any
+    ) -> dict[str, Any]:
+        """The service's response body as it is (`index`, `mode` and `k` that ran, `results`, `took_ms`)."""
         request = SearchOptions.of(options, overrides)
         if request.rerank is not None and not isinstance(request.rerank, str):
             raise SearchError("rerank: the service takes a reranker name, not an object")
         body: dict[str, Any] = {"query": query, "index": index, **request.given()}
-        payload = self._request("POST", "/v1/search", json=body)
-        return [SearchResult.from_dict(item) for item in payload["results"]]
+        return self._request("POST", "/v1/search", json=body)
 
     def indexes(self) -> list[dict[str, Any]]:
         return self._request("GET", "/v1/indexes")
