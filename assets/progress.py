@@ -34,6 +34,6 @@ def step_progress(
             unit=unit,
             bar_format=f"{{n_fmt}}/{{total_fmt}} {unit} {done_what}, {{rate_fmt}}, {{remaining}} left",
         )
-        log.info(PROGRESS_PREFIX + meter)
+        log.info(PROGRESS_PREFIX + " ".join(meter.split()))  # tqdm pads its rate for a bar
 
     return report
