@@ -75,8 +75,11 @@ def _field_path(message: str) -> list[str]:
     return [part for part in head.split(".") if part] if " " not in head else []
 
 
-def index_config_problems(config: IndexConfig, lines: _Lines | None = None) -> list[str]:
-    """The problems of one index config: its chunker, embedder, model and hybrid settings."""
+def index_config_problems(
+    config: IndexConfig, lines: _Lines | None = None, *, built: bool = True
+) -> list[str]:
+    """The problems of one index config: its chunker, embedder and hybrid settings, and (when it is
+    to be `built`) whether its embedding model is on this machine."""
     from chunking.base import ChunkerConfigError
     from chunking.models import resolve_model_path
     from chunking.registry import build_chunker, needs_embedding_model
@@ -101,7 +104,7 @@ def index_config_problems(config: IndexConfig, lines: _Lines | None = None) -> l
     except EmbedderConfigError as exc:
         add(str(exc), _field_path(str(exc)))
     try:
-        if (config.embedder or {}).get("backend") != ENDPOINT_BACKEND:  # a server's model is its own
+        if built and (config.embedder or {}).get("backend") != ENDPOINT_BACKEND:  # a server's is its own
             resolve_model_path(config.embedding_model)
     except ValueError as exc:
         add(f"embedding_model: {exc}", ["embedding_model"])
@@ -158,8 +161,7 @@ def check_project(names: list[str] | None = None) -> list[PlannedCollection]:
     collections = load_collection_configs()
     chosen = [collections[name] for name in (names or sorted(collections))]
     lines = _Lines()
-    problems = [problem for config in configs.values() for problem in index_config_problems(config, lines)]
-    planned = []
+    planned, problems = [], []
     for collection in chosen:
         problems += collection_problems(collection, configs)
         used = [name for name in with_coarse_companions(list(collection.indexes), configs) if name in configs]
@@ -168,6 +170,13 @@ def check_project(names: list[str] | None = None) -> list[PlannedCollection]:
                 collection, tuple(configs[name] for name in used), tuple(collection.folder_paths())
             )
         )
+    built = {config.name for plan in planned for config in plan.configs}
+    # every config's fields; the models only of those to build (another may name one not installed here)
+    problems = [
+        problem
+        for config in configs.values()
+        for problem in index_config_problems(config, lines, built=config.name in built)
+    ] + problems
     if problems:
         raise ConfigErrors(problems)
     return planned
