@@ -118,7 +118,8 @@ def cmd_index(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt  # one line from main(), not the interrupted step's error
     summary = _run_summary(result)
     for line in summary["failures"]:
-        _print(f"  ! {line}")
+        if "DagsterAssetCheckFailedError" not in line:  # a blocking check: listed below with its numbers
+            _print(f"  ! {line}")
     failed_checks = run_report.failed_checks(result.all_events)
     for check in failed_checks:
         _print(f"  ! {check.line()}")
@@ -159,8 +160,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     if succeeded:
         _print(cli_search.suggestion(chosen[0], summary.get("best")))
         return 0
-    if result.success:  # every step ran; an error-level check failed
-        errors = [check for check in failed_checks if check.error]
+    errors = [check for check in failed_checks if check.error]
+    if errors:  # an error-level check failed (a blocking one stopped the steps after it)
         raise RuntimeFailure(
             f"{len(errors)} check(s) failed, first {errors[0].name} on {errors[0].asset}",
             run_report.hint(failed_checks),

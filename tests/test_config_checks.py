@@ -3,7 +3,6 @@ with `file:line`, the field and the allowed values; `chunkyard check` and `index
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -199,10 +198,6 @@ def test_a_failed_check_fails_index_and_stays_failed_on_an_unchanged_rerun(tmp_p
             timeout=900,
         )
         assert done.returncode == 1, (attempt, done.stdout, done.stderr)
-        if attempt == "first":  # progress inside the embeddings step: counts, rate, time left
-            assert re.search(r"embeddings: \d+/\d+ chunks embedded, \S+/\S+, \S+ left", done.stdout), (
-                done.stdout
-            )
         failed = [
             line for line in done.stdout.splitlines() if "check within_model_token_limit failed" in line
         ]

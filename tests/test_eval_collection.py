@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -59,6 +60,10 @@ def test_eval_collection_uses_its_eval_set_and_folder_and_reports_the_notes(tmp_
 
     indexed = run("index")
     assert indexed.returncode == 0, indexed.stdout + indexed.stderr
+    # progress inside the embeddings step: counts, rate, time left
+    assert re.search(r"embeddings: \d+/\d+ chunks embedded, \S+/\S+, \S+ left", indexed.stdout), (
+        indexed.stdout
+    )
     assert "note: mine/recursive-256:" in indexed.stdout and "found 2 times" in indexed.stdout, indexed.stdout
 
     evaluated = run("eval", "--collection", "mine", "--mode", "bm25")
