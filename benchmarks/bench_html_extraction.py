@@ -6,6 +6,7 @@ banner and related links, a documentation page with a table of contents, a `<div
 semantic tags, a one-paragraph page), in Spanish, Ukrainian, Indonesian and English. Every content
 sentence and every boilerplate string is known, so both shares are exact.
 
+    pip install readability-lxml                  # the comparison only; not a chunkyard dependency
     python -m benchmarks.bench_html_extraction    # prints the table for benchmarks/results/html_extraction.md
 """
 
@@ -162,6 +163,8 @@ def _trafilatura(html: str) -> str:
 
 
 def _readability(html: str) -> str:
+    # Not a dependency: beside trafilatura it makes pip 23's resolver fail on lxml[html_clean] asked
+    # twice. `pip install readability-lxml` for this comparison.
     from readability import Document
 
     return _bs4(Document(html).summary(html_partial=True))
