@@ -35,7 +35,8 @@ from assets.schedules import build_nightly_evaluation_schedule
 from assets.sensors import build_document_sensor, build_janitor_sensor
 from chunking.environment import env_int
 from pipeline.graph import INDEX_KINDS
-from retrieval.config import CollectionConfig, IndexSpec, load_collection_configs, load_index_specs
+from retrieval.config import CollectionConfig, IndexSpec, load_collection_configs
+from retrieval.config_checks import load_index_specs
 
 # Seconds between declarative-automation ticks (evaluations and leaderboards after a publish).
 AUTOMATION_INTERVAL_ENV = "CHUNKYARD_AUTOMATION_INTERVAL"

@@ -149,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         "args": "" if args.chunks == [10000, 100000] else " --chunks " + " ".join(map(str, args.chunks)),
         "runs": runs,
     }
+    report["markdown"] = markdown_ceiling(report)  # bench_scale's scale.md shows it as rendered here
     save_section(args.out, "ceiling", report)
     return 0
 

@@ -94,7 +94,8 @@ def run_chunkyard_library(system: str, url: str, docs_dir: Path, root: Path) -> 
     from pipeline.steps.documents import sync_documents
     from pipeline.steps.embeddings import embed
     from pipeline.steps.index import publish_index
-    from retrieval.config import load_collection_configs, load_index_specs
+    from retrieval.config import load_collection_configs
+    from retrieval.config_checks import load_index_specs
     from retrieval.embedder import Embedder
     from retrieval.query import Searcher
     from retrieval.store import Store
@@ -151,7 +152,7 @@ def run_chunkyard_dagster(system: str, url: str, docs_dir: Path, root: Path) -> 
     from assets.definitions import build_definitions
     from benchmarks.bench_incremental import sensor_run
     from orchestration.instance import get_instance
-    from retrieval.config import load_index_specs
+    from retrieval.config_checks import load_index_specs
     from retrieval.store import Store
 
     indexes_path, collections_path = write_configs(root, docs_dir, BACKENDS[system])

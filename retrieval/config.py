@@ -438,30 +438,3 @@ def _collection_entries(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(entries, dict) or not entries:
         raise ConfigError(f"{path}: needs a non-empty mapping `collections:`")
     return entries
-
-
-def load_index_specs(
-    indexes_path: str | Path | None = None, collections_path: str | Path | None = None
-) -> list[IndexSpec]:
-    """Every (collection, config) pair the config files declare, validated against each other."""
-    configs = load_index_configs(indexes_path)
-    specs = []
-    for collection in load_collection_configs(collections_path).values():
-        for config_name in collection.indexes:
-            if config_name not in configs:
-                raise ConfigError(
-                    f"{collection.source or 'collections'}: collections.{collection.name}.indexes: "
-                    f"unknown index config {config_name!r}; "
-                    f"known: {sorted(configs)}"
-                )
-        # A config with `coarse` needs its coarse index in the same collection: it is built too.
-        for config_name in with_coarse_companions(list(collection.indexes), configs):
-            specs.append(IndexSpec(collection.name, configs[config_name]))
-    from retrieval.config_checks import ConfigErrors, index_config_problems
-
-    problems = [
-        p for name in sorted({s.config.name for s in specs}) for p in index_config_problems(configs[name])
-    ]
-    if problems:  # each chunker, embedder and model as the steps will build them, before any step runs
-        raise ConfigErrors(problems)
-    return specs

@@ -12,12 +12,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from retrieval.config import (
+    CollectionConfig,
+    IndexConfig,
+    IndexSpec,
+    load_collection_configs,
+    load_index_configs,
+    with_coarse_companions,
+)
 from retrieval.project import ConfigError, project_root, read_yaml
-
-if TYPE_CHECKING:
-    from retrieval.config import CollectionConfig, IndexConfig
 
 
 class ConfigErrors(ConfigError):
@@ -155,7 +160,6 @@ def collection_problems(collection: CollectionConfig, configs: dict[str, IndexCo
 def check_project(names: list[str] | None = None) -> list[PlannedCollection]:
     """Check every index config and the collections `names` (default: all); what would be built, or
     ConfigErrors listing every problem."""
-    from retrieval.config import load_collection_configs, load_index_configs, with_coarse_companions
 
     configs = load_index_configs()
     collections = load_collection_configs()
@@ -180,3 +184,28 @@ def check_project(names: list[str] | None = None) -> list[PlannedCollection]:
     if problems:
         raise ConfigErrors(problems)
     return planned
+
+
+def load_index_specs(
+    indexes_path: str | Path | None = None, collections_path: str | Path | None = None
+) -> list[IndexSpec]:
+    """Every (collection, config) pair the config files declare, validated against each other."""
+    configs = load_index_configs(indexes_path)
+    specs = []
+    for collection in load_collection_configs(collections_path).values():
+        for config_name in collection.indexes:
+            if config_name not in configs:
+                raise ConfigError(
+                    f"{collection.source or 'collections'}: collections.{collection.name}.indexes: "
+                    f"unknown index config {config_name!r}; "
+                    f"known: {sorted(configs)}"
+                )
+        # A config with `coarse` needs its coarse index in the same collection: it is built too.
+        for config_name in with_coarse_companions(list(collection.indexes), configs):
+            specs.append(IndexSpec(collection.name, configs[config_name]))
+    problems = [
+        p for name in sorted({s.config.name for s in specs}) for p in index_config_problems(configs[name])
+    ]
+    if problems:  # each chunker, embedder and model as the steps will build them, before any step runs
+        raise ConfigErrors(problems)
+    return specs

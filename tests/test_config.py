@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.config import ConfigError, load_index_configs, load_index_specs
+from retrieval.config import ConfigError, load_index_configs
+from retrieval.config_checks import load_index_specs
 
 
 def test_shipped_configs_load_and_pair_up(monkeypatch: pytest.MonkeyPatch) -> None:

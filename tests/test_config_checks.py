@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestration.cli import main
-from retrieval.config import load_index_specs
-from retrieval.config_checks import ConfigErrors
+from retrieval.config_checks import ConfigErrors, load_index_specs
 
 STATE_VARIABLES = (
     "CHUNKYARD_PROJECT",

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.config import ConfigError, load_collection_configs, load_index_configs, load_index_specs
+from retrieval.config import ConfigError, load_collection_configs, load_index_configs
+from retrieval.config_checks import load_index_specs
 from retrieval.project import ProjectError, find_project, project_root
 from tests.conftest import REPO_ROOT
 

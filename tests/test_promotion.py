@@ -201,7 +201,8 @@ def test_readers_see_no_error_while_promotions_swap_the_alias(store, evaluated) 
 
 def test_a_collection_with_serve_gets_a_promotion_asset(tmp_path) -> None:
     from assets.definitions import build_collection_assets
-    from retrieval.config import load_collection_configs, load_index_specs
+    from retrieval.config import load_collection_configs
+    from retrieval.config_checks import load_index_specs
 
     path = tmp_path / "collections.yaml"
     path.write_text(

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from chunking.types import Chunk, Document
-from retrieval.config import ConfigError, IndexConfig, IndexSpec, load_index_configs, load_index_specs
+from retrieval.config import ConfigError, IndexConfig, IndexSpec, load_index_configs
+from retrieval.config_checks import load_index_specs
 from retrieval.indexing import build_index
 from retrieval.query import IndexNotFoundError, Searcher, SearchError
 from retrieval.store import Store
