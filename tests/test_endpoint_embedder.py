@@ -364,7 +364,9 @@ def test_the_dagster_assets_embed_on_the_server_and_report_its_usage(
     monkeypatch.setenv("DATABASE_URL", pg_url)
     monkeypatch.setenv("CHUNKYARD_HOME", str(tmp_path / "home"))
     collection = unique_name("ep")
-    with FakeEmbeddingServer() as server:
+    # a model of its own: the session's embedding cache (keyed on the model id) must not already hold
+    # these texts from another test's fake server, or nothing would be computed here
+    with FakeEmbeddingServer(model=unique_name("fake-embed")) as server:
         remote = {"backend": "openai", "url": server.url, "model": server.model, "batch_size": 2}
         indexes = {
             "defaults": INDEXES["defaults"],  # backend torch, batch_size 32: the config's own win
@@ -383,7 +385,7 @@ def test_the_dagster_assets_embed_on_the_server_and_report_its_usage(
             result = materialize(list(defs.assets), instance=instance, resources=defs.resources)
         assert result.success
         embedded = materializations(result)[f"{collection}/token_48/embeddings"]
-        assert embedded["model_id"] == "openai:fake-embed"
+        assert embedded["model_id"] == f"openai:{server.model}"
         assert embedded["endpoint_requests"] >= embedded["embeddings_computed"] / 2  # batch_size 2
         assert embedded["endpoint_texts"] == embedded["embeddings_computed"] > 0
         assert max(server.batch_sizes) <= 2
