@@ -161,15 +161,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"{run['load_after'].split('load average:')[-1].strip()} |"
         )
     lines += ["", "Seconds per step (STEP_START to STEP_SUCCESS) and the worker that ran it:", ""]
-    kinds = sorted({k for run in runs for k in run["steps"]})
-    lines.append("| step | " + " | ".join(f"{run['workers']} worker(s)" for run in runs) + " |")
-    lines.append("|---|" + "---|" * len(runs))
-    for kind in kinds:
-        cells = []
-        for run in runs:
-            step = run["steps"].get(kind)
-            cells.append(f"{step['seconds']:.2f} ({step['worker']})" if step else "-")
-        lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    lines += step_table(runs)
     lines += ["", "## Reading", "", report["reading"], ""]
     return "\n".join(lines)
 
@@ -258,17 +250,22 @@ def markdown_endpoint(report: dict[str, Any]) -> str:
             f"{run['load_after'].split('load average:')[-1].strip()} |"
         )
     lines += ["", "Seconds per step and the worker that ran it:", ""]
-    kinds = sorted({k for run in runs for k in run["steps"]})
-    lines.append("| step | " + " | ".join(f"{run['workers']} worker(s)" for run in runs) + " |")
+    lines += step_table(runs)
+    lines += ["", report.get("reading", ""), ""]
+    return "\n".join(lines)
+
+
+def step_table(runs: list[dict[str, Any]]) -> list[str]:
+    """Seconds per step and the worker that ran it, one column per worker count."""
+    lines = ["| step | " + " | ".join(f"{run['workers']} worker(s)" for run in runs) + " |"]
     lines.append("|---|" + "---|" * len(runs))
-    for kind in kinds:
+    for kind in sorted({k for run in runs for k in run["steps"]}):
         cells = []
         for run in runs:
             step = run["steps"].get(kind)
             cells.append(f"{step['seconds']:.2f} ({step['worker']})" if step else "-")
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")
-    lines += ["", report.get("reading", ""), ""]
-    return "\n".join(lines)
+    return lines
 
 
 def compose(sections: dict[str, Any]) -> str:
