@@ -54,7 +54,9 @@ def main() -> None:
                 spec = IndexSpec(f"langtable-{language}", config)
                 store.sync_documents(spec.collection, docs, [])
                 build_index(store, spec, embedder)
-                report = evaluate_index(searcher, spec, questions, MODES, k=5, n_resamples=200, store=store)
+                report = evaluate_index(
+                    searcher, spec, questions, modes=MODES, k=5, n_resamples=200, store=store
+                )
                 resolved = store.index_info(spec.name)["config"]["bm25"].get("resolved_analyzer", analyzer)
                 rows[analyzer] = (resolved, report.metrics)
             lines += [

@@ -349,7 +349,7 @@ def measure_retrieval(sizes: tuple[int, ...]) -> list[dict[str, object]]:
                         searcher,
                         spec,
                         questions,
-                        ("dense", "bm25", SERVED_MODE),
+                        modes=("dense", "bm25", SERVED_MODE),
                         k=5,
                         n_resamples=200,
                         store=store,

@@ -34,7 +34,7 @@ from evaluation.metrics import (
 )
 from evaluation.misses import collect_misses, misses_markdown
 from retrieval.names import IndexName
-from retrieval.options import SearchOptions
+from retrieval.options import DEFAULT_MODE, SearchOptions
 
 if TYPE_CHECKING:
     from retrieval.config import IndexSpec
@@ -273,42 +273,69 @@ class _TokenCounter:
         return self._cache[key]
 
 
+@dataclass(frozen=True)
+class EvaluationRequest:
+    """What to evaluate an index on besides its questions: the modes, k, depth and scoring settings.
+
+    `options` are search options every mode runs with (its own mode and reranker over them; the
+    `served` mode runs what a request naming nothing runs). `notes` (the dataset loader's
+    `Dataset.problems`) are kept on the report; `build_seconds` goes into its cost.
+    """
+
+    modes: tuple[str, ...] = DEFAULT_MODES
+    k: int = 5
+    depth: int = DEFAULT_DEPTH
+    min_overlap: int = 1
+    budgets: tuple[int, ...] = tuple(DEFAULT_BUDGETS)
+    dataset: str = ""
+    build_seconds: float | None = None
+    n_resamples: int = 2000
+    seed: int = 0
+    options: SearchOptions = field(default_factory=SearchOptions)
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("modes", "budgets", "notes"):  # lists from callers become tuples: hashable, frozen
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}")
+
+
 def evaluate_index(
     searcher: Searcher,
     spec: IndexSpec | str,
     questions: Sequence[Question],
-    modes: Sequence[str] = DEFAULT_MODES,
-    k: int = 5,
+    request: EvaluationRequest | None = None,
     *,
-    depth: int = DEFAULT_DEPTH,
-    min_overlap: int = 1,
-    budgets: Sequence[int] = DEFAULT_BUDGETS,
-    dataset: str = "",
     store: Store | None = None,
-    build_seconds: float | None = None,
-    n_resamples: int = 2000,
-    seed: int = 0,
-    search_options: dict[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
-    notes: Sequence[str] = (),
+    **fields: Any,
 ) -> EvaluationReport:
     """Evaluate `spec` (an IndexSpec, or an index name) through `searcher.search_batch`.
 
-    Each mode fetches `depth` results per question (recall@20 and the context-budget recall
-    need more than k); modes whose top k depends on the number requested (reranking, MMR)
-    are also asked for exactly k, so hit@k and MRR@k are what a user asking for k would get.
-    `notes` (the dataset loader's `Dataset.problems`) are kept on the report.
+    `request` says how (keywords instead build one: `evaluate_index(s, spec, qs, k=3)`). Each mode
+    fetches `depth` results per question (recall@20 and the context-budget recall need more than
+    k); modes whose top k depends on the number requested (reranking, MMR) are also asked for
+    exactly k, so hit@k and MRR@k are what a user asking for k would get.
     """
+    if request is None:
+        request = EvaluationRequest(**fields)
+    elif fields:
+        raise ValueError(f"evaluate_index: pass {sorted(fields)} in the request, not beside it")
+    modes, k, options = request.modes, request.k, request.options
+    min_overlap, budgets, n_resamples, seed = (
+        request.min_overlap,
+        request.budgets,
+        request.n_resamples,
+        request.seed,
+    )
     if not questions:
         raise ValueError("evaluate_index: no questions to evaluate")
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
     index_name = IndexName.parse(spec if isinstance(spec, str) else spec.name)
     config_name = index_name.config
-    depth = max(depth, k, FAILURE_K)
+    depth = max(request.depth, k, FAILURE_K)
     texts = [q.text for q in questions]
     counter = _TokenCounter()
-    options = dict(search_options or {})
     summaries: dict[str, MetricSummary] = {}
     latency: dict[str, dict[str, float]] = {}
     kept_retrievals: dict[str, list[Any]] = {}
@@ -316,18 +343,17 @@ def evaluate_index(
         if progress:
             progress(mode)
         if mode == SERVED_MODE:  # what /v1/search runs for a body with only the query and the index
-            request, mode_options = SearchOptions(), {}
-            top_k_dependent = request.rerank is not None or request.mmr is not None
+            asked = SearchOptions()
         else:
             base_mode, reranker = parse_mode(mode, _reranker_name(spec))
-            request, mode_options = None, {"mode": base_mode, "rerank": reranker, **options}
-            top_k_dependent = reranker is not None or options.get("mmr") is not None
+            asked = SearchOptions(mode=base_mode, rerank=reranker).over(options)
+        top_k_dependent = asked.rerank is not None or asked.mmr is not None
         started = time.perf_counter()
-        deep = searcher.search_batch(texts, index_name, request, k=depth, **mode_options)
+        deep = searcher.search_batch(texts, index_name, asked.with_overrides(k=depth))
         elapsed = time.perf_counter() - started
         if top_k_dependent:
             started = time.perf_counter()
-            shallow = searcher.search_batch(texts, index_name, request, k=k, **mode_options)
+            shallow = searcher.search_batch(texts, index_name, asked.with_overrides(k=k))
             elapsed = time.perf_counter() - started
             retrievals = [
                 list(s[:k]) + [r for r in d if r.chunk_id not in {x.chunk_id for x in s[:k]}]
@@ -364,12 +390,12 @@ def evaluate_index(
         for key in ("chunks", "tokens_embedded", "index_bytes"):
             if key in coarse_cost:
                 cost[f"coarse_{key}"] = coarse_cost[key]
-    if build_seconds is not None:
-        cost["indexing_seconds"] = float(build_seconds)
+    if request.build_seconds is not None:
+        cost["indexing_seconds"] = float(request.build_seconds)
     return EvaluationReport(
         index=index_name,
         config=config_name,
-        dataset=dataset,
+        dataset=request.dataset,
         k=k,
         modes=list(modes),
         n_questions=len(questions),
@@ -382,10 +408,10 @@ def evaluate_index(
             "budgets": list(budgets),
             "bootstrap_resamples": n_resamples,
             "seed": seed,
-            **options,
-            **({"served_mode": SearchOptions().mode} if SERVED_MODE in modes else {}),
+            **options.given(),
+            **({"served_mode": DEFAULT_MODE} if SERVED_MODE in modes else {}),
         },
-        notes=list(notes),
+        notes=list(request.notes),
         misses=misses,
         missed=missed,
     )

@@ -35,7 +35,7 @@ def _line(target: object) -> str:
     from retrieval.aliases import AliasTarget
 
     assert isinstance(target, AliasTarget)
-    options = " ".join(f"{key}={value}" for key, value in sorted(target.options.items()))
+    options = " ".join(f"{key}={value}" for key, value in sorted(target.options.given().items()))
     version = f"v{target.pinned_version}"
     if target.drifted:
         now = f"v{target.current_version}" if target.current_version else "dropped"
@@ -56,9 +56,8 @@ def cmd_alias(args: argparse.Namespace) -> int:
     try:
         if args.alias_command == "set":
             index = IndexName.parse(args.index, default_collection=default_collection())
-            options = SearchOptions.from_arguments(args)
-            given = {name: value for name, value in options.given().items() if name in _given_names(args)}
-            target = aliases.set_alias(store, args.name, index, given, note=args.note, keep=args.keep)
+            options = SearchOptions.from_arguments(args)  # only the flags given are set
+            target = aliases.set_alias(store, args.name, index, options, note=args.note, keep=args.keep)
             print(_line(target), flush=True)
         elif args.alias_command == "rollback":
             print(_line(aliases.rollback(store, args.name)), flush=True)
@@ -80,12 +79,6 @@ def cmd_alias(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return 0
-
-
-def _given_names(args: argparse.Namespace) -> set[str]:
-    from retrieval.options import option_names
-
-    return {name for name in option_names() if hasattr(args, name)}
 
 
 def index_or_alias(text: str, default_collection: str) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from retrieval.names import DEFAULT_CONFIG
+
 if TYPE_CHECKING:
     from retrieval.options import SearchOptions
     from retrieval.query import SearchResult
@@ -19,6 +21,8 @@ _LAZY = {
     "Searcher": ("retrieval.query", "Searcher"),
     "SearchResult": ("retrieval.query", "SearchResult"),
     "SearchOptions": ("retrieval.options", "SearchOptions"),
+    "SearchRequest": ("retrieval.options", "SearchRequest"),
+    "IndexRef": ("retrieval.names", "IndexRef"),
     "Client": ("retrieval.client", "Client"),
     "build_index": ("retrieval.indexing", "build_index"),
 }
@@ -27,7 +31,7 @@ __all__ = [*sorted(_LAZY), "search"]
 
 
 def search(
-    query: str, index: str = "recursive-256", options: SearchOptions | None = None, **overrides: Any
+    query: str, index: str = DEFAULT_CONFIG, options: SearchOptions | None = None, **overrides: Any
 ) -> list[SearchResult]:
     """In-process search with the default Searcher (same options and results as `Client.search`)."""
     from retrieval.query import default_searcher

@@ -16,7 +16,6 @@ default 5); older targets are dropped, and with them the snapshots no target pin
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,11 +25,10 @@ import psycopg
 
 from chunking.environment import EnvironmentSettingError, env_int
 from retrieval.indexing.snapshots import SnapshotError, drop_unreferenced, freeze
-from retrieval.names import DEFAULT_COLLECTION, SNAPSHOT_MARK, IndexName, IndexNameError
-from retrieval.options import SearchError, SearchOptions, option_names, option_specs
+from retrieval.names import ALIAS_NAME, DEFAULT_COLLECTION, SNAPSHOT_MARK, IndexName, IndexNameError
+from retrieval.options import SearchError, SearchOptions, default_of
 from retrieval.store import Store
 
-ALIAS_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 DEFAULT_KEEP = 5
 
 
@@ -46,7 +44,7 @@ class AliasTarget:
     generation: int
     index: IndexName
     pinned_version: int
-    options: dict[str, Any]
+    options: SearchOptions  # the fields it pins; a request's set fields win over them
     note: str = ""
     scores: dict[str, float] = field(default_factory=dict)  # what the target scored when pinned
     set_at: datetime | None = None
@@ -64,9 +62,6 @@ class AliasTarget:
         """Served content differs from the pin: an old target without a snapshot, republished since."""
         return self.snapshot is None and self.current_version != self.pinned_version
 
-    def search_options(self) -> SearchOptions:
-        return SearchOptions.of(None, self.options)
-
     def as_dict(self) -> dict[str, Any]:
         return {
             "alias": self.alias,
@@ -76,7 +71,7 @@ class AliasTarget:
             "current_version": self.current_version,
             "drifted": self.drifted,
             "snapshot": str(self.snapshot) if self.snapshot else None,
-            "options": dict(self.options),
+            "options": stored_options(self.options),
             "note": self.note,
             "scores": dict(self.scores),
             "set_at": self.set_at.isoformat() if self.set_at else None,
@@ -103,42 +98,22 @@ def could_be_alias(name: str) -> bool:
     return isinstance(name, str) and "/" not in name and bool(ALIAS_NAME.match(name))
 
 
-def stored_options(options: SearchOptions | Mapping[str, Any] | None) -> dict[str, Any]:
-    """The options an alias stores: validated, only those set, JSON-serialisable (a reranker by name)."""
-    if options is None:
-        return {}
+def pinned_options(options: SearchOptions | Mapping[str, Any] | None) -> SearchOptions:
+    """The options an alias pins: validated, the mode always (the default one when none is set)."""
     try:
-        parsed = options if isinstance(options, SearchOptions) else SearchOptions.of(None, dict(options))
+        parsed = (
+            options if isinstance(options, SearchOptions) else SearchOptions.of(None, dict(options or {}))
+        )
     except (SearchError, TypeError) as exc:
         raise AliasError(f"options: {exc}") from exc
-    given = {
-        spec.name: getattr(parsed, spec.name)
-        for spec in option_specs()
-        if getattr(parsed, spec.name) is not None and getattr(parsed, spec.name) != spec.default
-    }
-    if "mode" not in given:
-        given["mode"] = parsed.mode
-    if given.get("rerank") is not None and not isinstance(given["rerank"], str):
+    if parsed.rerank is not None and not isinstance(parsed.rerank, str):
         raise AliasError("options.rerank: an alias stores a reranker by name, not an object")
-    return json.loads(json.dumps(given))
+    return parsed if parsed.mode is not None else parsed.with_overrides(mode=default_of("mode"))
 
 
-def request_options(
-    target: AliasTarget, options: SearchOptions | None, overrides: Mapping[str, Any] | None
-) -> SearchOptions:
-    """The alias's options as the request's defaults: a request value wins where it differs from the
-    built-in default (SearchOptions cannot tell a default it was given from one it was not), and a
-    keyword override always wins."""
-    request = SearchOptions.of(options, None)
-    given = {
-        spec.name: getattr(request, spec.name)
-        for spec in option_specs()
-        if getattr(request, spec.name) != spec.default
-    }
-    unknown = sorted(set(overrides or {}) - set(option_names()))
-    if unknown:
-        raise SearchError(f"{unknown[0]}: not a search option; known: {', '.join(option_names())}")
-    return SearchOptions.of(target.search_options(), {**given, **(overrides or {})})
+def stored_options(options: SearchOptions) -> dict[str, Any]:
+    """The JSON an alias's options are stored and shown as: the fields set (a reranker by name)."""
+    return json.loads(json.dumps(options.given()))
 
 
 # -- reading -----------------------------------------------------------------------------------------
@@ -158,7 +133,7 @@ def _target(row: tuple[Any, ...]) -> AliasTarget:
         generation=int(row[1]),
         index=IndexName.parse(row[2]),
         pinned_version=int(row[3]),
-        options=dict(row[4] or {}),
+        options=SearchOptions.of(None, dict(row[4] or {})),
         note=row[5],
         set_at=row[6],
         previous=row[7],
@@ -221,13 +196,14 @@ def set_alias(
     scores: Mapping[str, float] | None = None,
     keep: int | None = None,
 ) -> AliasTarget:
-    """Point `name` at `index` (published) with `options` as its request defaults, in one transaction."""
+    """Point `name` at `index` (published) with `options` pinned (a mapping is parsed as SearchOptions;
+    a request's set options win over them), in one transaction."""
     check_alias_name(name)
     try:
         index_name = IndexName.parse(index)
     except IndexNameError as exc:
         raise AliasError(str(exc)) from exc
-    stored = stored_options(options)
+    stored = stored_options(pinned_options(options))
     keep = keep_default() if keep is None else int(keep)
     if keep < 1:
         raise AliasError(f"keep: must be at least 1, got {keep}")

@@ -7,7 +7,8 @@ from typing import Any
 
 import httpx
 
-from retrieval.options import SearchOptions
+from retrieval.names import DEFAULT_CONFIG
+from retrieval.options import SearchOptions, SearchRequest
 from retrieval.query.results import IndexNotFoundError, SearchError, SearchResult
 
 
@@ -72,20 +73,20 @@ class Client:
         raise ServiceError(f"{method} {path}: HTTP {response.status_code}: {detail}")
 
     def search(
-        self, query: str, index: str = "recursive-256", options: SearchOptions | None = None, **overrides: Any
+        self, query: str, index: str = DEFAULT_CONFIG, options: SearchOptions | None = None, **overrides: Any
     ) -> list[SearchResult]:
         """Top-k chunks from the service: the same options and results as `Searcher.search`."""
         payload = self.search_response(query, index, options, **overrides)
         return [SearchResult.from_dict(item) for item in payload["results"]]
 
     def search_response(
-        self, query: str, index: str = "recursive-256", options: SearchOptions | None = None, **overrides: Any
+        self, query: str, index: str = DEFAULT_CONFIG, options: SearchOptions | None = None, **overrides: Any
     ) -> dict[str, Any]:
-        """The service's response body as it is (`index`, `mode` and `k` that ran, `results`, `took_ms`)."""
-        request = SearchOptions.of(options, overrides)
-        if request.rerank is not None and not isinstance(request.rerank, str):
-            raise SearchError("rerank: the service takes a reranker name, not an object")
-        body: dict[str, Any] = {"query": query, "index": index, **request.given()}
+        """The service's response body as it is (`index`, `mode` and `k` that ran, `results`, `took_ms`).
+
+        Only the options set are sent, so an alias's pinned ones apply to the rest."""
+        request = SearchRequest.of(query, index, options, overrides)
+        body: dict[str, Any] = {"query": request.query, "index": str(request.ref), **_sent(request.options)}
         return self._request("POST", "/v1/search", json=body)
 
     def indexes(self) -> list[dict[str, Any]]:
@@ -96,10 +97,12 @@ class Client:
         return self._request("GET", "/v1/aliases")
 
     def set_alias(
-        self, name: str, index: str, options: dict[str, Any] | None = None, *, note: str = ""
+        self, name: str, index: str, options: SearchOptions | dict[str, Any] | None = None, *, note: str = ""
     ) -> dict[str, Any]:
-        """Point alias `name` at `index`; `options` (search options) become its request defaults."""
-        body = {"index": index, "options": options or {}, "note": note}
+        """Point alias `name` at `index` with `options` pinned (a dict is read as SearchOptions)."""
+        if not isinstance(options, SearchOptions):
+            options = SearchOptions.of(None, options)
+        body = {"index": index, "options": _sent(options), "note": note}
         return self._request("PUT", f"/v1/aliases/{name}", json=body)
 
     def rollback_alias(self, name: str) -> dict[str, Any]:
@@ -111,6 +114,13 @@ class Client:
         except (ServiceError, SearchError):
             return False
         return True
+
+
+def _sent(options: SearchOptions) -> dict[str, Any]:
+    """The options set, as the service's JSON takes them (a reranker by name)."""
+    if options.rerank is not None and not isinstance(options.rerank, str):
+        raise SearchError("rerank: the service takes a reranker name, not an object")
+    return options.given()
 
 
 def _project_service() -> str:

@@ -1,8 +1,13 @@
-"""Index names: one small value for `collection/config`, parsed and validated in one place."""
+"""Index names: `collection/config` (`IndexName`) and "an alias or an index" (`IndexRef`), parsed once."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 DEFAULT_COLLECTION = "demo"
+DEFAULT_CONFIG = "recursive-256"  # the index config a search that names none reads
+ALIAS_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 SNAPSHOT_MARK = "@v"  # `config@v3`: a config name never holds '@', so no publishable index has this name
 
 
@@ -69,3 +74,35 @@ class IndexName(str):
         if not mark or not config or not version.isdigit():
             return None
         return IndexName(self.collection, config), int(version)
+
+
+@dataclass(frozen=True)
+class IndexRef:
+    """What a search names: an alias or an index, as the caller wrote it.
+
+    `collection/config` is always an index. A bare name is an alias when one by that name exists,
+    else a config name in the default collection (`retrieval.config.default_collection`); only the
+    database can tell, so the Searcher decides once per call (`index(default_collection)`).
+    """
+
+    text: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str) or not self.text.strip():
+            raise IndexNameError("index: must be a non-empty string like 'demo/recursive-256'")
+
+    @classmethod
+    def of(cls, ref: IndexRef | str) -> IndexRef:
+        return ref if isinstance(ref, IndexRef) else cls(ref)
+
+    @property
+    def alias(self) -> str | None:
+        """The alias this may name (a bare name an alias may have), else None."""
+        return self.text if "/" not in self.text and ALIAS_NAME.match(self.text) else None  # the one rule
+
+    def index(self, default_collection: str = DEFAULT_COLLECTION) -> IndexName:
+        """The index this names when it is not an alias (a bare name: a config in `default_collection`)."""
+        return IndexName.parse(self.text, default_collection)
+
+    def __str__(self) -> str:
+        return self.text

@@ -1,11 +1,14 @@
 """Search options: every per-request option declared once, with its default, bounds and description.
 
-`SearchOptions` is the one place a search option lives. The Searcher reads it, and the HTTP request
-model (`retrieval.service`), the `chunkyard search` flags and `Client.search` are derived from its
-fields' metadata (`option_specs()`), so adding an option means one field here and the stage that
-uses it. The index's own defaults (`hybrid`, `context_scoring`, `collapse_duplicates`, `coarse` in
-its config) are parsed once per index version (`IndexDefaults`) and merged with the request in
-`SearchOptions.resolve`, so no stage validates raw dicts at query time.
+`SearchOptions` is the one value a search's options travel in, from the HTTP body, the CLI flags,
+`Client.search`, an alias's pinned options and an evaluation, down to the Searcher. Every field is
+optional (None: unset), so an explicit `k=5` differs from the default and merging is defined:
+`request.over(alias)` keeps the request's set fields over the alias's, and `resolve` fills the rest
+from the index's config (`IndexDefaults`) and the built-in defaults (`OptionSpec.default`) into the
+`ResolvedSearch` every stage reads. The HTTP request model (`retrieval.api`), the `chunkyard
+search` flags and `Client.search` are derived from the fields' metadata (`option_specs()`), so
+adding an option means one field here and the stage that uses it. `SearchRequest` is one search:
+the query, the `IndexRef` it names and its options.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from retrieval.index_defaults import (
     ContextScoring,
     IndexDefaults,
 )
+from retrieval.names import IndexRef
 
 if TYPE_CHECKING:
     from retrieval.rerank import Reranker
@@ -77,7 +81,7 @@ class OptionSpec:
 
     def check(self, value: Any) -> Any:
         """The value, normalised (floats as float), or SearchError naming the option."""
-        if value is None and self.nullable:
+        if value is None:  # unset: the alias's, the index's or the built-in default
             return None
         where = self.name
         if self.kind == "int":
@@ -117,21 +121,23 @@ class OptionSpec:
 
 
 def _option(default: Any, help: str, kind: Kind, **spec: Any) -> Any:
-    return field(
-        default=default, metadata={"option": {"default": default, "help": help, "kind": kind, **spec}}
-    )
+    """A field that is unset (None) until given; `default` is what `resolve` fills in."""
+    return field(default=None, metadata={"option": {"default": default, "help": help, "kind": kind, **spec}})
 
 
 @dataclass(frozen=True)
 class SearchOptions:
-    """Every per-request search option. None means: the index config's value (or the built-in default).
+    """Every per-request search option, each None until set (then: an alias's, the index config's or
+    the built-in default, in that order; see `over` and `resolve`).
 
     `SearchOptions(k=10, mode="dense")` validates on construction; `options.with_overrides(k=3)`
     returns a validated copy.
     """
 
-    k: int = _option(5, "Number of results.", "int", ge=1, le=MAX_K, request_le=REQUEST_MAX_K, flags=("-k",))
-    mode: str = _option(
+    k: int | None = _option(
+        5, "Number of results.", "int", ge=1, le=MAX_K, request_le=REQUEST_MAX_K, flags=("-k",)
+    )
+    mode: str | None = _option(
         DEFAULT_MODE,
         "dense, bm25, hybrid (RRF), hybrid_weighted, or hybrid_auto (weighted, dense weight calibrated per "
         "query and index language).",
@@ -150,7 +156,7 @@ class SearchOptions:
         "object",
         error="must be a JSON object matched against chunk metadata (containment)",
     )
-    include_parent: bool = _option(False, "Attach each hierarchical chunk's parent span.", "bool")
+    include_parent: bool | None = _option(False, "Attach each hierarchical chunk's parent span.", "bool")
     mmr: float | None = _option(
         None, "Maximal marginal relevance lambda (1 = relevance only).", "float", ge=0, le=1
     )
@@ -235,14 +241,16 @@ class SearchOptions:
     def with_overrides(self, **overrides: Any) -> SearchOptions:
         return SearchOptions.of(self, overrides)
 
+    def over(self, base: SearchOptions) -> SearchOptions:
+        """These options, with `base`'s (an alias's pinned options) where these are unset."""
+        return dataclasses.replace(base, **self.given())
+
     def request_only(self) -> SearchOptions:
         """These options without the ones that override an index setting (a coarse index keeps its own)."""
-        return dataclasses.replace(
-            self, **{spec.name: spec.default for spec in option_specs() if spec.index_default}
-        )
+        return dataclasses.replace(self, **{spec.name: None for spec in option_specs() if spec.index_default})
 
     def given(self) -> dict[str, Any]:
-        """The options that are set (not None), by name: the body `Client.search` sends."""
+        """The options that are set (not None), by name: the body `Client.search` sends, an alias stores."""
         return {name: getattr(self, name) for name in option_names() if getattr(self, name) is not None}
 
     # -- command line ----------------------------------------------------------------------------
@@ -278,7 +286,7 @@ class SearchOptions:
     # -- resolution ------------------------------------------------------------------------------
 
     def resolve(self, defaults: IndexDefaults, index_name: str) -> ResolvedSearch:
-        """These options with the index's defaults filled in, checked together."""
+        """These options with the index's defaults, then the built-in ones, filled in, checked together."""
         candidates = self.candidates if self.candidates is not None else defaults.candidates
         if not 1 <= candidates <= MAX_K:
             raise SearchError(f"candidates: must be between 1 and {MAX_K}, got {candidates}")
@@ -306,6 +314,13 @@ class SearchOptions:
             coarse = dataclasses.replace(coarse, min_gap=self.coarse_min_gap)
         return ResolvedSearch(
             options=self,
+            k=self.k if self.k is not None else _SPEC["k"].default,
+            mode=self.mode if self.mode is not None else _SPEC["mode"].default,
+            rerank=self.rerank,
+            filters=self.filters,
+            include_parent=bool(self.include_parent),
+            mmr=self.mmr,
+            ef_search=self.ef_search,
             candidates=int(candidates),
             rrf_k=float(self.rrf_k if self.rrf_k is not None else defaults.rrf_k),
             weight=weight,
@@ -363,13 +378,47 @@ def option_names() -> tuple[str, ...]:
 
 
 _SPECS = tuple(OptionSpec(name=f.name, **f.metadata["option"]) for f in dataclasses.fields(SearchOptions))
+_SPEC = {spec.name: spec for spec in _SPECS}
+
+
+def default_of(name: str) -> Any:
+    """The built-in default of option `name` (what an unset option gets when the index has none)."""
+    return _SPEC[name].default
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """One search: the query, what it names (an alias or an index) and the options the caller set."""
+
+    query: str
+    ref: IndexRef
+    options: SearchOptions = field(default_factory=SearchOptions)
+
+    @classmethod
+    def of(
+        cls,
+        query: str,
+        ref: IndexRef | str,
+        options: SearchOptions | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> SearchRequest:
+        """`options` with keyword `overrides` (see `SearchOptions.of`), for the index or alias `ref`."""
+        return cls(query, IndexRef.of(ref), SearchOptions.of(options, overrides))
 
 
 @dataclass(frozen=True)
 class ResolvedSearch:
-    """The request's options with the index's defaults filled in: what the stages read."""
+    """The options that run: the request's (over an alias's), the index's defaults and the built-in
+    ones filled in. What the stages read and what the response reports."""
 
-    options: SearchOptions
+    options: SearchOptions  # as set by the caller (and alias): a coarse index re-resolves them
+    k: int
+    mode: str
+    rerank: str | Reranker | None
+    filters: dict[str, Any] | None
+    include_parent: bool
+    mmr: float | None
+    ef_search: int | None
     candidates: int
     rrf_k: float
     weight: float
@@ -377,14 +426,6 @@ class ResolvedSearch:
     collapse: bool
     coarse: CoarseFallback | None
     auto_weight: float = AUTO_WEIGHT  # hybrid_auto's base dense weight (`auto_weight(config)`)
-
-    @property
-    def k(self) -> int:
-        return self.options.k
-
-    @property
-    def mode(self) -> str:
-        return self.options.mode
 
     @property
     def falls_back(self) -> bool:

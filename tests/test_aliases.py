@@ -12,6 +12,7 @@ from chunking.types import Document
 from retrieval import aliases
 from retrieval.aliases import AliasError
 from retrieval.indexing import build_index
+from retrieval.options import SearchOptions
 from retrieval.query import Searcher
 from tests.test_indexing_support import ParagraphChunker, make_spec
 from tests.test_search import TOPICS
@@ -47,13 +48,13 @@ def test_set_show_and_rollback_walk_the_chain(store, two_indexes) -> None:
     first = aliases.set_alias(store, name, a.name, {"mode": "bm25"}, note="first")
     assert (first.index, first.options, first.pinned_version, first.drifted) == (
         a.name,
-        {"mode": "bm25"},
+        SearchOptions(mode="bm25"),
         1,
         False,
     )
     second = aliases.set_alias(store, name, b.name, {"mode": "hybrid_weighted", "weight": 0.3})
     assert second.previous == first.generation
-    assert aliases.get_alias(store, name).options == {"mode": "hybrid_weighted", "weight": 0.3}
+    assert aliases.get_alias(store, name).options == SearchOptions(mode="hybrid_weighted", weight=0.3)
     back = aliases.rollback(store, name)
     assert (back.generation, back.index) == (first.generation, a.name)
     # a set after a rollback returns, on rollback, to the target it replaced (not the rolled-back one)
@@ -72,7 +73,7 @@ def test_retention_keeps_n_earlier_targets_and_drops_the_rest(store, two_indexes
     for i in range(6):
         aliases.set_alias(store, name, (a, b)[i % 2].name, {"mode": "bm25", "k": 3 + i}, keep=2)
     kept = aliases.history(store, name)
-    assert [t.options["k"] for t in kept] == [8, 7, 6]  # the current one and two before it
+    assert [t.options.k for t in kept] == [8, 7, 6]  # the current one and two before it
     aliases.rollback(store, name)
     aliases.rollback(store, name)
     with pytest.raises(AliasError, match="dropped"):
@@ -106,6 +107,13 @@ def test_search_through_an_alias_uses_its_target_and_options_as_defaults(
     assert [r.chunk_id for r in dense] == [
         r.chunk_id for r in searcher.search(query, b.name, k=3, mode="dense")
     ]
+    # an explicit k=5 is a request value too (not mistaken for the default): it wins over the alias's 2
+    five, plan = searcher.search_with_plan(query, name, SearchOptions(k=5))
+    assert (plan.k, plan.mode) == (5, "bm25")
+    assert [r.chunk_id for r in five] == [
+        r.chunk_id for r in searcher.search(query, b.name, k=5, mode="bm25")
+    ]
+    assert searcher.search_with_plan(query, name)[1].k == 2
     # the library entry point takes the alias too
     batch = searcher.search_batch([query, "sourdough flour and water"], name)
     assert [len(rows) for rows in batch] == [len(got), 2] and {r.index for rows in batch for r in rows} == {

@@ -13,7 +13,7 @@ from evaluation.runner import SERVED_MODE, EvaluationReport, evaluate_index
 from retrieval.config import IndexConfig, IndexSpec
 from retrieval.index_defaults import AUTO_WEIGHT, auto_weight
 from retrieval.indexing import build_index
-from retrieval.options import DEFAULT_MODE, SearchOptions, option_specs
+from retrieval.options import DEFAULT_MODE, SearchOptions, default_of, option_specs
 from retrieval.query import Searcher
 from retrieval.query.fusion import calibrated_weight, corroboration, fuse
 from retrieval.store import Store
@@ -90,7 +90,7 @@ def test_auto_weight_follows_the_models_languages() -> None:
 def test_the_default_mode_is_hybrid_auto_everywhere() -> None:
     from retrieval.service import request_model
 
-    assert SearchOptions().mode == DEFAULT_MODE == "hybrid_auto"
+    assert default_of("mode") == DEFAULT_MODE == "hybrid_auto" and SearchOptions().mode is None
     assert next(s for s in option_specs() if s.name == "mode").default == DEFAULT_MODE
     assert request_model().model_fields["mode"].default == DEFAULT_MODE
 
@@ -112,7 +112,13 @@ def test_mode_served_scores_exactly_the_service_default(store: Store, embedder) 
     questions = _questions(store, spec)
     searcher = Searcher(store, embedder)
     report = evaluate_index(
-        searcher, spec, questions, (SERVED_MODE, DEFAULT_MODE, "hybrid"), k=2, n_resamples=10, store=store
+        searcher,
+        spec,
+        questions,
+        modes=(SERVED_MODE, DEFAULT_MODE, "hybrid"),
+        k=2,
+        n_resamples=10,
+        store=store,
     )
     served, default = report.summaries[SERVED_MODE], report.summaries[DEFAULT_MODE]
     assert served.per_question == default.per_question
@@ -167,7 +173,13 @@ def test_served_mode_is_no_worse_than_bm25_on_the_multilingual_sets(
     build_index(store, spec, embedder)
     questions = read_eval_set(DATA / f"{language}_questions.jsonl", docs, on_missing="error").questions
     report = evaluate_index(
-        Searcher(store, embedder), spec, questions, ("bm25", SERVED_MODE), k=5, n_resamples=10, store=store
+        Searcher(store, embedder),
+        spec,
+        questions,
+        modes=("bm25", SERVED_MODE),
+        k=5,
+        n_resamples=10,
+        store=store,
     )
     means = report.metrics
     for metric in ("hit_at_5", "recall_at_5", "mrr_at_5"):

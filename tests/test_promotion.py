@@ -22,6 +22,7 @@ from retrieval import aliases
 from retrieval.config import CollectionConfig, ConfigError, ServeConfig, _serve
 from retrieval.indexing import build_index
 from retrieval.names import IndexName
+from retrieval.options import SearchOptions
 from retrieval.query import Searcher
 from tests.test_evaluation import PASSAGES, QUESTIONS
 from tests.test_indexing_support import ParagraphChunker, make_spec
@@ -45,7 +46,9 @@ def _row(index: str, mode: str, recall: float, p95: float = 10.0, tokens: float 
 
 
 def _target(index: str, mode: str, scores: dict[str, float] | None = None) -> aliases.AliasTarget:
-    return aliases.AliasTarget("docs", 1, IndexName.parse(index), 1, {"mode": mode}, scores=scores or {})
+    return aliases.AliasTarget(
+        "docs", 1, IndexName.parse(index), 1, SearchOptions(mode=mode), scores=scores or {}
+    )
 
 
 BOARD = Leaderboard(
@@ -133,7 +136,7 @@ def test_promote_serves_the_winner_and_keeps_it_when_nothing_changed(store, eval
     assert report.metadata["promoted"] is True
     assert {c.name: c.passed for c in report.checks} == {"no_regression": True, "within_budget": True}
     target = aliases.get_alias(store, serve.alias)
-    assert f"{target.index} {target.options['mode']}" == report.metadata["winner"]
+    assert f"{target.index} {target.options.mode}" == report.metadata["winner"]
     assert target.scores == {"recall_at_5": report.metadata["winner_value"]}
     assert searcher.search("What causes tides?", serve.alias)[0].index == target.index
     again = promote(store, collection, [s.name for s in specs], serve)

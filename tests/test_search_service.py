@@ -201,12 +201,12 @@ def test_service_client_and_cli_take_exactly_the_search_options() -> None:
 
     from orchestration.cli import build_parser
     from retrieval.options import SearchOptions, option_specs
-    from retrieval.service import SearchRequest
+    from retrieval.service import SearchBody
 
     fields = {f.name for f in dataclasses.fields(SearchOptions)}
     assert {spec.name for spec in option_specs()} == fields
 
-    assert set(SearchRequest.model_fields) - {"query", "index"} == fields
+    assert set(SearchBody.model_fields) - {"query", "index"} == fields
 
     sent: list[dict] = []
 
@@ -218,7 +218,7 @@ def test_service_client_and_cli_take_exactly_the_search_options() -> None:
     with Client("http://test", transport=httpx.MockTransport(handler)) as client:
         client.search("q", index="demo/x", **examples)
     assert set(sent[0]) - {"query", "index"} == fields
-    assert SearchRequest(**sent[0]).model_dump(exclude={"query", "index"}) == examples
+    assert SearchBody(**sent[0]).model_dump(exclude={"query", "index"}) == examples
 
     search_parser = next(
         action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction)
@@ -240,9 +240,13 @@ def test_service_client_and_cli_take_exactly_the_search_options() -> None:
 
 
 def test_search_options_validate_and_name_the_field() -> None:
-    from retrieval.options import MODES, SearchOptions
+    from retrieval.options import MODES, SearchOptions, default_of
 
-    assert SearchOptions().k == 5 and SearchOptions().mode in MODES
+    # unset is explicit: nothing is filled in until the index's and the built-in defaults are
+    assert SearchOptions().k is None and SearchOptions().given() == {}
+    assert default_of("k") == 5 and default_of("mode") in MODES
+    assert SearchOptions(k=5) != SearchOptions() and SearchOptions(k=5).given() == {"k": 5}
+    assert SearchOptions(k=3).over(SearchOptions(k=2, mode="bm25")) == SearchOptions(k=3, mode="bm25")
     assert SearchOptions.of(SearchOptions(k=3), {"mode": "dense"}) == SearchOptions(k=3, mode="dense")
     for bad, field in (
         ({"k": 0}, "k"),

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from evaluation.datasets.types import Question
 from evaluation.questions import collection_questions
-from evaluation.runner import EvaluationReport, evaluate_index, latest_reports
+from evaluation.runner import EvaluationReport, EvaluationRequest, evaluate_index, latest_reports
 from pipeline import checks
 from pipeline.report import StepReport
 from retrieval.config import CollectionConfig, IndexConfig, IndexSpec
@@ -52,18 +52,10 @@ def evaluate(
 ) -> EvaluationReport:
     """Evaluate every mode on the questions; `cost` adds build figures, `notes` the dataset loader's
     notes; the report is recorded in the store (unless `record` is False)."""
-    report = evaluate_index(
-        searcher,
-        spec,
-        list(questions),
-        tuple(modes),
-        k,
-        dataset=dataset,
-        store=store,
-        n_resamples=n_resamples,
-        progress=progress,
-        notes=list(notes),
+    request = EvaluationRequest(
+        modes=tuple(modes), k=k, dataset=dataset, n_resamples=n_resamples, notes=tuple(notes)
     )
+    report = evaluate_index(searcher, spec, list(questions), request, store=store, progress=progress)
     report.cost.update(cost or {})
     if record:
         store.record_evaluation(spec.name, report)

@@ -20,6 +20,7 @@ from pipeline.report import StepReport
 from retrieval import aliases
 from retrieval.config import ServeConfig
 from retrieval.names import IndexName
+from retrieval.options import SearchOptions
 from retrieval.store import Store
 
 
@@ -72,7 +73,7 @@ def decide(board: Leaderboard, serve: ServeConfig, current: aliases.AliasTarget 
     current_value = math.nan
     if current is not None:  # its latest evaluation on this board, else what it scored when pinned
         current_value = float(current.scores.get(metric, math.nan))
-        mode = current.options.get("mode")
+        mode = current.options.mode
         for row in board.rows:
             if row.index == current.index and row.mode == mode and not math.isnan(row.value(metric)):
                 current_value = row.value(metric)
@@ -101,7 +102,7 @@ def promote(
     if winner is None:
         report.warnings.append(f"promotion: no (config, mode) of {collection!r} is within the budget")
     elif not decision.blocked:
-        target = (IndexName.parse(winner.index), {"mode": winner.mode})
+        target = (IndexName.parse(winner.index), SearchOptions(mode=winner.mode))
         unchanged = (
             current is not None
             and (current.index, current.options) == target
@@ -116,7 +117,7 @@ def promote(
             "promoted": promoted is not None,
             "winner": f"{winner.index} {winner.mode}" if winner else "",
             "winner_value": decision.winner_value,
-            "current": f"{current.index} {current.options.get('mode')}" if current else "",
+            "current": f"{current.index} {current.options.mode}" if current else "",
             "current_value": decision.current_value,
         }
     )

@@ -4,39 +4,31 @@
     -> coarse fallback (optionally beside all of this, see SPECULATE_MAX_QUERIES) -> rows -> MMR
     -> rerank -> parents
 
-The options (`retrieval.options.SearchOptions`) are resolved once per call with the index's
-defaults; each stage reads the resolved value. Every query reads inside one read snapshot (see
-`snapshot`), so all its candidates come from the same index version.
+One search is one `SearchRequest` (query, `IndexRef`, `SearchOptions`). Its options are merged
+once with an alias's pinned ones (`SearchOptions.over`) and resolved once with the index's defaults
+(`ResolvedSearch`); each stage then reads one `Query` value (`plan`). Every query reads inside one
+read snapshot (see `snapshot`), so all its candidates come from the same index version.
 """
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import psycopg
 
-from retrieval.aliases import could_be_alias
-from retrieval.aliases import request_options as alias_request_options
 from retrieval.aliases import resolve as resolve_alias
 from retrieval.capabilities import VectorFeatures
 from retrieval.config import default_collection
 from retrieval.index_defaults import COARSE_DEFAULT_RANK
-from retrieval.names import IndexName
-from retrieval.options import (
-    HNSW_MAX_EF,
-    MAX_K,
-    ResolvedSearch,
-    SearchError,
-    SearchOptions,
-)
+from retrieval.names import DEFAULT_CONFIG, IndexName, IndexRef
+from retrieval.options import HNSW_MAX_EF, ResolvedSearch, SearchError, SearchOptions, SearchRequest
 from retrieval.query import coarse as coarse_stage
 from retrieval.query.collapse import collapse_identical_texts
 from retrieval.query.context import Layouts, rank_with_context
@@ -44,14 +36,14 @@ from retrieval.query.dense import QueryEmbedder, checked_vectors, dense_candidat
 from retrieval.query.fusion import Candidates, Ranked, fuse
 from retrieval.query.lexical import LexicalCandidates
 from retrieval.query.mmr import mmr
+from retrieval.query.plan import Query, Shape, rounded, timed
 from retrieval.query.reranking import Rerankers, rerank
 from retrieval.query.results import IndexNotFoundError, SearchResult
 from retrieval.query.rows import attach_parents, fetch_rows, to_results
 from retrieval.query.snapshot import IndexHandle, IndexHandles, read_snapshot
-from retrieval.rerank import Reranker
 from retrieval.store import Store
 
-DEFAULT_INDEX = "recursive-256"
+DEFAULT_INDEX = DEFAULT_CONFIG
 CONTEXT_BACKENDS = ("sql", "memory")
 # Up to this many queries per call, the coarse index is searched beside the fine ranking (see
 # `coarse.speculate`); otherwise an ambiguous query's coarse ranking follows its fine one in the same
@@ -144,23 +136,35 @@ class Searcher:
     # -- public API ------------------------------------------------------------------------------
 
     def search(
-        self, query: str, index: str = DEFAULT_INDEX, options: SearchOptions | None = None, **overrides: Any
+        self,
+        query: str,
+        index: IndexRef | str = DEFAULT_INDEX,
+        options: SearchOptions | None = None,
+        **overrides: Any,
     ) -> list[SearchResult]:
         """Top-k chunks of `index` for `query`: `options` (a SearchOptions) with keyword overrides."""
         return self.search_with_plan(query, index, options, **overrides)[0]
 
     def search_with_plan(
-        self, query: str, index: str = DEFAULT_INDEX, options: SearchOptions | None = None, **overrides: Any
+        self,
+        query: str,
+        index: IndexRef | str = DEFAULT_INDEX,
+        options: SearchOptions | None = None,
+        **overrides: Any,
     ) -> tuple[list[SearchResult], ResolvedSearch]:
         """`search`, and the options that ran: an alias's own, the index's defaults filled in."""
-        results, plan = self._planned([query], index, options, None, overrides)
+        return self.run(SearchRequest.of(query, index, options, overrides))
+
+    def run(self, request: SearchRequest) -> tuple[list[SearchResult], ResolvedSearch]:
+        """One search request: its results and the options that ran (what a response reports)."""
+        results, plan = self._planned([request.query], request.ref, request.options, None)
         assert plan is not None  # one query: always planned
         return results[0], plan
 
     def search_batch(
         self,
         queries: Sequence[str],
-        index: str = DEFAULT_INDEX,
+        index: IndexRef | str = DEFAULT_INDEX,
         options: SearchOptions | None = None,
         *,
         query_vectors: np.ndarray | None = None,
@@ -171,19 +175,19 @@ class Searcher:
         `query_vectors` (one row per query, from the index's own model) skips the query embedding.
         See `retrieval.options.SearchOptions` for the options and `coarse` for the coarse fallback.
         """
-        return self._planned(queries, index, options, query_vectors, overrides)[0]
+        request = SearchOptions.of(options, overrides)
+        return self._planned(queries, IndexRef.of(index), request, query_vectors)[0]
 
     def _planned(
         self,
         queries: Sequence[str],
-        index: str,
-        options: SearchOptions | None,
+        ref: IndexRef,
+        options: SearchOptions,
         query_vectors: np.ndarray | None,
-        overrides: dict[str, Any],
     ) -> tuple[list[list[SearchResult]], ResolvedSearch | None]:
         if isinstance(queries, str):
             raise SearchError("queries: expected a list of strings, not a single string")
-        index, request = self._through_alias(index, options, overrides)
+        index, request = self._through_alias(ref, options)
         for query in queries:
             if not isinstance(query, str) or not query.strip():
                 raise SearchError("query: must be a non-empty string")
@@ -193,43 +197,23 @@ class Searcher:
         plan = request.resolve(handle.defaults, handle.name)
         return self._run(list(queries), index, handle, plan, query_vectors), plan
 
-    def _through_alias(
-        self, index: str, options: SearchOptions | None, overrides: dict[str, Any]
-    ) -> tuple[str, SearchOptions]:
-        """An alias (a name without '/') becomes its target index, its options the request's defaults.
+    def _through_alias(self, ref: IndexRef, options: SearchOptions) -> tuple[IndexName, SearchOptions]:
+        """An alias becomes its target index, the request's set options over the alias's pinned ones.
 
         Resolved once per call: every query of the call reads that one target (see `retrieval.aliases`).
         """
-        if could_be_alias(index):
+        if ref.alias is not None:
             with self.store.connection() as conn:
-                target = resolve_alias(conn, index)
+                target = resolve_alias(conn, ref.alias)
             if target is not None:
-                return target.served, alias_request_options(target, options, overrides)
-        if isinstance(index, str) and "/" not in index:  # a bare config name: one rule everywhere
-            index = IndexName.parse(index, default_collection())
-        return index, SearchOptions.of(options, overrides)
+                return target.served, options.over(target.options)
+        return ref.index(default_collection()), options  # a bare config name: one rule everywhere
 
     # -- composition -----------------------------------------------------------------------------
 
-    def _shape(self, plan: ResolvedSearch) -> _Shape:
+    def _shape(self, plan: ResolvedSearch) -> Shape:
         """How many candidates each stage keeps for `plan`, its reranker, and whether it embeds."""
-        request = plan.options
-        reranker = self._rerankers.get(request.rerank)
-        k = request.k
-        pool = max(k, self.rerank_candidates if reranker is not None else k)
-        if request.mmr is not None:
-            pool = max(pool, min(plan.candidates, MAX_K), 2 * k)
-        # Context scoring, collapsing and the ambiguity gap always see the same candidates: the top k
-        # does not depend on k.
-        single_list = (
-            plan.mode in ("dense", "bm25")
-            and not plan.context.enabled
-            and not plan.collapse
-            and not plan.coarse
-        )
-        first_stage = pool if single_list else max(pool, plan.candidates)
-        needs_vectors = plan.mode != "bm25" or request.mmr is not None
-        return _Shape(reranker, pool, first_stage, needs_vectors)
+        return Shape.of(plan, self._rerankers.get(plan.rerank), self.rerank_candidates)
 
     def _run(
         self,
@@ -239,7 +223,6 @@ class Searcher:
         plan: ResolvedSearch,
         given_vectors: np.ndarray | None,
     ) -> list[list[SearchResult]]:
-        request = plan.options
         shape = self._shape(plan)
         vectors, embed_ms = None, 0.0
         if given_vectors is not None:
@@ -255,7 +238,7 @@ class Searcher:
                 handle,
                 plan.coarse,
                 fine_vectors=vectors,
-                options=request,
+                options=plan.options,
                 load_handle=self._handle,
                 search_batch=lambda qs, name, options, vs: self.search_batch(
                     qs, name, options, query_vectors=vs
@@ -272,17 +255,17 @@ class Searcher:
         gaps: list[float] = []
         totals_ms: list[float] = []
         pending: list[int] = []  # ambiguous queries still to be answered by the coarse index
-        for qi, query in enumerate(queries):
+        for qi, text in enumerate(queries):
             started = time.perf_counter()
             timings = {"embed_ms": embed_ms} if shape.needs_vectors else {}
-            qvec = vectors[qi] if vectors is not None else None
-            out, gap, coarse_timings = self._one(query, qvec, index, plan, shape, timings, inline)
+            query = Query(text, vectors[qi] if vectors is not None else None, plan, shape)
+            out, gap, coarse_timings = self._one(query, index, timings, inline)
             gaps.append(gap)
             if coarse_timings is None:
                 timings["total_ms"] = (time.perf_counter() - started) * 1000 + timings.get("embed_ms", 0.0)
             totals_ms.append(timings["total_ms"])
             for result in out:
-                result.timings = _rounded(timings if coarse_timings is None else coarse_timings)
+                result.timings = rounded(timings if coarse_timings is None else coarse_timings)
                 if plan.coarse is not None and coarse_timings is None:
                     result.scores["fine_gap"] = gap
             if coarse_timings is not None:
@@ -303,24 +286,18 @@ class Searcher:
         return coarse_stage.coarse_answers(pending, gaps, totals_ms, results, answers_for)
 
     def _one(
-        self,
-        query: str,
-        qvec: np.ndarray | None,
-        index: str,
-        plan: ResolvedSearch,
-        shape: _Shape,
-        timings: dict[str, float],
-        inline: bool = False,
+        self, query: Query, index: str, timings: dict[str, float], inline: bool = False
     ) -> tuple[list[SearchResult], float, dict[str, float] | None]:
         """One query through the stages; returns its results, its ranking gap and, when the coarse
         index answered it (`inline`: an ambiguous query is answered by the coarse index in the same
         snapshot), the coarse search's timings (`timings` then holds the fine ranking's, total
         included)."""
         started = time.perf_counter()
+        plan = query.plan
         features = self.store.vector_features() if plan.mode != "bm25" else None
         with self.store.connection() as conn, read_snapshot(conn):
             handle = self._handles.get(conn, index, begin=True)
-            fused, gap = self._rank(conn, handle, query, qvec, plan, shape, timings, features)
+            fused, gap = self._rank(conn, handle, query, timings, features)
             coarse = None
             if inline and gap < plan.coarse.min_gap:  # type: ignore[union-attr]
                 coarse = self._coarse_plan(conn, handle, plan)
@@ -329,30 +306,24 @@ class Searcher:
                 timings["total_ms"] = (time.perf_counter() - started) * 1000 + timings.get("embed_ms", 0.0)
                 started = time.perf_counter()
                 handle, plan = coarse
-                shape = self._shape(plan)
-                fine_timings, timings = timings, {"embed_ms": 0.0} if shape.needs_vectors else {}
-                fused, _ = self._rank(conn, handle, query, qvec, plan, shape, timings, features)
-            request = plan.options
-            with _timed(timings, "fetch_ms"):
-                keep = (
-                    shape.first_stage
-                    if (shape.reranker is not None or request.mmr is not None)
-                    else request.k
-                )
-                ranked = fused[:keep]
+                query = dataclasses.replace(query, plan=plan, shape=self._shape(plan))
+                fine_timings, timings = timings, {"embed_ms": 0.0} if query.shape.needs_vectors else {}
+                fused, _ = self._rank(conn, handle, query, timings, features)
+            with timed(timings, "fetch_ms"):
+                ranked = fused[: query.shape.kept(plan)]
                 ids = [cid for cid, _ in ranked]
-                rows = fetch_rows(conn, handle, ids, with_vectors=request.mmr is not None, commit=True)
+                rows = fetch_rows(conn, handle, ids, with_vectors=plan.mmr is not None, commit=True)
         hits: Ranked = [(cid, scores) for cid, scores in ranked if cid in rows]
-        reranker, pool = shape.reranker, shape.pool
-        if request.mmr is not None and qvec is not None:
-            with _timed(timings, "mmr_ms"):
-                hits = mmr(hits, rows, qvec, request.mmr, max(request.k, pool if reranker else request.k))
+        reranker, pool = query.shape.reranker, query.shape.pool
+        if plan.mmr is not None and query.vector is not None:
+            with timed(timings, "mmr_ms"):
+                hits = mmr(hits, rows, query.vector, plan.mmr, max(plan.k, pool if reranker else plan.k))
         if reranker is not None:
-            with _timed(timings, "rerank_ms"):
-                hits = rerank(hits[:pool], reranker, query, rows)
-        out = to_results(handle, hits[: request.k], rows)
-        if request.include_parent and out:
-            with _timed(timings, "parent_ms"):
+            with timed(timings, "rerank_ms"):
+                hits = rerank(hits[:pool], reranker, query.text, rows)
+        out = to_results(handle, hits[: plan.k], rows)
+        if plan.include_parent and out:
+            with timed(timings, "parent_ms"):
                 attach_parents(self.store, handle, out, rows)
         if coarse is None:
             return out, gap, None
@@ -387,69 +358,40 @@ class Searcher:
         self,
         conn: psycopg.Connection,
         handle: IndexHandle,
-        query: str,
-        qvec: np.ndarray | None,
-        plan: ResolvedSearch,
-        shape: _Shape,
+        query: Query,
         timings: dict[str, float],
         features: VectorFeatures | None,
     ) -> tuple[Ranked, float]:
         """The ranking stages in the caller's snapshot: the ranked candidates and the ranking gap."""
-        request, mode, first_stage = plan.options, plan.mode, shape.first_stage
+        plan, mode, first_stage = query.plan, query.plan.mode, query.shape.first_stage
         dense: Candidates = []
         lexical: Candidates = []
         if mode != "bm25":
-            with _timed(timings, "dense_ms"):
+            with timed(timings, "dense_ms"):
                 n = first_stage if mode == "dense" else max(first_stage, plan.candidates)
-                ef = request.ef_search or self.ef_search
-                dense = dense_candidates(conn, handle, qvec, n, request.filters, ef, features)
+                ef = plan.ef_search or self.ef_search
+                dense = dense_candidates(conn, handle, query.vector, n, plan.filters, ef, features)
         if mode != "dense":
-            with _timed(timings, "bm25_ms"):
+            with timed(timings, "bm25_ms"):
                 n = first_stage if mode == "bm25" else max(first_stage, plan.candidates)
-                lexical = self.lexical.top_k(conn, handle, query, n, request.filters)
-        with _timed(timings, "fuse_ms"):
+                lexical = self.lexical.top_k(conn, handle, query.text, n, plan.filters)
+        with timed(timings, "fuse_ms"):
             fused = fuse(mode, dense, lexical, plan.rrf_k, plan.weight, plan.auto_weight)
         if plan.context.enabled and fused:
-            with _timed(timings, "context_ms"):
+            with timed(timings, "context_ms"):
                 layout = self._layouts.get(conn, handle)
                 statistics = (
                     self._layouts.statistics(conn, handle) if self.context_backend == "memory" else None
                 )
-                dense_weight = fused[0][1].get("auto_weight", plan.weight)  # hybrid_auto: this query's
-                fused = rank_with_context(
-                    conn, handle, layout, mode, fused, plan.context, query, qvec,
-                    dense_weight=dense_weight, rrf_k=plan.rrf_k, statistics=statistics,
-                )  # fmt: skip
+                fused = rank_with_context(conn, handle, layout, query, fused, statistics)
         rank = plan.coarse.rank if plan.coarse is not None else COARSE_DEFAULT_RANK
-        keep = first_stage if (shape.reranker is not None or request.mmr is not None) else request.k
         if plan.collapse and fused:
-            with _timed(timings, "collapse_ms"):
+            with timed(timings, "collapse_ms"):
                 # the gap reads the `rank`-th score, or (without context) the whole list's spread
+                keep = query.shape.kept(plan)
                 limit = max(keep, rank) if plan.context.enabled or plan.coarse is None else None
                 fused = collapse_identical_texts(fused, self._layouts.get(conn, handle), limit)
         return fused, coarse_stage.ranking_gap(mode, fused, rank, plan.context.enabled)
-
-
-@dataclass(frozen=True)
-class _Shape:
-    """What a plan's stages keep: the reranker, its pool, the first stage's candidates, the embedding."""
-
-    reranker: Reranker | None
-    pool: int
-    first_stage: int
-    needs_vectors: bool
-
-
-def _rounded(timings: dict[str, float]) -> dict[str, float]:
-    return {key: round(value, 3) for key, value in timings.items()}
-
-
-@contextlib.contextmanager
-def _timed(timings: dict[str, float], key: str) -> Iterator[None]:
-    """Time a stage into `timings[key]` (ms)."""
-    started = time.perf_counter()
-    yield
-    timings[key] = (time.perf_counter() - started) * 1000
 
 
 # -- the default Searcher of `retrieval.search(...)` -----------------------------------------------

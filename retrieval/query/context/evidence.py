@@ -14,6 +14,17 @@ from retrieval.index_defaults import ContextScoring
 from retrieval.query.context.layout import ChunkLayout
 from retrieval.query.context.statistics import ContextStatistics
 from retrieval.query.context.windows import _best_windows, _best_windows_at_hits, best_window_score
+from retrieval.query.snapshot import IndexHandle
+
+
+@dataclass(frozen=True)
+class ContextQuery:
+    """What the context stage scores one query with: the settings, the query's analysed terms (None:
+    the mode reads no BM25) and its vector (None: the mode reads no dense score)."""
+
+    settings: ContextScoring
+    terms: list[str] | None
+    vector: np.ndarray | None
 
 
 @dataclass
@@ -49,24 +60,19 @@ class ContextEvidence:
 
 def score_contexts(
     conn: psycopg.Connection,
-    *,
-    index_name: str,
-    chunks_partition: str,
-    postings_partition: str,
-    dim: int,
+    handle: IndexHandle,
     layout: ChunkLayout,
-    settings: ContextScoring,
+    query: ContextQuery,
     candidates: list[str],
-    terms: list[str] | None,
-    bm25_params: bm25_lib.Bm25Params,
-    query_vector: np.ndarray | None,
-    analyzer: bm25_lib.Analyzer | None = None,
 ) -> ContextEvidence:
     """BM25 and/or dense scores of each candidate's context, read inside the caller's snapshot.
 
-    `terms=None` skips BM25 and `query_vector=None` skips the dense score (the mode does not use it).
-    With `settings.focus_weight` and an `analyzer`, each candidate's best window is scored too.
+    `query.terms=None` skips BM25 and `query.vector=None` skips the dense score (the mode does not
+    use it). With `settings.focus_weight`, each candidate's best window is scored too.
     """
+    settings, terms, query_vector = query.settings, query.terms, query.vector
+    index_name, chunks_partition, postings_partition = handle.name, handle.chunks, handle.postings
+    bm25_params, analyzer = handle.bm25_params, handle.analyzer
     members = {cid: layout.members(cid, settings) for cid in candidates if cid in layout.position}
     if not members:
         return ContextEvidence(None, None)
@@ -97,7 +103,7 @@ def score_contexts(
         if query_vector is not None:
             anchors = [cid for cid, ids in members.items() for _ in ids]
             member_ids = [m for ids in members.values() for m in ids]
-            vector_type = sql.SQL("vector({})").format(sql.Literal(int(dim)))
+            vector_type = sql.SQL("vector({})").format(sql.Literal(int(handle.dim)))
             dense_cursor = conn.execute(
                 sql.SQL(
                     "SELECT a.anchor, 1 - (avg(c.embedding::{t}) <=> %s::{t}) FROM"
@@ -146,19 +152,17 @@ def score_contexts(
 
 def score_contexts_in_memory(
     conn: psycopg.Connection,
+    handle: IndexHandle,
     statistics: ContextStatistics,
-    *,
-    settings: ContextScoring,
+    query: ContextQuery,
     candidates: list[str],
-    terms: list[str] | None,
-    bm25_params: bm25_lib.Bm25Params,
-    query_vector: np.ndarray | None,
-    analyzer: bm25_lib.Analyzer | None = None,
 ) -> ContextEvidence:
     """`score_contexts` from the index version's `ContextStatistics`: the same scores, no query sent.
 
     `conn` (the caller's snapshot) is only used to load a part of the statistics on its first use.
     """
+    settings, terms, query_vector = query.settings, query.terms, query.vector
+    bm25_params, analyzer = handle.bm25_params, handle.analyzer
     layout = statistics.layout
     where = layout.position
     found = [k for k, cid in enumerate(candidates) if cid in where]

@@ -8,10 +8,16 @@ import numpy as np
 import psycopg
 
 from retrieval.index_defaults import ContextScoring
-from retrieval.query.context.evidence import ContextEvidence, score_contexts, score_contexts_in_memory
+from retrieval.query.context.evidence import (
+    ContextEvidence,
+    ContextQuery,
+    score_contexts,
+    score_contexts_in_memory,
+)
 from retrieval.query.context.layout import ChunkLayout
 from retrieval.query.context.statistics import ContextStatistics
 from retrieval.query.fusion import Ranked
+from retrieval.query.plan import Query
 from retrieval.query.snapshot import IndexHandle
 
 
@@ -95,14 +101,8 @@ def rank_with_context(
     conn: psycopg.Connection,
     handle: IndexHandle,
     layout: ChunkLayout,
-    mode: str,
+    query: Query,
     fused: Ranked,
-    settings: ContextScoring,
-    query: str,
-    query_vector: np.ndarray | None,
-    *,
-    dense_weight: float,
-    rrf_k: float,
     statistics: ContextStatistics | None = None,
 ) -> Ranked:
     """The context stage: score the candidates' contexts and re-rank with them.
@@ -110,33 +110,16 @@ def rank_with_context(
     With `statistics` (the index version's, in memory) no query is sent; without, the postings,
     term statistics and vectors are read in the caller's snapshot (`score_contexts`).
     """
-    terms = handle.analyzer.analyze(query) if mode != "dense" else None
-    vector = query_vector if mode != "bm25" else None
+    plan, mode = query.plan, query.plan.mode
+    context = ContextQuery(
+        plan.context,
+        handle.analyzer.analyze(query.text) if mode != "dense" else None,
+        query.vector if mode != "bm25" else None,
+    )
     candidates = [cid for cid, _ in fused]
     if statistics is not None:
-        evidence = score_contexts_in_memory(
-            conn,
-            statistics,
-            settings=settings,
-            candidates=candidates,
-            terms=terms,
-            bm25_params=handle.bm25_params,
-            query_vector=vector,
-            analyzer=handle.analyzer,
-        )
+        evidence = score_contexts_in_memory(conn, handle, statistics, context, candidates)
     else:
-        evidence = score_contexts(
-            conn,
-            index_name=handle.name,
-            chunks_partition=handle.chunks,
-            postings_partition=handle.postings,
-            dim=handle.dim,
-            layout=layout,
-            settings=settings,
-            candidates=candidates,
-            terms=terms,
-            bm25_params=handle.bm25_params,
-            query_vector=vector,
-            analyzer=handle.analyzer,
-        )
-    return fuse_with_context(mode, fused, evidence, settings, dense_weight=dense_weight, rrf_k=rrf_k)
+        evidence = score_contexts(conn, handle, layout, context, candidates)
+    dense_weight = fused[0][1].get("auto_weight", plan.weight)  # hybrid_auto: this query's
+    return fuse_with_context(mode, fused, evidence, plan.context, dense_weight=dense_weight, rrf_k=plan.rrf_k)

@@ -1,0 +1,79 @@
+"""The alias routes of the query service: list, show, pin (`PUT`) and roll back serving aliases."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import Depends, FastAPI, HTTPException
+from pydantic import Field
+
+from retrieval import aliases
+from retrieval.api.common import ServiceContext
+from retrieval.api.models import StrictBody, picked
+from retrieval.options import SearchError
+from retrieval.store import Store
+
+
+class AliasBody(StrictBody):
+    """`PUT /v1/aliases/{name}`: the index it serves and the search options it pins.
+
+    `options` is the JSON object of a search body's option fields (parsed into `SearchOptions` and
+    held to the same limits as a search, by `RequestLimits.parse`)."""
+
+    index: str = Field(..., min_length=1, max_length=200, description="`collection/config`, published.")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description='Search options, e.g. {"mode": "hybrid_weighted", "weight": 0.3}.'
+    )
+    note: str = Field("", max_length=500, description="Why (kept in the alias's history).")
+    keep: int | None = Field(None, ge=1, le=1000, description="Earlier targets kept for rollback.")
+
+
+def add_alias_routes(app: FastAPI, ctx: ServiceContext, require_key: Callable[..., None]) -> None:
+    """`GET /v1/aliases`, `GET|PUT /v1/aliases/{name}`, `POST /v1/aliases/{name}/rollback`.
+
+    An alias set here keeps to what a search request may ask for (`ctx.limits`: k, the enabled
+    rerankers), since its options are served to every request that names it."""
+    protected = [Depends(require_key)]
+    responses = picked(400, 401, 404, 503)
+    store = ctx.store
+
+    @app.get("/v1/aliases", dependencies=protected, responses=responses)
+    def list_aliases() -> list[dict[str, Any]]:
+        """Every alias and its current target."""
+        return [target.as_dict() for target in aliases.list_aliases(store())]
+
+    @app.get("/v1/aliases/{name}", dependencies=protected, responses=responses)
+    def show_alias(name: str) -> dict[str, Any]:
+        """The alias's current target and the earlier ones it can roll back to (newest first)."""
+        current = _existing(store(), name)
+        return {**current.as_dict(), "history": [t.as_dict() for t in aliases.history(store(), name)]}
+
+    @app.put("/v1/aliases/{name}", dependencies=protected, responses=responses)
+    def put_alias(name: str, body: AliasBody) -> dict[str, Any]:
+        """Point the alias at an index (atomically for readers) with the options it pins."""
+        try:
+            options = ctx.limits.parse(body.options, where="options.")
+            target = aliases.set_alias(store(), name, body.index, options, note=body.note, keep=body.keep)
+        except (SearchError, aliases.AliasError) as exc:
+            raise HTTPException(status_code=400, detail=str(exc)) from exc
+        return target.as_dict()
+
+    @app.post("/v1/aliases/{name}/rollback", dependencies=protected, responses=responses)
+    def rollback_alias(name: str) -> dict[str, Any]:
+        """Return the alias to the target it had before its current one."""
+        _existing(store(), name)
+        try:
+            return aliases.rollback(store(), name).as_dict()
+        except aliases.AliasError as exc:
+            raise HTTPException(status_code=400, detail=str(exc)) from exc
+
+
+def _existing(store: Store, name: str) -> aliases.AliasTarget:
+    try:
+        target = aliases.get_alias(store, name)
+    except aliases.AliasError as exc:
+        raise HTTPException(status_code=400, detail=str(exc)) from exc
+    if target is None:
+        raise HTTPException(status_code=404, detail=f"alias {name!r} does not exist")
+    return target

@@ -1,0 +1,106 @@
+"""The service's JSON bodies: the search request derived from `SearchOptions`, the response, the errors."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+
+from retrieval.http_guards import check_json_values
+from retrieval.names import DEFAULT_CONFIG, IndexRef
+from retrieval.options import SERVICE_MAX_K, OptionSpec, SearchOptions, SearchRequest, option_specs
+from retrieval.query import SearchResult
+
+DEFAULT_MAX_K = SERVICE_MAX_K
+
+_WIRE_TYPES: dict[str, Any] = {
+    "int": int,
+    "float": float,
+    "bool": bool,
+    "object": dict[str, Any],
+    "reranker": str,
+}
+
+
+class StrictBody(BaseModel):
+    """No coercion (`"5"`, `true` and `0` are not k or a bool), no unknown fields, no unencodable values."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _encodable_values(cls, data: Any) -> Any:
+        check_json_values(data)  # no NUL, lone surrogate or NaN reaches Postgres
+        return data
+
+
+def _request_field(spec: OptionSpec, max_k: int) -> tuple[Any, Any]:
+    """A pydantic field for one search option: its JSON type, default, request bounds and description.
+
+    The default is documented (OpenAPI), never sent on: a field the body leaves out stays unset
+    (`exclude_unset`), so an alias's pinned value or the index's default applies."""
+    wire = Literal[spec.choices] if spec.kind == "choice" else _WIRE_TYPES[spec.kind]
+    bounds: dict[str, Any] = {}
+    if spec.kind in ("int", "float"):
+        bounds = {"ge": spec.ge, "le": max_k if spec.name == "k" else spec.request_bound}
+        if spec.kind == "float":
+            bounds["allow_inf_nan"] = False
+    return (wire | None if spec.nullable else wire, Field(spec.default, description=spec.help, **bounds))
+
+
+def request_model(max_k: int = DEFAULT_MAX_K) -> type[BaseModel]:
+    """The request body: the query, the index, and every field of SearchOptions (derived, never listed)."""
+    return create_model(
+        "SearchRequest",
+        __base__=StrictBody,
+        # emptiness is the searcher's check, so the service and in-process say it alike
+        query=(str, Field(description="The question or keywords (not blank).")),
+        index=(
+            str,
+            Field(
+                DEFAULT_CONFIG,
+                min_length=1,
+                max_length=200,
+                description="`collection/config`, a bare config name, or an alias.",
+            ),
+        ),
+        **{spec.name: _request_field(spec, max_k) for spec in option_specs()},
+    )
+
+
+SearchBody = request_model()
+
+
+def search_request(body: BaseModel) -> SearchRequest:
+    """The library's one search value from a parsed body: only the options the caller set."""
+    given = body.model_dump(exclude_unset=True, exclude={"query", "index"})
+    return SearchRequest(body.query, IndexRef(body.index), SearchOptions(**given))
+
+
+class SearchResponse(BaseModel):
+    index: str
+    mode: str
+    k: int
+    results: list[SearchResult]
+    took_ms: float
+
+
+class ErrorResponse(BaseModel):
+    detail: str
+
+
+def error(description: str) -> dict[str, Any]:
+    return {"model": ErrorResponse, "description": description}
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: error("A value the searcher rejects (k over this server's limit, a blank query, ...)."),
+    401: error("Missing or wrong API key (when the server has one)."),
+    413: error("The request body is over the server's cap."),
+    415: error("The body is not JSON."),
+    503: error("The database is unavailable; retry shortly."),
+}
+
+
+def picked(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {code: ERRORS[code] for code in codes if code in ERRORS}

@@ -1,0 +1,192 @@
+"""The service's status routes: `/healthz`, `/readyz` (warm, database, embedding endpoint), `/v1/indexes`."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+from fastapi import Depends, FastAPI, Query
+from fastapi.responses import JSONResponse
+
+from retrieval.api.common import ENDPOINT_UNAVAILABLE, UNAVAILABLE, ServiceContext
+from retrieval.api.models import error, picked
+from retrieval.db import verify_server
+from retrieval.endpoint_settings import EndpointError, endpoint_identity
+from retrieval.lag import index_lag
+from retrieval.query import Searcher
+from retrieval.query.results import NOTHING_INDEXED
+from retrieval.selfcheck import DatabaseSelfCheckError
+from retrieval.store import Store
+
+log = logging.getLogger("chunkyard.service")
+# The per-mode metric means `/v1/indexes` shows by default (`?full=true` gives the whole report).
+HEADLINE_METRICS = ("hit_at_{k}", "mrr_at_{k}", "recall_at_{k}", "precision_at_{k}", "iou_at_{k}")
+
+
+def headline(report: dict[str, Any] | None) -> dict[str, float]:
+    """`{mode}/{metric}` means of the headline metrics in a stored evaluation report dict."""
+    if not isinstance(report, dict):
+        return {}
+    k = report.get("k", 5)
+    names = [template.format(k=k) for template in HEADLINE_METRICS]
+    out: dict[str, float] = {}
+    for mode, summary in (report.get("summaries") or {}).items():
+        overall = (summary or {}).get("overall") or {}
+        for name in names:
+            mean = (overall.get(name) or {}).get("mean")
+            if isinstance(mean, int | float):
+                out[f"{mode}/{name}"] = round(float(mean), 4)
+    return out
+
+
+def _index_summary(info: dict[str, Any]) -> dict[str, Any]:
+    """An index as `/v1/indexes` lists it by default: its facts and its evaluation's headline means."""
+    evaluation = info.get("latest_evaluation")
+    summary = {key: value for key, value in info.items() if key not in ("config", "latest_evaluation")}
+    summary["latest_evaluation"] = (
+        None
+        if evaluation is None
+        else {
+            **{key: value for key, value in evaluation.items() if key != "report"},
+            "headline": headline(evaluation.get("report")),
+        }
+    )
+    return summary
+
+
+def _self_check_failed(error: DatabaseSelfCheckError) -> JSONResponse:
+    """The database cannot run pgvector's operators: not an outage that passes, so say what and why."""
+    return JSONResponse({"status": "failed", "detail": str(error), "hint": error.hint}, status_code=503)
+
+
+def _published_state(store: Store) -> tuple[int, int]:
+    """The schema version and the number of published indexes; (0, 0) before anything was indexed."""
+    with store.connection() as conn:
+        try:
+            version = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+            published = conn.execute("SELECT count(*) FROM indexes WHERE version > 0").fetchone()[0]
+        except psycopg.errors.UndefinedTable:
+            return 0, 0
+    return int(version), int(published)
+
+
+class Readiness:
+    """Ready once the model and the BM25 copies of every published index are loaded (warm), or at once."""
+
+    def __init__(self, warm: bool | Sequence[str]) -> None:
+        self.warm = warm
+        self.done = threading.Event()
+        self.failure = ""
+        self.fatal: DatabaseSelfCheckError | None = None  # a verdict, not an outage: no more retries
+        if not warm:
+            self.done.set()
+
+    def run(self, searcher: Searcher, retry_s: float = 2.0) -> None:
+        """Warm until it succeeds (a database that is down now may be up later)."""
+        while not self.done.is_set():
+            try:
+                started = time.perf_counter()
+                names = self._names(searcher)
+                for name, config in names:
+                    try:
+                        searcher.embedder(name, config).embed(["warm up"])
+                    except EndpointError as exc:  # /readyz reports it; BM25 searches still serve
+                        log.warning("warm: %s: embedding endpoint: %s", name, exc)
+                    if searcher.bm25_backend == "memory":
+                        searcher.warm(name)
+                log.info("warm: %d index(es) in %.1f s", len(names), time.perf_counter() - started)
+                self.done.set()
+            except DatabaseSelfCheckError as exc:
+                self.fatal = exc
+                log.error("warming stopped: %s (%s)", exc, exc.hint)
+                return
+            except Exception as exc:
+                self.failure = type(exc).__name__
+                log.warning("warming failed (%s); retrying in %.0f s", exc, retry_s)
+                time.sleep(retry_s)
+
+    def endpoint_problems(self, searcher: Searcher) -> dict[str, str] | None:
+        """Per published index served by an embedding server: '' when it answers a probe (checked at
+        most every few seconds), else why not; None when no index uses one."""
+        served = [
+            (n, c) for n, c in self._names(searcher, every=True) if endpoint_identity(c.get("embedder") or {})
+        ]
+        if not served:
+            return None
+        return {name: searcher.embedder(name, config).unavailable() for name, config in served}
+
+    def _names(self, searcher: Searcher, every: bool = False) -> list[tuple[str, dict[str, Any]]]:
+        wanted = None if self.warm is True or every else set(self.warm)
+        return [
+            (info["name"], info["config"] or {})
+            for info in searcher.store.list_indexes()
+            if info["version"] and (wanted is None or info["name"] in wanted)
+        ]
+
+
+def add_status_routes(
+    app: FastAPI, ctx: ServiceContext, readiness: Readiness, require_key: Callable[..., None]
+) -> None:
+    """`GET /healthz`, `GET /readyz` and `GET /v1/indexes` (behind the key)."""
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        """The process is up."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", responses={503: error("Warming up, or the database is unavailable.")})
+    def readyz() -> JSONResponse:
+        """The model and BM25 copies are loaded, the database answers and its schema is migrated.
+
+        With an index on an embedding server, `dependencies` says whether it answers a probe; when it
+        does not, the status is `degraded` but the code stays 200 (BM25 searches still work)."""
+        if readiness.fatal is not None:
+            return _self_check_failed(readiness.fatal)
+        if not readiness.done.is_set():
+            return JSONResponse(
+                {"status": "warming", "detail": "loading the model and the BM25 copies"}, status_code=503
+            )
+        try:
+            store = ctx.searcher().store
+            version, published = _published_state(store)
+            database = verify_server(store.url).describe()
+        except DatabaseSelfCheckError as exc:
+            return _self_check_failed(exc)
+        except Exception as exc:  # not ready: the reason goes to the log, not to an anonymous caller
+            log.error("readyz: %s: %s", type(exc).__name__, exc)
+            return JSONResponse({"status": "unavailable", "detail": UNAVAILABLE}, status_code=503)
+        body: dict[str, Any] = {
+            "status": "ready",
+            "schema_version": version,
+            "database": database,
+            "indexes": published,
+        }
+        if not published:
+            body["detail"] = NOTHING_INDEXED
+        problems = readiness.endpoint_problems(ctx.searcher())
+        if problems is not None:  # an embedding server is a dependency of the indexes it serves
+            down = {name: problem for name, problem in problems.items() if problem}
+            body["dependencies"] = {"database": "ok", "embedding_endpoint": "unavailable" if down else "ok"}
+            if down:  # still 200: BM25 searches work, and every replica shares the endpoint
+                log.error("readyz: embedding endpoint: %s", "; ".join(f"{n}: {p}" for n, p in down.items()))
+                body.update(status="degraded", detail=ENDPOINT_UNAVAILABLE)
+        return JSONResponse(body)
+
+    @app.get(
+        "/v1/indexes",
+        dependencies=[Depends(require_key)],
+        responses=picked(401, 503),
+    )
+    def indexes(
+        full: bool = Query(False, description="The whole config and evaluation report of each index."),
+    ) -> list[dict[str, Any]]:
+        """Every index: version, sizes and its latest evaluation's headline means (`?full=true`: all)."""
+        store = ctx.searcher().store
+        listed = store.list_indexes()
+        for info in listed:  # documents behind and the oldest unindexed change (retrieval.lag)
+            info["lag"] = index_lag(store, info["name"], info["collection"]).as_dict()
+        return listed if full else [_index_summary(info) for info in listed]
