@@ -1,10 +1,11 @@
 """The index steps declared once: their order, what each reads, and the rule that checks stop them.
 
-chunks -> embeddings + bm25 -> index (the atomic publish). The Dagster assets take their
-dependencies from `INDEX_STEPS` and declare every error-level check of these steps blocking;
-`run_index_steps` runs the same steps in this order for `chunkyard eval`. On both paths a failed
-error-level check stops every later step of that index, so a failed staged check leaves the
-previous version published.
+chunks -> embeddings + bm25 -> index (the atomic publish), as `retrieval.indexing.graph` declares
+it (`build_index` runs the same graph). The Dagster assets take their dependencies from
+`INDEX_STEPS` and declare every error-level check of these steps blocking; `run_index_steps`
+runs the same steps in this order for `chunkyard eval`. On both paths a failed error-level check
+stops every later step of that index, so a failed staged check leaves the previous version
+published.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from pipeline.checks import Check
 from pipeline.report import StepReport
+from retrieval.indexing.graph import INDEX_GRAPH, PUBLISH
 
 if TYPE_CHECKING:
     from retrieval.config import IndexSpec
@@ -38,14 +40,14 @@ class IndexStep:
         return step(store, spec, embedder) if self.takes_embedder else step(store, spec)
 
 
-INDEX_STEPS: tuple[IndexStep, ...] = (
-    IndexStep("chunks", (), "chunk", takes_embedder=True),
-    IndexStep("embeddings", ("chunks",), "embed", takes_embedder=True),
-    IndexStep("bm25", ("chunks",), "index_terms", takes_embedder=False),
-    IndexStep("index", ("embeddings", "bm25"), "publish_index", takes_embedder=False),
+# The `pipeline.steps.<kind>` function of each stage of the graph (which adds its checks).
+STEP_FUNCTIONS = {"chunks": "chunk", "embeddings": "embed", "bm25": "index_terms", "index": "publish_index"}
+INDEX_STEPS: tuple[IndexStep, ...] = tuple(
+    IndexStep(stage.kind, stage.after, STEP_FUNCTIONS[stage.kind], stage.takes_embedder)
+    for stage in INDEX_GRAPH
 )
 INDEX_KINDS = tuple(step.kind for step in INDEX_STEPS)
-PUBLISH = "index"
+__all__ = ["INDEX_KINDS", "INDEX_STEPS", "PUBLISH", "ChecksFailed", "IndexStep", "run_index_steps", "step"]
 
 
 def step(kind: str) -> IndexStep:

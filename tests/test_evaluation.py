@@ -297,7 +297,7 @@ def test_suggest_fusion_weight_uses_the_searcher(built_index):
 def test_interrupted_benchmark_resumes_from_cached_embeddings(pg_url, tmp_path, monkeypatch, embedder):
     import retrieval.embedder
     import retrieval.indexing.embeddings
-    from pipeline.benchmark import run_benchmark
+    from pipeline.benchmark import BenchmarkRequest, run_benchmark
 
     configs = tmp_path / "configs"
     configs.mkdir()
@@ -339,11 +339,15 @@ def test_interrupted_benchmark_resumes_from_cached_embeddings(pg_url, tmp_path, 
     monkeypatch.setattr(embedder, "embed", embed_then_crash)
     with pytest.raises(Interrupted):
         run_benchmark(
-            str(eval_set), configs=["words-8"], modes=["dense"], database_url=pg_url, show_progress=False
+            BenchmarkRequest(
+                str(eval_set), configs=["words-8"], modes=["dense"], database_url=pg_url, show_progress=False
+            )
         )
     monkeypatch.setattr(embedder, "embed", real_embed)
     result = run_benchmark(
-        str(eval_set), configs=["words-8"], modes=["dense"], database_url=pg_url, show_progress=False
+        BenchmarkRequest(
+            str(eval_set), configs=["words-8"], modes=["dense"], database_url=pg_url, show_progress=False
+        )
     )
     build = result.build_reports["eval-resume/words-8"]
     total = build["embeddings_computed"] + build["embeddings_reused"]
@@ -423,7 +427,7 @@ def test_eval_stops_before_the_publish_when_an_error_check_fails(pg_url, tmp_pat
     """`chunkyard eval` runs the steps of `pipeline.graph`: a failed staged error-level check stops
     it with an error naming the check, and the previous version stays published."""
     import retrieval.embedder
-    from pipeline.benchmark import run_benchmark
+    from pipeline.benchmark import BenchmarkRequest, run_benchmark
     from pipeline.benchmark.run import BenchmarkError
     from retrieval.store import Store
 
@@ -447,7 +451,7 @@ def test_eval_stops_before_the_publish_when_an_error_check_fails(pg_url, tmp_pat
     monkeypatch.setenv("CHUNKYARD_CONFIGS", str(configs))
     monkeypatch.setattr(retrieval.embedder, "embedder_for_config", lambda config: embedder)
     arguments = {"configs": ["words-300"], "modes": ["dense"], "database_url": pg_url, "show_progress": False}
-    first = run_benchmark(str(eval_set), **arguments)
+    first = run_benchmark(BenchmarkRequest(str(eval_set), **arguments))
     name = "eval-gate/words-300"
     published = Store(pg_url).index_info(name)
     assert first.reports and published is not None
@@ -458,6 +462,6 @@ def test_eval_stops_before_the_publish_when_an_error_check_fails(pg_url, tmp_pat
         encoding="utf-8",
     )
     with pytest.raises(BenchmarkError, match="within_model_token_limit"):
-        run_benchmark(str(eval_set), **arguments)
+        run_benchmark(BenchmarkRequest(str(eval_set), **arguments))
     after = Store(pg_url).index_info(name)
     assert after["version"] == published["version"] and after["chunk_count"] == published["chunk_count"]

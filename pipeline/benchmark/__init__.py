@@ -1,6 +1,6 @@
 """`chunkyard eval`: build every requested index through the pipeline's steps, evaluate, compare.
 
-- `pipeline.benchmark.run`: `run_benchmark(dataset, ...) -> BenchmarkResult`
+- `pipeline.benchmark.run`: `run_benchmark(BenchmarkRequest(dataset, ...)) -> BenchmarkResult`
 - `pipeline.benchmark.results`: the result's tables, Chroma's published rows beside ours, `--json`
 - `pipeline.benchmark.cli`: `main(argv)`, the command line
 """
@@ -9,6 +9,6 @@ from __future__ import annotations
 
 from pipeline.benchmark.cli import build_parser, main
 from pipeline.benchmark.results import BenchmarkResult
-from pipeline.benchmark.run import BenchmarkError, run_benchmark
+from pipeline.benchmark.run import BenchmarkError, BenchmarkRequest, run_benchmark
 
-__all__ = ["BenchmarkError", "BenchmarkResult", "build_parser", "main", "run_benchmark"]
+__all__ = ["BenchmarkError", "BenchmarkRequest", "BenchmarkResult", "build_parser", "main", "run_benchmark"]

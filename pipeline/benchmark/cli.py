@@ -11,7 +11,7 @@ from typing import Any
 
 from evaluation.datasets import CHROMA_GENERAL, DatasetError
 from pipeline.benchmark.results import PROTOCOLS
-from pipeline.benchmark.run import BenchmarkError, collection_eval_set, run_benchmark
+from pipeline.benchmark.run import BenchmarkError, BenchmarkRequest, collection_eval_set, run_benchmark
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,24 +122,26 @@ def main(argv: list[str] | None = None) -> int:
         elif output is None and not args.json and not args.configs and not args.limit_questions:
             output = _default_output(args.dataset, args.protocol)
         result = run_benchmark(
-            args.dataset,
-            documents=documents,
-            protocol=args.protocol,
-            configs=args.configs,
-            modes=args.modes,
-            k=args.k,
-            collection=args.collection,
-            database_url=args.database_url,
-            output=output,
-            duplicates=args.duplicates,
-            squad_documents=args.squad_documents,
-            limit_questions=args.limit_questions,
-            show_progress=not args.no_progress,
-            suggest_weight=args.suggest_weight,
-            bm25_backend=args.bm25_backend,
-            tune=_parse_assignments(args.tune, "--tune", many=True),
-            tune_mode=args.tune_mode,
-            tune_floors=_parse_assignments(args.tune_floor, "--tune-floor", many=False),
+            BenchmarkRequest(
+                args.dataset,
+                documents=documents,
+                protocol=args.protocol,
+                configs=args.configs,
+                modes=args.modes,
+                k=args.k,
+                collection=args.collection,
+                database_url=args.database_url,
+                output=output,
+                duplicates=args.duplicates,
+                squad_documents=args.squad_documents,
+                limit_questions=args.limit_questions,
+                show_progress=not args.no_progress,
+                suggest_weight=args.suggest_weight,
+                bm25_backend=args.bm25_backend,
+                tune=_parse_assignments(args.tune, "--tune", many=True),
+                tune_mode=args.tune_mode,
+                tune_floors=_parse_assignments(args.tune_floor, "--tune-floor", many=False),
+            )
         )
     except (BenchmarkError, DatasetError, ValueError) as exc:
         print(f"chunkyard eval: error: {exc}", file=sys.stderr)

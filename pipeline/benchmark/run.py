@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -101,31 +102,39 @@ def collection_eval_set(name: str) -> tuple[str, list[Document] | None]:
     return str(path), load_collection_documents(collection).documents
 
 
-def run_benchmark(
-    dataset: str = CHROMA_GENERAL,
-    *,
-    documents: Sequence[Document] | None = None,
-    protocol: str = "full",
-    configs: Sequence[str] | None = None,
-    modes: Sequence[str] | None = None,
-    k: int = 5,
-    collection: str | None = None,
-    database_url: str | None = None,
-    output: str | Path | None = None,
-    duplicates: str = "first",
-    squad_documents: str = "paragraphs",
-    limit_questions: int | None = None,
-    n_resamples: int = 2000,
-    show_progress: bool = True,
-    record: bool = True,
-    suggest_weight: bool = False,
-    bm25_backend: str = "sql",
-    tune: dict[str, list[int | float]] | None = None,
-    tune_mode: str = "hybrid_weighted",
-    tune_floors: dict[str, float] | None = None,
-) -> BenchmarkResult:
-    """Build (or reuse) and evaluate every requested config of the dataset's collection (`documents`:
-    those an eval set's references point into, as `collection_eval_set` gives them)."""
+@dataclass(frozen=True)
+class BenchmarkRequest:
+    """One `chunkyard eval` run: the data, the configs and modes, where results go, what to tune.
+
+    `documents`: those an eval set's references point into (`collection_eval_set`); `tune`: setting
+    -> values to try in `tune_mode` (with `tune_floors` on the reported metrics).
+    """
+
+    dataset: str = CHROMA_GENERAL
+    documents: Sequence[Document] | None = None
+    protocol: str = "full"
+    configs: Sequence[str] | None = None
+    modes: Sequence[str] | None = None
+    k: int = 5
+    collection: str | None = None
+    database_url: str | None = None
+    output: str | Path | None = None
+    duplicates: str = "first"
+    squad_documents: str = "paragraphs"
+    limit_questions: int | None = None
+    n_resamples: int = 2000
+    show_progress: bool = True
+    record: bool = True
+    suggest_weight: bool = False
+    bm25_backend: str = "sql"
+    tune: Mapping[str, list[int | float]] | None = None
+    tune_mode: str = "hybrid_weighted"
+    tune_floors: Mapping[str, float] | None = None
+
+
+def run_benchmark(request: BenchmarkRequest) -> BenchmarkResult:
+    """Build (or reuse) and evaluate every requested config of the dataset's collection."""
+    protocol, dataset, k, modes = request.protocol, request.dataset, request.k, request.modes
     if protocol not in PROTOCOLS:
         raise BenchmarkError(f"protocol: expected one of {PROTOCOLS}, got {protocol!r}")
     from tqdm.auto import tqdm
@@ -135,12 +144,15 @@ def run_benchmark(
         modes = tuple(modes or ("dense",))
     modes = tuple(modes or DEFAULT_MODES)
     data: Dataset = load_dataset(
-        dataset, documents=documents, duplicates=duplicates, squad_documents=squad_documents
+        dataset,
+        documents=request.documents,
+        duplicates=request.duplicates,
+        squad_documents=request.squad_documents,
     )
-    questions = data.questions[:limit_questions] if limit_questions else data.questions
-    collection_name, listed = _collection_for(dataset, collection)
+    questions = data.questions[: request.limit_questions] if request.limit_questions else data.questions
+    collection_name, listed = _collection_for(dataset, request.collection)
     all_configs = load_index_configs()
-    wanted = list(configs or listed)
+    wanted = list(request.configs or listed)
     if not wanted:
         raise BenchmarkError(
             f"no index configs to evaluate for collection {collection_name!r}: pass --config NAME "
@@ -150,7 +162,7 @@ def run_benchmark(
     if unknown:
         raise BenchmarkError(f"unknown index config(s) {unknown}; known: {sorted(all_configs)}")
 
-    store = Store(database_url)
+    store = Store(request.database_url)
     store.migrate()
     store.sync_documents(collection_name, data.documents, [])
     reports: list[EvaluationReport] = []
@@ -163,7 +175,7 @@ def run_benchmark(
         desc="configs",
         unit="config",
         file=sys.stderr,
-        disable=not show_progress,
+        disable=not request.show_progress,
     )
     for config_name in bar:
         config = all_configs[config_name]
@@ -176,7 +188,7 @@ def run_benchmark(
             unit="step",
             file=sys.stderr,
             leave=False,
-            disable=not show_progress,
+            disable=not request.show_progress,
         )
         try:
             built = run_index_steps(store, spec, embedder, before=_show_step(steps))
@@ -200,7 +212,7 @@ def run_benchmark(
             steps.close()
             continue
         steps.set_postfix_str(f"evaluating {len(questions)} questions")
-        searcher = searcher_for(store, embedder, bm25_backend=bm25_backend)
+        searcher = searcher_for(store, embedder, bm25_backend=request.bm25_backend)
         report = evaluate(
             store,
             searcher,
@@ -209,7 +221,7 @@ def run_benchmark(
             modes=modes,
             k=k,
             dataset=data.name,
-            n_resamples=n_resamples,
+            n_resamples=request.n_resamples,
             progress=lambda mode, bar=steps: bar.set_postfix_str(f"evaluating {mode}"),
             cost={
                 "embeddings_computed": float(embedded.metadata["embeddings_computed"]),
@@ -229,26 +241,26 @@ def run_benchmark(
                 },
             },
             notes=data.problems,
-            record=record,
+            record=request.record,
         )
         steps.update()
         steps.close()
         reports.append(report)
-        if suggest_weight:
+        if request.suggest_weight:
             steps.set_postfix_str("suggesting the fusion weight")
             suggestions[spec.name] = suggest_fusion_weight(searcher, spec.name, questions, k=k)
-        if tune:
+        if request.tune:
             tuned[spec.name] = suggest_search_settings(
                 searcher,
                 spec.name,
                 questions,
-                tune,
-                mode=tune_mode,
+                request.tune,
+                mode=request.tune_mode,
                 k=k,
                 metric=f"chroma_recall_at_{k}" if protocol == "chroma" else f"recall_at_{k}",
                 report=[f"chroma_iou_at_{k}", f"hit_at_{k}", f"mrr_at_{k}"],
-                floors=tune_floors,
-                n_resamples=n_resamples,
+                floors=request.tune_floors,
+                n_resamples=request.n_resamples,
             )
     bar.close()
     title = f"{data.name}: protocol {protocol}"
@@ -268,10 +280,10 @@ def run_benchmark(
     result = BenchmarkResult(
         data.name, protocol, collection_name, k, reports, board, builds, [], suggestions, tuned
     )
-    if output:
-        result.written = board.write(output)
-        Path(str(output) + ".md").write_text(result.markdown(), encoding="utf-8")
-        details = Path(str(output) + "_reports.json")
+    if request.output:
+        result.written = board.write(request.output)
+        Path(str(request.output) + ".md").write_text(result.markdown(), encoding="utf-8")
+        details = Path(str(request.output) + "_reports.json")
         details.write_text(
             json.dumps([r.as_dict() for r in reports], indent=1, default=_json_default), encoding="utf-8"
         )

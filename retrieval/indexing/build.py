@@ -1,23 +1,22 @@
-"""`build_index`: every stage in order, for scripts, tests and the benchmarks' own indexes."""
+"""`build_index`: every stage of the index graph in order, for scripts, tests and the benchmarks' own indexes."""
 
 from __future__ import annotations
 
 from chunking.base import BaseChunker
 from retrieval.config import IndexSpec
 from retrieval.embedder import Embedder
-from retrieval.indexing.chunks import stage_chunks
-from retrieval.indexing.embeddings import stage_embeddings
-from retrieval.indexing.publishing import publish
+from retrieval.indexing.graph import INDEX_GRAPH, PUBLISH
 from retrieval.indexing.reports import PublishReport
-from retrieval.indexing.terms import stage_bm25
 from retrieval.store import Store
 
 
 def build_index(
     store: Store, spec: IndexSpec, embedder: Embedder, *, chunker: BaseChunker | None = None
 ) -> PublishReport:
-    """stage_chunks -> stage_embeddings -> stage_bm25 -> publish, for scripts, tests and the CLI."""
-    stage_chunks(store, spec, embedding_model=embedder, chunker=chunker)
-    stage_embeddings(store, spec, embedder)
-    stage_bm25(store, spec)
-    return publish(store, spec)
+    """The stages of `INDEX_GRAPH` in order (chunks with `chunker` when given); the publish's report."""
+    report = None
+    for stage in INDEX_GRAPH:
+        args = (store, spec, embedder) if stage.takes_embedder else (store, spec)
+        report = stage.load()(*args, **({"chunker": chunker} if stage.kind == "chunks" else {}))
+    assert INDEX_GRAPH[-1].kind == PUBLISH and isinstance(report, PublishReport)
+    return report
