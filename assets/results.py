@@ -16,7 +16,7 @@ from dagster import (
 
 from pipeline.checks import CHECKS, Check
 from pipeline.graph import blocks
-from pipeline.report import StepReport
+from pipeline.step_report import StepReport
 
 ID_LIST_LIMIT = 50
 _SEVERITY = {"error": AssetCheckSeverity.ERROR, "warn": AssetCheckSeverity.WARN}

@@ -55,7 +55,7 @@ from assets.reconciling import (
 from assets.resources import PostgresResource
 from assets.runs import host_tags, sweep_dead_runs
 from chunking.environment import env_int
-from pipeline.documents import FolderSnapshot, load_collection_documents, snapshot
+from pipeline.documents import FolderHashes, hash_folder, load_collection_documents
 from pipeline.reconcile import RetryPolicy
 from retrieval.config import CollectionConfig
 
@@ -72,20 +72,20 @@ IN_PROCESS_RUN_CONFIG = {"execution": {"config": {"in_process": {}}}}
 
 @dataclass
 class FolderChanges:
-    """Added, modified and deleted document ids of one collection since the last tick."""
+    """Added, changed and deleted document ids of one collection since the last tick."""
 
     added: list[str] = field(default_factory=list)
-    modified: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.added or self.modified or self.deleted)
+        return bool(self.added or self.changed or self.deleted)
 
 
 def diff(previous: Mapping[str, str], current: Mapping[str, str]) -> FolderChanges:
     return FolderChanges(
         added=sorted(set(current) - set(previous)),
-        modified=sorted(k for k in current if k in previous and previous[k] != current[k]),
+        changed=sorted(k for k in current if k in previous and previous[k] != current[k]),
         deleted=sorted(set(previous) - set(current)),
     )
 
@@ -102,7 +102,7 @@ def change_set_key(
     payload = {
         name: {
             doc: [previous.get(name, {}).get(doc), current.get(name, {}).get(doc)]
-            for doc in [*c.added, *c.modified, *c.deleted]
+            for doc in [*c.added, *c.changed, *c.deleted]
         }
         for name, c in sorted(changes.items())
     }
@@ -122,7 +122,7 @@ def baseline_from_store(
     current: Mapping[str, str],
 ) -> dict[str, str]:
     """A cursor entry for a first tick, from the documents already stored: unchanged files count as
-    seen, changed ones as modified, stored documents without a file as deleted, the rest as added.
+    seen, changed ones as changed, stored documents without a file as deleted, the rest as added.
     Without a reachable database every file counts as added."""
     try:
         stored = postgres.store().document_hashes(collection.name)
@@ -133,7 +133,7 @@ def baseline_from_store(
         return {}
     parsed = {d.id: d.sha256 for d in load_collection_documents(collection).documents}
     # Unchanged: the file's own hash (no change); stored but different or gone: a marker that makes
-    # it modified or deleted; not stored at all: absent (added).
+    # it changed or deleted; not stored at all: absent (added).
     return {
         doc_id: current[doc_id] if doc_id in current and parsed.get(doc_id) == sha else "stored"
         for doc_id, sha in stored.items()
@@ -164,9 +164,9 @@ class Cursor:
             data["reported"] = self.reported
         return json.dumps(data, sort_keys=True)
 
-    def known(self, collection: str) -> FolderSnapshot:
-        """What the last tick saw of one collection, for `snapshot` to reuse."""
-        return FolderSnapshot(self.hashes.get(collection, {}), self.signatures.get(collection, {}))
+    def known(self, collection: str) -> FolderHashes:
+        """What the last tick saw of one collection, for `hash_folder` to reuse."""
+        return FolderHashes(self.hashes.get(collection, {}), self.signatures.get(collection, {}))
 
 
 def parse_cursor(cursor: str | None) -> Cursor | None:
@@ -243,7 +243,7 @@ def build_document_sensor(
         description=(
             "Watches the folders of collections "
             + ", ".join(sorted(watched))
-            + ": one run per collection and change set (added, modified, deleted files), deduplicated by"
+            + ": one run per collection and change set (added, changed, deleted files), deduplicated by"
             " content hash; then re-runs any gap between a folder and its published indexes that no run"
             " covers (a run that died), with backoff."
         ),
@@ -254,7 +254,7 @@ def build_document_sensor(
     def document_update_sensor(context: SensorEvaluationContext, postgres: PostgresResource) -> SensorResult:
         now = time.time()
         cursor = parse_cursor(context.cursor)
-        scans = {n: snapshot(c, cursor.known(n) if cursor else None) for n, c in watched.items()}
+        scans = {n: hash_folder(c, cursor.known(n) if cursor else None) for n, c in watched.items()}
         current = {n: scan.hashes for n, scan in scans.items()}
         signatures = {n: scan.signatures for n, scan in scans.items()}
         if cursor is None:
@@ -317,8 +317,8 @@ def change_request(
 ) -> RunRequest:
     """The run for one collection's observed change set (its documents and every index of it)."""
     context.log.info(
-        f"{name}: {len(changes.added)} added, {len(changes.modified)} modified, {len(changes.deleted)} deleted: "
-        + ", ".join([*changes.added, *changes.modified, *changes.deleted][:20])
+        f"{name}: {len(changes.added)} added, {len(changes.changed)} changed, {len(changes.deleted)} deleted: "
+        + ", ".join([*changes.added, *changes.changed, *changes.deleted][:20])
     )
     tags = {
         **host_tags(),
@@ -328,10 +328,10 @@ def change_request(
         # nothing changed: unchanged documents are neither re-chunked nor re-embedded).
         "chunkyard/trigger": "document_update" if context.cursor else "initial_scan",
         "chunkyard/added": str(len(changes.added)),
-        "chunkyard/modified": str(len(changes.modified)),
+        "chunkyard/changed": str(len(changes.changed)),
         "chunkyard/deleted": str(len(changes.deleted)),
     }
-    small = len(changes.added) + len(changes.modified) + len(changes.deleted) <= IN_PROCESS_MAX_CHANGED
+    small = len(changes.added) + len(changes.changed) + len(changes.deleted) <= IN_PROCESS_MAX_CHANGED
     tags["chunkyard/executor"] = "in_process" if small else "multiprocess"
     return RunRequest(
         run_key=change_set_key({name: changes}, previous, current, generation),

@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     from retrieval.db import chunkyard_home, embedded_database_url
     from retrieval.embedder import Embedder
     from retrieval.indexing import build_index
+    from retrieval.names import DEFAULT_CONFIG
     from retrieval.query import Searcher
     from retrieval.store import Store
 
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     store.sync_documents(collection, documents, [])
     demo, demo_note = load_demo_set()
     report["demo_note"] = demo_note
-    demo_base = load_index_configs()["recursive-256"]
+    demo_base = load_index_configs()[DEFAULT_CONFIG]
     if demo is not None:
         store.sync_documents("demo-embedder-bench", demo.documents, [])
     embedders, loads = [], []

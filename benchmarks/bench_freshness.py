@@ -39,13 +39,14 @@ from typing import Any
 import yaml
 
 from retrieval.db import postgres_bin
+from retrieval.names import DEFAULT_CONFIG
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = REPO_ROOT / "benchmarks" / "results"
 DEFAULT_WORK = REPO_ROOT / ".chunkyard" / "bench_freshness"
 WORK = DEFAULT_WORK  # --work
 COLLECTION = "bench"
-CONFIG = "recursive-256"
+CONFIG = DEFAULT_CONFIG
 EDITED = "doc_0500.md"
 SEGMENTS = (
     "sensor tick wait",

@@ -32,6 +32,8 @@ from typing import Any
 
 import yaml
 
+from retrieval.names import DEFAULT_CONFIG
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = REPO_ROOT / "benchmarks" / "results"
 CORPORA = ("chatlogs.md", "finance.md", "pubmed.md", "state_of_the_union.md", "wikitexts.md")
@@ -342,7 +344,7 @@ def measure(executor: str, args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", type=int, default=1000)
-    parser.add_argument("--config", default="recursive-256")
+    parser.add_argument("--config", default=DEFAULT_CONFIG)
     parser.add_argument("--executor", choices=["in_process", "multiprocess", "both"], default="both")
     parser.add_argument("--no-warm", action="store_true", help="skip the warm-cache full rebuild")
     parser.add_argument("--out", type=Path, default=RESULTS / "incremental.md")

@@ -31,10 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.ingest_peers import ROUNDS, TOP_K
+from retrieval.names import DEFAULT_CONFIG
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = REPO_ROOT / "benchmarks" / "results"
-CONFIG = "recursive-256"
+CONFIG = DEFAULT_CONFIG
 SYSTEMS = (
     "chunkyard-onnx-int8",
     "chunkyard-torch",

@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from retrieval.names import DEFAULT_CONFIG
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 
@@ -313,7 +315,7 @@ def measure_retrieval(sizes: tuple[int, ...]) -> list[dict[str, object]]:
     store = Store(embedded_database_url(tempfile.mkdtemp(prefix="chunkyard-languages-")))
     store.migrate()
     demo, _ = load_demo_set()
-    base = load_index_configs()["recursive-256"]
+    base = load_index_configs()[DEFAULT_CONFIG]
     rows: list[dict[str, object]] = []
     for model in RETRIEVAL_MODELS:
         embedder = Embedder(model, backend="onnx", quantize="int8", batch_size=32)

@@ -28,6 +28,7 @@ from retrieval.config import IndexConfig, IndexSpec
 from retrieval.db import embedded_database_url
 from retrieval.embedder import shared_embedder
 from retrieval.indexing import build_index
+from retrieval.names import DEFAULT_CONFIG
 from retrieval.store import Store
 from tests.service_process import rss_kib, service
 
@@ -149,7 +150,7 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="chunkyard-load-"))
     store = Store(embedded_database_url(folder / "pg"))
     store.migrate()
-    config = IndexConfig(name="recursive-256", chunker={"strategy": "recursive", "size": 256, "overlap": 0})
+    config = IndexConfig(name=DEFAULT_CONFIG, chunker={"strategy": "recursive", "size": 256, "overlap": 0})
     spec = IndexSpec("loadtest", config)
     embedder = shared_embedder()
     generation = [1]

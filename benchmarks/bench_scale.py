@@ -42,6 +42,7 @@ from orchestration.celery_local import (
     step_spans,
     worker_names,
 )
+from retrieval.names import DEFAULT_CONFIG
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = REPO_ROOT / "benchmarks" / "results"
@@ -336,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", type=int, default=1000)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--config", default="recursive-256")
+    parser.add_argument("--config", default=DEFAULT_CONFIG)
     parser.add_argument("--out", type=Path, default=RESULTS / "scale.md")
     parser.add_argument(
         "--endpoint-latency", type=float, help="seconds per request of the fake embedding server"

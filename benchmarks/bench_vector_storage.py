@@ -140,7 +140,7 @@ def measure_storage(
 ) -> dict[str, Any]:
     from retrieval.query import Searcher
     from retrieval.query.dense import ITERATIVE_SCAN_ENV, index_candidates
-    from retrieval.query.snapshot import IndexHandles
+    from retrieval.query.handles import IndexHandles
     from retrieval.store import partition_names
 
     out: dict[str, Any] = {}

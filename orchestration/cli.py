@@ -46,7 +46,7 @@ def _print(message: str = "", end: str = "\n") -> None:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from orchestration.project import init_project
+    from orchestration.project_file import init_project
 
     path = init_project(Path(args.dir))
     _print(f"Initialised chunkyard project {path.parent} ({path.name}; state in .chunkyard/)")
@@ -55,7 +55,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    from orchestration.project import add_collection
+    from orchestration.project_file import add_collection
     from retrieval.project import PROJECT_FILE, project_root
 
     root = project_root()

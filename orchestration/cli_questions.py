@@ -47,9 +47,10 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
 def cmd_questions(args: argparse.Namespace) -> int:
     from chunking import build_chunker
     from evaluation.generate import ChatClient, LLMEndpointError, generate_questions, write_eval_set
-    from orchestration.project import set_eval_set
+    from orchestration.project_file import set_eval_set
     from pipeline.documents import load_collection_documents
     from retrieval.config import load_collection_configs, load_index_configs
+    from retrieval.names import DEFAULT_CONFIG
     from retrieval.project import PROJECT_FILE, project_root
 
     root = project_root()
@@ -70,7 +71,7 @@ def cmd_questions(args: argparse.Namespace) -> int:
     if target.exists() and not args.force:
         raise UsageError(f"--output {target}: exists already; pass --force to overwrite it")
     configs = load_index_configs()
-    config_name = args.index or (collection.indexes[0] if collection.indexes else "recursive-256")
+    config_name = args.index or (collection.indexes[0] if collection.indexes else DEFAULT_CONFIG)
     if config_name not in configs:
         raise UsageError(f"--index {config_name}: unknown index config; known: {', '.join(sorted(configs))}")
     try:

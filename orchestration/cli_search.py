@@ -9,6 +9,7 @@ import json
 import time
 from typing import Any
 
+from retrieval.names import DEFAULT_CONFIG
 from retrieval.query.results import SearchResult
 
 TEXT_CHARS = 300
@@ -21,7 +22,7 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     search.add_argument("query", help="the question or keywords")
     search.add_argument(
         "--index",
-        default="recursive-256",
+        default=DEFAULT_CONFIG,
         help="collection/config or a serving alias (a bare config: the project's collection; default recursive-256)",
     )
     search.add_argument(

@@ -62,7 +62,7 @@ def file_sha256(path: str | Path) -> str:
 
 
 @dataclass
-class FolderSnapshot:
+class FolderHashes:
     """Every file's sha256 by document id, and the stat signatures that may be trusted next time."""
 
     hashes: dict[str, str] = field(default_factory=dict)
@@ -70,13 +70,13 @@ class FolderSnapshot:
     hashed: int = 0  # files read this time; the others kept their hash (same signature)
 
 
-def snapshot(collection: CollectionConfig, known: FolderSnapshot | None = None) -> FolderSnapshot:
+def hash_folder(collection: CollectionConfig, known: FolderHashes | None = None) -> FolderHashes:
     """The sha256 of every file the collection would load, reading only files whose stat signature
     differs from `known` (all of them without it).
 
     A file that vanishes or cannot be read mid-scan is left out (it is seen on a later scan).
     """
-    current = FolderSnapshot()
+    current = FolderHashes()
     now_ns = time.time_ns()
     for doc_id, path in collection_files(collection):
         try:

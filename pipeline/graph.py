@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pipeline.checks import Check
-from pipeline.report import StepReport
+from pipeline.step_report import StepReport
 from retrieval.indexing.graph import INDEX_GRAPH, PUBLISH
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 Targets are immutable rows (`alias_targets`, one per generation); the alias row points at the
 current one. Setting or rolling back changes that one pointer in one transaction, so a reader
 resolves the old target or the new one, never a mix (the Searcher resolves once per call and then
-queries that index in its own read snapshot).
+queries that index in its own read transaction).
 
 Versions: publishing rewrites an index's rows in place, so pinning an index freezes its current
 version into a read-only snapshot index (`collection/config@v3`, `retrieval.indexing.snapshots`;

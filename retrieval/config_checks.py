@@ -90,7 +90,7 @@ def index_config_problems(
     from chunking.registry import build_chunker, needs_embedding_model
     from retrieval.embedder import EmbedderConfigError, check_options
     from retrieval.endpoint_settings import ENDPOINT_BACKEND
-    from retrieval.options import SearchError, option_specs
+    from retrieval.options import SearchError, option_schemas
 
     lines = lines or _Lines()
     problems: list[str] = []
@@ -113,7 +113,7 @@ def index_config_problems(
             resolve_model_path(config.embedding_model)
     except ValueError as exc:
         add(f"embedding_model: {exc}", ["embedding_model"])
-    specs = {spec.name: spec for spec in option_specs()}
+    specs = {spec.name: spec for spec in option_schemas()}
     for key, value in (config.hybrid or {}).items():
         try:
             specs[key].check(value)

@@ -1,7 +1,7 @@
 """Index-level search defaults: what an index config says about ranking, parsed once per version.
 
 The `hybrid`, `context_scoring`, `collapse_duplicates` and `coarse` sections of an index config
-become an `IndexDefaults` when the index is first queried at a version (`retrieval.query.snapshot`),
+become an `IndexDefaults` when the index is first queried at a version (`retrieval.query.handles`),
 so no stage validates raw dicts at query time; `SearchOptions.resolve` merges them with a request.
 """
 

@@ -4,9 +4,9 @@
 `Client.search`, an alias's pinned options and an evaluation, down to the Searcher. Every field is
 optional (None: unset), so an explicit `k=5` differs from the default and merging is defined:
 `request.over(alias)` keeps the request's set fields over the alias's, and `resolve` fills the rest
-from the index's config (`IndexDefaults`) and the built-in defaults (`OptionSpec.default`) into the
+from the index's config (`IndexDefaults`) and the built-in defaults (`OptionSchema.default`) into the
 `ResolvedSearch` every stage reads. The HTTP request model (`retrieval.api`), the `chunkyard
-search` flags and `Client.search` are derived from the fields' metadata (`option_specs()`), so
+search` flags and `Client.search` are derived from the fields' metadata (`option_schemas()`), so
 adding an option means one field here and the stage that uses it. `SearchRequest` is one search:
 the query, the `IndexRef` it names and its options.
 """
@@ -33,7 +33,7 @@ from retrieval.index_defaults import (
 from retrieval.names import IndexRef
 
 if TYPE_CHECKING:
-    from retrieval.rerank import Reranker
+    from retrieval.rerankers import Reranker
 
 MODES = ("dense", "bm25", "hybrid", "hybrid_weighted", "hybrid_auto")
 # What a request that names no mode gets: `hybrid_auto`, the fusion that calibrates its dense weight
@@ -55,7 +55,7 @@ class SearchError(ValueError):
 
 
 @dataclass(frozen=True)
-class OptionSpec:
+class OptionSchema:
     """What the service, the CLI and the client need to know about one option."""
 
     name: str
@@ -217,7 +217,7 @@ class SearchOptions:
     )
 
     def __post_init__(self) -> None:
-        for spec in option_specs():
+        for spec in option_schemas():
             object.__setattr__(self, spec.name, spec.check(getattr(self, spec.name)))
 
     @classmethod
@@ -247,7 +247,9 @@ class SearchOptions:
 
     def request_only(self) -> SearchOptions:
         """These options without the ones that override an index setting (a coarse index keeps its own)."""
-        return dataclasses.replace(self, **{spec.name: None for spec in option_specs() if spec.index_default})
+        return dataclasses.replace(
+            self, **{spec.name: None for spec in option_schemas() if spec.index_default}
+        )
 
     def given(self) -> dict[str, Any]:
         """The options that are set (not None), by name: the body `Client.search` sends, an alias stores."""
@@ -258,7 +260,7 @@ class SearchOptions:
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         """One flag per option (`--context-weight 0.4`), absent unless given."""
-        for spec in option_specs():
+        for spec in option_schemas():
             flags = (*spec.flags, "--" + spec.name.replace("_", "-"))
             default_text = "" if spec.default is None else f" (default: {spec.default})"
             kwargs: dict[str, Any] = {
@@ -331,7 +333,7 @@ class SearchOptions:
         )
 
 
-def _bounded(spec: OptionSpec) -> Any:
+def _bounded(spec: OptionSchema) -> Any:
     """An argparse type for a numeric option: its request bounds, with the same message as the service."""
     convert = int if spec.kind == "int" else float
 
@@ -352,7 +354,7 @@ def _bounded(spec: OptionSpec) -> Any:
     return parse
 
 
-def _json_object(spec: OptionSpec) -> Any:
+def _json_object(spec: OptionSchema) -> Any:
     """An argparse type for a JSON object option (`--filters '{"lang": "en"}'`), in the service's wording."""
 
     def parse(text: str) -> dict[str, Any]:
@@ -368,17 +370,17 @@ def _json_object(spec: OptionSpec) -> Any:
     return parse
 
 
-def option_specs() -> tuple[OptionSpec, ...]:
+def option_schemas() -> tuple[OptionSchema, ...]:
     """Every option's spec, in field order."""
-    return _SPECS
+    return _SCHEMAS
 
 
 def option_names() -> tuple[str, ...]:
-    return tuple(spec.name for spec in _SPECS)
+    return tuple(spec.name for spec in _SCHEMAS)
 
 
-_SPECS = tuple(OptionSpec(name=f.name, **f.metadata["option"]) for f in dataclasses.fields(SearchOptions))
-_SPEC = {spec.name: spec for spec in _SPECS}
+_SCHEMAS = tuple(OptionSchema(name=f.name, **f.metadata["option"]) for f in dataclasses.fields(SearchOptions))
+_SPEC = {spec.name: spec for spec in _SCHEMAS}
 
 
 def default_of(name: str) -> Any:

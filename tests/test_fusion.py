@@ -13,7 +13,7 @@ from evaluation.runner import SERVED_MODE, EvaluationReport, evaluate_index
 from retrieval.config import IndexConfig, IndexSpec
 from retrieval.index_defaults import AUTO_WEIGHT, auto_weight
 from retrieval.indexing import build_index
-from retrieval.options import DEFAULT_MODE, SearchOptions, default_of, option_specs
+from retrieval.options import DEFAULT_MODE, SearchOptions, default_of, option_schemas
 from retrieval.query import Searcher
 from retrieval.query.fusion import calibrated_weight, corroboration, fuse
 from retrieval.store import Store
@@ -91,7 +91,7 @@ def test_the_default_mode_is_hybrid_auto_everywhere() -> None:
     from retrieval.service import request_model
 
     assert default_of("mode") == DEFAULT_MODE == "hybrid_auto" and SearchOptions().mode is None
-    assert next(s for s in option_specs() if s.name == "mode").default == DEFAULT_MODE
+    assert next(s for s in option_schemas() if s.name == "mode").default == DEFAULT_MODE
     assert request_model().model_fields["mode"].default == DEFAULT_MODE
 
 

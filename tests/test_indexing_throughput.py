@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from retrieval.indexing import embeddings
-from retrieval.indexing.reports import STAGES, stage_timings
+from retrieval.indexing.stage_reports import STAGES, stage_timings
 
 
 def test_token_batches_sort_longest_first_and_respect_both_limits(monkeypatch):

@@ -17,7 +17,7 @@ import pytest
 from chunking.types import Document
 from retrieval.config import IndexConfig, IndexSpec
 from retrieval.indexing import publish, stage_bm25, stage_chunks, stage_embeddings
-from retrieval.indexing.reports import IndexingError
+from retrieval.indexing.stage_reports import IndexingError
 from retrieval.indexing.staging import StagingTakenOver
 
 CONFIG = IndexConfig(

@@ -14,7 +14,7 @@ from retrieval.db import DataFolderVersionError, bundled_postgres_major, embedde
 from retrieval.indexing import build_index
 from retrieval.query import Searcher
 from retrieval.query.dense import dense_candidates, index_candidates, iterative_scan_mode
-from retrieval.query.snapshot import IndexHandles
+from retrieval.query.handles import IndexHandles
 from retrieval.store import Store, as_array, partition_names
 from tests.test_indexing_support import ParagraphChunker, make_spec, random_unit_vector_for
 

@@ -186,7 +186,7 @@ def test_add_picks_minilm_for_an_english_folder_and_the_multilingual_model_other
     recursive-256-multilingual (multilingual-e5-small) where it is not (benchmarks/results/languages.md)."""
     import shutil
 
-    from orchestration.project import add_collection, init_project
+    from orchestration.project_file import add_collection, init_project
 
     root = tmp_path / "proj"
     init_project(root)

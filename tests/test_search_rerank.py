@@ -11,7 +11,7 @@ from chunking.models import resolve_model_path
 from chunking.types import Document
 from retrieval.indexing import build_index
 from retrieval.query import Searcher
-from retrieval.rerank import CrossEncoderReranker, MaxSimReranker, RerankerConfigError, build_reranker
+from retrieval.rerankers import CrossEncoderReranker, MaxSimReranker, RerankerConfigError, build_reranker
 from retrieval.store import Store
 from tests.test_indexing_support import ParagraphChunker, make_spec
 

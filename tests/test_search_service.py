@@ -200,11 +200,11 @@ def test_service_client_and_cli_take_exactly_the_search_options() -> None:
     import httpx
 
     from orchestration.cli import build_parser
-    from retrieval.options import SearchOptions, option_specs
+    from retrieval.options import SearchOptions, option_schemas
     from retrieval.service import SearchBody
 
     fields = {f.name for f in dataclasses.fields(SearchOptions)}
-    assert {spec.name for spec in option_specs()} == fields
+    assert {spec.name for spec in option_schemas()} == fields
 
     assert set(SearchBody.model_fields) - {"query", "index"} == fields
 
@@ -214,7 +214,7 @@ def test_service_client_and_cli_take_exactly_the_search_options() -> None:
         sent.append(json.loads(request.content))
         return httpx.Response(200, json={"results": []})
 
-    examples = {spec.name: _example(spec) for spec in option_specs()}
+    examples = {spec.name: _example(spec) for spec in option_schemas()}
     with Client("http://test", transport=httpx.MockTransport(handler)) as client:
         client.search("q", index="demo/x", **examples)
     assert set(sent[0]) - {"query", "index"} == fields
@@ -226,7 +226,7 @@ def test_service_client_and_cli_take_exactly_the_search_options() -> None:
     flags = {action.dest for action in search_parser._actions} - {"help", "query", "index"}
     assert fields <= flags  # the CLI's own flags (--project, --debug, ...) are not search options
     argv = []
-    for spec in option_specs():
+    for spec in option_schemas():
         flag = "--" + spec.name.replace("_", "-")
         if spec.kind == "bool":
             argv.append(flag if examples[spec.name] else "--no-" + flag[2:])

@@ -147,7 +147,7 @@ def test_daemon_runs_every_observed_change_once(daemon_home: Path, pg_url: str, 
         len(steps) - 1
     )
     changes = [
-        (r.tags["chunkyard/added"], r.tags["chunkyard/modified"], r.tags["chunkyard/deleted"]) for r in runs
+        (r.tags["chunkyard/added"], r.tags["chunkyard/changed"], r.tags["chunkyard/deleted"]) for r in runs
     ]
     assert changes == [("3", "0", "0")] + [("0", "1", "0")] * 3 + [
         ("0", "0", "1"),

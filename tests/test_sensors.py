@@ -89,7 +89,7 @@ def test_sensor_reindexes_exactly_what_changed(project) -> None:
         assert request.run_config == {"execution": {"config": {"in_process": {}}}}
         assert (
             request.tags["chunkyard/added"],
-            request.tags["chunkyard/modified"],
+            request.tags["chunkyard/changed"],
             request.tags["chunkyard/deleted"],
         ) == ("1", "1", "1")
         # The same change set seen again yields the same run key (Dagster dedupes it).
@@ -106,7 +106,7 @@ def test_sensor_reindexes_exactly_what_changed(project) -> None:
             docs_meta["documents_unchanged"],
         ) == (1, 1, 1, 1)
         chunks_meta = meta[f"{prefix}/chunks"]
-        # Exactly the added and modified documents are re-chunked; alpha.md (unchanged) is not.
+        # Exactly the added and changed documents are re-chunked; alpha.md (unchanged) is not.
         assert ids(chunks_meta["rechunked_documents"]) == ["beta.md", "delta.md"]
         assert ids(chunks_meta["removed_documents"]) == ["beta.md", "gamma.txt"]
         emb = meta[f"{prefix}/embeddings"]
@@ -131,7 +131,7 @@ def test_sensor_reindexes_exactly_what_changed(project) -> None:
         fresh = _tick(defs, instance, None)
         assert len(fresh.run_requests) == 1
         tags = fresh.run_requests[0].tags
-        assert (tags["chunkyard/added"], tags["chunkyard/modified"], tags["chunkyard/deleted"]) == (
+        assert (tags["chunkyard/added"], tags["chunkyard/changed"], tags["chunkyard/deleted"]) == (
             "0",
             "1",
             "1",
@@ -218,28 +218,28 @@ def test_a_tick_hashes_only_the_files_whose_stat_signature_changed(tmp_path: Pat
     """The sensor trusts a file's stat signature as the documents step does: an unchanged file is
     not read again, a rewritten or touched one is (and a touch alone changes no hash)."""
     from chunking.loaders import RACY_SECONDS
-    from pipeline.documents import snapshot
+    from pipeline.documents import hash_folder
     from retrieval.config import load_collection_configs
 
     collection = unique_name("h")
     docs_dir, _, collections_path = write_project(tmp_path, collection)
     config = load_collection_configs(collections_path)[collection]
     time.sleep(RACY_SECONDS + 0.1)  # a signature younger than this is never trusted
-    first = snapshot(config)
+    first = hash_folder(config)
     assert first.hashed == len(DOCS) and set(first.signatures) == set(first.hashes) == set(DOCS)
-    again = snapshot(config, first)
+    again = hash_folder(config, first)
     assert again.hashed == 0 and again.hashes == first.hashes and again.signatures == first.signatures
 
     (docs_dir / "alpha.md").write_text("Rewritten: the llama now eats oats.", encoding="utf-8")
     os.utime(docs_dir / "beta.md")  # touched, same bytes
     time.sleep(RACY_SECONDS + 0.1)
-    changed = snapshot(config, again)
+    changed = hash_folder(config, again)
     assert changed.hashed == 2
     assert changed.hashes["alpha.md"] != first.hashes["alpha.md"]
     assert {k: v for k, v in changed.hashes.items() if k != "alpha.md"} == {
         k: v for k, v in first.hashes.items() if k != "alpha.md"
     }
-    assert snapshot(config, changed).hashed == 0
+    assert hash_folder(config, changed).hashed == 0
 
 
 def test_sensor_interval_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -75,7 +75,7 @@ def test_similar_sentences_score_higher_than_unrelated_ones(static_embedder) -> 
 
 
 def test_static_gives_no_token_vectors_and_names_the_option(static_embedder) -> None:
-    from retrieval.rerank import MaxSimReranker
+    from retrieval.rerankers import MaxSimReranker
 
     with pytest.raises(EmbedderConfigError, match="embedder.backend: static"):
         static_embedder.embed_tokens("late chunking needs contextual vectors")

@@ -35,7 +35,7 @@ from evaluation.tuning import (
 )
 from pipeline.benchmark.results import PROTOCOLS, BenchmarkResult
 from pipeline.graph import PUBLISH, ChecksFailed, IndexStep, run_index_steps
-from pipeline.report import StepReport
+from pipeline.step_report import StepReport
 from pipeline.steps.evaluation import evaluate, searcher_for
 from retrieval.config import IndexSpec, load_index_configs, with_coarse_companions
 from retrieval.store import Store

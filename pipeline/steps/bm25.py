@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.report import StepReport
+from pipeline.step_report import StepReport
 from retrieval.config import IndexSpec
 from retrieval.indexing.terms import stage_bm25
 from retrieval.store import Store

@@ -6,7 +6,7 @@ from chunking.models import model_token_limit
 from chunking.registry import needs_embedding_model
 from chunking.tokenizers import get_tokenizer
 from pipeline import checks
-from pipeline.report import StepReport
+from pipeline.step_report import StepReport
 from retrieval.config import IndexConfig, IndexSpec
 from retrieval.embedder import Embedder
 from retrieval.indexing.chunks import stage_chunks

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from chunking.loaders import DocumentFailure
 from pipeline.documents import CollectionDocuments, load_collection_documents
-from pipeline.report import StepReport
+from pipeline.step_report import StepReport
 from retrieval.config import CollectionConfig
 from retrieval.store import DocumentSync, StaleSignatures, Store
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pipeline import checks
-from pipeline.report import StepReport
+from pipeline.step_report import StepReport
 from retrieval.config import IndexSpec
 from retrieval.embedder import Embedder
 from retrieval.indexing.embed_shards import embed_shard

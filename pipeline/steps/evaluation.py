@@ -12,7 +12,7 @@ from evaluation.datasets.types import Question
 from evaluation.questions import collection_questions
 from evaluation.runner import EvaluationReport, EvaluationRequest, evaluate_index, latest_reports
 from pipeline import checks
-from pipeline.report import StepReport
+from pipeline.step_report import StepReport
 from retrieval.config import CollectionConfig, IndexConfig, IndexSpec
 from retrieval.embedder import Embedder
 from retrieval.query.searcher import Searcher

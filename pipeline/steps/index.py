@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipeline import checks
-from pipeline.report import StepReport
+from pipeline.step_report import StepReport
 from retrieval.config import IndexSpec
 from retrieval.indexing.publishing import publish
 from retrieval.lag import index_lag

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from evaluation.reports import SUMMARY_METRICS, leaderboard
 from evaluation.runner import latest_reports
-from pipeline.report import StepReport
+from pipeline.step_report import StepReport
 from retrieval.db import chunkyard_home
 from retrieval.names import IndexName
 from retrieval.store import Store

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from evaluation.reports import Leaderboard, LeaderboardRow, leaderboard
 from evaluation.runner import latest_reports
 from pipeline.checks import Check
-from pipeline.report import StepReport
+from pipeline.step_report import StepReport
 from retrieval import aliases
 from retrieval.config import ServeConfig
 from retrieval.names import IndexName

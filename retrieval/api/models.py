@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from retrieval.http_guards import check_json_values
 from retrieval.names import DEFAULT_CONFIG, IndexRef
-from retrieval.options import SERVICE_MAX_K, OptionSpec, SearchOptions, SearchRequest, option_specs
+from retrieval.options import SERVICE_MAX_K, OptionSchema, SearchOptions, SearchRequest, option_schemas
 from retrieval.query import SearchResult
 
 DEFAULT_MAX_K = SERVICE_MAX_K
@@ -34,7 +34,7 @@ class StrictBody(BaseModel):
         return data
 
 
-def _request_field(spec: OptionSpec, max_k: int) -> tuple[Any, Any]:
+def _request_field(spec: OptionSchema, max_k: int) -> tuple[Any, Any]:
     """A pydantic field for one search option: its JSON type, default, request bounds and description.
 
     The default is documented (OpenAPI), never sent on: a field the body leaves out stays unset
@@ -64,7 +64,7 @@ def request_model(max_k: int = DEFAULT_MAX_K) -> type[BaseModel]:
                 description="`collection/config`, a bare config name, or an alias.",
             ),
         ),
-        **{spec.name: _request_field(spec, max_k) for spec in option_specs()},
+        **{spec.name: _request_field(spec, max_k) for spec in option_schemas()},
     )
 
 

@@ -13,7 +13,7 @@ from retrieval.api.common import OUTAGE_ERRORS, ServiceContext
 from retrieval.api.models import ERRORS, SearchResponse, search_request
 from retrieval.names import IndexNameError
 from retrieval.query import IndexNotFoundError, SearchError
-from retrieval.rerank import RerankerConfigError
+from retrieval.rerankers import RerankerConfigError
 
 log = logging.getLogger("chunkyard.service")
 

@@ -21,11 +21,11 @@ _LAZY = {
     "embed_shard": "retrieval.indexing.embed_shards",
     "stage_bm25": "retrieval.indexing.terms",
     "publish": "retrieval.indexing.publishing",
-    "IndexingError": "retrieval.indexing.reports",
-    "ChunkStageReport": "retrieval.indexing.reports",
-    "EmbeddingStageReport": "retrieval.indexing.reports",
-    "Bm25StageReport": "retrieval.indexing.reports",
-    "PublishReport": "retrieval.indexing.reports",
+    "IndexingError": "retrieval.indexing.stage_reports",
+    "ChunkStageReport": "retrieval.indexing.stage_reports",
+    "EmbeddingStageReport": "retrieval.indexing.stage_reports",
+    "Bm25StageReport": "retrieval.indexing.stage_reports",
+    "PublishReport": "retrieval.indexing.stage_reports",
 }
 
 __all__ = sorted(_LAZY)

@@ -6,7 +6,7 @@ from chunking.base import BaseChunker
 from retrieval.config import IndexSpec
 from retrieval.embedder import Embedder
 from retrieval.indexing.graph import INDEX_GRAPH, PUBLISH
-from retrieval.indexing.reports import PublishReport
+from retrieval.indexing.stage_reports import PublishReport
 from retrieval.store import Store
 
 

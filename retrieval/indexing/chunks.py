@@ -12,7 +12,7 @@ from psycopg.types.json import Jsonb
 from chunking.base import BaseChunker
 from chunking.types import Chunk, Document, without_locations
 from retrieval.config import IndexSpec
-from retrieval.indexing.reports import ChunkStageReport, IndexingError
+from retrieval.indexing.stage_reports import ChunkStageReport, IndexingError
 from retrieval.indexing.staging import analyze_staged, clear_staging, merge_stage_report
 from retrieval.languages import METADATA_KEY, document_language
 from retrieval.store import Store, partition_names

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from retrieval.config import IndexSpec
 from retrieval.indexing.embeddings import embed_and_cache
-from retrieval.indexing.reports import IndexingError, flat_metadata
+from retrieval.indexing.stage_reports import IndexingError, flat_metadata
 from retrieval.indexing.staging import staged_run
 from retrieval.store import Store
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from retrieval.batching import budget_batches
 from retrieval.config import IndexSpec
-from retrieval.indexing.reports import EmbeddingStageReport, IndexingError
+from retrieval.indexing.stage_reports import EmbeddingStageReport, IndexingError
 from retrieval.indexing.staging import analyze_staged, merge_stage_report, staged_run
 from retrieval.store import Store
 

@@ -9,7 +9,7 @@ from psycopg import Connection, sql
 
 from chunking.environment import env_int
 from retrieval.capabilities import HNSW_MAX_DIMS, VectorFeatureError, detect_features
-from retrieval.indexing.reports import IndexingError
+from retrieval.indexing.stage_reports import IndexingError
 from retrieval.store import partition_names
 
 

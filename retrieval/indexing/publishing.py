@@ -14,7 +14,7 @@ from psycopg.types.json import Jsonb
 from retrieval.bm25 import refresh_stats
 from retrieval.config import IndexSpec
 from retrieval.indexing.hnsw import check_storage, create_hnsw, has_graph
-from retrieval.indexing.reports import IndexingError, PublishReport, stage_timings
+from retrieval.indexing.stage_reports import IndexingError, PublishReport, stage_timings
 from retrieval.indexing.staging import check_owner, clear_staging
 from retrieval.languages import published_config
 from retrieval.migrations import STAGING_TABLES

@@ -14,7 +14,7 @@ from typing import Any
 from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
 
-from retrieval.indexing.reports import IndexingError
+from retrieval.indexing.stage_reports import IndexingError
 from retrieval.migrations import STAGING_TABLES
 
 

@@ -6,7 +6,7 @@ import time
 from collections import Counter
 
 from retrieval.config import IndexSpec
-from retrieval.indexing.reports import Bm25StageReport, IndexingError
+from retrieval.indexing.stage_reports import Bm25StageReport, IndexingError
 from retrieval.indexing.staging import analyze_staged, clear_staging, merge_stage_report, staged_run
 from retrieval.languages import index_analysis
 from retrieval.store import Store

@@ -1,4 +1,4 @@
-"""Query-time search: a `Searcher` composing one module per stage over a read snapshot of an index.
+"""Query-time search: a `Searcher` composing one module per stage over a read transaction of an index.
 
 Stages: dense and lexical candidates, fusion, context scoring, collapse, coarse fallback, rows,
 MMR and rerank; `options` (`retrieval.options`) says what each does for one request.

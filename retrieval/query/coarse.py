@@ -8,7 +8,7 @@ settings. Every result carries the gap as `scores["fine_gap"]` and the index tha
 `index`; a coarse answer's timings add the fine ranking's time (`fine_ms`) to its `total_ms` (the
 work done; run side by side, the wall time is lower).
 
-An ambiguous query's coarse ranking runs inside the fine query's own snapshot and connection, right
+An ambiguous query's coarse ranking runs inside the fine query's own read transaction and connection, right
 after its gap is known, and the fine ranking's rows are never fetched (when the coarse index uses
 the same model and has no fallback of its own; else it is searched again afterwards). The coarse
 search can also start beside the fine ranking, with the same query vector (`speculate`, for calls
@@ -26,8 +26,8 @@ import numpy as np
 from retrieval.index_defaults import CoarseFallback
 from retrieval.options import SearchOptions
 from retrieval.query.fusion import RANKING_KEYS, Ranked
+from retrieval.query.handles import IndexHandle
 from retrieval.query.results import IndexNotFoundError, SearchResult
-from retrieval.query.snapshot import IndexHandle
 
 BatchSearch = Callable[[list[str], str, SearchOptions, np.ndarray | None], list[list[SearchResult]]]
 
@@ -81,7 +81,7 @@ def same_model(fine: IndexHandle, coarse: IndexHandle) -> bool:
 
 
 def speculate(search: Callable[[], list[list[SearchResult]]]) -> Future[list[list[SearchResult]]]:
-    """Start the coarse search now, in its own thread (its own pooled connection and read snapshot).
+    """Start the coarse search now, in its own thread (its own pooled connection and read transaction).
 
     A single query's coarse candidates are then read while the fine index ranks, so an ambiguous
     query costs the slower of the two rankings instead of their sum; an unambiguous one drops the

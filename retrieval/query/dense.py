@@ -20,7 +20,7 @@ from chunking.environment import env_int
 from retrieval.capabilities import VECTOR_STORAGES, VectorFeatures
 from retrieval.options import HNSW_MAX_EF, SearchError
 from retrieval.query.fusion import Candidates
-from retrieval.query.snapshot import IndexHandle
+from retrieval.query.handles import IndexHandle
 
 # Iterative HNSW scans (pgvector 0.8): strict_order keeps rows in distance order; relaxed_order may
 # return them slightly out of order (re-sorted here); off is the pre-0.8 behaviour.

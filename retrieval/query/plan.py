@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from retrieval.options import MAX_K, ResolvedSearch
-from retrieval.rerank import Reranker
+from retrieval.rerankers import Reranker
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Rerank stage: reorder the first-stage hits by a second-stage reranker (`retrieval.rerank`)."""
+"""Rerank stage: reorder the first-stage hits by a second-stage reranker (`retrieval.rerankers`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 from retrieval.query.dense import QueryEmbedder
 from retrieval.query.fusion import Ranked
 from retrieval.query.rows import ChunkRow
-from retrieval.rerank import Reranker
+from retrieval.rerankers import Reranker
 
 
 class Rerankers:
@@ -25,7 +25,7 @@ class Rerankers:
             return rerank
         with self._lock:
             if rerank not in self._built:
-                from retrieval.rerank import build_reranker
+                from retrieval.rerankers import build_reranker
 
                 self._built[rerank] = build_reranker(rerank, embedder=self._embedder)
             return self._built[rerank]

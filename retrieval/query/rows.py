@@ -1,4 +1,4 @@
-"""Rows stage: fetch the ranked chunks' rows (ending the read snapshot) and attach parent spans."""
+"""Rows stage: fetch the ranked chunks' rows (ending the read transaction) and attach parent spans."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import psycopg
 from psycopg import sql
 
 from retrieval.query.fusion import Ranked
+from retrieval.query.handles import IndexHandle
 from retrieval.query.results import SearchResult
-from retrieval.query.snapshot import IndexHandle
 from retrieval.store import Store, as_array
 
 
@@ -35,7 +35,7 @@ def fetch_rows(
     with_vectors: bool = False,
     commit: bool = False,
 ) -> dict[str, ChunkRow]:
-    """Chunk rows by id; with `commit`, the snapshot's COMMIT rides in the same round trip."""
+    """Chunk rows by id; with `commit`, the read transaction's COMMIT rides in the same round trip."""
     if not chunk_ids:
         if commit:
             conn.execute("COMMIT")

@@ -7,7 +7,7 @@
 One search is one `SearchRequest` (query, `IndexRef`, `SearchOptions`). Its options are merged
 once with an alias's pinned ones (`SearchOptions.over`) and resolved once with the index's defaults
 (`ResolvedSearch`); each stage then reads one `Query` value (`plan`). Every query reads inside one
-read snapshot (see `snapshot`), so all its candidates come from the same index version.
+read transaction (see `handles`), so all its candidates come from the same index version.
 """
 
 from __future__ import annotations
@@ -34,21 +34,21 @@ from retrieval.query.collapse import collapse_identical_texts
 from retrieval.query.context import Layouts, rank_with_context
 from retrieval.query.dense import QueryEmbedder, checked_vectors, dense_candidates, embed_queries
 from retrieval.query.fusion import Candidates, Ranked, fuse
+from retrieval.query.handles import IndexHandle, IndexHandles, read_transaction
 from retrieval.query.lexical import LexicalCandidates
 from retrieval.query.mmr import mmr
 from retrieval.query.plan import Query, Shape, rounded, timed
 from retrieval.query.reranking import Rerankers, rerank
 from retrieval.query.results import IndexNotFoundError, SearchResult
 from retrieval.query.rows import attach_parents, fetch_rows, to_results
-from retrieval.query.snapshot import IndexHandle, IndexHandles, read_snapshot
 from retrieval.store import Store
 
 DEFAULT_INDEX = DEFAULT_CONFIG
 CONTEXT_BACKENDS = ("sql", "memory")
 # Up to this many queries per call, the coarse index is searched beside the fine ranking (see
 # `coarse.speculate`); otherwise an ambiguous query's coarse ranking follows its fine one in the same
-# snapshot. Off (0): on 2 cores every query then pays for the coarse ranking too, p50 90 -> 136 ms,
-# p95 158 -> 193 ms (benchmarks/results/adaptive.md); with the in-snapshot fallback and given query
+# read transaction. Off (0): on 2 cores every query then pays for the coarse ranking too, p50 90 -> 136 ms,
+# p95 158 -> 193 ms (benchmarks/results/adaptive.md); with the in-transaction fallback and given query
 # vectors on chroma_general, beside is p50/p95 12.6/17.2 ms against 8.7/13.3 ms after (load 1.4).
 SPECULATE_MAX_QUERIES = 0
 EmbedderSource = QueryEmbedder | Callable[[str], QueryEmbedder]
@@ -247,7 +247,7 @@ class Searcher:
             if len(queries) <= SPECULATE_MAX_QUERIES:
                 speculative = coarse_stage.speculate(functools.partial(coarse_search, queries))
         # without a speculative search, an ambiguous query is answered by the coarse index inside
-        # its own snapshot (see `_one`); what cannot be (another model, a coarse index's own
+        # its own read transaction (see `_one`); what cannot be (another model, a coarse index's own
         # fallback) is searched afterwards
         inline = plan.falls_back and speculative is None
 
@@ -290,12 +290,12 @@ class Searcher:
     ) -> tuple[list[SearchResult], float, dict[str, float] | None]:
         """One query through the stages; returns its results, its ranking gap and, when the coarse
         index answered it (`inline`: an ambiguous query is answered by the coarse index in the same
-        snapshot), the coarse search's timings (`timings` then holds the fine ranking's, total
+        read transaction), the coarse search's timings (`timings` then holds the fine ranking's, total
         included)."""
         started = time.perf_counter()
         plan = query.plan
         features = self.store.vector_features() if plan.mode != "bm25" else None
-        with self.store.connection() as conn, read_snapshot(conn):
+        with self.store.connection() as conn, read_transaction(conn):
             handle = self._handles.get(conn, index, begin=True)
             fused, gap = self._rank(conn, handle, query, timings, features)
             coarse = None
@@ -335,7 +335,7 @@ class Searcher:
     def _coarse_plan(
         self, conn: psycopg.Connection, fine: IndexHandle, plan: ResolvedSearch
     ) -> tuple[IndexHandle, ResolvedSearch] | None:
-        """The coarse index and its plan, when it can rank in the fine query's snapshot.
+        """The coarse index and its plan, when it can rank in the fine query's read transaction.
 
         It can when it uses the fine index's model (the query vector carries over) and has no
         fallback of its own; otherwise (None) the query is searched again afterwards.
@@ -362,7 +362,7 @@ class Searcher:
         timings: dict[str, float],
         features: VectorFeatures | None,
     ) -> tuple[Ranked, float]:
-        """The ranking stages in the caller's snapshot: the ranked candidates and the ranking gap."""
+        """The ranking stages in the caller's read transaction: the ranked candidates and the ranking gap."""
         plan, mode, first_stage = query.plan, query.plan.mode, query.shape.first_stage
         dense: Candidates = []
         lexical: Candidates = []

@@ -14,7 +14,7 @@ from retrieval.index_defaults import ContextScoring
 from retrieval.query.context.layout import ChunkLayout
 from retrieval.query.context.statistics import ContextStatistics
 from retrieval.query.context.windows import _best_windows, _best_windows_at_hits, best_window_score
-from retrieval.query.snapshot import IndexHandle
+from retrieval.query.handles import IndexHandle
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def score_contexts(
     query: ContextQuery,
     candidates: list[str],
 ) -> ContextEvidence:
-    """BM25 and/or dense scores of each candidate's context, read inside the caller's snapshot.
+    """BM25 and/or dense scores of each candidate's context, read inside the caller's read transaction.
 
     `query.terms=None` skips BM25 and `query.vector=None` skips the dense score (the mode does not
     use it). With `settings.focus_weight`, each candidate's best window is scored too.
@@ -159,7 +159,7 @@ def score_contexts_in_memory(
 ) -> ContextEvidence:
     """`score_contexts` from the index version's `ContextStatistics`: the same scores, no query sent.
 
-    `conn` (the caller's snapshot) is only used to load a part of the statistics on its first use.
+    `conn` (the caller's read transaction) is only used to load a part of the statistics on its first use.
     """
     settings, terms, query_vector = query.settings, query.terms, query.vector
     bm25_params, analyzer = handle.bm25_params, handle.analyzer

@@ -9,12 +9,12 @@ import psycopg
 from retrieval.index_defaults import ContextScoring
 from retrieval.query.context.layout import ChunkLayout
 from retrieval.query.context.statistics import ContextStatistics
-from retrieval.query.snapshot import IndexHandle
+from retrieval.query.handles import IndexHandle
 
 
 class Layouts:
     """Each index's ChunkLayout (and ContextStatistics) at its current version, loaded on first use
-    inside the caller's snapshot."""
+    inside the caller's read transaction."""
 
     def __init__(self) -> None:
         self._layouts: dict[str, ChunkLayout] = {}

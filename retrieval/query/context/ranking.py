@@ -17,8 +17,8 @@ from retrieval.query.context.evidence import (
 from retrieval.query.context.layout import ChunkLayout
 from retrieval.query.context.statistics import ContextStatistics
 from retrieval.query.fusion import Ranked
+from retrieval.query.handles import IndexHandle
 from retrieval.query.plan import Query
-from retrieval.query.snapshot import IndexHandle
 
 
 def fuse_with_context(
@@ -108,7 +108,7 @@ def rank_with_context(
     """The context stage: score the candidates' contexts and re-rank with them.
 
     With `statistics` (the index version's, in memory) no query is sent; without, the postings,
-    term statistics and vectors are read in the caller's snapshot (`score_contexts`).
+    term statistics and vectors are read in the caller's read transaction (`score_contexts`).
     """
     plan, mode = query.plan, query.plan.mode
     context = ContextQuery(

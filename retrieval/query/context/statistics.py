@@ -12,7 +12,7 @@ from retrieval import bm25 as bm25_lib
 from retrieval.index_defaults import ContextScoring
 from retrieval.query.context.layout import ChunkLayout
 from retrieval.query.context.windows import _window_means
-from retrieval.query.snapshot import IndexHandle
+from retrieval.query.handles import IndexHandle
 
 # Context means are computed this many chunks at a time (bounds the temporaries on a large index).
 MEANS_BLOCK = 4096
@@ -23,7 +23,7 @@ class ContextStatistics:
 
     BM25: the corpus totals, every term's document frequency and a (chunks x terms) matrix of raw
     term frequencies; dense: every chunk vector; focus: every chunk's analysed terms as term ids.
-    Each part is loaded once, on first use, inside the caller's snapshot of `version` (published
+    Each part is loaded once, on first use, inside the caller's read transaction of `version` (published
     content never changes within a version), so a query reads no neighbour statistics from the
     database. Memory per chunk: 4 bytes per vector dimension, 16 bytes per posting, 4 per analysed term.
     """

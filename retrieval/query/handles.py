@@ -1,7 +1,7 @@
-"""The published state of an index (`IndexHandle`) and the read snapshot every query runs in.
+"""The published state of an index (`IndexHandle`) and the read transaction every query runs in.
 
-Every query reads inside one REPEATABLE READ snapshot, so dense and BM25 candidates come from the
-same index version even while a publish commits. The snapshot's BEGIN rides with the index lookup
+Every query reads inside one REPEATABLE READ transaction, so dense and BM25 candidates come from the
+same index version even while a publish commits. The read transaction's BEGIN rides with the index lookup
 and its COMMIT with the row fetch (see `rows.fetch_rows`), so it costs no extra round trip.
 """
 
@@ -49,7 +49,7 @@ class IndexHandles:
         self._lock = threading.Lock()
 
     def get(self, conn: psycopg.Connection, index: str, *, begin: bool = False) -> IndexHandle:
-        """The index's published state; with `begin`, the snapshot's BEGIN rides in the same round trip."""
+        """The index's published state; with `begin`, the read transaction's BEGIN rides in the same round trip."""
         name = split_index_name(index)
         try:
             with conn.pipeline():
@@ -97,7 +97,7 @@ def _published(conn: psycopg.Connection) -> list[str]:
 
 
 @contextlib.contextmanager
-def read_snapshot(conn: psycopg.Connection) -> Iterator[None]:
+def read_transaction(conn: psycopg.Connection) -> Iterator[None]:
     """A read-only REPEATABLE READ transaction whose BEGIN/COMMIT the caller pipelines with queries.
 
     The caller sends `BEGIN ...` (`IndexHandles.get(begin=True)`) and `COMMIT`

@@ -8,9 +8,10 @@ from typing import Any
 import yaml
 
 from retrieval.config import ConfigError, is_valid_name, load_collection_configs, load_index_configs
+from retrieval.names import DEFAULT_CONFIG
 from retrieval.project import PROJECT_FILE, STATE_DIR, read_project
 
-DEFAULT_INDEX = "recursive-256"
+DEFAULT_INDEX = DEFAULT_CONFIG
 # A folder that is not English only gets the multilingual model instead (benchmarks/results/languages.md).
 MULTILINGUAL_INDEX = "recursive-256-multilingual"
 ENGLISH_ONLY_SHARE = 0.95  # of the folder's text, by detected language
