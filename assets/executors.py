@@ -1,4 +1,4 @@
-"""The run executor: Dagster's own executors, one chosen per run by `execution: {config: {<mode>: ...}}`.
+"""The run executor: Dagster's own executors, one chosen per run by `execution: {config: {<executor>: ...}}`.
 
 - `multiprocess` (default): `dagster.multiprocess_executor`, one process per step on the machine
   running the run;
@@ -10,9 +10,9 @@
   instance's concurrency-pool slots (the `embedding` pool) before sending a step, so the limit
   holds across every worker.
 
-Each mode's config schema, requirements and executor are the chosen definition's own; this
+Each executor's config schema, requirements and executor are the chosen definition's own; this
 executor only selects. Setting CHUNKYARD_CELERY_BROKER where the code location loads makes `celery`
-the default mode, with that broker and CHUNKYARD_CELERY_BACKEND (default: the broker) as the result
+the default executor, with that broker and CHUNKYARD_CELERY_BACKEND (default: the broker) as the result
 backend, so runs launched by sensors, automation and the UI go to the workers without run config.
 
 A multiprocess step's process is a `multiprocessing` child of the run's process; loading this module
@@ -49,10 +49,10 @@ EXECUTORS: dict[str, ExecutorDefinition] = {
     "in_process": in_process_executor,
     "celery": celery_executor,
 }
-MODES = tuple(EXECUTORS)
+EXECUTOR_NAMES = tuple(EXECUTORS)
 
 
-def default_mode_config() -> dict:
+def default_executor_config() -> dict:
     """`{"celery": {...}}` when CHUNKYARD_CELERY_BROKER is set, else `{"multiprocess": {}}`."""
     broker = os.environ.get(BROKER_ENV)
     if not broker:
@@ -61,35 +61,35 @@ def default_mode_config() -> dict:
 
 
 def _chosen(config: Mapping[str, object]) -> tuple[ExecutorDefinition, Mapping[str, object]]:
-    ((mode, mode_config),) = config.items()
-    return EXECUTORS[mode], mode_config  # type: ignore[return-value]
+    ((name, chosen_config),) = config.items()
+    return EXECUTORS[name], chosen_config  # type: ignore[return-value]
 
 
 def _requirements(config: Mapping[str, object]) -> list[ExecutorRequirement]:
     # in_process needs nothing; multiprocess and celery re-load the job elsewhere and need a
     # persistent instance (the workers read and write the same run storage).
-    chosen, mode_config = _chosen(config)
-    return list(chosen.get_requirements(mode_config))
+    chosen, chosen_config = _chosen(config)
+    return list(chosen.get_requirements(chosen_config))
 
 
 def build_executor() -> ExecutorDefinition:
-    """The chunkyard executor definition; its default mode is read from the environment now."""
+    """The chunkyard executor definition; its default executor is read from the environment now."""
 
     @executor(
         name="chunkyard",
         config_schema=Field(
-            Selector({mode: definition.get_config_field() for mode, definition in EXECUTORS.items()}),
-            default_value=default_mode_config(),
+            Selector({name: definition.get_config_field() for name, definition in EXECUTORS.items()}),
+            default_value=default_executor_config(),
         ),
         requirements=_requirements,
     )
     def chunkyard_executor(init_context: InitExecutorContext) -> Executor:
-        chosen, mode_config = _chosen(init_context.executor_config)
+        chosen, chosen_config = _chosen(init_context.executor_config)
         return chosen.executor_creation_fn(  # type: ignore[misc]
             InitExecutorContext(
                 job=init_context.job,
                 executor_def=chosen,
-                executor_config=mode_config,
+                executor_config=chosen_config,
                 instance=init_context.instance,
             )
         )

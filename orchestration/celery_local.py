@@ -3,7 +3,7 @@
 What `tests/test_celery.py` and `benchmarks/bench_scale.py` start, and what docs/deployment.md
 describes for several machines: the broker, N workers (`dagster-celery worker start -A
 dagster_celery.app`, one process each with the solo pool), and a run launched by `dagster asset
-materialize` in its own process with the `celery` executor mode. Every process gets its settings
+materialize` in its own process with the `celery` executor. Every process gets its settings
 from the environment (DAGSTER_HOME with the same dagster.yaml, DATABASE_URL, CHUNKYARD_CONFIGS).
 """
 
@@ -101,13 +101,13 @@ def redis_server(workdir: Path, port: int | None = None) -> Iterator[str]:
         log.close()
 
 
-def celery_mode(broker: str, backend: str | None = None) -> dict:
+def celery_executor_config(broker: str, backend: str | None = None) -> dict:
     """The `celery` block of the chunkyard executor (and of the workers' `-y` file)."""
     return {"broker": broker, "backend": backend or broker}
 
 
 def celery_run_config(broker: str, backend: str | None = None) -> dict:
-    return {"execution": {"config": {"celery": celery_mode(broker, backend)}}}
+    return {"execution": {"config": {"celery": celery_executor_config(broker, backend)}}}
 
 
 @dataclass
@@ -149,7 +149,7 @@ def celery_workers(
     """
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "celery.yaml"
-    config_path.write_text(yaml.safe_dump({"execution": {"config": celery_mode(broker, backend)}}))
+    config_path.write_text(yaml.safe_dump({"execution": {"config": celery_executor_config(broker, backend)}}))
     processes: list[subprocess.Popen] = []
     logs: dict[str, Path] = {}
     # dagster-celery starts `celery` from PATH: this environment's, as a venv's activate would.

@@ -30,7 +30,7 @@ class Check:
 
 
 @dataclass(frozen=True)
-class CheckSpec:
+class DeclaredCheck:
     """A check a step runs: its name, what it asserts and how serious a failure is."""
 
     name: str
@@ -39,34 +39,36 @@ class CheckSpec:
 
 
 # Per step kind, the checks it reports (the assets declare them up front from this table).
-CHECKS: dict[str, tuple[CheckSpec, ...]] = {
+CHECKS: dict[str, tuple[DeclaredCheck, ...]] = {
     "chunks": (
-        CheckSpec("spans_match_documents", "Every chunk's text equals document.text[start:end]."),
-        CheckSpec("no_empty_chunks", "No empty chunk."),
-        CheckSpec(
+        DeclaredCheck("spans_match_documents", "Every chunk's text equals document.text[start:end]."),
+        DeclaredCheck("no_empty_chunks", "No empty chunk."),
+        DeclaredCheck(
             "within_model_token_limit",
             "No chunk longer than the embedding model's input limit, unless the config allows "
             "truncation (then the share truncated is reported).",
         ),
     ),
     "embeddings": (
-        CheckSpec("one_vector_per_chunk", "One embedding per staged chunk, with the model's dimensions."),
+        DeclaredCheck("one_vector_per_chunk", "One embedding per staged chunk, with the model's dimensions."),
     ),
     "index": (
-        CheckSpec("published_spans_match", "Every published chunk's span matches its document."),
-        CheckSpec("published_vectors", "Every published chunk has one vector with the model's dimensions."),
-        CheckSpec("bm25_count_matches_chunks", "BM25 document count equals the chunk count."),
+        DeclaredCheck("published_spans_match", "Every published chunk's span matches its document."),
+        DeclaredCheck(
+            "published_vectors", "Every published chunk has one vector with the model's dimensions."
+        ),
+        DeclaredCheck("bm25_count_matches_chunks", "BM25 document count equals the chunk count."),
     ),
     "evaluation": (
-        CheckSpec("no_regression", "Warns when a metric drops vs the previous evaluation.", "warn"),
+        DeclaredCheck("no_regression", "Warns when a metric drops vs the previous evaluation.", "warn"),
     ),
     "promotion": (
-        CheckSpec(
+        DeclaredCheck(
             "no_regression",
             "Blocks the alias swap when the winner scores more than serve.max_regression below the "
             "alias's current target.",
         ),
-        CheckSpec("within_budget", "Some (config, mode) is within the collection's serve.budget."),
+        DeclaredCheck("within_budget", "Some (config, mode) is within the collection's serve.budget."),
     ),
 }
 

@@ -11,17 +11,17 @@ from pathlib import Path
 import pytest
 from dagster import AssetSelection, Definitions, asset, define_asset_job, validate_run_config
 
-from assets.executors import BACKEND_ENV, BROKER_ENV, build_executor, default_mode_config
+from assets.executors import BACKEND_ENV, BROKER_ENV, build_executor, default_executor_config
 from tests.conftest import REPO_ROOT
 
 
 def test_default_mode_follows_the_broker_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(BROKER_ENV, raising=False)
     monkeypatch.delenv(BACKEND_ENV, raising=False)
-    assert default_mode_config() == {"multiprocess": {}}
+    assert default_executor_config() == {"multiprocess": {}}
     assert build_executor().config_schema.default_value == {"multiprocess": {}}
     monkeypatch.setenv(BROKER_ENV, "redis://broker:6379/0")
-    assert default_mode_config() == {
+    assert default_executor_config() == {
         "celery": {"broker": "redis://broker:6379/0", "backend": "redis://broker:6379/0"}
     }
     monkeypatch.setenv(BACKEND_ENV, "redis://broker:6379/1")
