@@ -157,12 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     base = load_index_configs()["chroma-recursive-250-0"]
     reference: np.ndarray | None = None
     collection = "chroma-embedder-bench" + (f"-{args.corpora.replace(',', '-')}" if args.corpora else "")
-    store.sync_documents(collection, documents, [])
+    store.documents.sync(collection, documents, [])
     demo, demo_note = load_demo_set()
     report["demo_note"] = demo_note
     demo_base = load_index_configs()["recursive-256"]
     if demo is not None:
-        store.sync_documents("demo-embedder-bench", demo.documents, [])
+        store.documents.sync("demo-embedder-bench", demo.documents, [])
     embedders, loads = [], []
     for backend, quantize, batch_size in BACKENDS:
         started = time.perf_counter()

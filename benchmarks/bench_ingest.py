@@ -125,7 +125,7 @@ def run_chunkyard_library(system: str, url: str, docs_dir: Path, root: Path) -> 
         return seconds
 
     def stored_chunks() -> int:
-        return int((store.index_info(spec.name) or {}).get("chunks") or runs[-1]["chunks_total"])
+        return int((store.indexes.info(spec.name) or {}).get("chunks") or runs[-1]["chunks_total"])
 
     searcher = Searcher(store, embedder_for=lambda _config: embedder)
 

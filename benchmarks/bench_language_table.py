@@ -52,10 +52,10 @@ def main() -> None:
                     bm25={"k1": 1.5, "b": 0.75, "epsilon": 0.25, "analyzer": analyzer},
                 )
                 spec = IndexSpec(f"langtable-{language}", config)
-                store.sync_documents(spec.collection, docs, [])
+                store.documents.sync(spec.collection, docs, [])
                 build_index(store, spec, embedder)
                 report = evaluate_index(searcher, spec, questions, MODES, k=5, n_resamples=200, store=store)
-                resolved = store.index_info(spec.name)["config"]["bm25"].get("resolved_analyzer", analyzer)
+                resolved = store.indexes.info(spec.name)["config"]["bm25"].get("resolved_analyzer", analyzer)
                 rows[analyzer] = (resolved, report.metrics)
             lines += [
                 f"## {language}, recursive-{size}",

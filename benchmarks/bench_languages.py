@@ -336,9 +336,9 @@ def measure_retrieval(sizes: tuple[int, ...]) -> list[dict[str, object]]:
                 corpora.append(("demo", demo.documents))
             for language, documents in corpora:
                 spec = IndexSpec(f"languages-{language}", config)
-                store.sync_documents(spec.collection, documents, [])
+                store.documents.sync(spec.collection, documents, [])
                 build_index(store, spec, embedder)
-                info = store.index_info(spec.name)
+                info = store.indexes.info(spec.name)
                 sets = (
                     [("demo (en)", demo.questions)]
                     if language == "demo"

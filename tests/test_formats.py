@@ -206,7 +206,7 @@ def test_every_format_is_indexed_and_searchable_and_bad_files_reported(
         "formats",
         IndexConfig(name="sentence-32", chunker={"strategy": "sentence", "size": 32, "tokenizer": "model"}),
     )
-    store.sync_documents(spec.collection, documents, failures)
+    store.documents.sync(spec.collection, documents, failures)
     assert indexing.build_index(store, spec, embedder).published
     searcher = Searcher(store, embedder)
     for query, doc_id in [

@@ -155,7 +155,7 @@ def test_non_utf8_name_never_reaches_the_store(tmp_path: Path, store) -> None:
     with open(os.fsencode(tmp_path) + b"/bad\xff.txt", "wb") as handle:
         handle.write(b"content")
     documents, failures = load_folder(tmp_path)
-    sync = store.sync_documents("hostile-names", documents, failures)  # raised UnicodeEncodeError
+    sync = store.documents.sync("hostile-names", documents, failures)  # raised UnicodeEncodeError
     assert sync.added == ["good.md"] and [f.path for f in sync.failed] == ["bad\\xff.txt"]
 
 
@@ -257,7 +257,7 @@ def test_collection_with_an_overlong_word_publishes_and_the_rest_is_searchable(
             name="recursive-256", chunker={"strategy": "recursive", "size": 256, "tokenizer": "model"}
         ),
     )
-    store.sync_documents(spec.collection, documents, failures)
+    store.documents.sync(spec.collection, documents, failures)
     report = indexing.build_index(store, spec, embedder)  # failed: index row requires 20072 bytes
     assert report.published
     with store.connection() as conn:

@@ -106,7 +106,7 @@ def test_an_index_names_its_model_and_answers_ukrainian_questions(store, e5_int8
     assert config.config_hash != IndexConfig(name="minilm", chunker=chunker).config_hash
     spec = IndexSpec("e5-uk", config)
     docs = [Document(p.name, p.read_text(encoding="utf-8")) for p in sorted((DATA / "uk").glob("*.md"))]
-    store.sync_documents(spec.collection, docs, [])
+    store.documents.sync(spec.collection, docs, [])
     meta = indexing.build_index(store, spec, e5_int8).as_metadata()
     assert meta["embeddings_computed"] == meta["chunks_total"] >= 6
     searcher = Searcher(store, e5_int8)
@@ -154,7 +154,7 @@ def test_chunk_sizes_count_the_index_models_own_tokens(store, e5_int8) -> None:
     config = IndexConfig(name="recursive-48-e5", chunker=chunker, embedding_model=MODEL_NAME)
     spec = IndexSpec("e5-th", config)
     docs = [Document(p.name, p.read_text(encoding="utf-8")) for p in sorted((DATA / "th").glob("*.md"))]
-    store.sync_documents(spec.collection, docs, [])
+    store.documents.sync(spec.collection, docs, [])
     indexing.build_index(store, spec, e5_int8)
     with store.connection() as conn:
         texts = [

@@ -110,11 +110,11 @@ def test_a_static_index_builds_and_searches_through_the_pipeline(store, static_e
             embedder=dict(OPTIONS),
         ),
     )
-    store.sync_documents(spec.collection, [Document(k, v, metadata={"path": k}) for k, v in docs.items()], [])
+    store.documents.sync(spec.collection, [Document(k, v, metadata={"path": k}) for k, v in docs.items()], [])
     meta = indexing.build_index(store, spec, static_embedder).as_metadata()
     assert meta["chunks_inserted"] == meta["chunks_total"] >= 6
     assert meta["embeddings_computed"] == meta["chunks_total"]
-    info = store.index_info(spec.name)
+    info = store.indexes.info(spec.name)
     assert info["dim"] == 256 and info["document_count"] == 3
     searcher = Searcher(store, static_embedder)
     for query, doc_id in (("a dog on the floor", "pets.md"), ("the interest rate of the bank", "money.md")):

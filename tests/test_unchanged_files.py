@@ -11,7 +11,7 @@ from chunking import loaders
 from chunking.loaders import file_signature, scan_folder
 from pipeline.steps.documents import sync_documents
 from retrieval.config import CollectionConfig
-from retrieval.store import StaleSignatures
+from retrieval.store.documents import StaleSignatures
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ def test_the_documents_step_reads_only_changed_files(store, tmp_path: Path, trus
     changed = sync_documents(store, collection)
     assert changed.ids == {"added_ids": [], "changed_ids": ["a.md"], "deleted_ids": ["sub/c.txt"]}
     assert changed.metadata["documents_read"] == 1
-    assert "Andes" in store.documents(collection.name, ["a.md"])[0].text
+    assert "Andes" in store.documents.read(collection.name, ["a.md"])[0].text
 
     os.utime(folder / "b.md")  # touched, same bytes: read once, unchanged, its new signature kept
     touched = sync_documents(store, collection).metadata
@@ -88,12 +88,12 @@ def test_unread_documents_deleted_meanwhile_make_the_step_read_every_file(
     collection = CollectionConfig(name="unchanged-files-race", folders=(str(folder),))
     sync_documents(store, collection)
     with pytest.raises(StaleSignatures):
-        store.sync_documents(collection.name, [], unchanged=["ghost.md"])
+        store.documents.sync(collection.name, [], unchanged=["ghost.md"])
     # another writer removes a document between the step's read of the signatures and its sync
-    signatures_before = store.document_signatures(collection.name)
+    signatures_before = store.documents.signatures(collection.name)
     with store.connection() as conn:
         conn.execute("DELETE FROM documents WHERE collection = %s AND doc_id = 'a.md'", (collection.name,))
-    monkeypatch.setattr(store, "document_signatures", lambda _name: signatures_before)
+    monkeypatch.setattr(store.documents, "signatures", lambda _name: signatures_before)
     report = sync_documents(store, collection).metadata
     assert (report["documents_added"], report["documents_read"]) == (1, 3)
-    assert sorted(store.document_hashes(collection.name)) == ["a.md", "b.md", "sub/c.txt"]
+    assert sorted(store.documents.hashes(collection.name)) == ["a.md", "b.md", "sub/c.txt"]

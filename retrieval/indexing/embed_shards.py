@@ -80,7 +80,7 @@ def embed_shard(
         ).fetchall()
     texts_by_hash = {h: text for h, text in rows}
     report.texts = len(texts_by_hash)
-    cached = store.cached_embeddings(embedder.model_id, texts_by_hash)
+    cached = store.embedding_cache.lookup(embedder.model_id, texts_by_hash)
     report.embeddings_cached_before = len(cached)
     missing = [h for h in texts_by_hash if h not in cached]
     if missing:

@@ -90,7 +90,7 @@ class _CacheWriter:
             done = item is None
             if merged and self._error is None:
                 try:
-                    self._store.cache_embeddings(self._model_id, merged)
+                    self._store.embedding_cache.add(self._model_id, merged)
                 except BaseException as exc:  # re-raised in the stage's thread
                     self._error = exc
 
@@ -188,7 +188,7 @@ def stage_embeddings(
         long_hashes = {h for h, n in tokens.items() if n > embedder.max_seq_length}
         report.chunks_longer_than_model_limit = sum(1 for _, h, _ in pending if h in long_hashes)
     lookup_started = time.perf_counter()
-    vectors = store.cached_embeddings(embedder.model_id, texts_by_hash)  # across runs and configs
+    vectors = store.embedding_cache.lookup(embedder.model_id, texts_by_hash)  # across runs and configs
     report.cache_lookup_seconds = round(time.perf_counter() - lookup_started, 3)
     missing = [h for h in texts_by_hash if h not in vectors]
     embed_started = time.perf_counter()
