@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chunking.loaders import load_folder
+from chunking.documents.folder import load_folder
 from pipeline import checks
 from pipeline.steps.index import publish_index
 from retrieval.indexing import stage_bm25, stage_chunks, stage_embeddings

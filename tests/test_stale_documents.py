@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chunking.loaders import load_folder
+from chunking.documents.folder import load_folder
 from retrieval.indexing import build_index
 from retrieval.query import Searcher
 from tests.test_indexing_support import ParagraphChunker, make_spec

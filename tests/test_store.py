@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chunking.loaders import DocumentFailure
+from chunking.documents.folder import DocumentFailure
 from chunking.types import Document
 from evaluation.estimates import Estimate
 from evaluation.metrics import MetricSummary

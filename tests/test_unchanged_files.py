@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from chunking import loaders
-from chunking.loaders import file_signature, scan_folder
+import chunking.documents.folder as folder_scan
+from chunking.documents.folder import file_signature, scan_folder
 from pipeline.steps.documents import sync_documents
 from retrieval.config import CollectionConfig
 from retrieval.store.documents import StaleSignatures
@@ -17,7 +17,7 @@ from retrieval.store.documents import StaleSignatures
 @pytest.fixture
 def trusted_now(monkeypatch: pytest.MonkeyPatch) -> None:
     """Trust signatures of files written a moment ago (a test cannot wait out the racy window)."""
-    monkeypatch.setattr(loaders, "RACY_SECONDS", 0.0)
+    monkeypatch.setattr(folder_scan, "RACY_SECONDS", 0.0)
 
 
 def _folder(tmp_path: Path) -> Path:
@@ -35,7 +35,10 @@ def test_a_file_written_within_the_racy_window_gets_no_signature(tmp_path: Path)
     assert scan.signatures == {}  # just written: a second write in the same clock tick is possible
     info = os.stat(folder / "a.md")
     later = (
-        info.st_mtime_ns + int(loaders.RACY_SECONDS * 1e9) + max(0, info.st_ctime_ns - info.st_mtime_ns) + 1
+        info.st_mtime_ns
+        + int(folder_scan.RACY_SECONDS * 1e9)
+        + max(0, info.st_ctime_ns - info.st_mtime_ns)
+        + 1
     )
     assert file_signature(info, later) is not None
 
@@ -52,7 +55,7 @@ def test_scan_leaves_files_with_a_known_signature_unread(tmp_path: Path, trusted
     (folder / "b.md").write_text("# Beta\n\nBeetles outnumber all other animal orders, by far.\n")
     third = scan_folder(folder, known=first.signatures)
     assert [d.id for d in third.documents] == ["b.md"] and third.unchanged == ["a.md", "sub/c.txt"]
-    stale = {k: v.replace(f"{loaders.SIGNATURE_VERSION}:", "0:", 1) for k, v in third.signatures.items()}
+    stale = {k: v.replace(f"{folder_scan.SIGNATURE_VERSION}:", "0:", 1) for k, v in third.signatures.items()}
     assert len(scan_folder(folder, known=stale).documents) == 3  # another parser version reads all
     # a lower size limit is never skipped past: the file is read and refused
     refused = scan_folder(folder, known=third.signatures, max_bytes=20)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from chunking.loaders import DocumentFailure
+from chunking.documents.folder import DocumentFailure
 from pipeline.documents import CollectionDocuments, load_collection_documents
 from pipeline.report import StepReport
 from retrieval.config import CollectionConfig
@@ -32,7 +32,7 @@ def failures_markdown(failures: Sequence[DocumentFailure], limit: int = FAILURE_
 def sync_documents(store: Store, collection: CollectionConfig) -> StepReport:
     """Load and sync; when no folder is readable (missing, unmounted) the stored documents are kept.
 
-    Files whose stat signature matches the stored one are not read again (`chunking.loaders`).
+    Files whose stat signature matches the stored one are not read again (`chunking.documents.folder`).
     """
     started = time.perf_counter()
     name = collection.name
