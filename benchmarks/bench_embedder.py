@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     from evaluation.tuning import suggest_fusion_weight
     from retrieval.config import IndexSpec, load_index_configs
     from retrieval.db import chunkyard_home, embedded_database_url
-    from retrieval.embedder import Embedder
+    from retrieval.embedder import load_embedder
     from retrieval.indexing import build_index
     from retrieval.query import Searcher
     from retrieval.store import Store
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     embedders, loads = [], []
     for backend, quantize, batch_size in BACKENDS:
         started = time.perf_counter()
-        embedder = Embedder(backend=backend, quantize=quantize, batch_size=batch_size)
+        embedder = load_embedder(backend=backend, quantize=quantize, batch_size=batch_size)
         loads.append(time.perf_counter() - started)
         embedder.embed(sample[:8])  # warm-up
         embedders.append(embedder)
@@ -338,12 +338,12 @@ MODELS_SECTION = "## Embedding models"
 # ru_maxrss would count the forking parent's pages (Linux keeps it across exec); VmHWM is this image's own.
 PEAK = """
 import json, sys
-from retrieval.embedder import Embedder
+from retrieval.embedder import load_embedder
 def high_water_mb():
     line = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:"))
     return int(line.split()[1]) / 1024
 sample = json.load(open(sys.argv[2], encoding="utf-8"))
-embedder = Embedder(sys.argv[1], backend="onnx", quantize="int8", threads=int(sys.argv[3]))
+embedder = load_embedder(sys.argv[1], backend="onnx", quantize="int8", threads=int(sys.argv[3]))
 loaded = high_water_mb()
 embedder.embed(sample)
 print(json.dumps({"after_load_mb": loaded, "peak_mb": high_water_mb()}))
@@ -357,13 +357,15 @@ def compare_models(args: argparse.Namespace) -> int:
 
     from chunking import build_chunker
     from evaluation.datasets import load_dataset
-    from retrieval.embedder import Embedder
+    from retrieval.embedder import load_embedder
 
     documents = load_dataset("chroma_general").documents
     window = build_chunker({"strategy": "token", "size": 256, "tokenizer": "model"})
     sample = [c.text for d in documents for c in window.chunk(d)][: args.throughput_chunks]
     before = load_average()
-    embedders = [Embedder(name, backend="onnx", quantize="int8", threads=args.threads) for name in MODELS]
+    embedders = [
+        load_embedder(name, backend="onnx", quantize="int8", threads=args.threads) for name in MODELS
+    ]
     for embedder in embedders:
         embedder.embed(sample[:8])  # warm-up
     rounds: list[list[float]] = [[] for _ in MODELS]
@@ -394,8 +396,7 @@ def compare_models(args: argparse.Namespace) -> int:
             "rounds": rates,
             "mean_tokens_per_chunk": float(np.mean(tokens)),
             "max_seq_length": embedder.max_seq_length,
-            "onnx_int8_mb": sum(f.stat().st_size for f in embedder._model.export_dir.glob("onnx/*int8*"))
-            / 1e6,
+            "onnx_int8_mb": sum(f.stat().st_size for f in embedder.export_dir.glob("onnx/*int8*")) / 1e6,
             **memory[name],
         }
     ratio = rows[MODELS[1]]["chunks_per_second"] / rows[MODELS[0]]["chunks_per_second"]

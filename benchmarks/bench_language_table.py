@@ -12,7 +12,7 @@ from evaluation.datasets.evalset import read_eval_set
 from evaluation.runner import SERVED_MODE, evaluate_index
 from retrieval.config import IndexConfig, IndexSpec
 from retrieval.db import embedded_database_url
-from retrieval.embedder import Embedder
+from retrieval.embedder import load_embedder
 from retrieval.indexing import build_index
 from retrieval.query import Searcher
 from retrieval.store import Store
@@ -26,7 +26,7 @@ SIZES = (48, 256)
 def main() -> None:
     store = Store(embedded_database_url(tempfile.mkdtemp(prefix="chunkyard-langtable-")))
     store.migrate()
-    embedder = Embedder("all-MiniLM-L6-v2")
+    embedder = load_embedder("all-MiniLM-L6-v2")
     searcher = Searcher(store, embedder)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     lines = [

@@ -556,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["CHUNKYARD_HNSW_M"] = str(args.hnsw_m)
     os.environ["CHUNKYARD_HNSW_EF_CONSTRUCTION"] = str(args.hnsw_ef_construction)
     from retrieval.db import chunkyard_home, embedded_database_url
-    from retrieval.embedder import Embedder
+    from retrieval.embedder import load_embedder
     from retrieval.store import Store
 
     url = os.environ.get("CHUNKYARD_BENCH_DATABASE_URL") or embedded_database_url(
@@ -564,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     store = Store(url)
     store.migrate()
-    embedder = Embedder(backend=args.backend, batch_size=64)
+    embedder = load_embedder(backend=args.backend, batch_size=64)
     questions, warmup = load_questions(args.questions, args.seed)
     log("chunking the Chroma corpora")
     base = base_chunks(args.base_size, args.base_overlap)

@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("CHUNKYARD_MAINTENANCE_WORK_MEM", "2GB" if args.n <= 200000 else "8GB")
     os.environ.setdefault("CHUNKYARD_PG_SHARED_BUFFERS", "1GB" if args.n <= 200000 else "6GB")
     from retrieval.db import chunkyard_home, embedded_database_url
-    from retrieval.embedder import Embedder
+    from retrieval.embedder import load_embedder
     from retrieval.store import Store
 
     started, uptime_before = time.strftime("%Y-%m-%d %H:%M", time.gmtime()), _uptime()
@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     features = store.vector_features()
     if not features.halfvec:
         parser.error(f"this server has no halfvec: {features.describe()}")
-    embedder = Embedder(backend=args.backend, batch_size=64)
+    embedder = load_embedder(backend=args.backend, batch_size=64)
     questions, _ = load_questions(args.questions, args.seed)
     base = base_chunks(64, 48)[: args.max_base]
     base_vectors = embed_base(store, embedder, [t for _, t in base])

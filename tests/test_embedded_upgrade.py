@@ -39,7 +39,7 @@ sys.path.insert(0, sys.argv[1])
 import pgserver
 from chunking.types import Document
 from retrieval import aliases
-from retrieval.embedder import Embedder
+from retrieval.embedder import load_embedder
 from retrieval.indexing import build_index
 from retrieval.query import Searcher
 from retrieval.selfcheck import DatabaseSelfCheckError
@@ -56,7 +56,7 @@ except DatabaseSelfCheckError as error:
     sys.exit(0)
 spec = make_spec("legacy", "para")
 store.documents.sync("legacy", [Document(f"doc{i}", "\n\n".join(TOPICS[i * 4 : i * 4 + 4])) for i in range(3)], [])
-embedder = Embedder("all-MiniLM-L6-v2")
+embedder = load_embedder("all-MiniLM-L6-v2")
 build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
 aliases.set_alias(store, "legacy-live", spec.name, {"mode": "dense"})
 searcher = Searcher(store, embedder)

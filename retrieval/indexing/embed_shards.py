@@ -21,7 +21,6 @@ from retrieval.store import Store
 
 if TYPE_CHECKING:
     from retrieval.embedder import Embedder
-    from retrieval.endpoint_embedder import EndpointEmbedder
 
 HASH_DIGITS = 7  # leading hex digits of the content hash that pick its shard (28 bits: a positive int4)
 
@@ -52,7 +51,7 @@ class ShardReport:
 def embed_shard(
     store: Store,
     spec: IndexSpec,
-    embedder: Embedder | EndpointEmbedder,
+    embedder: Embedder,
     shard: int,
     shards: int,
     *,

@@ -18,7 +18,6 @@ from retrieval.store import Store
 
 if TYPE_CHECKING:
     from retrieval.embedder import Embedder
-    from retrieval.endpoint_embedder import EndpointEmbedder
 
 EMBED_BATCH = 256  # at most this many texts per embedding + cache round trip (a crash loses one batch)
 EMBED_BATCH_TOKENS = 32768  # and at most this many model tokens: short texts go in bigger batches
@@ -35,7 +34,7 @@ def token_batches(hashes: list[str], tokens: dict[str, int]) -> list[list[str]]:
 
 
 def _computed(
-    embedder: Embedder | EndpointEmbedder,
+    embedder: Embedder,
     missing: list[str],
     texts_by_hash: dict[str, str],
     tokens: dict[str, int],
@@ -97,7 +96,7 @@ class _CacheWriter:
 
 def embed_and_cache(
     store: Store,
-    embedder: Embedder | EndpointEmbedder,
+    embedder: Embedder,
     missing: list[str],
     texts_by_hash: dict[str, str],
     tokens: dict[str, int],
@@ -133,7 +132,7 @@ def embed_and_cache(
 def stage_embeddings(
     store: Store,
     spec: IndexSpec,
-    embedder: Embedder | EndpointEmbedder,
+    embedder: Embedder,
     progress: Callable[[int, int], None] | None = None,
     *,
     owner: str | None = None,
