@@ -164,7 +164,7 @@ def run_benchmark(request: BenchmarkRequest) -> BenchmarkResult:
 
     store = Store(request.database_url)
     store.migrate()
-    store.sync_documents(collection_name, data.documents, [])
+    store.documents.sync(collection_name, data.documents, [])
     reports: list[EvaluationReport] = []
     builds: dict[str, dict[str, int | float | str]] = {}
     suggestions: dict[str, WeightSuggestion] = {}
