@@ -373,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_stack.add_parser(sub, common)
     cli_lag.add_parser(sub, common)
     cli_models.add_parser(sub, common)
+    cli_ui.add_proxy_parser(sub, common)
     cli_help.describe_commands(parser)
     return parser
 
@@ -435,6 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "stack": cli_stack.cmd_stack,
             "lag": cli_lag.cmd_lag,
             "models": cli_models.cmd_models,
+            "ui-proxy": cli_ui.cmd_ui_proxy,
         }
         handler = handlers[args.command]
     debug = bool(getattr(args, "debug", False))
