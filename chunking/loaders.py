@@ -7,7 +7,9 @@ other exception a parser raises on one file.
 
 Nothing outside the folder is ever read: every path is resolved, and a symlink whose target lies
 outside the folder (or that dangles, or loops) is refused with its reason. `list_files` (the
-sensor's view) applies the same rule (`resolve_entry`). A file over `max_document_bytes()`
+sensor's view) applies the same rule (`resolve_entry`). The resolved path is then opened one
+component at a time without following symlinks (`chunking.safe_open`), so a folder that changes
+while it is read (a subfolder swapped for a link) can never lead outside it. A file over `max_document_bytes()`
 (`CHUNKYARD_MAX_DOCUMENT_BYTES`, default 20 MiB) is refused before it is read.
 
 Document ids are the POSIX path of the file relative to the folder (`guide/intro.md`), so
@@ -42,6 +44,7 @@ from chunking.formats import (
     settled_text,
     validate_json,
 )
+from chunking.safe_open import PathChanged, open_resolved
 from chunking.types import Document
 
 __all__ = [
@@ -349,7 +352,7 @@ def _load(path: Path, doc_id: str, max_bytes: int, *, nofollow: bool) -> Documen
         data = settled_text(
             data,
             lambda: _read_regular_file(path, max_bytes, nofollow=nofollow),
-            lambda: os.stat(path).st_size,
+            lambda: _size(path, nofollow=nofollow),
         )
     if not data.strip():
         raise UnusableFile("empty file" if not data else "empty file (whitespace only)")
@@ -387,12 +390,13 @@ def _load(path: Path, doc_id: str, max_bytes: int, *, nofollow: bool) -> Documen
 def _read_regular_file(path: Path, max_bytes: int, *, nofollow: bool) -> bytes:
     """The file's bytes, refusing special files (never blocks on a FIFO) and files over `max_bytes`."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    if nofollow:  # the path was resolved: a link appearing since is refused, not followed
-        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, flags)
+        # the path was resolved: a link appearing since on any component is refused, not followed
+        fd = open_resolved(path, flags) if nofollow else os.open(path, flags)
     except PermissionError:
         raise UnusableFile("cannot read file: permission denied") from None
+    except PathChanged as exc:
+        raise UnusableFile(f"cannot read file: {exc.strerror}: not followed, for safety") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UnusableFile("cannot read file: it became a symlink while being read") from None
@@ -410,6 +414,16 @@ def _read_regular_file(path: Path, max_bytes: int, *, nofollow: bool) -> bytes:
     if len(data) > max_bytes:  # grew while being read
         raise UnusableFile(_too_large(len(data), max_bytes))
     return data
+
+
+def _size(path: Path, *, nofollow: bool) -> int:
+    if not nofollow:
+        return os.stat(path).st_size
+    fd = open_resolved(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 def _too_large(size: int, max_bytes: int) -> str:
