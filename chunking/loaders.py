@@ -24,6 +24,7 @@ rewritten twice within one clock tick is still read again.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -44,6 +45,7 @@ from chunking.formats import (
     settled_text,
     validate_json,
 )
+from chunking.parse_bounds import run_bounded
 from chunking.safe_open import PathChanged, open_resolved
 from chunking.types import Document
 
@@ -357,26 +359,12 @@ def _load(path: Path, doc_id: str, max_bytes: int, *, nofollow: bool) -> Documen
     if not data.strip():
         raise UnusableFile("empty file" if not data else "empty file (whitespace only)")
     metadata: dict = {"path": doc_id, "extension": ext, "size_bytes": len(data)}
-    title = ""
-    if ext in BINARY_FORMATS:
-        mime, parse = BINARY_FORMATS[ext]
-        text, title, extra = parse(data)
-        metadata.update(extra)
+    # untrusted structured formats parse under a time and memory bound, in a worker (parse_bounds)
+    if ext in BINARY_FORMATS or ext in HTML_TYPES or ext in JSON_TYPES:
+        text, mime, title, extra = run_bounded(parse_bytes, ext, data, path.name, warm_up="warm_parsers")
     else:
-        text = decode_text(data)
-        if ext in HTML_TYPES:
-            text, title = parse_html(text)
-            mime = HTML_TYPES[ext]
-        elif ext in JSON_TYPES:
-            mime = JSON_TYPES[ext]
-            validate_json(text, jsonl=mime == "application/jsonl")
-            title = path.name
-        elif ext in CODE_TYPES:
-            metadata["language"] = ext.lstrip(".")
-            mime, title = CODE_TYPES[ext], path.name
-        else:
-            mime = TEXT_TYPES[ext]
-            title = _markdown_title(text) if mime == "text/markdown" else ""
+        text, mime, title, extra = parse_bytes(ext, data, path.name)
+    metadata.update(extra)
     if not has_visible_text(text):
         raise UnusableFile("no visible text (only whitespace or invisible characters)")
     if len(text) > max_bytes:
@@ -385,6 +373,34 @@ def _load(path: Path, doc_id: str, max_bytes: int, *, nofollow: bool) -> Documen
             f" ({MAX_DOCUMENT_BYTES_ENV})"
         )
     return Document(doc_id, text, mime, title or path.stem, metadata)
+
+
+def warm_parsers() -> None:
+    """The bounded parsers' one-time initialisation (imports and data loaded on first use), run by a new
+    parsing worker before its first file (chunking.parse_bounds)."""
+    for ext, data in ((".html", b"<html><body><p>warm</p></body></html>"), (".json", b"{}")):
+        parse_bytes(ext, data, "warm")
+    with contextlib.suppress(UnusableFile):
+        parse_bytes(".pdf", b"%PDF-1.4", "warm")
+
+
+def parse_bytes(ext: str, data: bytes, name: str) -> tuple[str, str, str, dict]:
+    """(text, mime type, title, extra metadata) of a file's bytes by its extension `ext`."""
+    if ext in BINARY_FORMATS:
+        mime, parse = BINARY_FORMATS[ext]
+        text, title, extra = parse(data)
+        return text, mime, title, extra
+    text = decode_text(data)
+    if ext in HTML_TYPES:
+        text, title = parse_html(text)
+        return text, HTML_TYPES[ext], title, {}
+    if ext in JSON_TYPES:
+        validate_json(text, jsonl=JSON_TYPES[ext] == "application/jsonl")
+        return text, JSON_TYPES[ext], name, {}
+    if ext in CODE_TYPES:
+        return text, CODE_TYPES[ext], name, {"language": ext.lstrip(".")}
+    mime = TEXT_TYPES[ext]
+    return text, mime, _markdown_title(text) if mime == "text/markdown" else "", {}
 
 
 def _read_regular_file(path: Path, max_bytes: int, *, nofollow: bool) -> bytes:
