@@ -2,7 +2,7 @@
 worker (chunking.parse_bounds) against the same parsers in-process, side by side.
 
 Corpora: the demo collection (`docs/`, Markdown only: nothing goes to the worker), and real files of
-this machine's Debian and Rust documentation (two PDFs, 40 HTML pages). "cold" starts a new worker for
+this machine's Debian and Rust documentation (two PDFs, rustdoc's HTML pages). "cold" starts a new worker for
 the scan (what each documents step pays once), "warm" reuses it.
 
     python -m benchmarks.bench_parse_bounds    # prints the table for benchmarks/results/parse_bounds.md
@@ -27,7 +27,7 @@ PDFS = [
     "/usr/share/doc/shared-mime-info/shared-mime-info-spec.pdf",
 ]
 HTML_ROOT = Path.home() / ".rustup/toolchains/stable-x86_64-unknown-linux-gnu/share/doc/rust/html/rustdoc"
-REPEATS = 5
+REPEATS = 7
 
 
 def _in_process(func: Callable, *args: object, **_: object) -> object:
@@ -56,13 +56,17 @@ def _corpus() -> Path:
         if os.path.isfile(pdf):
             shutil.copy(pdf, folder)
     for page in sorted(HTML_ROOT.rglob("*.html"))[:40]:
-        shutil.copy(page, folder / f"{page.parent.name}-{page.name}")
+        shutil.copy(page, folder / f"{len(list(folder.iterdir())):02d}-{page.name}")
     return folder
 
 
 def main() -> None:
     mixed = _corpus()
-    corpora = {"demo (docs/)": REPO_ROOT / "docs", "2 PDFs + 40 HTML": mixed}
+    pdfs = sum(1 for p in mixed.iterdir() if p.suffix == ".pdf")
+    corpora = {
+        "demo (docs/)": REPO_ROOT / "docs",
+        f"{pdfs} PDFs + {len(list(mixed.iterdir())) - pdfs} HTML": mixed,
+    }
     _time(mixed, "in-process")  # the parsers' first-use costs in this process, once, outside the timing
     print(f"load: {os.getloadavg()[0]:.1f} (1-min average), medians of {REPEATS} runs side by side\n")
     print("| corpus | files | in-process | bounded, warm worker | bounded, cold worker |")
