@@ -20,7 +20,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from chunking.types import Document
-from retrieval.analysis import analyzer_name
+from retrieval.analysis import analyzer_name, analyzer_names
 from retrieval.capabilities import VectorFeatures, detect_features
 from retrieval.db import connect, database_url, is_alive, revive_embedded
 from retrieval.migrations import MIGRATIONS, STAGING_TABLES
@@ -423,6 +423,10 @@ class Store:
             "document_count": int(row[13] or 0),
             # the BM25 analyzer queries use (`auto` as resolved at build), also in config.bm25
             "analyzer": analyzer_name((row[3] or {}).get("bm25")),
+            # every analyzer its documents were analysed with (queries use all), and the detected
+            # languages' text shares (`analyzer: auto`; empty for an explicit analyzer)
+            "analyzers": analyzer_names((row[3] or {}).get("bm25")),
+            "languages": dict(((row[3] or {}).get("bm25") or {}).get("languages") or {}),
         }
         info["latest_evaluation"] = self._latest_evaluation_record(index_name)
         return info
