@@ -407,8 +407,10 @@ def write_retrieval(rows: list[dict[str, object]]) -> None:
             f"{100 * row['served_budget_recall_1024']:.1f} |"
         )
     markdown = RESULTS_DIR / "languages.md"
-    text = markdown.read_text(encoding="utf-8").split(RETRIEVAL_SECTION)[0].rstrip()
-    markdown.write_text(text + "\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    before, _, after = markdown.read_text(encoding="utf-8").partition(RETRIEVAL_SECTION)
+    rest = after.split("\n## ", 1)[1] if "\n## " in after else ""  # the sections after it stay
+    text = before.rstrip() + "\n\n" + "\n".join(lines) + "\n" + (f"\n## {rest}" if rest else "")
+    markdown.write_text(text, encoding="utf-8")
     print("\n".join(lines))
 
 

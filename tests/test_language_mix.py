@@ -11,8 +11,9 @@ from evaluation.datasets.types import Question, Span
 from evaluation.metrics import hit_at_k
 from retrieval.analysis import Analyzer, MultiAnalyzer, build_analyzer, shared_analyzer
 from retrieval.indexing import build_index
-from retrieval.languages import language_analyzers
+from retrieval.languages import crosses_languages, language_analyzers
 from retrieval.query import Searcher
+from retrieval.query.fusion import fuse
 from retrieval.store import Store
 from tests.test_indexing_support import ParagraphChunker, make_spec, random_unit_vector_for
 
@@ -108,3 +109,27 @@ def test_thai_is_segmented_into_words() -> None:
     assert "ชุมชน" in terms and "สถานี" in terms and "library" in terms
     # without a segmenter the whole run between spaces is one term
     assert "ชุมชน" not in Analyzer("standard").analyze("สวนผักชุมชนตั้งอยู่ที่ไหน")
+
+
+def test_cross_language_questions_rank_by_dense_alone_with_a_multilingual_model() -> None:
+    dense = [("a", 0.9), ("b", 0.8), ("c", 0.7)]
+    lexical = [("x", 9.0), ("c", 5.0)]  # BM25 matched a name or a number: noise in another language
+    crossed = [cid for cid, _ in fuse("hybrid_auto", dense, lexical, 60, 0.5, 0.25, cross_language=True)]
+    assert crossed == ["a", "b", "c", "x"]
+    assert [cid for cid, _ in fuse("hybrid_auto", dense, lexical, 60, 0.5, 0.25)][0] == "x"
+    e5 = {"embedding_model": "multilingual-e5-small"}
+    assert crosses_languages("Where is the community garden?", {**e5, "bm25": {"languages": {"uk": 1.0}}})
+    assert crosses_languages(
+        "How many plots does the garden have?", {**e5, "bm25": {"languages": {"es": 1.0}}}
+    )
+    assert not crosses_languages(
+        "¿Dónde está el huerto comunitario?", {**e5, "bm25": {"languages": {"es": 1.0}}}
+    )
+    assert not crosses_languages("Di mana kebun itu?", {**e5, "bm25": {"languages": {"id": 0.6, "ms": 0.4}}})
+    mixed = {**e5, "bm25": {"languages": {"en": 0.5, "uk": 0.5}}}
+    assert not crosses_languages("Where is the community garden?", mixed)
+    assert not crosses_languages("Де міський город?", mixed)
+    # an English-only model keeps today's fusion, and so does an index without detected languages
+    minilm = {"embedding_model": "all-MiniLM-L6-v2", "bm25": {"languages": {"uk": 1.0}}}
+    assert not crosses_languages("Where is the community garden?", minilm)
+    assert not crosses_languages("Where is the community garden?", {**e5, "bm25": {}})
