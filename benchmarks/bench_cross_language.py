@@ -33,7 +33,7 @@ def measure(sizes: tuple[int, ...]) -> list[dict[str, object]]:
     from evaluation.runner import SERVED_MODE, evaluate_index
     from retrieval.config import IndexSpec, load_index_configs
     from retrieval.db import embedded_database_url
-    from retrieval.embedder import Embedder
+    from retrieval.embedder import load_embedder
     from retrieval.indexing import build_index
     from retrieval.query import Searcher
     from retrieval.store import Store
@@ -44,7 +44,7 @@ def measure(sizes: tuple[int, ...]) -> list[dict[str, object]]:
     crosses = searcher_module.crosses_languages
     rows: list[dict[str, object]] = []
     for model in MODELS:
-        embedder = Embedder(model, backend="onnx", quantize="int8", batch_size=32)
+        embedder = load_embedder(model, backend="onnx", quantize="int8", batch_size=32)
         searcher = Searcher(store, embedder)
         for size in sizes:
             config = replace(
@@ -59,9 +59,9 @@ def measure(sizes: tuple[int, ...]) -> list[dict[str, object]]:
                     for p in sorted((DATA / language).glob("*.md"))
                 ]
                 spec = IndexSpec(f"cross-{language}", config)
-                store.sync_documents(spec.collection, documents, [])
+                store.documents.sync(spec.collection, documents, [])
                 build_index(store, spec, embedder)
-                chunks = (store.index_info(spec.name) or {}).get("chunk_count")
+                chunks = (store.indexes.info(spec.name) or {}).get("chunk_count")
                 for label, questions in _question_sets(language, documents):
                     hits: dict[str, float] = {}
                     for served_as, crossing in (

@@ -309,7 +309,7 @@ def measure_retrieval(sizes: tuple[int, ...]) -> list[dict[str, object]]:
     from evaluation.runner import SERVED_MODE, evaluate_index
     from retrieval.config import IndexSpec, load_index_configs
     from retrieval.db import embedded_database_url
-    from retrieval.embedder import Embedder
+    from retrieval.embedder import load_embedder
     from retrieval.indexing import build_index
     from retrieval.query import Searcher
     from retrieval.store import Store
@@ -320,7 +320,7 @@ def measure_retrieval(sizes: tuple[int, ...]) -> list[dict[str, object]]:
     base = load_index_configs()["recursive-256"]
     rows: list[dict[str, object]] = []
     for model in RETRIEVAL_MODELS:
-        embedder = Embedder(model, backend="onnx", quantize="int8", batch_size=32)
+        embedder = load_embedder(model, backend="onnx", quantize="int8", batch_size=32)
         searcher = Searcher(store, embedder)
         for size in sizes:
             chunker = {**base.chunker, "size": size}
@@ -345,9 +345,9 @@ def measure_retrieval(sizes: tuple[int, ...]) -> list[dict[str, object]]:
             corpora += [(name, data.documents) for name, data in public.items()]
             for language, documents in corpora:
                 spec = IndexSpec(f"languages-{language}", config)
-                store.sync_documents(spec.collection, documents, [])
+                store.documents.sync(spec.collection, documents, [])
                 build_index(store, spec, embedder)
-                info = store.index_info(spec.name)
+                info = store.indexes.info(spec.name)
                 if language == "demo":
                     sets = [("demo (en)", demo.questions)]
                 elif language in public:

@@ -22,7 +22,7 @@ def cmd_lag(args: argparse.Namespace) -> int:
     store = Store(database_url())
     try:
         lags = index_lags(store, args.collection)
-        infos = {lag.index: store.index_info(lag.index) or {} for lag in lags}
+        infos = {lag.index: store.indexes.info(lag.index) or {} for lag in lags}
     finally:
         store.close()
     analysis = {  # published indexes only: an unpublished one has analysed nothing yet

@@ -3,7 +3,7 @@
 Both the documents step (which loads and syncs them) and the document sensor (which only hashes
 files to notice changes) go through `collection_files`, so their ids always agree: with several
 folders, a document id is prefixed with its folder's name so ids stay unique. Both also trust a
-file's stat signature (`chunking.loaders.file_signature`) as the run does: a file whose signature
+file's stat signature (`chunking.documents.folder.file_signature`) as the run does: a file whose signature
 is unchanged is neither read again by the step nor hashed again by the sensor.
 """
 
@@ -16,7 +16,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chunking.loaders import DocumentFailure, file_signature, list_files, scan_folder
+from chunking.documents.folder import DocumentFailure, file_signature, scan_folder
+from chunking.documents.walk import list_files
 from chunking.types import Document
 from retrieval.config import CollectionConfig
 
@@ -30,7 +31,9 @@ class CollectionDocuments:
     failures: list[DocumentFailure] = field(default_factory=list)
     usable: bool = True
     unchanged: list[str] = field(default_factory=list)  # ids left unread: their file signature matched
-    signatures: dict[str, str] = field(default_factory=dict)  # id -> file signature (chunking.loaders)
+    signatures: dict[str, str] = field(
+        default_factory=dict
+    )  # id -> file signature (chunking.documents.folder)
 
     @property
     def total(self) -> int:

@@ -44,7 +44,7 @@ def _bm25_hits(store: Store, embedder, analyzer: str) -> tuple[dict[str, float],
     spec = make_spec(
         name=f"mix-{analyzer}", bm25={"k1": 1.5, "b": 0.75, "epsilon": 0.25, "analyzer": analyzer}
     )
-    store.sync_documents(spec.collection, documents, [])
+    store.documents.sync(spec.collection, documents, [])
     build_index(
         store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash, random_unit_vector_for())
     )
@@ -57,7 +57,7 @@ def _bm25_hits(store: Store, embedder, analyzer: str) -> tuple[dict[str, float],
             retrieved = [Span(r.doc_id, r.start, r.end) for r in results]
             found.append(hit_at_k(retrieved, question.references, 5))
         hits[language] = 100 * sum(found) / len(found)
-    info = store.index_info(spec.name)
+    info = store.indexes.info(spec.name)
     assert info is not None
     return hits, info
 

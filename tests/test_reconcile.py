@@ -232,7 +232,7 @@ def test_a_gap_that_runs_keep_failing_to_close_is_given_up_and_reported(project,
     cursor = _tick(defs, instance, first.cursor).cursor
     (docs_dir / "gamma.txt").unlink()
     store = Store(pg_url)
-    store.sync_documents(collection, [d for d in store.documents(collection) if d.id != "gamma.txt"])
+    store.documents.sync(collection, [d for d in store.documents.read(collection) if d.id != "gamma.txt"])
     gap = collection_gap(
         store, load_collection_configs(collections_path)[collection], [f"{collection}/recursive-48"]
     )

@@ -36,7 +36,7 @@ def index_name(searcher: Searcher, embedder) -> str:
         Document("a.md", "\n\n".join(PARAGRAPHS[:2]), metadata={"lang": "en"}),
         Document("b.md", "\n\n".join(PARAGRAPHS[2:])),
     ]
-    searcher.store.sync_documents(spec.collection, docs, [])
+    searcher.store.documents.sync(spec.collection, docs, [])
     build_index(searcher.store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
     return spec.name
 

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
-from retrieval.embedder import Embedder
+from retrieval.embedder import load_embedder
 from tests.conftest import REPO_ROOT
 from tests.dagster_helpers import DOCS
 from tests.service_process import free_port
@@ -85,7 +85,7 @@ def write_project(root: Path) -> Path:
         },
     }
     (root / "chunkyard.yaml").write_text(yaml.safe_dump(project), encoding="utf-8")
-    Embedder(backend="onnx", quantize="int8")  # exports into the machine's model cache if missing
+    load_embedder(backend="onnx", quantize="int8")  # exports into the machine's model cache if missing
     return docs
 
 

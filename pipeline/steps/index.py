@@ -19,7 +19,7 @@ def publish_index(store: Store, spec: IndexSpec, *, owner: str | None = None) ->
     written = checks.staged_documents(store, spec.name)["chunked"]
     published = publish(store, spec, owner=owner)
     scope = None if published.full_rebuild else written  # the rest was checked when published
-    info = store.index_info(spec.name) or {}
+    info = store.indexes.info(spec.name) or {}
     dim = int(info.get("dim") or 0)  # 0: nothing published yet, any single dimension passes
     # what the index is still behind after this publish (changes that arrived while it ran)
     behind = index_lag(store, spec.name, spec.collection).as_dict()

@@ -20,7 +20,8 @@ from retrieval.index_defaults import ContextConfigError, IndexDefaults
 from retrieval.names import IndexName
 from retrieval.options import SearchError
 from retrieval.query.results import NOTHING_INDEXED, IndexNotFoundError
-from retrieval.store import partition_names, split_index_name
+from retrieval.store.indexes import split_index_name
+from retrieval.store.partitions import partition_names
 
 
 @dataclass(frozen=True)
