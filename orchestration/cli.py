@@ -183,6 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="check the configuration and show what would be built (= check)",
     )
+    index.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="refuse, instead of waiting, when a run of the collection is in progress (the daemon's or another)",
+    )
     demo = sub.add_parser(
         "demo", help="index and evaluate the demo collection (= index demo)", parents=collections
     )
@@ -220,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_stack.add_parser(sub, common)
     cli_lag.add_parser(sub, common)
     cli_models.add_parser(sub, common)
+    cli_ui.add_proxy_parser(sub, common)
     cli_help.describe_commands(parser)
     return parser
 
@@ -282,6 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "stack": cli_stack.cmd_stack,
             "lag": cli_lag.cmd_lag,
             "models": cli_models.cmd_models,
+            "ui-proxy": cli_ui.cmd_ui_proxy,
         }
         handler = handlers[args.command]
     debug = bool(getattr(args, "debug", False))

@@ -28,8 +28,9 @@ def cmd_index(args: argparse.Namespace) -> int:
     from dagster import AssetSelection, materialize
 
     from assets.definitions import build_definitions
-    from assets.keys import collection_keys
+    from assets.keys import collection_keys, collection_prefix
     from assets.runs import host_tags, sweep_dead_runs
+    from orchestration.index_writers import WriterBusy, run_tags, sole_writer
     from orchestration.instance import get_instance
 
     instance = get_instance()
@@ -40,20 +41,29 @@ def cmd_index(args: argparse.Namespace) -> int:
     graph = defs.resolve_asset_graph()
     keys = [k for c in chosen for k in collection_keys(c, graph.get_all_asset_keys())]
     assets = [a for a in defs.assets if any(k in keys for k in a.keys)]  # type: ignore[union-attr]
-    _print(f"Indexing {', '.join(chosen)}: {len(keys)} assets (Dagster home {os.environ['DAGSTER_HOME']})")
-    progress = RunProgress(total=len(keys), stream=sys.stdout)
-    with progress:
-        result = materialize(
-            assets,
-            instance=instance,
-            resources=defs.resources,
-            selection=AssetSelection.assets(*keys),
-            tags={**host_tags(), "chunkyard/trigger": "cli", **progress.tags},
-            # Step events stay in the event log (`chunkyard ui`); the progress display and the summary
-            # below show the steps and their errors.
-            run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
-            raise_on_error=False,
-        )
+    prefixes = {c: collection_prefix(c) for c in chosen}
+    wait = not getattr(args, "no_wait", False)
+    try:  # one writer per collection: after any run of it in flight (the daemon's or another CLI's)
+        with sole_writer(instance, os.environ["DATABASE_URL"], prefixes, wait=wait, say=_print):
+            _print(
+                f"Indexing {', '.join(chosen)}: {len(keys)} assets (Dagster home {os.environ['DAGSTER_HOME']})"
+            )
+            progress = RunProgress(total=len(keys), stream=sys.stdout)
+            with progress:
+                result = materialize(
+                    assets,
+                    instance=instance,
+                    resources=defs.resources,
+                    selection=AssetSelection.assets(*keys),
+                    tags={**host_tags(), "chunkyard/trigger": "cli", **run_tags(chosen), **progress.tags},
+                    # Step events stay in the event log (`chunkyard ui`); the progress display and the
+                    # summary below show the steps and their errors.
+                    run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
+                    raise_on_error=False,
+                )
+    except WriterBusy as exc:
+        print(f"chunkyard index: {exc}; not started (without --no-wait it waits)", file=sys.stderr)
+        return 1
     if run_report.interrupted(result.all_events):
         raise KeyboardInterrupt  # one line from main(), not the interrupted step's error
     summary = run_summary(result)

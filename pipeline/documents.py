@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chunking.documents.folder import DocumentFailure, file_signature, scan_folder
+from chunking.documents.safe_open import open_resolved
 from chunking.documents.walk import list_files
 from chunking.types import Document
 from retrieval.config import CollectionConfig
@@ -56,9 +57,10 @@ def collection_files(collection: CollectionConfig) -> Iterator[tuple[str, Path]]
 
 
 def file_sha256(path: str | Path) -> str:
-    """sha256 of a file's bytes, read in 1 MiB blocks."""
+    """sha256 of a file's bytes, read in 1 MiB blocks; `path` is resolved (`list_files`), so a symlink
+    on it since is refused (OSError), never followed outside the folder."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with os.fdopen(open_resolved(Path(path).absolute(), os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()

@@ -28,6 +28,7 @@ from retrieval.analysis import (  # noqa: F401
     SPANISH_STOPWORDS,
     Analyzer,
     AnalyzerConfigError,
+    TermAnalyzer,
     build_analyzer,
 )
 

@@ -68,6 +68,9 @@ def test_full_graph_materialises_with_checks_evaluation_and_leaderboard(tmp_path
             prefix = f"{collection}/{config}"
             assert meta[f"{prefix}/chunks"]["chunks_staged"] > 0
             assert meta[f"{prefix}/index"]["chunks_total"] == meta[f"{prefix}/chunks"]["chunks_staged"]
+            # the UI shows how the index's text and queries are analysed (set explicitly: no languages)
+            assert meta[f"{prefix}/index"]["analyzers"] == "english"
+            assert meta[f"{prefix}/index"]["languages"] == "-"
             evaluation = meta[f"{prefix}/evaluation"]
             floats = {k: v for k, v in evaluation.items() if isinstance(v, float)}
             assert any(k.startswith("dense/") for k in floats) and any(k.startswith("bm25/") for k in floats)

@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 import chunking.documents.binary as binary
+import chunking.documents.files as files
 from chunking import build_chunker
 from chunking.documents.binary import BINARY_FORMATS
 from chunking.documents.folder import load_folder
@@ -173,6 +174,8 @@ def test_office_zip_bombs_are_refused_before_parsing(tmp_path: Path, monkeypatch
         archive.writestr("word/document.xml", b"\0" * 200_000)
     (tmp_path / "bomb.docx").write_bytes(buffer.getvalue())
     monkeypatch.setattr(binary, "MAX_UNZIPPED_BYTES", 100_000)
+    # in this process: the parsing worker (chunking.documents.parse_bounds) would not see the patched limit
+    monkeypatch.setattr(files, "run_bounded", lambda func, *args, **_: func(*args))
     _, failures = load_folder(tmp_path)
     assert failures[0].reason == "DOCX inflates to 200000 bytes (limit 100000): refused"
 

@@ -166,6 +166,8 @@ def test_any_parser_exception_becomes_that_files_failure(tmp_path: Path, monkeyp
         raise ZeroDivisionError("parser bug")
 
     monkeypatch.setattr(files, "parse_html", broken_parser)
+    # in this process: the parsing worker (chunking.documents.parse_bounds) would not see the patched parser
+    monkeypatch.setattr(files, "run_bounded", lambda func, *args, **_: func(*args))
     _write(tmp_path, "page.html", "<p>x</p>")
     _write(tmp_path, "ok.md", "fine")
     documents, failures = load_folder(tmp_path)

@@ -79,6 +79,8 @@ def test_indexes_health_and_readiness(http: TestClient, index_name: str) -> None
     listed = {i["name"]: i for i in http.get("/v1/indexes").json()}
     assert listed[index_name]["version"] == 1 and listed[index_name]["chunk_count"] == 4
     assert listed[index_name]["lag"]["documents_behind"] == 0  # retrieval.lag: nothing unindexed
+    # the analyzers its documents and queries use, and (for `analyzer: auto`) the detected languages
+    assert listed[index_name]["analyzers"] == ["english"] and listed[index_name]["languages"] == {}
     assert "/v1/search" in http.get("/openapi.json").json()["paths"]
 
 

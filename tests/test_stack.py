@@ -342,10 +342,12 @@ def test_compose_file_is_generated(tmp_path: Path) -> None:
     local = {s.name: s for s in services(target)}
     assert not (tmp_path / "stack").exists()
     compose = compose_services()
-    assert list(compose) == list(local)
+    # the same services; Compose adds the UI's authenticating proxy (locally the UI stays on loopback)
+    assert list(compose) == [*local, "ui-proxy"]
+    assert "ui-proxy" in {s.name for s in services(compose_target())}
     assert compose["postgres"]["image"] == POSTGRES_IMAGE
     for name, service in compose.items():
-        if name == "postgres":
+        if name in ("postgres", "ui-proxy"):
             continue
         # The same argv, environment variables and dependencies; only addresses and paths differ.
         ours = local[name]

@@ -2,11 +2,15 @@
 
 A file over `max_document_bytes()` (`CHUNKYARD_MAX_DOCUMENT_BYTES`, default 20 MiB) is refused
 before it is read. Text formats are one entry (extension and MIME type) in the type tables below;
-binary formats are parsers in `chunking.documents.binary`.
+binary formats are parsers in `chunking.documents.binary`. Untrusted structured formats (binary,
+HTML, JSON) parse in a worker under a time and memory bound (`chunking.documents.parse_bounds`). A resolved
+path is opened one component at a time without following symlinks (`chunking.documents.safe_open`), so a
+folder that changes while it is read (a subfolder swapped for a link) can never lead outside it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -15,6 +19,8 @@ from pathlib import Path
 
 from chunking.documents.binary import BINARY_FORMATS
 from chunking.documents.errors import UnusableFile
+from chunking.documents.parse_bounds import run_bounded
+from chunking.documents.safe_open import PathChanged, open_resolved
 from chunking.documents.text import decode_text, has_visible_text, settled_text, validate_json
 from chunking.documents.walk import file_kind
 from chunking.documents.webpage import parse_html
@@ -102,31 +108,17 @@ def read_document(path: Path, doc_id: str, max_bytes: int, *, nofollow: bool) ->
         data = settled_text(
             data,
             lambda: _read_regular_file(path, max_bytes, nofollow=nofollow),
-            lambda: os.stat(path).st_size,
+            lambda: _size(path, nofollow=nofollow),
         )
     if not data.strip():
         raise UnusableFile("empty file" if not data else "empty file (whitespace only)")
     metadata: dict = {"path": doc_id, "extension": ext, "size_bytes": len(data)}
-    title = ""
-    if ext in BINARY_FORMATS:
-        mime, parse = BINARY_FORMATS[ext]
-        text, title, extra = parse(data)
-        metadata.update(extra)
+    # untrusted structured formats parse under a time and memory bound, in a worker (parse_bounds)
+    if ext in BINARY_FORMATS or ext in HTML_TYPES or ext in JSON_TYPES:
+        text, mime, title, extra = run_bounded(parse_bytes, ext, data, path.name, warm_up="warm_parsers")
     else:
-        text = decode_text(data)
-        if ext in HTML_TYPES:
-            text, title = parse_html(text)
-            mime = HTML_TYPES[ext]
-        elif ext in JSON_TYPES:
-            mime = JSON_TYPES[ext]
-            validate_json(text, jsonl=mime == "application/jsonl")
-            title = path.name
-        elif ext in CODE_TYPES:
-            metadata["language"] = ext.lstrip(".")
-            mime, title = CODE_TYPES[ext], path.name
-        else:
-            mime = TEXT_TYPES[ext]
-            title = _markdown_title(text) if mime == "text/markdown" else ""
+        text, mime, title, extra = parse_bytes(ext, data, path.name)
+    metadata.update(extra)
     if not has_visible_text(text):
         raise UnusableFile("no visible text (only whitespace or invisible characters)")
     if len(text) > max_bytes:
@@ -137,15 +129,44 @@ def read_document(path: Path, doc_id: str, max_bytes: int, *, nofollow: bool) ->
     return Document(doc_id, text, mime, title or path.stem, metadata)
 
 
+def warm_parsers() -> None:
+    """The bounded parsers' one-time initialisation (imports and data loaded on first use), run by a new
+    parsing worker before its first file (chunking.documents.parse_bounds)."""
+    for ext, data in ((".html", b"<html><body><p>warm</p></body></html>"), (".json", b"{}")):
+        parse_bytes(ext, data, "warm")
+    with contextlib.suppress(UnusableFile):
+        parse_bytes(".pdf", b"%PDF-1.4", "warm")
+
+
+def parse_bytes(ext: str, data: bytes, name: str) -> tuple[str, str, str, dict]:
+    """(text, mime type, title, extra metadata) of a file's bytes by its extension `ext`."""
+    if ext in BINARY_FORMATS:
+        mime, parse = BINARY_FORMATS[ext]
+        text, title, extra = parse(data)
+        return text, mime, title, extra
+    text = decode_text(data)
+    if ext in HTML_TYPES:
+        text, title = parse_html(text)
+        return text, HTML_TYPES[ext], title, {}
+    if ext in JSON_TYPES:
+        validate_json(text, jsonl=JSON_TYPES[ext] == "application/jsonl")
+        return text, JSON_TYPES[ext], name, {}
+    if ext in CODE_TYPES:
+        return text, CODE_TYPES[ext], name, {"language": ext.lstrip(".")}
+    mime = TEXT_TYPES[ext]
+    return text, mime, _markdown_title(text) if mime == "text/markdown" else "", {}
+
+
 def _read_regular_file(path: Path, max_bytes: int, *, nofollow: bool) -> bytes:
     """The file's bytes, refusing special files (never blocks on a FIFO) and files over `max_bytes`."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    if nofollow:  # the path was resolved: a link appearing since is refused, not followed
-        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, flags)
+        # the path was resolved: a link appearing since on any component is refused, not followed
+        fd = open_resolved(path, flags) if nofollow else os.open(path, flags)
     except PermissionError:
         raise UnusableFile("cannot read file: permission denied") from None
+    except PathChanged as exc:
+        raise UnusableFile(f"cannot read file: {exc.strerror}: not followed, for safety") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UnusableFile("cannot read file: it became a symlink while being read") from None
@@ -163,6 +184,16 @@ def _read_regular_file(path: Path, max_bytes: int, *, nofollow: bool) -> bytes:
     if len(data) > max_bytes:  # grew while being read
         raise UnusableFile(_too_large(len(data), max_bytes))
     return data
+
+
+def _size(path: Path, *, nofollow: bool) -> int:
+    if not nofollow:
+        return os.stat(path).st_size
+    fd = open_resolved(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 def _too_large(size: int, max_bytes: int) -> str:

@@ -35,7 +35,7 @@ class IndexHandle:
     chunks: str
     postings: str
     bm25_params: bm25_lib.Bm25Params
-    analyzer: bm25_lib.Analyzer
+    analyzer: bm25_lib.TermAnalyzer  # queries: every analyzer the documents were analysed with
     defaults: IndexDefaults
     label: IndexName  # what results name: a snapshot (`c/x@v3`) answers as its live index at version 3
     vector_storage: str = "vector"  # the type its HNSW graph is built on (`vector` or `halfvec`)

@@ -7,7 +7,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from retrieval.analysis import analyzer_name
+from retrieval.analysis import analyzer_name, analyzer_names
 from retrieval.names import IndexName
 from retrieval.store.evaluations import Evaluations
 from retrieval.store.partitions import create_partitions, drop_index_in, partition_names
@@ -87,6 +87,10 @@ class Indexes:
             "document_count": int(row[13] or 0),
             # the BM25 analyzer queries use (`auto` as resolved at build), also in config.bm25
             "analyzer": analyzer_name((row[3] or {}).get("bm25")),
+            # every analyzer its documents were analysed with (queries use all), and the detected
+            # languages' text shares (`analyzer: auto`; empty for an explicit analyzer)
+            "analyzers": analyzer_names((row[3] or {}).get("bm25")),
+            "languages": dict(((row[3] or {}).get("bm25") or {}).get("languages") or {}),
         }
         info["latest_evaluation"] = self._evaluations.latest_record(index_name)
         return info
