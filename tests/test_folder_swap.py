@@ -62,7 +62,7 @@ def test_the_sensor_never_hashes_a_file_outside_through_a_swapped_folder(tmp_pat
     assert set(listed) == {"a.md", "sub/b.md"}
     inside = file_sha256(listed["sub/b.md"])
     _swap(root, outside)
-    with pytest.raises(PathChanged):  # snapshot() leaves the file out (it is seen on a later scan)
+    with pytest.raises(PathChanged):  # hash_folder() leaves the file out (it is seen on a later scan)
         file_sha256(listed["sub/b.md"])
     assert file_sha256(outside / "b.md") != inside  # the outside file differs: reading it would show
 
