@@ -163,7 +163,7 @@ def markdown_publish(report: dict[str, Any]) -> str:
     ]
     for run in report["runs"]:
         lines.append(
-            f"| {run['chunks']:,} | {run['postings']:,} | {run['path']} | {run['publish_seconds']:.1f} | "
+            f"| {run['chunks']:,} | {run['postings']:,} | {run.get('label', run['path'])} | {run['publish_seconds']:.1f} | "
             f"{run['hnsw_seconds']:.1f} | {run['ratio']:.2f}x | "
             f"{run['load_before'].split('load average:')[-1].strip()} | "
             f"{run['load_after'].split('load average:')[-1].strip()} |"
@@ -171,7 +171,7 @@ def markdown_publish(report: dict[str, Any]) -> str:
     lines += ["", f"Statements over {SLOW_MS} ms inside each publish (server log):", ""]
     for run in report["runs"]:
         slow = "; ".join(f"{s['ms'] / 1000:.1f} s `{s['statement'][:60]}`" for s in run["slow_statements"])
-        lines.append(f"- {run['chunks']:,} chunks, {run['path']}: {slow}")
+        lines.append(f"- {run['chunks']:,} chunks, {run.get('label', run['path'])}: {slow}")
     lines += ["", report.get("reading", ""), ""]
     return "\n".join(lines)
 
