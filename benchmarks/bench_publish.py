@@ -29,7 +29,7 @@ import psycopg
 
 from benchmarks.bench_scale import RESULTS, save_section, server_versions, uptime
 from retrieval.config import IndexConfig, IndexSpec
-from retrieval.db import embedded_database_url
+from retrieval.db import embedded_database_url, stop_embedded_servers
 from retrieval.indexing import publish
 from retrieval.indexing.swap import SWAP_MIN_CHUNKS_ENV
 from retrieval.store import Store
@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = [one_path(store, log, path, args.chunks, args.terms) for path in args.paths]
         versions = server_versions(url)
         store.close()
+        stop_embedded_servers()  # before the folder is removed: a running server keeps writing into it
     report = {
         "server": versions,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}",
