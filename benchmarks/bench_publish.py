@@ -45,7 +45,7 @@ SLOW_MS = 500
 def stage(store: Store, spec: IndexSpec, chunks: int, terms: int) -> float:
     """Synthetic staging for `spec` (see the module docstring); the seconds it took."""
     started = time.perf_counter()
-    store.ensure_index(spec)
+    store.indexes.ensure(spec)
     name = spec.name
     with store.connection() as conn, conn.transaction():
         conn.execute(

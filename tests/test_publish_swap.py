@@ -14,7 +14,8 @@ from retrieval import indexing
 from retrieval.indexing.swap import SWAP_MIN_CHUNKS_ENV
 from retrieval.query import Searcher
 from retrieval.query.snapshot import IndexHandles
-from retrieval.store import Store, partition_names
+from retrieval.store import Store
+from retrieval.store.partitions import partition_names
 from tests.test_indexing_support import ParagraphChunker, make_spec, random_unit_vector_for
 
 IN_PLACE = "1000000000"  # a swap threshold no test build reaches
@@ -38,7 +39,7 @@ def build(
     store: Store, embedder, spec, documents: list[Document], threshold: str, monkeypatch
 ) -> indexing.PublishReport:
     monkeypatch.setenv(SWAP_MIN_CHUNKS_ENV, threshold)
-    store.sync_documents(spec.collection, documents, [])
+    store.documents.sync(spec.collection, documents, [])
     chunker = ParagraphChunker(spec.config.config_hash, vector_for=vector_for)
     return indexing.build_index(store, spec, embedder, chunker=chunker)
 
@@ -152,7 +153,7 @@ def test_a_failure_before_the_swap_leaves_the_old_version_as_it_was(store, embed
     schema = schema_of(store, spec.name)
 
     rebuilt = make_spec(collection=spec.collection, name=spec.config.name, bm25={"analyzer": "english"})
-    store.sync_documents(spec.collection, corpus("beta"), [])
+    store.documents.sync(spec.collection, corpus("beta"), [])
     chunker = ParagraphChunker(rebuilt.config.config_hash, vector_for=vector_for)
     indexing.stage_chunks(store, rebuilt, chunker=chunker)
     indexing.stage_embeddings(store, rebuilt, embedder)
@@ -164,7 +165,7 @@ def test_a_failure_before_the_swap_leaves_the_old_version_as_it_was(store, embed
     with pytest.raises(Exception, match="duplicate key|could not create unique index"):
         indexing.publish(store, rebuilt)
 
-    assert store.index_info(spec.name)["version"] == 1
+    assert store.indexes.info(spec.name)["version"] == 1
     assert published(store, spec.name) == before
     assert schema_of(store, spec.name) == schema  # no table of the failed build is left
     results = Searcher(store, embedder).search("generation paragraph", spec.name, k=5, mode="hybrid")
@@ -186,7 +187,7 @@ def test_a_reader_snapshot_taken_before_the_swap_keeps_the_old_rows(store, embed
     spec = make_spec()
     build(store, embedder, spec, corpus("alpha"), "1", monkeypatch)
     rebuilt = make_spec(collection=spec.collection, name=spec.config.name, bm25={"analyzer": "english"})
-    store.sync_documents(spec.collection, corpus("beta", n_docs=13), [])
+    store.documents.sync(spec.collection, corpus("beta", n_docs=13), [])
     chunker = ParagraphChunker(rebuilt.config.config_hash, vector_for=vector_for)
     indexing.stage_chunks(store, rebuilt, chunker=chunker)
     indexing.stage_embeddings(store, rebuilt, embedder)
@@ -200,7 +201,7 @@ def test_a_reader_snapshot_taken_before_the_swap_keeps_the_old_rows(store, embed
         publisher = threading.Thread(target=lambda: reports.append(indexing.publish(store, rebuilt)))
         publisher.start()
         time.sleep(1.5)
-        assert publisher.is_alive() and store.index_version(spec.name) == 1  # the swap waits on the reader
+        assert publisher.is_alive() and store.indexes.version(spec.name) == 1  # the swap waits on the reader
         texts = reader.execute(f"SELECT text FROM {chunks}").fetchall()
         assert len(texts) == 72 and {t.split()[1] for (t,) in texts} == {"alpha"}
         reader.execute("COMMIT")
@@ -222,7 +223,7 @@ def test_readers_see_the_old_or_the_new_version_across_a_swap(store, embedder, m
         bm25={"analyzer": "english"},
         hybrid={"rrf_k": 60, "candidates": 400},
     )
-    store.sync_documents(spec.collection, corpus("beta", n_docs=40, n_paragraphs=10), [])
+    store.documents.sync(spec.collection, corpus("beta", n_docs=40, n_paragraphs=10), [])
     chunker = ParagraphChunker(rebuilt.config.config_hash, vector_for=vector_for)
     indexing.stage_chunks(store, rebuilt, chunker=chunker)
     indexing.stage_embeddings(store, rebuilt, embedder)

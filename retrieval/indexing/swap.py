@@ -22,7 +22,7 @@ from chunking.environment import env_int
 from retrieval.bm25 import CorpusStats, refresh_stats
 from retrieval.indexing.hnsw import create_hnsw, has_graph, maintenance_work_mem
 from retrieval.migrations import STAGING_TABLES
-from retrieval.store import partition_names
+from retrieval.store.partitions import partition_names
 
 SWAP_MIN_CHUNKS_ENV = "CHUNKYARD_PUBLISH_SWAP_MIN_CHUNKS"
 # below this many staged chunks a full build is applied in place: a few thousand rows cost
