@@ -36,6 +36,7 @@ from orchestration import (
     run_report,
 )
 from orchestration.cli_errors import RuntimeFailure, Stopped, UsageError, report, stops_embedded_postgres
+from orchestration.cli_session import in_own_session, run_in_own_session
 from orchestration.progress import RunProgress
 
 PROJECT_COMMANDS = {"add", "index", "demo", "search", "serve", "ui", "eval", "questions", "alias", "check"}
@@ -84,6 +85,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     if getattr(args, "dry_run", False):
         cli_check.print_plan(planned)
         return 0
+    if not in_own_session():  # the run in a child of its own session: Ctrl-C reaches only that child
+        return run_in_own_session(args.argv)
     started = time.perf_counter()
     from dagster import AssetSelection, materialize
 
@@ -410,7 +413,8 @@ def _eval_flags(flags: argparse.Namespace, rest: list[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     # pgserver's platformdirs warns on every start where XDG_RUNTIME_DIR is unset (containers, cron)
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR is not set.*")
-    flags, argv = _split_globals(list(sys.argv[1:] if argv is None else argv))
+    original = list(sys.argv[1:] if argv is None else argv)
+    flags, argv = _split_globals(original)
     command = argv[0] if argv else ""
     if command == "eval":
         rest = _eval_flags(flags, argv[1:])
@@ -437,6 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "models": cli_models.cmd_models,
         }
         handler = handlers[args.command]
+    args.argv = original  # `index` runs itself again in a session of its own (cli_session)
     debug = bool(getattr(args, "debug", False))
     try:
         _enter_project(args, command)
