@@ -10,6 +10,8 @@ publish: readers see the old version or the new one.
 Nothing heavy is imported here: the code location loads without torch.
 """
 
+import os
+
 from dagster import (
     AssetExecutionContext,
     AssetKey,
@@ -27,7 +29,7 @@ from chunking.registry import needs_embedding_model
 from pipeline.graph import step
 from pipeline.steps.evaluation import EVALUATION_K
 from pipeline.versions import code_version, index_settings
-from retrieval.config import IndexSpec
+from retrieval.config import IndexConfig, IndexSpec
 
 # CHUNKYARD_EMBED_SHARDS=n (n > 1, where the code location and the workers load): each index's
 # embedding work is split into n `embeddings_part<k>` assets that fill the embedding cache at once on
@@ -71,6 +73,19 @@ def config_metadata(spec: IndexSpec) -> dict[str, str]:
         "embedding_model": config.embedding_model,
         "config_hash": config.config_hash,
     }
+
+
+# The UI's kind tag per `embedder.backend` (Dagster shows `pytorch` and `onnx` with their logos).
+BACKEND_KINDS = {"torch": "pytorch", "onnx": "onnx", "static": "numpy", "openai": "openai"}
+
+
+def embedding_kind(config: IndexConfig) -> str:
+    """The kind tag of an index's embeddings asset: the backend that computes its vectors (the
+    CHUNKYARD_EMBEDDER_BACKEND override included, as `retrieval.embedder.embedder_for_config` reads it)."""
+    backend = (config.embedder or {}).get("backend") or "torch"
+    if backend != "openai":
+        backend = os.environ.get("CHUNKYARD_EMBEDDER_BACKEND") or backend
+    return BACKEND_KINDS.get(backend, backend)
 
 
 def index_asset_options(spec: IndexSpec, kind: str, settings: dict | None = None) -> dict:
@@ -132,7 +147,7 @@ def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
     embedding_options = step_options(spec, "embeddings")
     embedding_options["deps"] = [*embedding_options["deps"], *(part.key for part in parts)]
 
-    @asset(**embedding_options, kinds={"pytorch", "pgvector"}, pool="embedding")
+    @asset(**embedding_options, kinds={embedding_kind(config), "pgvector"}, pool="embedding")
     def embeddings(
         context: AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
     ) -> MaterializeResult:

@@ -88,9 +88,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     if not in_own_session():  # the run in a child of its own session: Ctrl-C reaches only that child
         return run_in_own_session(args.argv)
     started = time.perf_counter()
-    from dagster import AssetSelection, materialize
-
-    from assets.definitions import build_definitions
+    from assets.definitions import build_definitions, index_job
     from assets.keys import collection_keys
     from assets.runs import host_tags, sweep_dead_runs
     from orchestration.instance import get_instance
@@ -102,15 +100,13 @@ def cmd_index(args: argparse.Namespace) -> int:
     defs = build_definitions(database_url=os.environ["DATABASE_URL"])
     graph = defs.resolve_asset_graph()
     keys = [k for c in chosen for k in collection_keys(c, graph.get_all_asset_keys())]
-    assets = [a for a in defs.assets if any(k in keys for k in a.keys)]  # type: ignore[union-attr]
     _print(f"Indexing {', '.join(chosen)}: {len(keys)} assets (Dagster home {os.environ['DAGSTER_HOME']})")
     progress = RunProgress(total=len(keys), stream=sys.stdout)
     with progress:
-        result = materialize(
-            assets,
+        # the collection's named job (`index_mine`, the name on the UI's runs page), in this process
+        result = index_job(defs, chosen).execute_in_process(
             instance=instance,
-            resources=defs.resources,
-            selection=AssetSelection.assets(*keys),
+            asset_selection=keys if len(chosen) > 1 else None,
             tags={**host_tags(), "chunkyard/trigger": "cli", **progress.tags},
             # Step events stay in the event log (`chunkyard ui`); the progress display and the summary
             # below show the steps and their errors.
@@ -144,14 +140,8 @@ def cmd_index(args: argparse.Namespace) -> int:
             if len(summary["documents"]) == 1
             else f"Documents ({collection}): {counts}"
         )
-    _print(
-        f"Chunks (all configs): {summary['staged']} new or changed, {summary['kept']} kept unchanged "
-        "(neither re-chunked nor re-embedded)"
-    )
-    _print(
-        f"Embeddings: {summary['computed']} computed, {summary['reused']} reused from the embedding cache"
-        + (", nothing re-embedded" if summary["computed"] == 0 else "")
-    )
+    for line in run_report.count_lines(summary):
+        _print(line)
     board = summary.get("leaderboard")
     if board:
         _print()
@@ -183,6 +173,7 @@ def _run_summary(result) -> dict:
         "computed": 0,
         "reused": 0,
         "staged": 0,
+        "rechunked": 0,  # added or changed documents, summed over the configs
         "kept": 0,
         "documents": {},  # collection (asset key prefix) -> its documents step's counts
         "failures": [],
@@ -203,6 +194,7 @@ def _run_summary(result) -> dict:
         if key[-1] == "chunks":
             summary["staged"] += int(meta.get("chunks_staged", 0) or 0)
             summary["kept"] += int(meta.get("chunks_kept", 0) or 0)
+            summary["rechunked"] += sum(int(meta.get(f"documents_{k}", 0) or 0) for k in ("added", "changed"))
         elif key[-1] == "embeddings":
             summary["computed"] += int(meta.get("embeddings_computed", 0) or 0)
             summary["reused"] += int(meta.get("embeddings_reused", 0) or 0)

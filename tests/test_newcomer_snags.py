@@ -3,6 +3,9 @@ covers it (the map is checked: every named test exists)."""
 
 from __future__ import annotations
 
+import pytest
+from dagster import AssetKey
+
 from evaluation.estimates import Estimate
 from evaluation.metrics import MetricSummary
 from evaluation.reports import leaderboard
@@ -30,4 +33,40 @@ def test_snag_10_the_leaderboards_best_breaks_recall_ties_by_mrr() -> None:
         ("mine/recursive-256", "bm25"),
         ("mine/token-256", "dense"),
         ("mine/token-128", "dense"),
+    ]
+
+
+def test_snag_13_runs_are_named_per_collection_and_the_embeddings_kind_is_the_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`chunkyard index demo` runs job `index_demo` (not `__ephemeral_asset_job__`), over exactly the
+    collection's assets; the UI's kind tag on an embeddings asset names the backend that embeds it."""
+    from assets.definitions import INDEX_ALL_JOB, build_definitions, index_job
+    from retrieval.config import load_index_configs
+
+    monkeypatch.delenv("CHUNKYARD_EMBEDDER_BACKEND", raising=False)
+    defs = build_definitions()
+    graph = defs.resolve_asset_graph()
+    job = index_job(defs, ["demo"])
+    assert job.name == "index_demo"
+    demo_keys = {k for k in graph.get_all_asset_keys() if k.path[0] == "demo"}
+    assert set(job.asset_layer.executable_asset_keys) == demo_keys
+    assert index_job(defs, ["demo", "other"]).name == INDEX_ALL_JOB
+    configs = load_index_configs()
+    for name in ("recursive_256", "token_256"):
+        backend = configs[name.replace("_", "-")].embedder["backend"]
+        node = graph.get(AssetKey(["demo", name, "embeddings"]))
+        assert {"onnx": "onnx", "torch": "pytorch"}[backend] in node.kinds and "pgvector" in node.kinds
+    assert "onnx" in graph.get(AssetKey(["demo", "recursive_256", "embeddings"])).kinds
+
+
+def test_snag_13_the_counts_say_what_was_rechunked_and_what_was_embedded() -> None:
+    """A one-sentence edit re-chunks its document whole, but embeds only the chunks with new text."""
+    from orchestration.run_report import count_lines
+
+    lines = count_lines({"staged": 96, "rechunked": 1, "kept": 400, "computed": 3, "reused": 93})
+    assert lines == [
+        "Chunks (all configs): 96 re-chunked from 1 added or changed document(s), 400 kept unchanged "
+        "(neither re-chunked nor re-embedded)",
+        "Embeddings: 3 computed for new text, 93 reused from the embedding cache (text embedded before)",
     ]
