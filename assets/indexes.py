@@ -22,6 +22,7 @@ from dagster import (
 )
 
 from assets.keys import documents_key, group_name, index_key
+from assets.progress import step_progress
 from assets.resources import EmbedderResource, PostgresResource
 from assets.results import check_specs, materialize_result
 from chunking.environment import env_int
@@ -131,8 +132,10 @@ def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
         ) -> MaterializeResult:
             from pipeline.steps.chunks import chunk
 
+            model = embedder.for_config(config)
+            progress = step_progress(context.log, "documents", "chunked")
             return materialize_result(
-                context, chunk(postgres.store(), spec, embedder.for_config(config), owner=context.run.run_id)
+                context, chunk(postgres.store(), spec, model, owner=context.run.run_id, progress=progress)
             )
 
     else:
@@ -141,7 +144,9 @@ def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
         def chunks(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
             from pipeline.steps.chunks import chunk
 
-            return materialize_result(context, chunk(postgres.store(), spec, owner=context.run.run_id))
+            progress = step_progress(context.log, "documents", "chunked")
+            report = chunk(postgres.store(), spec, owner=context.run.run_id, progress=progress)
+            return materialize_result(context, report)
 
     parts = [embedding_part(spec, k, len(part_kinds())) for k in range(len(part_kinds()))]
     embedding_options = step_options(spec, "embeddings")
@@ -151,7 +156,6 @@ def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
     def embeddings(
         context: AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
     ) -> MaterializeResult:
-        from assets.progress import step_progress
         from pipeline.steps.embeddings import embed
 
         progress = step_progress(context.log, "chunks", "embedded")  # counts, rate, time left in the step log
@@ -164,13 +168,17 @@ def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
     def bm25(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
         from pipeline.steps.bm25 import index_terms
 
-        return materialize_result(context, index_terms(postgres.store(), spec, owner=context.run.run_id))
+        progress = step_progress(context.log, "chunks", "analysed")
+        report = index_terms(postgres.store(), spec, owner=context.run.run_id, progress=progress)
+        return materialize_result(context, report)
 
     @asset(**step_options(spec, "index"), kinds={"postgres"})
     def index(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
         from pipeline.steps.index import publish_index
 
-        return materialize_result(context, publish_index(postgres.store(), spec, owner=context.run.run_id))
+        progress = step_progress(context.log, "phases", "published")
+        report = publish_index(postgres.store(), spec, owner=context.run.run_id, progress=progress)
+        return materialize_result(context, report)
 
     return [chunks, *parts, embeddings, bm25, index]
 

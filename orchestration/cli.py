@@ -131,7 +131,7 @@ def cmd_index(args: argparse.Namespace) -> int:
             _print(f"  - {path}: {reason}")
     _print()
     _print(
-        f"Run {result.run_id} {'succeeded' if succeeded else 'FAILED'} in "
+        f"Run {result.run_id} of job {result.job_def.name} {'succeeded' if succeeded else 'FAILED'} in "
         f"{time.perf_counter() - started:.1f} s (visible in `chunkyard ui`)."
     )
     for collection, counts in sorted(summary["documents"].items()):  # every collection indexed

@@ -7,6 +7,7 @@ and BM25 statistics land together, and the HNSW graph is rebuilt after bulk load
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
@@ -28,13 +29,23 @@ VACUUM_MIN_DEAD = 1000
 VACUUM_DEAD_SHARE = 0.2
 
 
-def publish(store: Store, spec: IndexSpec, *, owner: str | None = None) -> PublishReport:
+PUBLISH_PHASES = 5  # removals, new rows, HNSW graph, version bump, ANALYZE/VACUUM: `progress(done, 5)`
+
+
+def publish(
+    store: Store,
+    spec: IndexSpec,
+    *,
+    owner: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> PublishReport:
     """Apply everything staged for the index in ONE transaction and bump its version.
 
     With `owner`, only that run's staging is applied (`staging.check_owner`); before anything is
     applied, every staged vector must equal the cached embedding of its chunk's text (`_check_vectors`).
     """
     started = time.perf_counter()
+    tick = progress or _no_progress  # the phases done, of PUBLISH_PHASES
     index_name = spec.name
     parts = partition_names(index_name)
     chunks_t, postings_t = sql.Identifier(parts["chunks"]), sql.Identifier(parts["postings"])
@@ -130,6 +141,7 @@ def publish(store: Store, spec: IndexSpec, *, owner: str | None = None) -> Publi
         # 1. removals: old chunks of changed, deleted (or, on a rebuild, all) documents, with their postings
         deleted, deleted_length = _remove_chunks(conn, index_name, chunks_t, postings_t, bool(full_rebuild))
         report.chunks_deleted = int(deleted)
+        tick(1, PUBLISH_PHASES)
         if full_rebuild:
             conn.execute("DELETE FROM index_documents WHERE index_name = %s", (index_name,))
         else:
@@ -198,6 +210,7 @@ def publish(store: Store, spec: IndexSpec, *, owner: str | None = None) -> Publi
             )
         stats = refresh_stats(conn, index_name, parts["chunks"], new_sizes)
         report.bm25_vocabulary = stats.vocab_size
+        tick(2, PUBLISH_PHASES)
 
         # 4. the per-partition HNSW graph on the vector cast to this index's dimension and storage
         # pgvector indexes at most 2,000 dimensions as vector, 4,000 as halfvec: wider ones are searched exactly.
@@ -206,6 +219,7 @@ def publish(store: Store, spec: IndexSpec, *, owner: str | None = None) -> Publi
             create_hnsw(conn, index_name, int(new_dim), storage)
             report.hnsw_built = True
             report.hnsw_seconds = round(time.perf_counter() - hnsw_started, 3)
+        tick(3, PUBLISH_PHASES)
 
         new_version = conn.execute(
             "UPDATE indexes SET version = version + 1, published_at = now(), config = %s, config_hash = %s,"
@@ -227,13 +241,19 @@ def publish(store: Store, spec: IndexSpec, *, owner: str | None = None) -> Publi
                 "SELECT count(*) FROM index_documents WHERE index_name = %s", (index_name,)
             ).fetchone()[0]
         )
+    tick(4, PUBLISH_PHASES)
     _analyze_partition(store, parts["chunks"], report)
     _analyze_partition(store, parts["postings"], report)
     vacuumed = _vacuum_staging(store, report)
     report.tables_vacuumed = len(vacuumed) + len(_vacuum_bloated(store, parts, vacuumed))
+    tick(PUBLISH_PHASES, PUBLISH_PHASES)
     report.seconds = round(time.perf_counter() - started, 3)
     report.timings = stage_timings(report.staged, report.seconds, report.hnsw_seconds)
     return report
+
+
+def _no_progress(done: int, total: int) -> None:
+    pass
 
 
 def _check_vectors(conn: Connection, index_name: str, model_id: str | None, staged: dict) -> int:
