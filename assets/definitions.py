@@ -39,6 +39,7 @@ from chunking.environment import env_int
 from pipeline.graph import INDEX_KINDS
 from retrieval.config import CollectionConfig, IndexSpec, load_collection_configs
 from retrieval.config_checks import load_index_specs
+from retrieval.project import automation_enabled
 
 # Seconds between declarative-automation ticks (evaluations and leaderboards after a publish).
 AUTOMATION_INTERVAL_ENV = "CHUNKYARD_AUTOMATION_INTERVAL"
@@ -149,11 +150,13 @@ def build_definitions(
     built = build_all(indexes_path, collections_path)
     collections = load_collection_configs(collections_path)
     assets = [a for c in built.values() for a in c.assets]
+    # Running unless the loading process says no (`chunkyard ui` without `ui_automation: true`).
+    status = DefaultSensorStatus.RUNNING if automation_enabled() else DefaultSensorStatus.STOPPED
     sensors = [
         AutomationConditionSensorDefinition(
             "chunkyard_automation",
             target=AssetSelection.all(),
-            default_status=DefaultSensorStatus.RUNNING,
+            default_status=status,
             minimum_interval_seconds=env_int(
                 AUTOMATION_INTERVAL_ENV, AUTOMATION_INTERVAL_SECONDS, unit="whole seconds"
             ),
@@ -165,6 +168,7 @@ def build_definitions(
         collections,
         {n: c.indexing_keys for n, c in built.items()},
         index_names={n: c.index_names for n, c in built.items()},
+        default_status=status,
     )
     if document_sensor is not None:
         sensors.append(document_sensor)

@@ -3,6 +3,8 @@ covers it (the map is checked: every named test exists)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from dagster import AssetKey
 
@@ -70,3 +72,36 @@ def test_snag_13_the_counts_say_what_was_rechunked_and_what_was_embedded() -> No
         "(neither re-chunked nor re-embedded)",
         "Embeddings: 3 computed for new text, 93 reused from the embedding cache (text embedded before)",
     ]
+
+
+def test_snag_7_the_ui_runs_no_automation_unless_the_project_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`chunkyard ui` loads the code location with CHUNKYARD_AUTOMATION=0 unless chunkyard.yaml says
+    `ui_automation: true`: the document sensor and automation then start stopped, and the UI's first
+    lines say which it is. Elsewhere (the stack's daemon) both start running, as before."""
+    from dagster import DefaultSensorStatus
+
+    from assets.definitions import build_definitions
+    from orchestration.cli_ui import what_it_runs
+    from retrieval.project import AUTOMATION_ENV, ConfigError, read_project, ui_automation
+
+    def statuses() -> set[DefaultSensorStatus]:
+        defs = build_definitions()
+        names = ("chunkyard_automation", "document_update_sensor")
+        return {defs.resolve_sensor_def(name).default_status for name in names}
+
+    monkeypatch.delenv(AUTOMATION_ENV, raising=False)
+    assert statuses() == {DefaultSensorStatus.RUNNING}
+    monkeypatch.setenv(AUTOMATION_ENV, "0")
+    assert statuses() == {DefaultSensorStatus.STOPPED}
+
+    (tmp_path / "chunkyard.yaml").write_text("benchmarks: false\n")
+    assert ui_automation(read_project(tmp_path)) is False
+    assert what_it_runs(False).startswith("Automation off: nothing runs until you launch it")
+    (tmp_path / "chunkyard.yaml").write_text("benchmarks: false\nui_automation: true\n")
+    assert ui_automation(read_project(tmp_path)) is True
+    assert "document sensor re-indexes changed files" in what_it_runs(True)
+    (tmp_path / "chunkyard.yaml").write_text("benchmarks: false\nui_automation: yes please\n")
+    with pytest.raises(ConfigError, match=r"chunkyard\.yaml:2: ui_automation: must be true or false"):
+        read_project(tmp_path)
