@@ -161,9 +161,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         )
     raise RuntimeFailure(
         f"run {result.run_id} failed: {summary['failures'][0] if summary['failures'] else 'see the UI'}",
-        "fix the cause above and rerun `chunkyard index` (finished steps are not redone)"
-        if summary["failures"]
-        else "open `chunkyard ui` (http://127.0.0.1:3000) for the step logs; fix and rerun `chunkyard index`",
+        run_report.failure_hint(summary["failures"]),
     )
 
 

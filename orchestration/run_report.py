@@ -103,6 +103,13 @@ def evaluation_notes(events: Iterable[Any]) -> list[str]:
     return notes
 
 
+def failure_hint(failures: list[str]) -> str:
+    """The hint under a failed run: the UI's step logs only when no step's error names the cause."""
+    if failures:
+        return "fix the cause above and rerun `chunkyard index` (finished steps are not redone)"
+    return "open `chunkyard ui` (http://127.0.0.1:3000) for the step logs; fix and rerun `chunkyard index`"
+
+
 def count_lines(summary: dict[str, int]) -> list[str]:
     """What the run chunked and embedded, in words that match: an edited document is re-chunked
     whole, but only its chunks with new text are embedded (the rest come from the embedding cache)."""

@@ -103,13 +103,15 @@ def test_eval_collection_uses_its_eval_set_and_folder_and_reports_the_notes(tmp_
     assert board["notes"][0].startswith("Dataset loader: 1 note(s)")  # each report records them
     assert not (project / "benchmarks").exists()
 
-    # one sentence edited: its document is re-chunked whole, but only the new text is embedded
+    # one sentence edited: its document is re-chunked whole, but only the new text is embedded; the
+    # question whose answer text it removed is dropped with a note, not silently
     birds = docs / "birds.md"
     birds.write_text(
-        birds.read_text().replace("Swallows fly south in autumn.", "Swallows fly south in October.")
+        birds.read_text().replace("Swallows fly south in autumn.", "Swifts fly south in autumn.")
     )
     again = run("index")
     assert again.returncode == 0, again.stdout + again.stderr
+    assert "1 question(s) skipped" in again.stdout and "q1" in again.stdout, again.stdout
     chunks = re.search(
         r"Chunks \(all configs\): (\d+) re-chunked from 1 added or changed document\(s\)", again.stdout
     )
