@@ -171,7 +171,7 @@ def _run_summary(result) -> dict:
         "computed": 0,
         "reused": 0,
         "staged": 0,
-        "rechunked": 0,  # added or changed documents, summed over the configs
+        "rechunked": 0,  # documents added or changed since each index's last publish, summed
         "kept": 0,
         "documents": {},  # collection (asset key prefix) -> its documents step's counts
         "failures": [],

@@ -115,8 +115,9 @@ def count_lines(summary: dict[str, int]) -> list[str]:
     whole, but only its chunks with new text are embedded (the rest come from the embedding cache)."""
     computed, reused = summary["computed"], summary["reused"]
     return [
-        f"Chunks (all configs): {summary['staged']} re-chunked from {summary['rechunked']} added or changed "
-        f"document(s), {summary['kept']} kept unchanged (neither re-chunked nor re-embedded)",
+        f"Chunks (all configs): {summary['staged']} re-chunked from {summary['rechunked']} document(s) added "
+        f"or changed since the last publish, {summary['kept']} kept unchanged (neither re-chunked nor "
+        "re-embedded)",
         f"Embeddings: {computed} computed for new text, {reused} reused from the embedding cache "
         "(text embedded before)" + (", nothing re-embedded" if computed == 0 else ""),
     ]

@@ -151,7 +151,8 @@ def test_snag_13_the_counts_say_what_was_rechunked_and_what_was_embedded() -> No
 
     lines = count_lines({"staged": 96, "rechunked": 1, "kept": 400, "computed": 3, "reused": 93})
     assert lines == [
-        "Chunks (all configs): 96 re-chunked from 1 added or changed document(s), 400 kept unchanged "
+        "Chunks (all configs): 96 re-chunked from 1 document(s) added or changed since the last publish, "
+        "400 kept unchanged "
         "(neither re-chunked nor re-embedded)",
         "Embeddings: 3 computed for new text, 93 reused from the embedding cache (text embedded before)",
     ]
