@@ -9,7 +9,7 @@ from collections.abc import Callable
 from retrieval.config import IndexSpec
 from retrieval.indexing.reports import Bm25StageReport, IndexingError
 from retrieval.indexing.staging import analyze_staged, clear_staging, merge_stage_report, staged_run
-from retrieval.languages import index_analysis
+from retrieval.languages import METADATA_KEY, index_analysis
 from retrieval.store import Store
 
 PROGRESS_EVERY = 500  # chunks between progress calls
@@ -24,8 +24,8 @@ def stage_bm25(
 ) -> Bm25StageReport:
     """Term frequencies and lengths of every staged chunk's `embed_text`, for the inverted index.
 
-        `analyzer: auto` is resolved here (`retrieval.languages.index_analysis`); the choice is staged
-        for publish, which records it in the published config. Writes only while `owner` owns the staging.
+    `analyzer: auto` is resolved here (`retrieval.languages.index_analysis`), each chunk analysed in
+    its document's language; the choice is staged for publish, which records it in the published config. Writes only while `owner` owns the staging.
     `progress(done, total)` is called with the chunks analysed, every few hundred and at the end.
     """
     started = time.perf_counter()
@@ -39,12 +39,14 @@ def stage_bm25(
                 f"stage_bm25: {index_name!r} was staged with another config; re-run stage_chunks"
             )
         analysis = index_analysis(conn, index_name, spec.config.bm25, full_rebuild=full_rebuild)
-        analyzer = analysis.analyzer
-        report.analyzer, report.analyzer_setting = analyzer.name, analysis.setting
+        report.analyzer, report.analyzer_setting = analysis.analyzer.name, analysis.setting
         report.languages = " ".join(f"{lang}={share:.2f}" for lang, share in analysis.languages.items())
         clear_staging(conn, index_name, ("staged_bm25", "staged_bm25_lengths"))
+        # each chunk in its document's language (code chunks, with a `language`, in the main analyzer's)
         rows = conn.execute(
-            "SELECT chunk_id, embed_text FROM staged_chunks WHERE index_name = %s", (index_name,)
+            "SELECT chunk_id, embed_text, CASE WHEN metadata ? 'language' THEN NULL ELSE metadata->>%s END"
+            " FROM staged_chunks WHERE index_name = %s",
+            (METADATA_KEY, index_name),
         ).fetchall()
         with conn.cursor() as cur:
             with cur.copy(
@@ -52,8 +54,8 @@ def stage_bm25(
             ) as copy:
                 copy.set_types(["text", "text", "text", "int4"])
                 lengths = []
-                for done, (chunk_id, embed_text) in enumerate(rows, 1):
-                    terms = analyzer.analyze(embed_text)
+                for done, (chunk_id, embed_text, language) in enumerate(rows, 1):
+                    terms = analysis.for_language(language).analyze(embed_text)
                     lengths.append((index_name, chunk_id, len(terms)))
                     for term, tf in Counter(terms).items():
                         copy.write_row((index_name, chunk_id, term, tf))
