@@ -24,7 +24,7 @@ from typing import Any
 from benchmarks.bench_endpoint import WORDS_PER_CHUNK, corpus, fake_server, uptime
 from benchmarks.bench_scale import RESULTS, save_section
 from retrieval.config import IndexConfig, IndexSpec
-from retrieval.db import embedded_database_url
+from retrieval.db import embedded_database_url, stop_embedded_servers
 from retrieval.endpoint_embedder import EndpointEmbedder
 from retrieval.endpoint_settings import EndpointSettings
 from retrieval.indexing import publish, stage_bm25, stage_chunks, stage_embeddings
@@ -142,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         store.migrate()
         runs = [one_size(store, n) for n in args.chunks]
         versions = server_versions(url)
+        store.close()
+        stop_embedded_servers()  # before the folder is removed: a running server keeps writing into it
     report = {
         "server": versions,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}",

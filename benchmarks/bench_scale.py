@@ -275,6 +275,8 @@ def compose(sections: dict[str, Any]) -> str:
         parts.append(markdown_endpoint(sections["endpoint"]))
     if "ceiling" in sections:  # rendered by bench_ceiling, which imports this module (not the reverse)
         parts.append(sections["ceiling"]["markdown"])
+    for name in sorted(n for n in sections if n.startswith("publish")):  # rendered by bench_publish
+        parts.append(sections[name]["markdown"])
     if "local" in sections:
         parts.append(markdown(sections["local"]).replace("# Scale-out: one", "## Local model: one", 1))
     return "\n".join(parts)

@@ -31,6 +31,7 @@ from retrieval.analysis import (  # noqa: F401
     TermAnalyzer,
     build_analyzer,
 )
+from retrieval.read_lock import READ_LOCK
 
 DEFAULT_PARAMS = {"k1": 1.5, "b": 0.75, "epsilon": 0.25}
 
@@ -230,6 +231,7 @@ class MemoryBm25:
 
         with conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            conn.execute(READ_LOCK)  # before the snapshot (retrieval.read_lock)
             row = conn.execute(
                 "SELECT partition, version FROM indexes WHERE name = %s", (index_name,)
             ).fetchone()

@@ -13,7 +13,8 @@ from retrieval.indexing.reports import IndexingError
 from retrieval.store.partitions import partition_names
 
 
-def _maintenance_work_mem() -> str:
+def maintenance_work_mem() -> str:
+    """The memory an index build may use (CHUNKYARD_MAINTENANCE_WORK_MEM, else 512MB)."""
     return os.environ.get("CHUNKYARD_MAINTENANCE_WORK_MEM", "512MB")
 
 
@@ -35,19 +36,30 @@ def check_storage(conn: Connection, storage: str, where: str) -> None:
         raise IndexingError(str(exc)) from None
 
 
-def create_hnsw(conn: Connection, index_name: str, dim: int, storage: str = "vector") -> None:
+def create_hnsw(
+    conn: Connection,
+    index_name: str,
+    dim: int,
+    storage: str = "vector",
+    *,
+    table: str | None = None,
+    name: str | None = None,
+) -> None:
     """The per-partition HNSW graph on the vector cast to the index's dimension and storage type
-    (`vector` or `halfvec`, the same expression dense search orders by; caller's transaction)."""
+    (`vector` or `halfvec`, the same expression dense search orders by; caller's transaction).
+
+    `table` and `name` build it on a partition being prepared beside the live one (`indexing.swap`).
+    """
     check_storage(conn, storage, f"{index_name}: vector_storage")
     parts = partition_names(index_name)
-    conn.execute(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(_maintenance_work_mem())))
+    conn.execute(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(maintenance_work_mem())))
     conn.execute("SET LOCAL max_parallel_maintenance_workers = 1")
     conn.execute(
         sql.SQL(
             "CREATE INDEX {} ON {} USING hnsw ((embedding::{}({})) {}) WITH (m = {}, ef_construction = {})"
         ).format(
-            sql.Identifier(parts["hnsw"]),
-            sql.Identifier(parts["chunks"]),
+            sql.Identifier(name or parts["hnsw"]),
+            sql.Identifier(table or parts["chunks"]),
             sql.SQL(storage),  # one of VECTOR_STORAGES (checked above)
             sql.Literal(int(dim)),
             sql.Identifier(f"{storage}_cosine_ops"),

@@ -12,11 +12,12 @@ from collections.abc import Callable
 from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
 
-from retrieval.bm25 import refresh_stats
+from retrieval.bm25 import CorpusStats, refresh_stats
 from retrieval.config import IndexSpec
 from retrieval.indexing.hnsw import check_storage, create_hnsw, has_graph
 from retrieval.indexing.reports import IndexingError, PublishReport, stage_timings
 from retrieval.indexing.staging import check_owner, clear_staging
+from retrieval.indexing.swap import build_next, clear_staging_for_swap, swap_in, swap_min_chunks
 from retrieval.languages import published_config
 from retrieval.migrations import STAGING_TABLES
 from retrieval.store import Store
@@ -30,7 +31,7 @@ VACUUM_MIN_DEAD = 1000
 VACUUM_DEAD_SHARE = 0.2
 
 
-PUBLISH_PHASES = 5  # removals, new rows, HNSW graph, version bump, ANALYZE/VACUUM: `progress(done, 5)`
+PUBLISH_PHASES = 3  # rows and graph applied, version published, ANALYZE/VACUUM: `progress(done, 3)`
 
 
 def publish(
@@ -49,7 +50,7 @@ def publish(
     tick = progress or _no_progress  # the phases done, of PUBLISH_PHASES
     index_name = spec.name
     parts = partition_names(index_name)
-    chunks_t, postings_t = sql.Identifier(parts["chunks"]), sql.Identifier(parts["postings"])
+    chunks_t = sql.Identifier(parts["chunks"])
     features = store.vector_features()
     report = PublishReport(
         index=index_name,
@@ -139,88 +140,25 @@ def publish(
             "SELECT n_docs, total_length FROM bm25_stats WHERE index_name = %s", (index_name,)
         ).fetchone()
 
-        # 1. removals: old chunks of changed, deleted (or, on a rebuild, all) documents, with their postings
-        deleted, deleted_length = _remove_chunks(conn, index_name, chunks_t, postings_t, bool(full_rebuild))
-        report.chunks_deleted = int(deleted)
-        tick(1, PUBLISH_PHASES)
-        if full_rebuild:
-            conn.execute("DELETE FROM index_documents WHERE index_name = %s", (index_name,))
+        swapping = report.full_rebuild and int(staged_chunks) >= swap_min_chunks()
+        if swapping:  # a large full build: new partitions beside the live ones, swapped in at the end
+            build = build_next(conn, index_name, int(new_dim), storage, int(sizes[0]) if sizes else None)
+            report.chunks_deleted, report.chunks_inserted, stats = build.deleted, build.inserted, build.stats
+            if build.hnsw_seconds is not None:
+                report.hnsw_built, report.hnsw_seconds = True, build.hnsw_seconds
         else:
-            conn.execute(
-                "DELETE FROM index_documents WHERE index_name = %s"
-                " AND doc_id IN (SELECT doc_id FROM staged_removals WHERE index_name = %s)",
-                (index_name, index_name),
+            stats = _apply_in_place(
+                conn,
+                index_name,
+                report,
+                sizes,
+                bool(full_rebuild),
+                int(staged_chunks),
+                (old_dim, new_dim),
+                storage,
             )
-
-        # 2. HNSW: bulk loads drop the graph and rebuild it after the load (much faster than inserting)
-        incremental = sizes is not None and not report.full_rebuild
-        if incremental:
-            remaining = int(sizes[0]) - report.chunks_deleted
-        else:
-            remaining = int(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(chunks_t)).fetchone()[0])
-        incoming = int(staged_chunks)
-        hnsw_exists = conn.execute("SELECT to_regclass(%s)", (parts["hnsw"],)).fetchone()[0] is not None
-        if hnsw_exists and (incoming > remaining or new_dim != old_dim):
-            conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(parts["hnsw"])))
-            hnsw_exists = False
-
-        # 3. new chunks with vectors and BM25 lengths, postings, document frequencies
-        inserted_length = 0
-        if incoming:  # a delete stages no chunk: nothing to insert
-            inserted, inserted_length = conn.execute(
-                sql.SQL(
-                    'WITH i AS (INSERT INTO {} (index_name, chunk_id, doc_id, start, "end", text, embed_text,'
-                    " token_count, content_hash, metadata, parent_id, bm25_length, embedding)"
-                    ' SELECT s.index_name, s.chunk_id, s.doc_id, s.start, s."end", s.text, s.embed_text,'
-                    " s.token_count, s.content_hash, s.metadata, s.parent_id, l.length, e.embedding"
-                    " FROM staged_chunks s"
-                    " JOIN staged_embeddings e ON e.index_name = s.index_name AND e.chunk_id = s.chunk_id"
-                    " JOIN staged_bm25_lengths l ON l.index_name = s.index_name AND l.chunk_id = s.chunk_id"
-                    " WHERE s.index_name = %s RETURNING bm25_length)"
-                    " SELECT count(*), coalesce(sum(bm25_length), 0) FROM i"
-                ).format(chunks_t),
-                (index_name,),
-            ).fetchone()
-            report.chunks_inserted = int(inserted)
-            conn.execute(
-                sql.SQL(
-                    "INSERT INTO {} (index_name, term, chunk_id, tf, doc_len)"
-                    " SELECT b.index_name, b.term, b.chunk_id, b.tf, l.length FROM staged_bm25 b"
-                    " JOIN staged_bm25_lengths l ON l.index_name = b.index_name AND l.chunk_id = b.chunk_id"
-                    " WHERE b.index_name = %s"
-                ).format(postings_t),
-                (index_name,),
-            )
-            conn.execute(
-                "INSERT INTO bm25_terms (index_name, term, df)"
-                " SELECT index_name, term, count(*) FROM staged_bm25 WHERE index_name = %s GROUP BY index_name, term"
-                " ON CONFLICT (index_name, term) DO UPDATE SET df = bm25_terms.df + excluded.df",
-                (index_name,),
-            )
-        conn.execute(
-            "INSERT INTO index_documents (index_name, doc_id, sha256)"
-            " SELECT index_name, doc_id, sha256 FROM staged_documents WHERE index_name = %s"
-            " ON CONFLICT (index_name, doc_id) DO UPDATE SET sha256 = excluded.sha256",
-            (index_name,),
-        )
-        new_sizes = None
-        if incremental:
-            new_sizes = (
-                remaining + report.chunks_inserted,
-                int(sizes[1]) - int(deleted_length) + int(inserted_length),
-            )
-        stats = refresh_stats(conn, index_name, parts["chunks"], new_sizes)
         report.bm25_vocabulary = stats.vocab_size
-        tick(2, PUBLISH_PHASES)
-
-        # 4. the per-partition HNSW graph on the vector cast to this index's dimension and storage
-        # pgvector indexes at most 2,000 dimensions as vector, 4,000 as halfvec: wider ones are searched exactly.
-        if not hnsw_exists and stats.n_docs > 0 and has_graph(new_dim, storage):
-            hnsw_started = time.perf_counter()
-            create_hnsw(conn, index_name, int(new_dim), storage)
-            report.hnsw_built = True
-            report.hnsw_seconds = round(time.perf_counter() - hnsw_started, 3)
-        tick(3, PUBLISH_PHASES)
+        tick(1, PUBLISH_PHASES)
 
         new_version = conn.execute(
             "UPDATE indexes SET version = version + 1, published_at = now(), config = %s, config_hash = %s,"
@@ -233,7 +171,11 @@ def publish(
                 index_name,
             ),
         ).fetchone()[0]
-        clear_staging(conn, index_name)
+        if swapping:
+            clear_staging_for_swap(conn, index_name)
+            swap_in(conn, index_name)  # last: its locks last only until the commit
+        else:
+            clear_staging(conn, index_name)
         report.version = int(new_version)
         report.published = True
         report.chunks_total = stats.n_docs
@@ -242,7 +184,7 @@ def publish(
                 "SELECT count(*) FROM index_documents WHERE index_name = %s", (index_name,)
             ).fetchone()[0]
         )
-    tick(4, PUBLISH_PHASES)
+    tick(2, PUBLISH_PHASES)
     _analyze_partition(store, parts["chunks"], report)
     _analyze_partition(store, parts["postings"], report)
     vacuumed = _vacuum_staging(store, report)
@@ -255,6 +197,103 @@ def publish(
 
 def _no_progress(done: int, total: int) -> None:
     pass
+
+
+def _apply_in_place(
+    conn: Connection,
+    index_name: str,
+    report: PublishReport,
+    sizes: tuple[int, int] | None,
+    full_rebuild: bool,
+    staged_chunks: int,
+    dims: tuple[int | None, int | None],
+    storage: str,
+) -> CorpusStats:
+    """Removals, new chunks with vectors, postings, BM25 terms and statistics, and the HNSW graph, applied
+    to the live partitions inside the publish transaction; returns the new BM25 statistics."""
+    parts = partition_names(index_name)
+    chunks_t, postings_t = sql.Identifier(parts["chunks"]), sql.Identifier(parts["postings"])
+    old_dim, new_dim = dims
+
+    # 1. removals: old chunks of changed, deleted (or, on a rebuild, all) documents, with their postings
+    deleted, deleted_length = _remove_chunks(conn, index_name, chunks_t, postings_t, bool(full_rebuild))
+    report.chunks_deleted = int(deleted)
+    if full_rebuild:
+        conn.execute("DELETE FROM index_documents WHERE index_name = %s", (index_name,))
+    else:
+        conn.execute(
+            "DELETE FROM index_documents WHERE index_name = %s"
+            " AND doc_id IN (SELECT doc_id FROM staged_removals WHERE index_name = %s)",
+            (index_name, index_name),
+        )
+
+    # 2. HNSW: bulk loads drop the graph and rebuild it after the load (much faster than inserting)
+    incremental = sizes is not None and not report.full_rebuild
+    if incremental:
+        remaining = int(sizes[0]) - report.chunks_deleted
+    else:
+        remaining = int(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(chunks_t)).fetchone()[0])
+    incoming = int(staged_chunks)
+    hnsw_exists = conn.execute("SELECT to_regclass(%s)", (parts["hnsw"],)).fetchone()[0] is not None
+    if hnsw_exists and (incoming > remaining or new_dim != old_dim):
+        conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(parts["hnsw"])))
+        hnsw_exists = False
+
+    # 3. new chunks with vectors and BM25 lengths, postings, document frequencies
+    inserted_length = 0
+    if incoming:  # a delete stages no chunk: nothing to insert
+        inserted, inserted_length = conn.execute(
+            sql.SQL(
+                'WITH i AS (INSERT INTO {} (index_name, chunk_id, doc_id, start, "end", text, embed_text,'
+                " token_count, content_hash, metadata, parent_id, bm25_length, embedding)"
+                ' SELECT s.index_name, s.chunk_id, s.doc_id, s.start, s."end", s.text, s.embed_text,'
+                " s.token_count, s.content_hash, s.metadata, s.parent_id, l.length, e.embedding"
+                " FROM staged_chunks s"
+                " JOIN staged_embeddings e ON e.index_name = s.index_name AND e.chunk_id = s.chunk_id"
+                " JOIN staged_bm25_lengths l ON l.index_name = s.index_name AND l.chunk_id = s.chunk_id"
+                " WHERE s.index_name = %s RETURNING bm25_length)"
+                " SELECT count(*), coalesce(sum(bm25_length), 0) FROM i"
+            ).format(chunks_t),
+            (index_name,),
+        ).fetchone()
+        report.chunks_inserted = int(inserted)
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (index_name, term, chunk_id, tf, doc_len)"
+                " SELECT b.index_name, b.term, b.chunk_id, b.tf, l.length FROM staged_bm25 b"
+                " JOIN staged_bm25_lengths l ON l.index_name = b.index_name AND l.chunk_id = b.chunk_id"
+                " WHERE b.index_name = %s"
+            ).format(postings_t),
+            (index_name,),
+        )
+        conn.execute(
+            "INSERT INTO bm25_terms (index_name, term, df)"
+            " SELECT index_name, term, count(*) FROM staged_bm25 WHERE index_name = %s GROUP BY index_name, term"
+            " ON CONFLICT (index_name, term) DO UPDATE SET df = bm25_terms.df + excluded.df",
+            (index_name,),
+        )
+    conn.execute(
+        "INSERT INTO index_documents (index_name, doc_id, sha256)"
+        " SELECT index_name, doc_id, sha256 FROM staged_documents WHERE index_name = %s"
+        " ON CONFLICT (index_name, doc_id) DO UPDATE SET sha256 = excluded.sha256",
+        (index_name,),
+    )
+    new_sizes = None
+    if incremental:
+        new_sizes = (
+            remaining + report.chunks_inserted,
+            int(sizes[1]) - int(deleted_length) + int(inserted_length),
+        )
+    stats = refresh_stats(conn, index_name, parts["chunks"], new_sizes)
+
+    # 4. the per-partition HNSW graph on the vector cast to this index's dimension and storage
+    # pgvector indexes at most 2,000 dimensions as vector, 4,000 as halfvec: wider ones are searched exactly.
+    if not hnsw_exists and stats.n_docs > 0 and has_graph(new_dim, storage):
+        hnsw_started = time.perf_counter()
+        create_hnsw(conn, index_name, int(new_dim), storage)
+        report.hnsw_built = True
+        report.hnsw_seconds = round(time.perf_counter() - hnsw_started, 3)
+    return stats
 
 
 def _check_vectors(conn: Connection, index_name: str, model_id: str | None, staged: dict) -> int:

@@ -49,6 +49,7 @@ from retrieval.query.reranking import Rerankers, rerank
 from retrieval.query.results import IndexNotFoundError, SearchResult
 from retrieval.query.rows import attach_parents, fetch_rows, to_results
 from retrieval.query.snapshot import IndexHandle, IndexHandles, read_snapshot
+from retrieval.read_lock import lock_for_read
 from retrieval.rerank import Reranker
 from retrieval.store import Store
 
@@ -134,6 +135,7 @@ class Searcher:
         if handle.defaults.context.enabled and self.context_backend == "memory":
             with self.store.connection() as conn, conn.transaction():
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                lock_for_read(conn)
                 handle = self._handles.get(conn, index)
                 self._layouts.warm(conn, handle, handle.defaults.context)
         return time.perf_counter() - started

@@ -20,6 +20,7 @@ from retrieval.index_defaults import ContextConfigError, IndexDefaults
 from retrieval.names import IndexName
 from retrieval.options import SearchError
 from retrieval.query.results import NOTHING_INDEXED, IndexNotFoundError
+from retrieval.read_lock import lock_for_read
 from retrieval.store.indexes import split_index_name
 from retrieval.store.partitions import partition_names
 
@@ -56,6 +57,7 @@ class IndexHandles:
             with conn.pipeline():
                 if begin:
                     conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    lock_for_read(conn)  # before the snapshot: a partition swap lands before or after it
                 cursor = conn.execute("SELECT version, dim, config FROM indexes WHERE name = %s", (name,))
             row = cursor.fetchone()
         except psycopg.errors.UndefinedTable:  # a database no index was built in: no tables yet

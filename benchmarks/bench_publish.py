@@ -1,0 +1,217 @@
+"""A large first build's publish against its HNSW build alone: in place vs. the partition swap.
+
+The staging is synthesised in SQL, not produced by the pipeline: N chunks of random words (the
+given number of distinct terms each, from a 50,000-word vocabulary, ~600 characters of text),
+one document per 10 chunks, and a random unit vector of 384 dimensions per chunk (normal
+components, normalised), each also in the embedding cache so publish checks it as it checks
+real staging. Each path publishes its own index on one fresh embedded Postgres, one after the
+other, with the product's settings (`CHUNKYARD_MAINTENANCE_WORK_MEM`, default 512MB; the HNSW
+build with one parallel worker; pgvector's m 16, ef_construction 64). Statements over half a
+second are read back from the server log, so the table says where each publish's time went.
+
+    python -m benchmarks.bench_publish [--chunks 100000] [--terms 40] [--paths in_place swap]
+
+Results: the `publish_<chunks>` section of benchmarks/results/scale.md (and .json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from benchmarks.bench_scale import RESULTS, save_section, server_versions, uptime
+from retrieval.config import IndexConfig, IndexSpec
+from retrieval.db import embedded_database_url, stop_embedded_servers
+from retrieval.indexing import publish
+from retrieval.indexing.swap import SWAP_MIN_CHUNKS_ENV
+from retrieval.store import Store
+
+VOCABULARY = 50_000
+CHUNKS_PER_DOCUMENT = 10
+DIM = 384
+MODEL = "synthetic-384"
+PATHS = {"in_place": "1000000000000", "swap": "1"}  # the swap threshold each path runs under
+SLOW_MS = 500
+
+
+def stage(store: Store, spec: IndexSpec, chunks: int, terms: int) -> float:
+    """Synthetic staging for `spec` (see the module docstring); the seconds it took."""
+    started = time.perf_counter()
+    store.indexes.ensure(spec)
+    name = spec.name
+    with store.connection() as conn, conn.transaction():
+        conn.execute(
+            "INSERT INTO staged_runs (index_name, config_hash, full_rebuild, model_id) VALUES (%s, %s, false, %s)",
+            (name, spec.config.config_hash, MODEL),
+        )
+        conn.execute(
+            'INSERT INTO staged_chunks (index_name, chunk_id, doc_id, start, "end", text, embed_text,'
+            " token_count, content_hash, metadata)"
+            " SELECT %(name)s, 'c' || g, 'd' || (g / %(per)s), (g %% %(per)s) * 600, (g %% %(per)s) * 600 + 600,"
+            " t.text, t.text, %(terms)s, md5(%(name)s || g), '{}'::jsonb"
+            " FROM generate_series(0, %(n)s - 1) g, LATERAL (SELECT string_agg('w' || ((g * 31 + k * 1009) %% %(v)s),"
+            " ' ') || ' ' || repeat(md5(g::text), 10) AS text FROM generate_series(0, %(terms)s - 1) k) t",
+            {"name": name, "per": CHUNKS_PER_DOCUMENT, "terms": terms, "n": chunks, "v": VOCABULARY},
+        )
+        conn.execute(
+            "INSERT INTO staged_embeddings (index_name, chunk_id, embedding)"
+            " SELECT %(name)s, 'c' || g, l2_normalize(ARRAY(SELECT random_normal() + 0 * g"
+            " FROM generate_series(1, %(dim)s))::vector) FROM generate_series(0, %(n)s - 1) g",
+            {"name": name, "dim": DIM, "n": chunks},
+        )
+        for table in ("staged_chunks", "staged_embeddings"):  # planner statistics, as the stages keep
+            conn.execute(f"ANALYZE {table}")
+        conn.execute(
+            "INSERT INTO embedding_cache (model_id, content_hash, embedding)"
+            " SELECT %s, s.content_hash, e.embedding FROM staged_chunks s JOIN staged_embeddings e"
+            " ON e.index_name = s.index_name AND e.chunk_id = s.chunk_id WHERE s.index_name = %s"
+            " ON CONFLICT DO NOTHING",
+            (MODEL, name),
+        )
+        # term k of chunk g: distinct within a chunk (k * 1009 < VOCABULARY), tf 2 for every third
+        conn.execute(
+            "INSERT INTO staged_bm25 (index_name, chunk_id, term, tf)"
+            " SELECT %(name)s, 'c' || g, 'w' || ((g * 31 + k * 1009) %% %(v)s), 1 + (k %% 3 = 0)::int"
+            " FROM generate_series(0, %(n)s - 1) g, generate_series(0, %(terms)s - 1) k",
+            {"name": name, "v": VOCABULARY, "n": chunks, "terms": terms},
+        )
+        conn.execute(
+            "INSERT INTO staged_bm25_lengths (index_name, chunk_id, length)"
+            " SELECT %(name)s, 'c' || g, %(length)s FROM generate_series(0, %(n)s - 1) g",
+            {"name": name, "n": chunks, "length": terms + (terms + 2) // 3},
+        )
+        conn.execute(
+            "INSERT INTO staged_documents (index_name, doc_id, sha256)"
+            " SELECT %s, 'd' || d, md5('doc' || d) FROM generate_series(0, (%s - 1) / %s) d",
+            (name, chunks, CHUNKS_PER_DOCUMENT),
+        )
+    with store.connection() as conn:
+        for table in (
+            "staged_chunks",
+            "staged_embeddings",
+            "staged_bm25",
+            "staged_bm25_lengths",
+            "staged_documents",
+        ):
+            conn.execute(f"ANALYZE {table}")
+        conn.execute("CHECKPOINT")  # the load's dirty pages are written before publish is timed
+    return round(time.perf_counter() - started, 1)
+
+
+def slow_statements(log: Path, offset: int) -> list[dict[str, Any]]:
+    """Statements the server logged as slower than SLOW_MS since `offset` (their ms and first words)."""
+    text = log.read_text(errors="replace")[offset:]
+    found = []
+    for match in re.finditer(r"duration: ([0-9.]+) ms\s+(?:statement|execute [^:]*): (.*)", text):
+        statement = " ".join(match.group(2).split())
+        found.append({"ms": float(match.group(1)), "statement": statement[:90]})
+    return found
+
+
+def one_path(store: Store, log: Path, path: str, chunks: int, terms: int) -> dict[str, Any]:
+    spec = IndexSpec(
+        f"publish-{path}",
+        IndexConfig(name=f"n{chunks}", chunker={"strategy": "synthetic"}, bm25={"analyzer": "standard"}),
+    )
+    os.environ[SWAP_MIN_CHUNKS_ENV] = PATHS[path]
+    staged_seconds = stage(store, spec, chunks, terms)
+    print(f"  {path}: staged {chunks} chunks in {staged_seconds} s ({uptime()})", flush=True)
+    load_before = uptime()
+    offset = len(log.read_text(errors="replace"))
+    started = time.perf_counter()
+    report = publish(store, spec)
+    seconds = round(time.perf_counter() - started, 1)
+    load_after = uptime()
+    print(f"  {path}: publish {seconds} s, HNSW {report.hnsw_seconds} s ({load_after})", flush=True)
+    return {
+        "path": path,
+        "chunks": report.chunks_inserted,
+        "postings": chunks * terms,
+        "staged_seconds": staged_seconds,
+        "publish_seconds": seconds,
+        "hnsw_seconds": report.hnsw_seconds,
+        "ratio": round(seconds / report.hnsw_seconds, 2) if report.hnsw_seconds else None,
+        "slow_statements": slow_statements(log, offset),
+        "load_before": load_before,
+        "load_after": load_after,
+    }
+
+
+def markdown_publish(report: dict[str, Any]) -> str:
+    lines = [
+        "## A large first build's publish against its HNSW build",
+        "",
+        f"Synthetic staging (`benchmarks/bench_publish.py`: random words, {report['terms']} distinct terms per "
+        f"chunk from a {VOCABULARY:,}-word vocabulary, ~600 characters of text, random unit vectors of {DIM} "
+        "dimensions, also in the embedding cache; written by SQL into the staging tables, not by the pipeline). "
+        f"Each path publishes its own index, one after the other, on one fresh embedded {report['server']} "
+        f"with the product's build settings: maintenance_work_mem {report['maintenance_work_mem']}, the HNSW "
+        f"build with 1 parallel worker, m 16, ef_construction 64; shared_buffers {report['shared_buffers']}. "
+        f"Machine: {report['machine']}. Measured {report['measured_at']} by "
+        f"`python -m benchmarks.bench_publish{report['args']}`.",
+        "",
+        "| chunks | postings | path | publish s | HNSW build s | publish / HNSW | load before | load after |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run in report["runs"]:
+        lines.append(
+            f"| {run['chunks']:,} | {run['postings']:,} | {run.get('label', run['path'])} | {run['publish_seconds']:.1f} | "
+            f"{run['hnsw_seconds']:.1f} | {run['ratio']:.2f}x | "
+            f"{run['load_before'].split('load average:')[-1].strip()} | "
+            f"{run['load_after'].split('load average:')[-1].strip()} |"
+        )
+    lines += ["", f"Statements over {SLOW_MS} ms inside each publish (server log):", ""]
+    for run in report["runs"]:
+        slow = "; ".join(f"{s['ms'] / 1000:.1f} s `{s['statement'][:60]}`" for s in run["slow_statements"])
+        lines.append(f"- {run['chunks']:,} chunks, {run.get('label', run['path'])}: {slow}")
+    lines += ["", report.get("reading", ""), ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--chunks", type=int, default=100_000)
+    parser.add_argument("--terms", type=int, default=40)
+    parser.add_argument("--paths", nargs="+", choices=sorted(PATHS), default=["in_place", "swap"])
+    parser.add_argument("--out", type=Path, default=RESULTS / "scale.md")
+    args = parser.parse_args(argv)
+    if args.terms * 1009 >= VOCABULARY:
+        parser.error(f"--terms: at most {VOCABULARY // 1009} (terms must be distinct within a chunk)")
+    with tempfile.TemporaryDirectory(prefix="chunkyard-publish-", dir=os.environ.get("TMPDIR")) as tmp:
+        url = embedded_database_url(Path(tmp) / "pg")
+        log = Path(tmp) / "pg" / "log"
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"ALTER SYSTEM SET log_min_duration_statement = {SLOW_MS}")
+            conn.execute("SELECT pg_reload_conf()")
+            shared_buffers = conn.execute("SHOW shared_buffers").fetchone()[0]
+        store = Store(url)
+        store.migrate()
+        runs = [one_path(store, log, path, args.chunks, args.terms) for path in args.paths]
+        versions = server_versions(url)
+        store.close()
+        stop_embedded_servers()  # before the folder is removed: a running server keeps writing into it
+    report = {
+        "server": versions,
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}",
+        "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "args": f" --chunks {args.chunks} --terms {args.terms}",
+        "terms": args.terms,
+        "maintenance_work_mem": os.environ.get("CHUNKYARD_MAINTENANCE_WORK_MEM", "512MB"),
+        "shared_buffers": shared_buffers,
+        "runs": runs,
+    }
+    report["markdown"] = markdown_publish(report)
+    save_section(args.out, f"publish_{args.chunks:08d}", report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

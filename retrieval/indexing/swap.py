@@ -1,0 +1,246 @@
+"""A large full build is published by building its partitions beside the live ones, then swapping them in.
+
+Moving a million staged rows into the live partition row by row (`publishing._apply_in_place`) deletes
+every old row and keeps the partition's B-trees up to date one row at a time. A first build or a full
+rebuild of at least `swap_min_chunks()` chunks instead loads two new tables with no index, builds
+their keys and the HNSW graph once the rows are in (by sort), and at the end of the publish
+transaction drops the old partitions and attaches the new ones under the same names. It all runs
+in the publish's one transaction: readers keep the old version until it commits (see
+`retrieval.read_lock` for REPEATABLE READ readers), and a failure before the commit leaves the old
+version as it was, new tables included. Incremental publishes keep the in-place path.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import Connection, sql
+
+from chunking.environment import env_int
+from retrieval.bm25 import CorpusStats, refresh_stats
+from retrieval.indexing.hnsw import create_hnsw, has_graph, maintenance_work_mem
+from retrieval.migrations import STAGING_TABLES
+from retrieval.store.partitions import partition_names
+
+SWAP_MIN_CHUNKS_ENV = "CHUNKYARD_PUBLISH_SWAP_MIN_CHUNKS"
+# below this many staged chunks a full build is applied in place: a few thousand rows cost
+# milliseconds either way, and small builds keep the path incremental publishes take
+SWAP_MIN_CHUNKS = 10_000
+# the swap's ACCESS EXCLUSIVE locks wait at most this long per try for readers in flight (a long
+# reader would otherwise queue every new reader behind the waiting swap), then the swap retries
+SWAP_LOCK_TIMEOUT = "2s"
+SWAP_LOCK_TRIES = 5
+
+# (parent, partition key, its keys and indexes as (suffix, columns, primary key?)) in the live schema
+_TABLES = (
+    (
+        "chunks",
+        "chunks",
+        (
+            ("pkey", ("index_name", "chunk_id"), True),
+            ("index_name_doc_id_idx", ("index_name", "doc_id"), False),
+        ),
+    ),
+    (
+        "bm25_postings",
+        "postings",
+        (
+            ("pkey", ("index_name", "term", "chunk_id"), True),
+            ("index_name_chunk_id_idx", ("index_name", "chunk_id"), False),
+        ),
+    ),
+)
+
+
+def swap_min_chunks() -> int:
+    """The smallest full build published by a swap (CHUNKYARD_PUBLISH_SWAP_MIN_CHUNKS)."""
+    return int(env_int(SWAP_MIN_CHUNKS_ENV, SWAP_MIN_CHUNKS))
+
+
+def next_name(live: str) -> str:
+    """The name a partition (or its index) has while it is built beside the live one."""
+    return f"{live}_next"
+
+
+@dataclass
+class SwapBuild:
+    """What `build_next` loaded: rows, the old version's size, the statistics, the graph's seconds."""
+
+    inserted: int
+    deleted: int
+    stats: CorpusStats
+    hnsw_seconds: float | None = None
+
+
+def build_next(
+    conn: Connection, index_name: str, dim: int, storage: str, old_chunks: int | None
+) -> SwapBuild:
+    """The new version's partitions, beside the live ones, with the index's BM25 terms, documents and
+    statistics replaced (caller's transaction, which also swaps them in: `swap_in`).
+
+    `old_chunks` is the live version's size from its BM25 statistics (None: counted).
+    """
+    parts = partition_names(index_name)
+    if old_chunks is None:
+        old_chunks = int(
+            conn.execute(
+                sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(parts["chunks"]))
+            ).fetchone()[0]
+        )
+    for parent, kind, _ in _TABLES:
+        part = next_name(parts[kind])
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(part)))  # never committed: none
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING STORAGE INCLUDING COMPRESSION,"
+                " CONSTRAINT {} CHECK (index_name = {}))"
+            ).format(
+                sql.Identifier(part),
+                sql.Identifier(parent),
+                sql.Identifier(f"{part}_key"),
+                sql.Literal(index_name),  # DDL takes no parameters; the partition bound is the same literal
+            )
+        )
+    # the same rows, in the same order, as the in-place path inserts
+    inserted, inserted_length = conn.execute(
+        sql.SQL(
+            'WITH i AS (INSERT INTO {} (index_name, chunk_id, doc_id, start, "end", text, embed_text,'
+            " token_count, content_hash, metadata, parent_id, bm25_length, embedding)"
+            ' SELECT s.index_name, s.chunk_id, s.doc_id, s.start, s."end", s.text, s.embed_text,'
+            " s.token_count, s.content_hash, s.metadata, s.parent_id, l.length, e.embedding"
+            " FROM staged_chunks s"
+            " JOIN staged_embeddings e ON e.index_name = s.index_name AND e.chunk_id = s.chunk_id"
+            " JOIN staged_bm25_lengths l ON l.index_name = s.index_name AND l.chunk_id = s.chunk_id"
+            " WHERE s.index_name = %s RETURNING bm25_length)"
+            " SELECT count(*), coalesce(sum(bm25_length), 0) FROM i"
+        ).format(sql.Identifier(next_name(parts["chunks"]))),
+        (index_name,),
+    ).fetchone()
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO {} (index_name, term, chunk_id, tf, doc_len)"
+            " SELECT b.index_name, b.term, b.chunk_id, b.tf, l.length FROM staged_bm25 b"
+            " JOIN staged_bm25_lengths l ON l.index_name = b.index_name AND l.chunk_id = b.chunk_id"
+            " WHERE b.index_name = %s"
+        ).format(sql.Identifier(next_name(parts["postings"]))),
+        (index_name,),
+    )
+    conn.execute(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(maintenance_work_mem())))
+    for _, kind, keys in _TABLES:
+        part = next_name(parts[kind])
+        for suffix, columns, primary in keys:
+            listed = sql.SQL(", ").join(map(sql.Identifier, columns))
+            name = sql.Identifier(next_name(f"{parts[kind]}_{suffix}"))
+            if primary:
+                statement = sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY ({})")
+                conn.execute(statement.format(sql.Identifier(part), name, listed))
+            else:
+                conn.execute(sql.SQL("CREATE INDEX {} ON {} ({})").format(name, sql.Identifier(part), listed))
+
+    conn.execute("DELETE FROM bm25_terms WHERE index_name = %s", (index_name,))
+    conn.execute(
+        "INSERT INTO bm25_terms (index_name, term, df)"
+        " SELECT index_name, term, count(*) FROM staged_bm25 WHERE index_name = %s GROUP BY index_name, term",
+        (index_name,),
+    )
+    conn.execute("DELETE FROM index_documents WHERE index_name = %s", (index_name,))
+    conn.execute(
+        "INSERT INTO index_documents (index_name, doc_id, sha256)"
+        " SELECT index_name, doc_id, sha256 FROM staged_documents WHERE index_name = %s",
+        (index_name,),
+    )
+    stats = refresh_stats(conn, index_name, next_name(parts["chunks"]), (int(inserted), int(inserted_length)))
+    build = SwapBuild(inserted=int(inserted), deleted=int(old_chunks), stats=stats)
+    if stats.n_docs > 0 and has_graph(dim, storage):
+        started = time.perf_counter()
+        create_hnsw(
+            conn,
+            index_name,
+            dim,
+            storage,
+            table=next_name(parts["chunks"]),
+            name=next_name(parts["hnsw"]),
+        )
+        build.hnsw_seconds = round(time.perf_counter() - started, 3)
+    return build
+
+
+def clear_staging_for_swap(conn: Connection, index_name: str) -> None:
+    """Empty the index's staging: TRUNCATE each table that holds no other index's rows (deleting a
+    million rows one by one is slower than the swap's whole build), DELETE from the others."""
+    for table in STAGING_TABLES:
+        ident = sql.Identifier(table)
+        others = conn.execute(
+            sql.SQL(
+                "SELECT EXISTS (SELECT 1 FROM {0} WHERE index_name < %s)"
+                " OR EXISTS (SELECT 1 FROM {0} WHERE index_name > %s)"
+            ).format(ident),
+            (index_name, index_name),
+        ).fetchone()[0]
+        if not others:
+            conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(ident))
+            # checked again under the lock: a stage of another index may have written meanwhile
+            others = conn.execute(
+                sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE index_name <> %s)").format(ident),
+                (index_name,),
+            ).fetchone()[0]
+        if others:
+            conn.execute(sql.SQL("DELETE FROM {} WHERE index_name = %s").format(ident), (index_name,))
+        else:
+            conn.execute(sql.SQL("TRUNCATE {}").format(ident))
+
+
+def swap_in(conn: Connection, index_name: str) -> None:
+    """Drop the live partitions and attach the ones `build_next` made under their names: the last
+    statements of the publish transaction, so its ACCESS EXCLUSIVE locks last only until its commit."""
+    parts = partition_names(index_name)
+    _lock_live(conn, parts)
+    for parent, kind, keys in _TABLES:
+        live, part = parts[kind], next_name(parts[kind])
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(live)))
+        conn.execute(
+            sql.SQL("ALTER TABLE {} RENAME TO {}").format(sql.Identifier(part), sql.Identifier(live))
+        )
+        names = [f"{live}_{suffix}" for suffix, _, _ in keys]
+        if kind == "chunks":
+            names.append(parts["hnsw"])
+        for name in names:
+            conn.execute(
+                sql.SQL("ALTER INDEX IF EXISTS {} RENAME TO {}").format(
+                    sql.Identifier(next_name(name)), sql.Identifier(name)
+                )
+            )
+        # the CHECK constraint proves the partition bound: ATTACH scans no row
+        conn.execute(
+            sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES IN ({})").format(
+                sql.Identifier(parent), sql.Identifier(live), sql.Literal(index_name)
+            )
+        )
+        conn.execute(
+            sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(
+                sql.Identifier(live), sql.Identifier(f"{part}_key")
+            )
+        )
+
+
+def _lock_live(conn: Connection, parts: dict[str, str]) -> None:
+    """The swap's locks: both parents (readers lock `chunks` first, see `retrieval.read_lock`) and the
+    live partitions. Each try waits at most SWAP_LOCK_TIMEOUT, so a long reader holds up only the swap,
+    not every reader queued behind it; the last try waits as long as it takes."""
+    tables = [sql.SQL("ONLY chunks"), sql.SQL("ONLY bm25_postings")]
+    tables += [sql.Identifier(parts[kind]) for kind in ("chunks", "postings")]
+    statement = sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(sql.SQL(", ").join(tables))
+    previous = conn.execute("SELECT current_setting('lock_timeout')").fetchone()[0]
+    for attempt in range(SWAP_LOCK_TRIES - 1):
+        try:
+            with conn.transaction():  # a savepoint: a timed-out try leaves the build intact
+                conn.execute("SELECT set_config('lock_timeout', %s, true)", (SWAP_LOCK_TIMEOUT,))
+                conn.execute(statement)
+        except psycopg.errors.LockNotAvailable:
+            time.sleep(0.1 * 2**attempt)
+            continue
+        conn.execute("SELECT set_config('lock_timeout', %s, true)", (previous,))
+        return
+    conn.execute(statement)

@@ -1,0 +1,260 @@
+"""Large full builds published by a partition swap (`retrieval.indexing.swap`), on real Postgres: the
+same rows as the in-place path, readers on the old version until the swap, the old version intact
+after a failure before it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from chunking.types import Document
+from retrieval import indexing
+from retrieval.indexing.swap import SWAP_MIN_CHUNKS_ENV
+from retrieval.query import Searcher
+from retrieval.query.snapshot import IndexHandles
+from retrieval.store import Store
+from retrieval.store.partitions import partition_names
+from tests.test_indexing_support import ParagraphChunker, make_spec, random_unit_vector_for
+
+IN_PLACE = "1000000000"  # a swap threshold no test build reaches
+vector_for = random_unit_vector_for(seed_salt="swap")
+
+
+def corpus(generation: str, n_docs: int = 12, n_paragraphs: int = 6) -> list[Document]:
+    return [
+        Document(
+            f"d{i:02d}.md",
+            "\n\n".join(
+                f"generation {generation} document {i} paragraph {j} word{(i * j) % 7}"
+                for j in range(n_paragraphs)
+            ),
+        )
+        for i in range(n_docs)
+    ]
+
+
+def build(
+    store: Store, embedder, spec, documents: list[Document], threshold: str, monkeypatch
+) -> indexing.PublishReport:
+    monkeypatch.setenv(SWAP_MIN_CHUNKS_ENV, threshold)
+    store.documents.sync(spec.collection, documents, [])
+    chunker = ParagraphChunker(spec.config.config_hash, vector_for=vector_for)
+    return indexing.build_index(store, spec, embedder, chunker=chunker)
+
+
+def published(store: Store, index_name: str) -> dict[str, list[tuple]]:
+    """Everything a publish writes for the index, without the index's name (to compare two indexes)."""
+    parts = partition_names(index_name)
+    with store.connection() as conn, conn.cursor(binary=True) as cur:
+        return {
+            "chunks": cur.execute(
+                f'SELECT chunk_id, doc_id, start, "end", text, embed_text, token_count, content_hash, metadata,'
+                f" parent_id, bm25_length, embedding::text FROM {parts['chunks']} ORDER BY chunk_id"
+            ).fetchall(),
+            "postings": cur.execute(
+                f"SELECT term, chunk_id, tf, doc_len FROM {parts['postings']} ORDER BY term, chunk_id"
+            ).fetchall(),
+            "terms": cur.execute(
+                "SELECT term, df FROM bm25_terms WHERE index_name = %s ORDER BY term", (index_name,)
+            ).fetchall(),
+            "stats": cur.execute(
+                "SELECT n_docs, total_length, vocab_size, idf_sum FROM bm25_stats WHERE index_name = %s",
+                (index_name,),
+            ).fetchall(),
+            "documents": cur.execute(
+                "SELECT doc_id, sha256 FROM index_documents WHERE index_name = %s ORDER BY doc_id",
+                (index_name,),
+            ).fetchall(),
+        }
+
+
+def schema_of(store: Store, index_name: str) -> dict[str, object]:
+    """The partitions' attachment, their indexes by name, and any table left over from a build."""
+    parts = partition_names(index_name)
+    with store.connection() as conn:
+        attached = conn.execute(
+            "SELECT c.relname, p.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i"
+            " JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent"
+            " WHERE c.relname = ANY(%s) ORDER BY 1",
+            ([parts["chunks"], parts["postings"]],),
+        ).fetchall()
+        indexes = conn.execute(
+            "SELECT tablename, indexname FROM pg_indexes WHERE tablename = ANY(%s) ORDER BY 1, 2",
+            ([parts["chunks"], parts["postings"]],),
+        ).fetchall()
+        leftovers = conn.execute(
+            "SELECT relname FROM pg_class WHERE relname LIKE %s OR relname LIKE %s",
+            (parts["chunks"] + "%next%", parts["postings"] + "%next%"),
+        ).fetchall()
+        checks = conn.execute(
+            "SELECT conname FROM pg_constraint WHERE contype = 'c' AND conrelid = ANY(%s::regclass[])",
+            ([parts["chunks"], parts["postings"]],),
+        ).fetchall()
+    return {"attached": attached, "indexes": indexes, "leftovers": leftovers, "checks": checks}
+
+
+def test_a_swapped_full_build_equals_the_in_place_one_and_later_publishes_work_on_it(
+    store, embedder, monkeypatch
+) -> None:
+    swapped, in_place = make_spec(), make_spec()
+    first = build(store, embedder, swapped, corpus("alpha"), "1", monkeypatch)
+    reference = build(store, embedder, in_place, corpus("alpha"), IN_PLACE, monkeypatch)
+    assert (
+        first.version == reference.version == 1 and first.chunks_inserted == reference.chunks_inserted == 72
+    )
+    assert first.hnsw_built and first.hnsw_seconds is not None
+    assert published(store, swapped.name) == published(store, in_place.name)
+
+    parts = partition_names(swapped.name)
+    schema = schema_of(store, swapped.name)
+    assert [(child, parent) for child, parent, _ in schema["attached"]] == [
+        (parts["postings"], "bm25_postings"),
+        (parts["chunks"], "chunks"),
+    ]
+    assert all(bound == f"FOR VALUES IN ('{swapped.name}')" for _, _, bound in schema["attached"])
+    assert schema["indexes"] == [
+        (parts["postings"], f"{parts['postings']}_index_name_chunk_id_idx"),
+        (parts["postings"], f"{parts['postings']}_pkey"),
+        (parts["chunks"], parts["hnsw"]),
+        (parts["chunks"], f"{parts['chunks']}_index_name_doc_id_idx"),
+        (parts["chunks"], f"{parts['chunks']}_pkey"),
+    ]
+    assert schema["leftovers"] == [] and schema["checks"] == []
+
+    # a full rebuild (another analyzer) swaps again under the same names
+    rebuilt = make_spec(collection=swapped.collection, name=swapped.config.name, bm25={"analyzer": "english"})
+    again = build(store, embedder, rebuilt, corpus("beta"), "1", monkeypatch)
+    assert again.full_rebuild and again.version == 2
+    assert again.chunks_deleted == 72 and again.chunks_inserted == 72
+    assert schema_of(store, swapped.name) == schema
+    rebuilt_ref = make_spec(
+        collection=in_place.collection, name=in_place.config.name, bm25={"analyzer": "english"}
+    )
+    build(store, embedder, rebuilt_ref, corpus("beta"), IN_PLACE, monkeypatch)
+    assert published(store, swapped.name) == published(store, in_place.name)
+
+    # an incremental publish applies in place on the swapped partition, whatever the threshold
+    changed = corpus("beta")
+    changed[3] = Document(changed[3].id, "generation gamma only paragraph")
+    update = build(store, embedder, rebuilt, changed, "1", monkeypatch)
+    build(store, embedder, rebuilt_ref, changed, IN_PLACE, monkeypatch)
+    assert not update.full_rebuild and update.chunks_deleted == 6 and update.chunks_inserted == 1
+    assert published(store, swapped.name) == published(store, in_place.name)
+    results = Searcher(store, embedder).search("gamma", swapped.name, k=3, mode="bm25")
+    assert [r.doc_id for r in results] == ["d03.md"]
+
+
+def test_a_failure_before_the_swap_leaves_the_old_version_as_it_was(store, embedder, monkeypatch) -> None:
+    spec = make_spec()
+    build(store, embedder, spec, corpus("alpha"), "1", monkeypatch)
+    before = published(store, spec.name)
+    schema = schema_of(store, spec.name)
+
+    rebuilt = make_spec(collection=spec.collection, name=spec.config.name, bm25={"analyzer": "english"})
+    store.documents.sync(spec.collection, corpus("beta"), [])
+    chunker = ParagraphChunker(rebuilt.config.config_hash, vector_for=vector_for)
+    indexing.stage_chunks(store, rebuilt, chunker=chunker)
+    indexing.stage_embeddings(store, rebuilt, embedder)
+    indexing.stage_bm25(store, rebuilt)
+    with store.connection() as conn:  # a duplicated posting: the new partition's primary key fails
+        conn.execute(
+            "INSERT INTO staged_bm25 SELECT * FROM staged_bm25 WHERE index_name = %s LIMIT 1", (spec.name,)
+        )
+    with pytest.raises(Exception, match="duplicate key|could not create unique index"):
+        indexing.publish(store, rebuilt)
+
+    assert store.indexes.info(spec.name)["version"] == 1
+    assert published(store, spec.name) == before
+    assert schema_of(store, spec.name) == schema  # no table of the failed build is left
+    results = Searcher(store, embedder).search("generation paragraph", spec.name, k=5, mode="hybrid")
+    assert {r.text.split()[1] for r in results} == {"alpha"} and results[0].index_version == 1
+
+    with store.connection() as conn:  # staging was kept: with the duplicate gone the publish succeeds
+        conn.execute(
+            "DELETE FROM staged_bm25 b USING (SELECT ctid FROM staged_bm25 WHERE index_name = %s LIMIT 1) d"
+            " WHERE b.ctid = d.ctid",
+            (spec.name,),
+        )
+    report = indexing.publish(store, rebuilt)
+    assert report.version == 2 and report.chunks_inserted == 72
+
+
+def test_a_reader_snapshot_taken_before_the_swap_keeps_the_old_rows(store, embedder, monkeypatch) -> None:
+    """A REPEATABLE READ reader that looked the index up before the swap reads the old partition
+    afterwards too: the swap waits for it (without the read lock it would find the new table empty)."""
+    spec = make_spec()
+    build(store, embedder, spec, corpus("alpha"), "1", monkeypatch)
+    rebuilt = make_spec(collection=spec.collection, name=spec.config.name, bm25={"analyzer": "english"})
+    store.documents.sync(spec.collection, corpus("beta", n_docs=13), [])
+    chunker = ParagraphChunker(rebuilt.config.config_hash, vector_for=vector_for)
+    indexing.stage_chunks(store, rebuilt, chunker=chunker)
+    indexing.stage_embeddings(store, rebuilt, embedder)
+    indexing.stage_bm25(store, rebuilt)
+    chunks = partition_names(spec.name)["chunks"]
+
+    reports: list[object] = []
+    with store.connection() as reader:
+        handle = IndexHandles().get(reader, spec.name, begin=True)  # BEGIN, read lock, index lookup
+        assert handle.version == 1
+        publisher = threading.Thread(target=lambda: reports.append(indexing.publish(store, rebuilt)))
+        publisher.start()
+        time.sleep(1.5)
+        assert publisher.is_alive() and store.indexes.version(spec.name) == 1  # the swap waits on the reader
+        texts = reader.execute(f"SELECT text FROM {chunks}").fetchall()
+        assert len(texts) == 72 and {t.split()[1] for (t,) in texts} == {"alpha"}
+        reader.execute("COMMIT")
+    publisher.join(timeout=60)
+    assert not publisher.is_alive() and reports[0].version == 2
+    with store.connection() as conn:
+        assert conn.execute(f"SELECT count(*) FROM {chunks}").fetchone()[0] == 78
+    results = Searcher(store, embedder).search("generation paragraph", spec.name, k=5, mode="hybrid")
+    assert {r.text.split()[1] for r in results} == {"beta"} and results[0].index_version == 2
+
+
+def test_readers_see_the_old_or_the_new_version_across_a_swap(store, embedder, monkeypatch) -> None:
+    """A reader hammering hybrid search while a swapped full rebuild publishes: every answer is one version."""
+    spec = make_spec(hybrid={"rrf_k": 60, "candidates": 400})
+    build(store, embedder, spec, corpus("alpha", n_docs=40, n_paragraphs=10), "1", monkeypatch)
+    rebuilt = make_spec(
+        collection=spec.collection,
+        name=spec.config.name,
+        bm25={"analyzer": "english"},
+        hybrid={"rrf_k": 60, "candidates": 400},
+    )
+    store.documents.sync(spec.collection, corpus("beta", n_docs=40, n_paragraphs=10), [])
+    chunker = ParagraphChunker(rebuilt.config.config_hash, vector_for=vector_for)
+    indexing.stage_chunks(store, rebuilt, chunker=chunker)
+    indexing.stage_embeddings(store, rebuilt, embedder)
+    indexing.stage_bm25(store, rebuilt)
+
+    searcher = Searcher(store, embedder)
+    observations: list[tuple[set[str], int, int]] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                results = searcher.search("generation document paragraph", spec.name, k=400, mode="hybrid")
+                observations.append(
+                    ({r.text.split()[1] for r in results}, len(results), results[0].index_version)
+                )
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    time.sleep(0.3)
+    report = indexing.publish(store, rebuilt)
+    time.sleep(0.3)
+    stop.set()
+    thread.join(timeout=30)
+    assert not errors, errors
+    assert report.version == 2 and report.chunks_inserted == report.chunks_deleted == 400
+    assert all(len(gens) == 1 and count == 400 for gens, count, _ in observations), observations
+    seen = [(next(iter(gens)), version) for gens, _, version in observations]
+    assert ("alpha", 1) in seen and ("beta", 2) in seen
+    first_beta = next(i for i, (gen, _) in enumerate(seen) if gen == "beta")
+    assert all(gen == "beta" for gen, _ in seen[first_beta:])
