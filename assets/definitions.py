@@ -22,6 +22,8 @@ from dagster import (
     AutomationConditionSensorDefinition,
     DefaultSensorStatus,
     Definitions,
+    JobDefinition,
+    define_asset_job,
     definitions,
 )
 
@@ -29,7 +31,7 @@ from assets.documents import build_documents_asset
 from assets.evaluation import build_evaluation_asset, build_leaderboard_asset, build_promotion_asset
 from assets.executors import build_executor
 from assets.indexes import build_index_assets, part_kinds
-from assets.keys import check_spellings, index_key
+from assets.keys import check_spellings, index_key, safe_name
 from assets.resources import EmbedderResource, PostgresResource
 from assets.schedules import build_nightly_evaluation_schedule
 from assets.sensors import build_document_sensor, build_janitor_sensor
@@ -37,6 +39,7 @@ from chunking.environment import env_int
 from pipeline.graph import INDEX_KINDS
 from retrieval.config import CollectionConfig, IndexSpec, load_collection_configs
 from retrieval.config_checks import load_index_specs
+from retrieval.project import automation_enabled
 
 # Seconds between declarative-automation ticks (evaluations and leaderboards after a publish).
 AUTOMATION_INTERVAL_ENV = "CHUNKYARD_AUTOMATION_INTERVAL"
@@ -86,6 +89,40 @@ def build_collection_assets(collection: CollectionConfig, specs: Sequence[IndexS
     return built
 
 
+def index_job_name(collection: str) -> str:
+    """The job `chunkyard index NAME` runs (its runs are named so on the UI's runs page)."""
+    return f"index_{safe_name(collection)}"
+
+
+INDEX_ALL_JOB = "index_all"  # `chunkyard index` with several collections
+
+
+def build_index_jobs(built: dict[str, CollectionAssets]) -> list:
+    """A named job per collection (its every asset), and `index_all` over all of them."""
+    jobs = [
+        define_asset_job(
+            index_job_name(name),
+            selection=AssetSelection.assets(*c.keys),
+            description=f"Index collection {name!r}: documents, every index, evaluations (`chunkyard index {name}`)",
+        )
+        for name, c in built.items()
+        if c.keys
+    ]
+    every = [k for c in built.values() for k in c.keys]
+    if every:
+        jobs.append(
+            define_asset_job(
+                INDEX_ALL_JOB, selection=AssetSelection.assets(*every), description="Index every collection"
+            )
+        )
+    return jobs
+
+
+def index_job(defs: Definitions, collections: Sequence[str]) -> JobDefinition:
+    """The named job for `chunkyard index` over `collections` (one: its own; several: `index_all`)."""
+    return defs.resolve_job_def(index_job_name(collections[0]) if len(collections) == 1 else INDEX_ALL_JOB)
+
+
 def build_all(
     indexes_path: str | Path | None = None, collections_path: str | Path | None = None
 ) -> dict[str, CollectionAssets]:
@@ -113,11 +150,13 @@ def build_definitions(
     built = build_all(indexes_path, collections_path)
     collections = load_collection_configs(collections_path)
     assets = [a for c in built.values() for a in c.assets]
+    # Running unless the loading process says no (`chunkyard ui` without `ui_automation: true`).
+    status = DefaultSensorStatus.RUNNING if automation_enabled() else DefaultSensorStatus.STOPPED
     sensors = [
         AutomationConditionSensorDefinition(
             "chunkyard_automation",
             target=AssetSelection.all(),
-            default_status=DefaultSensorStatus.RUNNING,
+            default_status=status,
             minimum_interval_seconds=env_int(
                 AUTOMATION_INTERVAL_ENV, AUTOMATION_INTERVAL_SECONDS, unit="whole seconds"
             ),
@@ -129,6 +168,7 @@ def build_definitions(
         collections,
         {n: c.indexing_keys for n, c in built.items()},
         index_names={n: c.index_names for n, c in built.items()},
+        default_status=status,
     )
     if document_sensor is not None:
         sensors.append(document_sensor)
@@ -140,6 +180,7 @@ def build_definitions(
         assets=assets,
         sensors=sensors,
         schedules=[schedule] if schedule else [],
+        jobs=build_index_jobs(built),
         resources={
             "postgres": PostgresResource(url=database_url),
             "embedder": EmbedderResource(),

@@ -17,6 +17,7 @@ from dagster import (
 
 from assets.indexes import index_asset_options, part_kinds
 from assets.keys import collection_prefix, index_key, leaderboard_key, promotion_key
+from assets.progress import step_progress
 from assets.resources import EmbedderResource, PostgresResource
 from assets.results import check_specs, materialize_result
 from evaluation.reports import ENDPOINT_COST_COLUMNS
@@ -75,8 +76,9 @@ def build_evaluation_asset(collection: CollectionConfig, spec: IndexSpec) -> Ass
             for name, value in usage.items():
                 if name in ENDPOINT_COST_COLUMNS:
                     cost[name] = cost.get(name, 0.0) + float(value.value)
+        progress = step_progress(context.log, "modes", "evaluated")  # counts, rate, time left in the log
         report = evaluate_collection_index(
-            postgres.store(), collection, spec, embedder.for_config(config), cost=cost
+            postgres.store(), collection, spec, embedder.for_config(config), cost=cost, progress=progress
         )
         return materialize_result(context, report)
 

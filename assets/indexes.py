@@ -10,6 +10,8 @@ publish: readers see the old version or the new one.
 Nothing heavy is imported here: the code location loads without torch.
 """
 
+import os
+
 from dagster import (
     AssetExecutionContext,
     AssetKey,
@@ -20,6 +22,7 @@ from dagster import (
 )
 
 from assets.keys import documents_key, group_name, index_key
+from assets.progress import step_progress
 from assets.resources import EmbedderResource, PostgresResource
 from assets.results import check_specs, materialize_result
 from chunking.environment import env_int
@@ -27,7 +30,7 @@ from chunking.registry import needs_embedding_model
 from pipeline.graph import step
 from pipeline.steps.evaluation import EVALUATION_K
 from pipeline.versions import code_version, index_settings
-from retrieval.config import IndexSpec
+from retrieval.config import IndexConfig, IndexSpec
 
 # CHUNKYARD_EMBED_SHARDS=n (n > 1, where the code location and the workers load): each index's
 # embedding work is split into n `embeddings_part<k>` assets that fill the embedding cache at once on
@@ -73,6 +76,19 @@ def config_metadata(spec: IndexSpec) -> dict[str, str]:
     }
 
 
+# The UI's kind tag per `embedder.backend` (Dagster shows `pytorch` and `onnx` with their logos).
+BACKEND_KINDS = {"torch": "pytorch", "onnx": "onnx", "static": "numpy", "openai": "openai"}
+
+
+def embedding_kind(config: IndexConfig) -> str:
+    """The kind tag of an index's embeddings asset: the backend that computes its vectors (the
+    CHUNKYARD_EMBEDDER_BACKEND override included, as `retrieval.embedder.embedder_for_config` reads it)."""
+    backend = (config.embedder or {}).get("backend") or "torch"
+    if backend != "openai":
+        backend = os.environ.get("CHUNKYARD_EMBEDDER_BACKEND") or backend
+    return BACKEND_KINDS.get(backend, backend)
+
+
 def index_asset_options(spec: IndexSpec, kind: str, settings: dict | None = None) -> dict:
     """What every asset of an index declares: key, group, description, code version, checks."""
     settings = settings or index_settings(spec.config, kind)
@@ -116,8 +132,10 @@ def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
         ) -> MaterializeResult:
             from pipeline.steps.chunks import chunk
 
+            model = embedder.for_config(config)
+            progress = step_progress(context.log, "documents", "chunked")
             return materialize_result(
-                context, chunk(postgres.store(), spec, embedder.for_config(config), owner=context.run.run_id)
+                context, chunk(postgres.store(), spec, model, owner=context.run.run_id, progress=progress)
             )
 
     else:
@@ -126,17 +144,18 @@ def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
         def chunks(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
             from pipeline.steps.chunks import chunk
 
-            return materialize_result(context, chunk(postgres.store(), spec, owner=context.run.run_id))
+            progress = step_progress(context.log, "documents", "chunked")
+            report = chunk(postgres.store(), spec, owner=context.run.run_id, progress=progress)
+            return materialize_result(context, report)
 
     parts = [embedding_part(spec, k, len(part_kinds())) for k in range(len(part_kinds()))]
     embedding_options = step_options(spec, "embeddings")
     embedding_options["deps"] = [*embedding_options["deps"], *(part.key for part in parts)]
 
-    @asset(**embedding_options, kinds={"pytorch", "pgvector"}, pool="embedding")
+    @asset(**embedding_options, kinds={embedding_kind(config), "pgvector"}, pool="embedding")
     def embeddings(
         context: AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
     ) -> MaterializeResult:
-        from assets.progress import step_progress
         from pipeline.steps.embeddings import embed
 
         progress = step_progress(context.log, "chunks", "embedded")  # counts, rate, time left in the step log
@@ -149,13 +168,17 @@ def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
     def bm25(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
         from pipeline.steps.bm25 import index_terms
 
-        return materialize_result(context, index_terms(postgres.store(), spec, owner=context.run.run_id))
+        progress = step_progress(context.log, "chunks", "analysed")
+        report = index_terms(postgres.store(), spec, owner=context.run.run_id, progress=progress)
+        return materialize_result(context, report)
 
     @asset(**step_options(spec, "index"), kinds={"postgres"})
     def index(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
         from pipeline.steps.index import publish_index
 
-        return materialize_result(context, publish_index(postgres.store(), spec, owner=context.run.run_id))
+        progress = step_progress(context.log, "phases", "published")
+        report = publish_index(postgres.store(), spec, owner=context.run.run_id, progress=progress)
+        return materialize_result(context, report)
 
     return [chunks, *parts, embeddings, bm25, index]
 

@@ -24,8 +24,8 @@ def step_progress(
 
     def report(done: int, total: int) -> None:
         now = time.monotonic()
-        if done < total and now - shown[0] < interval:
-            return
+        if done == 0 < total or (done < total and now - shown[0] < interval):
+            return  # nothing done yet has no rate or time left to show
         shown[0] = now
         meter = tqdm.format_meter(
             done,

@@ -206,6 +206,7 @@ STRATEGY_TABLE: dict[str, Strategy] = {
                 "keep_separator": None,
                 "is_regex": None,
                 "exact_lengths": None,
+                "headings": None,
             },
         ),
         Strategy("sentence"),

@@ -33,6 +33,7 @@ COST_COLUMNS = (
 # An embedding server's usage (`retrieval.endpoint_settings.EndpointUsage`): shown only when a row has it.
 ENDPOINT_COST_COLUMNS = ("endpoint_tokens", "endpoint_requests", "endpoint_retries", "endpoint_seconds")
 # The short view printed by `chunkyard demo`: quality headline plus the fair-budget recall.
+TIE_BREAKERS = ("mrr_at_{k}", "hit_at_{k}", "iou_at_{k}", "budget_recall_1024")
 SUMMARY_METRICS = ("hit_at_{k}", "mrr_at_{k}", "recall_at_{k}", "iou_at_{k}", "budget_recall_1024")
 # Metrics that are counts, not fractions (not shown as %).
 _RAW_METRICS = ("context_tokens_at_", "budget_chunks_")
@@ -293,5 +294,13 @@ def leaderboard(
                     latency=dict(report.latency.get(mode, {})),
                 )
             )
-    rows.sort(key=lambda r: -(r.value(sort_key) if not math.isnan(r.value(sort_key)) else -math.inf))
+    # Ties on `sort_by` (common on small hand-written sets) go to the better MRR, then hit, IoU and
+    # budget recall: the first row is what `chunkyard index` suggests searching.
+    order = dict.fromkeys([sort_key, *(m.format(k=k) for m in TIE_BREAKERS)])
+    rows.sort(key=lambda r: tuple(_descending(r.value(metric)) for metric in order))
     return Leaderboard(rows, k, title, sort_key, list(notes))
+
+
+def _descending(value: float) -> float:
+    """A sort key putting larger values first and missing (NaN) ones last."""
+    return math.inf if math.isnan(value) else -value

@@ -263,7 +263,8 @@ def _eval_flags(flags: argparse.Namespace, rest: list[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     # pgserver's platformdirs warns on every start where XDG_RUNTIME_DIR is unset (containers, cron)
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR is not set.*")
-    flags, argv = _split_globals(list(sys.argv[1:] if argv is None else argv))
+    original = list(sys.argv[1:] if argv is None else argv)
+    flags, argv = _split_globals(original)
     command = argv[0] if argv else ""
     if command == "eval":
         rest = _eval_flags(flags, argv[1:])
@@ -291,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "ui-proxy": cli_ui.cmd_ui_proxy,
         }
         handler = handlers[args.command]
+    args.argv = original  # `index` runs itself again in a session of its own (cli_session)
     debug = bool(getattr(args, "debug", False))
     try:
         _enter_project(args, command)

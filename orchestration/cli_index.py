@@ -9,6 +9,7 @@ import time
 
 from orchestration import cli_check, cli_search, run_report
 from orchestration.cli_errors import RuntimeFailure
+from orchestration.cli_session import in_own_session, run_in_own_session
 from orchestration.progress import RunProgress
 
 
@@ -24,10 +25,10 @@ def cmd_index(args: argparse.Namespace) -> int:
     if getattr(args, "dry_run", False):
         cli_check.print_plan(planned)
         return 0
+    if not in_own_session():  # the run in a child of its own session: Ctrl-C reaches only that child
+        return run_in_own_session(args.argv)
     started = time.perf_counter()
-    from dagster import AssetSelection, materialize
-
-    from assets.definitions import build_definitions
+    from assets.definitions import build_definitions, index_job
     from assets.keys import collection_keys, collection_prefix
     from assets.runs import host_tags, sweep_dead_runs
     from orchestration.index_writers import WriterBusy, run_tags, sole_writer
@@ -40,7 +41,6 @@ def cmd_index(args: argparse.Namespace) -> int:
     defs = build_definitions(database_url=os.environ["DATABASE_URL"])
     graph = defs.resolve_asset_graph()
     keys = [k for c in chosen for k in collection_keys(c, graph.get_all_asset_keys())]
-    assets = [a for a in defs.assets if any(k in keys for k in a.keys)]  # type: ignore[union-attr]
     prefixes = {c: collection_prefix(c) for c in chosen}
     wait = not getattr(args, "no_wait", False)
     try:  # one writer per collection: after any run of it in flight (the daemon's or another CLI's)
@@ -50,11 +50,10 @@ def cmd_index(args: argparse.Namespace) -> int:
             )
             progress = RunProgress(total=len(keys), stream=sys.stdout)
             with progress:
-                result = materialize(
-                    assets,
+                # the collection's named job (`index_mine`, the name on the UI's runs page), in this process
+                result = index_job(defs, chosen).execute_in_process(
                     instance=instance,
-                    resources=defs.resources,
-                    selection=AssetSelection.assets(*keys),
+                    asset_selection=keys if len(chosen) > 1 else None,
                     tags={**host_tags(), "chunkyard/trigger": "cli", **run_tags(chosen), **progress.tags},
                     # Step events stay in the event log (`chunkyard ui`); the progress display and the
                     # summary below show the steps and their errors.
@@ -82,7 +81,7 @@ def cmd_index(args: argparse.Namespace) -> int:
             _print(f"  - {path}: {reason}")
     _print()
     _print(
-        f"Run {result.run_id} {'succeeded' if succeeded else 'FAILED'} in "
+        f"Run {result.run_id} of job {result.job_def.name} {'succeeded' if succeeded else 'FAILED'} in "
         f"{time.perf_counter() - started:.1f} s (visible in `chunkyard ui`)."
     )
     for collection, counts in sorted(summary["documents"].items()):  # every collection indexed
@@ -91,14 +90,8 @@ def cmd_index(args: argparse.Namespace) -> int:
             if len(summary["documents"]) == 1
             else f"Documents ({collection}): {counts}"
         )
-    _print(
-        f"Chunks (all configs): {summary['staged']} new or changed, {summary['kept']} kept unchanged "
-        "(neither re-chunked nor re-embedded)"
-    )
-    _print(
-        f"Embeddings: {summary['computed']} computed, {summary['reused']} reused from the embedding cache"
-        + (", nothing re-embedded" if summary["computed"] == 0 else "")
-    )
+    for line in run_report.count_lines(summary):
+        _print(line)
     board = summary.get("leaderboard")
     if board:
         _print()
@@ -118,9 +111,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         )
     raise RuntimeFailure(
         f"run {result.run_id} failed: {summary['failures'][0] if summary['failures'] else 'see the UI'}",
-        "fix the cause above and rerun `chunkyard index` (finished steps are not redone)"
-        if summary["failures"]
-        else "open `chunkyard ui` (http://127.0.0.1:3000) for the step logs; fix and rerun `chunkyard index`",
+        run_report.failure_hint(summary["failures"]),
     )
 
 
@@ -130,6 +121,7 @@ def run_summary(result) -> dict:
         "computed": 0,
         "reused": 0,
         "staged": 0,
+        "rechunked": 0,  # documents added or changed since each index's last publish, summed
         "kept": 0,
         "documents": {},  # collection (asset key prefix) -> its documents step's counts
         "failures": [],
@@ -150,6 +142,7 @@ def run_summary(result) -> dict:
         if key[-1] == "chunks":
             summary["staged"] += int(meta.get("chunks_staged", 0) or 0)
             summary["kept"] += int(meta.get("chunks_kept", 0) or 0)
+            summary["rechunked"] += sum(int(meta.get(f"documents_{k}", 0) or 0) for k in ("added", "changed"))
         elif key[-1] == "embeddings":
             summary["computed"] += int(meta.get("embeddings_computed", 0) or 0)
             summary["reused"] += int(meta.get("embeddings_reused", 0) or 0)

@@ -19,12 +19,15 @@ def _print(message: str = "") -> None:
 def cmd_ui(args: argparse.Namespace) -> int:
     """`dagster dev` on the code location `chunkyard` with DAGSTER_HOME and DATABASE_URL set."""
     from orchestration.instance import WORKSPACE_FILE, ensure_instance
+    from retrieval.project import AUTOMATION_ENV, read_project, ui_automation
 
+    automation = ui_automation(read_project())
     home = ensure_instance()
     command = [sys.executable, "-m", "dagster", "dev", "-w", str(home / WORKSPACE_FILE)]
     command += ["--host", args.host, "--port", str(args.port)]
     _print(f"Dagster UI on http://{args.host}:{args.port} (DAGSTER_HOME={home})")
-    env = {**os.environ, "DAGSTER_HOME": str(home)}
+    _print(what_it_runs(automation))
+    env = {**os.environ, "DAGSTER_HOME": str(home), AUTOMATION_ENV: "1" if automation else "0"}
     # SIGINT may be ignored when started in the background; dagster dev needs it to shut down.
     process = subprocess.Popen(command, env=env, preexec_fn=_default_sigint)
     stopping: list[float] = []
@@ -45,6 +48,19 @@ def cmd_ui(args: argparse.Namespace) -> int:
             if stopping and time.monotonic() - stopping[0] > UI_SHUTDOWN_SECONDS:
                 process.kill()
                 return process.wait()
+
+
+def what_it_runs(automation: bool) -> str:
+    """The line `chunkyard ui` starts with: whether its daemon will index anything by itself."""
+    if automation:
+        return (
+            "Automation on (ui_automation: true): the document sensor re-indexes changed files and "
+            "automation runs evaluations and leaderboards after a publish, as runs of their own"
+        )
+    return (
+        "Automation off: nothing runs until you launch it (the document sensor and automation are "
+        "stopped; start them on the Automation page, or set `ui_automation: true` in chunkyard.yaml)"
+    )
 
 
 def _default_sigint() -> None:

@@ -1,5 +1,5 @@
-"""What a `chunkyard index` run tells the user beyond its steps: each failed check with its numbers, and
-whether Ctrl-C interrupted it.
+"""What a `chunkyard index` run tells the user beyond its steps: each failed check with its numbers,
+whether Ctrl-C interrupted it, and what was chunked and embedded.
 
 A failed error-level check fails the command (exit 1) even though Dagster's run succeeded (the checks
 do not block the steps after them); a failed `warn` check is listed and the command succeeds.
@@ -101,3 +101,23 @@ def evaluation_notes(events: Iterable[Any]) -> list[str]:
         text = getattr(materialization.metadata.get("notes"), "value", "") or ""
         notes += [line.removeprefix("- ") for line in str(text).splitlines() if line.strip()]
     return notes
+
+
+def failure_hint(failures: list[str]) -> str:
+    """The hint under a failed run: the UI's step logs only when no step's error names the cause."""
+    if failures:
+        return "fix the cause above and rerun `chunkyard index` (finished steps are not redone)"
+    return "open `chunkyard ui` (http://127.0.0.1:3000) for the step logs; fix and rerun `chunkyard index`"
+
+
+def count_lines(summary: dict[str, int]) -> list[str]:
+    """What the run chunked and embedded, in words that match: an edited document is re-chunked
+    whole, but only its chunks with new text are embedded (the rest come from the embedding cache)."""
+    computed, reused = summary["computed"], summary["reused"]
+    return [
+        f"Chunks (all configs): {summary['staged']} re-chunked from {summary['rechunked']} document(s) added "
+        f"or changed since the last publish, {summary['kept']} kept unchanged (neither re-chunked nor "
+        "re-embedded)",
+        f"Embeddings: {computed} computed for new text, {reused} reused from the embedding cache "
+        "(text embedded before)" + (", nothing re-embedded" if computed == 0 else ""),
+    ]

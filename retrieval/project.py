@@ -22,7 +22,8 @@ STATE_DIR = ".chunkyard"
 PROJECT_ENV = "CHUNKYARD_PROJECT"
 LEGACY_PROJECT_ENV = "CHUNKYARD_PROJECT_DIR"  # the older name, still read
 BENCHMARKS_ENV = "CHUNKYARD_BENCHMARKS"
-_PROJECT_KEYS = {"collections", "indexes", "benchmarks", "description"}
+AUTOMATION_ENV = "CHUNKYARD_AUTOMATION"  # "0": the document sensor and automation start stopped
+_PROJECT_KEYS = {"collections", "indexes", "benchmarks", "description", "ui_automation"}
 
 
 class ProjectError(ConfigError):
@@ -97,8 +98,9 @@ def read_project(root: Path | None = None) -> dict[str, Any]:
     for key in ("collections", "indexes"):
         if key in raw and not isinstance(raw[key] if raw[key] is not None else {}, dict):
             raise ConfigError(f"{at_line(path, raw, key)}: `{key}` must be a mapping of names")
-    if "benchmarks" in raw:
-        as_bool(raw["benchmarks"], f"{at_line(path, raw, 'benchmarks')}: benchmarks")
+    for key in ("benchmarks", "ui_automation"):
+        if key in raw:
+            as_bool(raw[key], f"{at_line(path, raw, key)}: {key}")
     return raw
 
 
@@ -109,6 +111,18 @@ def benchmarks_enabled(project: dict[str, Any] | None = None) -> bool:
     if env:
         return env in ("1", "true", "yes", "on")
     return bool((project or {}).get("benchmarks", False))
+
+
+def ui_automation(project: dict[str, Any]) -> bool:
+    """Whether `chunkyard ui` runs the document sensor and automation (`ui_automation: true`); off by
+    default, so opening the UI does not start indexing on its own."""
+    return bool(project.get("ui_automation", False))
+
+
+def automation_enabled() -> bool:
+    """Whether the code location starts the document sensor and automation running: yes, unless the
+    process that loads it says no (CHUNKYARD_AUTOMATION=0, as `chunkyard ui` does by default)."""
+    return os.environ.get(AUTOMATION_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def at_line(path: Path, mapping: Any, key: Any) -> str:

@@ -151,6 +151,43 @@ def test_recursive_prefers_paragraphs():
     assert all(c.text == para.strip() for c in chunks)
 
 
+def test_recursive_headings_start_the_chunk_they_title():
+    """Issue 26: a chunk never ends with the next section's heading, and a heading never stands alone
+    (a heading and its first subheading included); `headings: false` and the chroma preset keep
+    LangChain's boundaries, which do both."""
+    para = "Alpha beta gamma delta. " * 5
+    text = (
+        f"# Guide\n\n{para}\n\n## Install\n\n{para}\n\n## Use\n\n### First steps\n\n{para}\n\n"
+        f"{para}\n\n## Last\n"
+    )
+    headings = ("# Guide", "## Install", "## Use", "### First steps", "## Last")
+
+    def heading_lines(chunk: Chunk) -> list[bool]:
+        lines = [line for line in chunk.text.splitlines() if line.strip()]
+        return [line.startswith(headings) for line in lines]
+
+    for size, overlap in ((40, 0), (60, 0), (45, 10), (200, 0)):
+        chunker = build_chunker(
+            {"strategy": "recursive", "size": size, "overlap": overlap, "tokenizer": "cl100k"}
+        )
+        chunks = chunker.chunk(text)
+        check_spans(Document("doc", text), chunks)
+        for chunk in chunks[:-1] if overlap else chunks:
+            marks = heading_lines(chunk)
+            assert not all(marks), (size, chunk.text)  # never a heading alone
+            if chunk is not chunks[-1]:
+                assert not marks[-1], (size, chunk.text)  # never the next section's heading at the end
+        if size == 40:  # a section per chunk: each starts with its heading
+            assert [c.text.split("\n")[0] for c in chunks[:3]] == ["# Guide", "## Install", "## Use"]
+    plain = {"strategy": "recursive", "size": 40, "tokenizer": "cl100k"}
+    before = build_chunker({**plain, "headings": False}).chunk(text)
+    assert any(heading_lines(c)[-1] for c in before[:-1])  # what it fixes: a heading ending a chunk
+    chroma = build_chunker({**plain, "preset": "chroma"})
+    assert chroma.headings is False  # Chroma's reproduction configs keep their chunks
+    with pytest.raises(ChunkerConfigError, match="chunker.headings: expected true or false"):
+        build_chunker({**plain, "headings": "yes"})
+
+
 def test_recursive_cjk_preset():
     text = "今天天气很好。我们去公园散步吧！你觉得怎么样？" * 10
     chunker = build_chunker({"strategy": "recursive", "size": 30, "tokenizer": "cl100k", "preset": "cjk"})

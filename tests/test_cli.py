@@ -210,6 +210,9 @@ def test_own_documents_walkthrough_then_serve_and_sigterm(tmp_path: Path) -> Non
             assert done.returncode == 0, done.stderr
             assert "via the running service" in done.stdout.splitlines()[0]
             assert done.stdout.splitlines()[1].split()[1] == expected, (query, done.stdout)
+        # --no-service while one runs: says so, not "no running service"
+        local = _run(["search", "what does the llama eat", "-k", "1", "--no-service"], project)
+        assert local.stdout.splitlines()[0].endswith("in-process (--no-service)"), local.stdout
         # for people: where in the document, rounded scores, integer ranks
         first = _run(["search", "when does the beacon upgrade ship", "-k", "1"], project).stdout.splitlines()[
             1

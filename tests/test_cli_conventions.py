@@ -120,15 +120,21 @@ def test_ctrl_c_during_index_is_one_line_and_the_next_run_resumes(tmp_path: Path
     )
     env = {k: v for k, v in os.environ.items() if k not in (*STATE_VARIABLES, "DATABASE_URL", "DAGSTER_HOME")}
     cli = [sys.executable, "-m", "orchestration.cli", "index"]
-    process = subprocess.Popen(
-        cli, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    process = subprocess.Popen(  # a group of its own, as a terminal's foreground job
+        cli,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     assert process.stdout is not None
     for line in process.stdout:
         if "[1/" in line:  # the first step is done: interrupt the run in the middle
             break
     for _ in range(5):  # Dagster acts on Ctrl-C inside a step; a person presses it again if need be
-        process.send_signal(signal.SIGINT)
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
         try:
             out, err = process.communicate(timeout=30)
             break

@@ -56,6 +56,8 @@ def make_pptx(path: Path) -> None:
             shape = slide.shapes.add_table(2, 2, Inches(1), Inches(5), Inches(4), Inches(1))
             for (r, c), value in {(0, 0): "phase", (0, 1): "month", (1, 0): "beacon", (1, 1): "May"}.items():
                 shape.table.cell(r, c).text = value
+        if number == 3:  # speaker notes: indexed with their slide's number
+            slide.notes_slide.notes_text_frame.text = "Thank the cartographers\nfor the coastline charts."
     deck.save(path)
 
 
@@ -118,6 +120,10 @@ def test_pptx_chunks_know_their_slide(tmp_path: Path) -> None:
         assert c.metadata["slide_end"] == bisect.bisect_right(starts, c.end - 1)
     assert {c.metadata["slide"] for c in chunks} == {1, 2, 3}
     assert next(c for c in chunks if "beacon upgrade" in c.text).metadata["slide"] == 2
+    assert "Speaker notes: Thank the cartographers for the coastline charts." in doc.text
+    notes_at = doc.text.index("cartographers")
+    assert next(c for c in chunks if c.start <= notes_at < c.end).metadata["slide"] == 3
+    assert doc.text.count("Speaker notes:") == 1  # slides without notes get no label
 
 
 def test_pdf_chunks_carry_page_numbers_and_blank_pages_are_skipped(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ RECURSIVE_PRESETS: dict[str, dict[str, Any]] = {
         "separators": ["\n\n", "\n", ". ", "? ", "! ", "; ", ", ", " ", ""],
         "keep_separator": "end",
         "is_regex": False,
+        "headings": True,
     },
     "markdown": {
         "separators": [
@@ -41,6 +42,7 @@ RECURSIVE_PRESETS: dict[str, dict[str, Any]] = {
         ],
         "keep_separator": "start",
         "is_regex": True,
+        "headings": True,
     },
     "python": {
         "separators": ["\nclass ", "\ndef ", "\n    def ", "\n\tdef ", "\n\n", "\n", " ", ""],
@@ -72,6 +74,7 @@ RECURSIVE_PRESETS: dict[str, dict[str, Any]] = {
         "separators": ["\n\n", "\n", "。", "！", "？", "；", "，", "、", ". ", "! ", "? ", " ", ""],
         "keep_separator": "end",
         "is_regex": False,
+        "headings": True,
     },
     # Chroma's report: RecursiveCharacterTextSplitter(separators=[...], cl100k length function);
     # LangChain keeps a separator at the start of the following piece.
@@ -92,6 +95,11 @@ class RecursiveChunker(BaseChunker):
     to `size` tokens. Overlap follows LangChain's merge: a new chunk starts with as many
     trailing pieces of the previous one as fit in `overlap` tokens. The empty separator
     means token units (never a cut inside a token).
+
+    With `headings` (the default, but not for code or the `chroma` preset, which reproduces
+    LangChain), a piece that is only a Markdown heading line is joined to the piece after it, so a
+    heading starts the chunk it titles: a chunk never ends with the next section's heading, and a
+    heading never stands alone as a chunk.
     """
 
     strategy = "recursive"
@@ -104,9 +112,11 @@ class RecursiveChunker(BaseChunker):
         is_regex: bool = False,
         preset: str = "",
         exact_lengths: bool = False,
+        headings: bool = False,
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
+        self.headings = headings
         # exact_lengths: count every piece as if encoded on its own (LangChain's length
         # function, needed to reproduce its boundaries); otherwise the document tokenization
         # plus one token per cut token edge, which is faster and almost always the same.
@@ -143,7 +153,14 @@ class RecursiveChunker(BaseChunker):
         return out
 
     def _boundaries(self, dt: DocText, start: int, end: int, level: int) -> tuple[list[int], int]:
-        """Cut points of `[start, end)` by the first separator at or after `level` that occurs."""
+        """Cut points of `[start, end)` by the first separator at or after `level` that occurs (no cut
+        right after a heading, with `headings`)."""
+        cuts, next_level = self._separator_cuts(dt, start, end, level)
+        if self.headings and len(cuts) > 2 and dt.text.find("#", start, end) >= 0:
+            cuts = _heading_cuts(dt.text, cuts)
+        return cuts, next_level
+
+    def _separator_cuts(self, dt: DocText, start: int, end: int, level: int) -> tuple[list[int], int]:
         text = dt.text
         for lv in range(level, len(self._patterns)):
             pattern = self._patterns[lv]
@@ -245,6 +262,27 @@ class RecursiveChunker(BaseChunker):
             if stop > i:
                 merge.run(i, stop, out)
         return next_tasks
+
+
+# A piece holding only ATX heading lines (`## Setup`; a heading and its first subheading), with the
+# blank space around them.
+_HEADING_PIECE = re.compile(r"\s*(?:#{1,6}[ \t]+\S[^\n]*(?:\n\s*|\Z))+")
+
+
+def _heading_cuts(text: str, cuts: list[int]) -> list[int]:
+    """`cuts` without those that would end a piece that is only a heading: the heading joins the
+    piece after it (or, at the end of the span, the one before it)."""
+    kept = [cuts[0]]
+    last = len(cuts) - 1
+    for i in range(1, last):
+        a, b = kept[-1], cuts[i]  # the piece so far: a heading and blank pieces after it run on
+        if text.find("#", a, b) >= 0 and _HEADING_PIECE.fullmatch(text, a, b):
+            continue  # the heading piece runs on into the next one
+        kept.append(cuts[i])
+    if len(kept) > 1 and _HEADING_PIECE.fullmatch(text, kept[-1], cuts[last]):
+        kept.pop()  # a span ending in a heading: it stays with the text before it
+    kept.append(cuts[last])
+    return kept
 
 
 def _flatten(items: list, out: list[tuple[int, int]]) -> None:
@@ -360,7 +398,12 @@ def _recursive_kwargs(options: dict, spec: dict) -> dict:
     exact = preset.get("exact_lengths", False) if exact is None else exact
     if not isinstance(exact, bool):
         raise ChunkerConfigError(f"chunker.exact_lengths: expected true or false, got {exact!r}")
+    headings = options.get("headings")
+    headings = preset.get("headings", False) if headings is None else headings
+    if not isinstance(headings, bool):
+        raise ChunkerConfigError(f"chunker.headings: expected true or false, got {headings!r}")
     return {
+        "headings": headings,
         "separators": separators,
         "keep_separator": keep,
         "is_regex": is_regex,

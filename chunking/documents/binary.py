@@ -140,8 +140,21 @@ def _shape_texts(shapes: Iterable[Any], depth: int = 0) -> Iterator[str]:
             yield from _shape_texts(inner, depth + 1)
 
 
+NOTES_LABEL = "Speaker notes:"
+
+
+def _speaker_notes(slide: Any) -> str:
+    """A slide's speaker notes as one labelled line ("" when it has none)."""
+    if not slide.has_notes_slide:  # reading `notes_slide` would add an empty one
+        return ""
+    frame = slide.notes_slide.notes_text_frame
+    text = " ".join(line.strip() for line in (frame.text if frame is not None else "").splitlines())
+    return f"{NOTES_LABEL} {' '.join(text.split())}" if text.strip() else ""
+
+
 def parse_pptx(data: bytes) -> Parsed:
-    """Text of every slide (one block per slide, a line per paragraph), with each slide's start offset."""
+    """Text of every slide (one block per slide, a line per paragraph, then its speaker notes, so they
+    carry the slide's number), with each slide's start offset."""
     _check_archive(data, "PPTX")
     try:
         from pptx import Presentation
@@ -150,7 +163,8 @@ def parse_pptx(data: bytes) -> Parsed:
         title = (deck.core_properties.title or "").strip()
         slides: list[str] = []
         for slide in deck.slides:
-            slides.append("\n".join(_shape_texts(slide.shapes)))
+            lines = [*_shape_texts(slide.shapes), _speaker_notes(slide)]
+            slides.append("\n".join(line for line in lines if line))
             if not title and slide.shapes.title is not None and slide.shapes.title.has_text_frame:
                 title = slide.shapes.title.text_frame.text.replace("\v", " ").strip()
     except Exception as exc:  # python-pptx / lxml raise many types on broken input

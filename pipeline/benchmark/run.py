@@ -64,17 +64,33 @@ def _collection_for(dataset_arg: str, collection: str | None) -> tuple[str, tupl
     return f"eval-{name}", ()
 
 
-def _show_step(bar: Any) -> Callable[[IndexStep, dict[str, StepReport]], None]:
-    """Names each index step on the config's progress bar as it starts."""
+def _show_step(
+    bar: Any, say: Callable[[str], None] | None = None, name: str = ""
+) -> Callable[[IndexStep, dict[str, StepReport]], None]:
+    """Names each index step on the config's progress bar as it starts (and to `say`, a log's line)."""
 
     def show(step: IndexStep, done: dict[str, StepReport]) -> None:
         if done:
             bar.update()
         staged = done["chunks"].metadata["chunks_staged"] if step.kind == "embeddings" else None
         label = "publish" if step.kind == PUBLISH else step.kind
-        bar.set_postfix_str(f"{label} ({staged} chunks staged)" if staged is not None else label)
+        text = f"{label} ({staged} chunks staged)" if staged is not None else label
+        bar.set_postfix_str(text)
+        if say:
+            say(f"{name}: {text}")
 
     return show
+
+
+def _say(text: str) -> None:
+    """A progress line for a log: `chunkyard eval: recursive-256: embeddings (12 chunks staged)`."""
+    print(f"chunkyard eval: {text}", file=sys.stderr, flush=True)
+
+
+def _evaluating(bar: Any, name: str, mode: str, say: Callable[[str], None] | None) -> None:
+    bar.set_postfix_str(f"evaluating {mode}")
+    if say:
+        say(f"{name}: evaluating {mode}")
 
 
 def collection_eval_set(name: str) -> tuple[str, list[Document] | None]:
@@ -169,13 +185,16 @@ def run_benchmark(request: BenchmarkRequest) -> BenchmarkResult:
     builds: dict[str, dict[str, int | float | str]] = {}
     suggestions: dict[str, WeightSuggestion] = {}
     tuned: dict[str, SettingsSuggestion] = {}
+    # bars on a terminal; a log (stderr not a terminal) gets plain lines, not `\r` redraws and escapes
+    bars = request.show_progress and sys.stderr.isatty()
+    say = _say if request.show_progress and not bars else None
     # a config with `coarse` answers ambiguous questions from its coarse index: build that one too
     bar = tqdm(
         with_coarse_companions(wanted, all_configs),
         desc="configs",
         unit="config",
         file=sys.stderr,
-        disable=not request.show_progress,
+        disable=not bars,
     )
     for config_name in bar:
         config = all_configs[config_name]
@@ -188,10 +207,10 @@ def run_benchmark(request: BenchmarkRequest) -> BenchmarkResult:
             unit="step",
             file=sys.stderr,
             leave=False,
-            disable=not request.show_progress,
+            disable=not bars,
         )
         try:
-            built = run_index_steps(store, spec, embedder, before=_show_step(steps))
+            built = run_index_steps(store, spec, embedder, before=_show_step(steps, say, config_name))
         except ChecksFailed as exc:
             steps.close()
             store.close()
@@ -222,7 +241,7 @@ def run_benchmark(request: BenchmarkRequest) -> BenchmarkResult:
             k=k,
             dataset=data.name,
             n_resamples=request.n_resamples,
-            progress=lambda mode, bar=steps: bar.set_postfix_str(f"evaluating {mode}"),
+            progress=lambda mode, bar=steps, name=config_name: _evaluating(bar, name, mode, say),
             cost={
                 "embeddings_computed": float(embedded.metadata["embeddings_computed"]),
                 "embeddings_reused": float(embedded.metadata["embeddings_reused"]),

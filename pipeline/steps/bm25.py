@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pipeline.step_report import StepReport
 from retrieval.config import IndexSpec
 from retrieval.indexing.terms import stage_bm25
 from retrieval.store import Store
 
 
-def index_terms(store: Store, spec: IndexSpec, *, owner: str | None = None) -> StepReport:
-    """Stage the BM25 postings of every staged chunk, as run `owner`."""
-    return StepReport(metadata=dict(stage_bm25(store, spec, owner=owner).as_metadata()))
+def index_terms(
+    store: Store,
+    spec: IndexSpec,
+    *,
+    owner: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> StepReport:
+    """Stage the BM25 postings of every staged chunk, as run `owner` (`progress(done, total)` in chunks)."""
+    return StepReport(metadata=dict(stage_bm25(store, spec, owner=owner, progress=progress).as_metadata()))

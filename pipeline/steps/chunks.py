@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from chunking.models import model_token_limit
 from chunking.registry import needs_embedding_model
 from chunking.tokenizers import get_tokenizer
@@ -19,7 +21,12 @@ def needs_model(config: IndexConfig) -> bool:
 
 
 def chunk(
-    store: Store, spec: IndexSpec, embedder: Embedder | None = None, *, owner: str | None = None
+    store: Store,
+    spec: IndexSpec,
+    embedder: Embedder | None = None,
+    *,
+    owner: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> StepReport:
     """Stage the chunks as run `owner`; checks: exact spans, no empty chunk, within the model's input limit.
 
@@ -27,7 +34,7 @@ def chunk(
     that failed stays failed on the next run instead of passing over zero new chunks.
     """
     config = spec.config
-    staged = stage_chunks(store, spec, embedding_model=embedder, owner=owner)
+    staged = stage_chunks(store, spec, embedding_model=embedder, owner=owner, progress=progress)
     limit = embedder.max_seq_length if embedder is not None else model_token_limit(config.embedding_model)
     documents = checks.staged_documents(store, spec.name)
     where = "staged" if documents["chunked"] else "published"

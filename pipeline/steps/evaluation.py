@@ -68,9 +68,11 @@ def evaluate_collection_index(
     spec: IndexSpec,
     embedder: Embedder,
     cost: Mapping[str, float] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> StepReport:
     """The evaluation asset's work: the collection's questions, every mode, a regression check
-    against the index's previous recorded evaluation; `cost` adds build figures to the report."""
+    against the index's previous recorded evaluation; `cost` adds build figures to the report;
+    `progress(done, total)` counts the retrieval modes evaluated."""
     found = collection_questions(store, collection)
     if not found.questions:
         raise ValueError(
@@ -78,17 +80,23 @@ def evaluate_collection_index(
             f"({len(found.skipped)} skipped: they refer to documents the collection no longer has)"
         )
     previous = latest_reports(store, [spec.name])
+    modes = evaluation_modes(spec.config)
+    started = iter(range(len(modes)))
     report = evaluate(
         store,
         searcher_for(store, embedder),
         spec,
         found.questions,
-        modes=evaluation_modes(spec.config),
+        modes=modes,
         k=EVALUATION_K,
         dataset=found.dataset,
         cost=cost,
+        # called as each mode starts: the modes before it are done
+        progress=(lambda mode: progress(next(started), len(modes))) if progress else None,
         notes=found.notes,  # recorded with the report
     )
+    if progress:
+        progress(len(modes), len(modes))
     regression = (
         checks.regression(report.quality(), previous[0].quality(), REGRESSION_TOLERANCE)
         if previous

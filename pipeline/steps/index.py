@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pipeline import checks
 from pipeline.step_report import StepReport
 from retrieval.config import IndexSpec
@@ -10,14 +12,20 @@ from retrieval.lag import index_lag
 from retrieval.store import Store
 
 
-def publish_index(store: Store, spec: IndexSpec, *, owner: str | None = None) -> StepReport:
+def publish_index(
+    store: Store,
+    spec: IndexSpec,
+    *,
+    owner: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> StepReport:
     """Publish run `owner`'s staging; checks: published spans, one vector per chunk, BM25 count and length equal the chunks'.
 
     The span check reads the documents this publish wrote; the rest of the index is covered by their
     unchanged hashes (see `checks.check_spans`), so a one-document update does not re-read them all.
     """
     written = checks.staged_documents(store, spec.name)["chunked"]
-    published = publish(store, spec, owner=owner)
+    published = publish(store, spec, owner=owner, progress=progress)  # progress in phases
     scope = None if published.full_rebuild else written  # the rest was checked when published
     info = store.indexes.info(spec.name) or {}
     dim = int(info.get("dim") or 0)  # 0: nothing published yet, any single dimension passes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -43,6 +44,7 @@ def stage_chunks(
     *,
     chunker: BaseChunker | None = None,
     owner: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ChunkStageReport:
     """Chunk added and changed documents (vs what the published index was built from) into staging.
 
@@ -52,7 +54,8 @@ def stage_chunks(
     one built from `spec.config.chunker` (it must set `config_key` to the config hash). `owner` (a
     run id) becomes the staging's owner: the later stages of other runs stop (`staging.check_owner`).
     The documents and the published state are read under the index row's lock, so a publish that
-    lands meanwhile is seen (its documents are not staged twice).
+    lands meanwhile is seen (its documents are not staged twice). `progress(done, total)` is called
+    with the documents chunked after each batch.
     """
     started = time.perf_counter()
     store.migrate()
@@ -62,7 +65,7 @@ def stage_chunks(
     parts = partition_names(index_name)
     with store.connection() as conn, conn.transaction():
         conn.execute("SELECT 1 FROM indexes WHERE name = %s FOR UPDATE", (index_name,))
-        _stage(store, conn, spec, info, report, parts, embedding_model, chunker, owner)
+        _stage(store, conn, spec, info, report, parts, embedding_model, chunker, owner, progress)
         report.seconds = report.chunk_stage_seconds = round(time.perf_counter() - started, 3)
         report.load_seconds, report.chunk_seconds = (
             round(report.load_seconds, 3),
@@ -82,6 +85,7 @@ def _stage(
     embedding_model: Embedder | None,
     chunker: BaseChunker | None,
     owner: str | None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> None:
     """The body of `stage_chunks`, inside its transaction (the index row locked)."""
     index_name = spec.name
@@ -214,4 +218,6 @@ def _stage(
                         copy.write_row(row)
             report.chunks_staged += len(rows)
             report.chunks_precomputed_embeddings += len(vectors)
+            if progress:
+                progress(min(i + CHUNK_DOC_BATCH, len(to_chunk)), len(to_chunk))
     analyze_staged(conn, report.chunks_staged, "staged_chunks", "staged_embeddings")

@@ -7,6 +7,7 @@ and BM25 statistics land together, and the HNSW graph is rebuilt after bulk load
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
@@ -30,13 +31,23 @@ VACUUM_MIN_DEAD = 1000
 VACUUM_DEAD_SHARE = 0.2
 
 
-def publish(store: Store, spec: IndexSpec, *, owner: str | None = None) -> PublishReport:
+PUBLISH_PHASES = 3  # rows and graph applied, version published, ANALYZE/VACUUM: `progress(done, 3)`
+
+
+def publish(
+    store: Store,
+    spec: IndexSpec,
+    *,
+    owner: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> PublishReport:
     """Apply everything staged for the index in ONE transaction and bump its version.
 
     With `owner`, only that run's staging is applied (`staging.check_owner`); before anything is
     applied, every staged vector must equal the cached embedding of its chunk's text (`_check_vectors`).
     """
     started = time.perf_counter()
+    tick = progress or _no_progress  # the phases done, of PUBLISH_PHASES
     index_name = spec.name
     parts = partition_names(index_name)
     chunks_t = sql.Identifier(parts["chunks"])
@@ -147,6 +158,7 @@ def publish(store: Store, spec: IndexSpec, *, owner: str | None = None) -> Publi
                 storage,
             )
         report.bm25_vocabulary = stats.vocab_size
+        tick(1, PUBLISH_PHASES)
 
         new_version = conn.execute(
             "UPDATE indexes SET version = version + 1, published_at = now(), config = %s, config_hash = %s,"
@@ -172,13 +184,19 @@ def publish(store: Store, spec: IndexSpec, *, owner: str | None = None) -> Publi
                 "SELECT count(*) FROM index_documents WHERE index_name = %s", (index_name,)
             ).fetchone()[0]
         )
+    tick(2, PUBLISH_PHASES)
     _analyze_partition(store, parts["chunks"], report)
     _analyze_partition(store, parts["postings"], report)
     vacuumed = _vacuum_staging(store, report)
     report.tables_vacuumed = len(vacuumed) + len(_vacuum_bloated(store, parts, vacuumed))
+    tick(PUBLISH_PHASES, PUBLISH_PHASES)
     report.seconds = round(time.perf_counter() - started, 3)
     report.timings = stage_timings(report.staged, report.seconds, report.hnsw_seconds)
     return report
+
+
+def _no_progress(done: int, total: int) -> None:
+    pass
 
 
 def _apply_in_place(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 
 from retrieval.config import IndexSpec
 from retrieval.indexing.stage_reports import Bm25StageReport, IndexingError
@@ -11,12 +12,21 @@ from retrieval.indexing.staging import analyze_staged, clear_staging, merge_stag
 from retrieval.languages import METADATA_KEY, index_analysis
 from retrieval.store import Store
 
+PROGRESS_EVERY = 500  # chunks between progress calls
 
-def stage_bm25(store: Store, spec: IndexSpec, *, owner: str | None = None) -> Bm25StageReport:
+
+def stage_bm25(
+    store: Store,
+    spec: IndexSpec,
+    *,
+    owner: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Bm25StageReport:
     """Term frequencies and lengths of every staged chunk's `embed_text`, for the inverted index.
 
     `analyzer: auto` is resolved here (`retrieval.languages.index_analysis`), each chunk analysed in
     its document's language; the choice is staged for publish, which records it in the published config. Writes only while `owner` owns the staging.
+    `progress(done, total)` is called with the chunks analysed, every few hundred and at the end.
     """
     started = time.perf_counter()
     index_name = spec.name
@@ -44,13 +54,15 @@ def stage_bm25(store: Store, spec: IndexSpec, *, owner: str | None = None) -> Bm
             ) as copy:
                 copy.set_types(["text", "text", "text", "int4"])
                 lengths = []
-                for chunk_id, embed_text, language in rows:
+                for done, (chunk_id, embed_text, language) in enumerate(rows, 1):
                     terms = analysis.for_language(language).analyze(embed_text)
                     lengths.append((index_name, chunk_id, len(terms)))
                     for term, tf in Counter(terms).items():
                         copy.write_row((index_name, chunk_id, term, tf))
                         report.postings_staged += 1
                         terms_seen.add(term)
+                    if progress and (done % PROGRESS_EVERY == 0 or done == len(rows)):
+                        progress(done, len(rows))
             with cur.copy(
                 "COPY staged_bm25_lengths (index_name, chunk_id, length) FROM STDIN (FORMAT BINARY)"
             ) as copy:
