@@ -179,7 +179,14 @@ def test_docker_compose_parses_and_wires_the_services() -> None:
 
     compose = yaml.safe_load((REPO_ROOT / "docker" / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert set(services) == {"postgres", "instance", "dagster-webserver", "dagster-daemon", "query"}
+    assert set(services) == {
+        "postgres",
+        "instance",
+        "code-server",
+        "dagster-webserver",
+        "dagster-daemon",
+        "query",
+    }
     assert services["postgres"]["image"] == POSTGRES_IMAGE
     assert "healthcheck" in services["postgres"]
     urls = {name: s["environment"]["DATABASE_URL"] for name, s in services.items() if name != "postgres"}
@@ -187,9 +194,12 @@ def test_docker_compose_parses_and_wires_the_services() -> None:
     # `chunkyard instance` writes dagster.yaml once Postgres is healthy; the Dagster services start after it.
     assert services["instance"]["depends_on"]["postgres"]["condition"] == "service_healthy"
     assert services["query"]["depends_on"]["postgres"]["condition"] == "service_healthy"
-    for name in ("dagster-webserver", "dagster-daemon"):
+    for name in ("code-server", "dagster-webserver", "dagster-daemon"):
         assert services[name]["depends_on"]["instance"]["condition"] == "service_completed_successfully"
-    for name in ("instance", "dagster-webserver", "dagster-daemon", "query"):
+    for name in ("dagster-webserver", "dagster-daemon"):  # the code server loads the code for both
+        assert services[name]["depends_on"]["code-server"]["condition"] == "service_healthy"
+    assert "ports" not in services["code-server"]  # on the services' network only
+    for name in ("instance", "code-server", "dagster-webserver", "dagster-daemon", "query"):
         service = services[name]
         assert service["build"]["dockerfile"] == "docker/Dockerfile"
         # dagster.yaml names the password by DAGSTER_PG_PASSWORD: secret_env sets it from the secret
