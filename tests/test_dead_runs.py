@@ -223,3 +223,32 @@ def test_the_sweep_kills_a_step_process_its_dead_run_left(instance_home) -> None
     finally:
         if step.poll() is None:
             step.kill()
+
+
+def test_a_starting_run_whose_launch_died_is_failed_after_the_grace(instance_home) -> None:
+    """The daemon died mid-launch: no worker ever reports a pid, so the run would stay STARTING until run
+    monitoring's start timeout (180 s + its poll), and the change behind it with it."""
+    import uuid
+
+    from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
+
+    from assets.runs import host_tags, sweep_dead_runs
+
+    instance = DagsterInstance.get()
+
+    def starting(pid: int | None = None) -> str:
+        run = instance.add_run(
+            DagsterRun(
+                job_name="launch", run_id=uuid.uuid4().hex, status=DagsterRunStatus.STARTING, tags=host_tags()
+            )
+        )
+        if pid is not None:  # what a live worker reports before it loads the code
+            instance.report_engine_event(f"Started process for run (pid: {pid}).", run)
+        return run.run_id
+
+    never_launched, alive = starting(), starting(os.getpid())
+    assert never_launched not in sweep_dead_runs(instance)  # within the grace: it may still start
+    swept = sweep_dead_runs(instance, launch_grace=0)
+    assert never_launched in swept and alive not in swept
+    assert instance.get_run_by_id(never_launched).status == DagsterRunStatus.FAILURE
+    assert instance.get_run_by_id(alive).status == DagsterRunStatus.STARTING
