@@ -4,10 +4,10 @@ A run killed with SIGKILL (or one whose failure event could not be written, on a
 stays STARTED and keeps its `embedding` pool slot, so every later embedding step would wait
 for ever. chunkyard tags the runs it starts with the host that runs them (`RUN_HOST_TAG`); the
 sweep looks only at this host's runs, reads the pid of each run's process from its RUN_START
-event, and fails the runs whose process no longer exists; a STARTING run is judged by the pid its
-worker reports first, or failed when none was reported within LAUNCH_GRACE_SECONDS of its launch. Step processes such a run left running
-(a multiprocess step whose parent died before `executors.die_with_parent` could act, or on a
-system without it) are killed: their pids come from the run's STEP_START events, and a pid counts
+event, and fails the runs whose process no longer exists; a STARTING run is judged by the pid
+its worker reports first, or failed when none was reported within LAUNCH_GRACE_SECONDS of its
+launch. Step processes such a run left running (a multiprocess step whose parent died before
+`executors.die_with_parent` could act, or on a system without it) are killed: their pids come from the run's STEP_START events, and a pid counts
 only if its process started before that event (so a reused pid is never hit). The document sensor
 and the CLI sweep before they start work.
 """
@@ -152,15 +152,19 @@ def fail_runs_of_a_gone_stack(instance: DagsterInstance) -> list[str]:
     """Fail this host's runs still STARTING, STARTED or CANCELING and free their slots; their ids.
 
     Only for a local stack that is starting (`chunkyard instance` under `chunkyard stack up`, which
-    refuses to start while any process of an earlier stack runs): no process that could run them is
-    left. A run that was STARTING when its stack stopped has no pid for `sweep_dead_runs` to judge,
-    and run monitoring would wait out its start timeout before the reconciler could retry it.
+    refuses to start while any process of an earlier stack runs): no process of the stack that could
+    run them is left (a run whose reported pid is alive, started some other way, is left alone). A run
+    that was STARTING when its stack stopped has no pid for `sweep_dead_runs` to judge, and run
+    monitoring would wait out its start timeout before the reconciler could retry it.
     """
     from dagster import DagsterRunStatus, RunsFilter
 
     statuses = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
     failed = []
     for run in instance.get_runs(RunsFilter(statuses=statuses, tags={RUN_HOST_TAG: this_host()})):
+        pid = (_launched_pid if run.status == DagsterRunStatus.STARTING else _run_pid)(instance, run.run_id)
+        if pid is not None and _alive(pid):
+            continue
         instance.report_run_failed(
             run, message="Its stack stopped before it ended: marked failed on restart."
         )
