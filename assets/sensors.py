@@ -125,7 +125,7 @@ def baseline_from_store(
     seen, changed ones as modified, stored documents without a file as deleted, the rest as added.
     Without a reachable database every file counts as added."""
     try:
-        stored = postgres.store().document_hashes(collection.name)
+        stored = postgres.store().documents.hashes(collection.name)
     except Exception as exc:  # the sensor must not die on a database hiccup: index everything
         context.log.warning(f"{collection.name}: cannot read stored documents ({exc}); treating all as new")
         return {}

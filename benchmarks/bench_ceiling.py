@@ -51,7 +51,7 @@ def one_size(store: Store, chunks: int) -> dict[str, Any]:
         load_before = uptime()
         seconds: dict[str, float] = {}
         steps = [
-            ("sync_documents", lambda: store.sync_documents(spec.collection, docs, [])),
+            ("sync_documents", lambda: store.documents.sync(spec.collection, docs, [])),
             ("stage_chunks", lambda: stage_chunks(store, spec)),
             ("stage_embeddings", lambda: stage_embeddings(store, spec, embedder)),
             ("stage_bm25", lambda: stage_bm25(store, spec)),

@@ -74,7 +74,7 @@ def one_run(store: Store, docs: list[Document], latency: float, concurrency: int
             embedder=options,
         )
         spec = IndexSpec(f"endpoint{tag}", config)
-        store.sync_documents(spec.collection, docs, [])
+        store.documents.sync(spec.collection, docs, [])
         stage_chunks(store, spec)
         embedder = EndpointEmbedder(config.embedding_model, EndpointSettings.from_options(options))
         started = time.perf_counter()

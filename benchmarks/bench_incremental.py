@@ -195,7 +195,7 @@ def rebuild_warm(defs, instance, store, index_name: str) -> dict[str, Any]:
     from retrieval.embedder import forget_shared_embedders
 
     forget_shared_embedders()
-    store.drop_index(index_name)
+    store.indexes.drop(index_name)
     keys = [k for a in defs.assets for k in a.keys if k.path[-1] != "documents"]
     started = time.perf_counter()
     result = materialize(

@@ -96,7 +96,7 @@ def run_chunkyard_library(system: str, url: str, docs_dir: Path, root: Path) -> 
     from pipeline.steps.index import publish_index
     from retrieval.config import load_collection_configs
     from retrieval.config_checks import load_index_specs
-    from retrieval.embedder import Embedder
+    from retrieval.embedder import load_embedder
     from retrieval.query import Searcher
     from retrieval.store import Store
 
@@ -106,7 +106,7 @@ def run_chunkyard_library(system: str, url: str, docs_dir: Path, root: Path) -> 
     store = Store(url)
     store.migrate()
     started = time.perf_counter()
-    embedder = Embedder(spec.config.embedding_model, **BACKENDS[system])
+    embedder = load_embedder(spec.config.embedding_model, **BACKENDS[system])
     load_seconds = time.perf_counter() - started
     runs: list[dict[str, Any]] = []
 
@@ -125,7 +125,7 @@ def run_chunkyard_library(system: str, url: str, docs_dir: Path, root: Path) -> 
         return seconds
 
     def stored_chunks() -> int:
-        return int((store.index_info(spec.name) or {}).get("chunks") or runs[-1]["chunks_total"])
+        return int((store.indexes.info(spec.name) or {}).get("chunks") or runs[-1]["chunks_total"])
 
     searcher = Searcher(store, embedder_for=lambda _config: embedder)
 

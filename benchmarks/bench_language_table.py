@@ -12,7 +12,7 @@ from evaluation.datasets.evalset import read_eval_set
 from evaluation.runner import SERVED_MODE, evaluate_index
 from retrieval.config import IndexConfig, IndexSpec
 from retrieval.db import embedded_database_url
-from retrieval.embedder import Embedder
+from retrieval.embedder import load_embedder
 from retrieval.indexing import build_index
 from retrieval.query import Searcher
 from retrieval.store import Store
@@ -26,7 +26,7 @@ SIZES = (48, 256)
 def main() -> None:
     store = Store(embedded_database_url(tempfile.mkdtemp(prefix="chunkyard-langtable-")))
     store.migrate()
-    embedder = Embedder("all-MiniLM-L6-v2")
+    embedder = load_embedder("all-MiniLM-L6-v2")
     searcher = Searcher(store, embedder)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     lines = [
@@ -52,10 +52,10 @@ def main() -> None:
                     bm25={"k1": 1.5, "b": 0.75, "epsilon": 0.25, "analyzer": analyzer},
                 )
                 spec = IndexSpec(f"langtable-{language}", config)
-                store.sync_documents(spec.collection, docs, [])
+                store.documents.sync(spec.collection, docs, [])
                 build_index(store, spec, embedder)
                 report = evaluate_index(searcher, spec, questions, MODES, k=5, n_resamples=200, store=store)
-                resolved = store.index_info(spec.name)["config"]["bm25"].get("resolved_analyzer", analyzer)
+                resolved = store.indexes.info(spec.name)["config"]["bm25"].get("resolved_analyzer", analyzer)
                 rows[analyzer] = (resolved, report.metrics)
             lines += [
                 f"## {language}, recursive-{size}",

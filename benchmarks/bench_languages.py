@@ -275,6 +275,8 @@ RETRIEVAL_LANGUAGES = ("en", "es", "id", "uk", "ar", "hi", "th")
 RETRIEVAL_MODELS = ("all-MiniLM-L6-v2", "multilingual-e5-small")
 RETRIEVAL_SECTION = "## Retrieval per language and embedding model"
 DATA = REPO_ROOT / "tests" / "data" / "multilingual"
+# samples of public sets (benchmarks/public_samples.py): name -> language
+PUBLIC_SETS = {"cmrc2018_dev_sample": "zh", "iapp_thai_wiki_qa_test_sample": "th", "facqa_test_sample": "id"}
 
 
 def _question_sets(language: str, documents: list) -> list[tuple[str, list]]:
@@ -284,8 +286,9 @@ def _question_sets(language: str, documents: list) -> list[tuple[str, list]]:
     from evaluation.datasets.evalset import read_eval_set
 
     own = read_eval_set(DATA / f"{language}_questions.jsonl", documents, on_missing="error").questions
-    if language == "en":
-        return [(language, own)]
+    english_documents = sorted(p.name for p in (DATA / "en").glob("*.md"))
+    if language == "en" or sorted(d.id for d in documents) != english_documents:
+        return [(language, own)]  # `id` has articles of its own: the English questions do not ask about them
     english = [
         json.loads(line)["question"] for line in (DATA / "en_questions.jsonl").read_text().splitlines()
     ]
@@ -302,10 +305,11 @@ def measure_retrieval(sizes: tuple[int, ...]) -> list[dict[str, object]]:
 
     from benchmarks.bench_embedder import load_demo_set
     from chunking.types import Document
+    from evaluation.datasets.squad import load_squad
     from evaluation.runner import SERVED_MODE, evaluate_index
     from retrieval.config import IndexSpec, load_index_configs
     from retrieval.db import embedded_database_url
-    from retrieval.embedder import Embedder
+    from retrieval.embedder import load_embedder
     from retrieval.indexing import build_index
     from retrieval.query import Searcher
     from retrieval.store import Store
@@ -316,7 +320,7 @@ def measure_retrieval(sizes: tuple[int, ...]) -> list[dict[str, object]]:
     base = load_index_configs()["recursive-256"]
     rows: list[dict[str, object]] = []
     for model in RETRIEVAL_MODELS:
-        embedder = Embedder(model, backend="onnx", quantize="int8", batch_size=32)
+        embedder = load_embedder(model, backend="onnx", quantize="int8", batch_size=32)
         searcher = Searcher(store, embedder)
         for size in sizes:
             chunker = {**base.chunker, "size": size}
@@ -332,18 +336,24 @@ def measure_retrieval(sizes: tuple[int, ...]) -> list[dict[str, object]]:
                 )
                 for language in RETRIEVAL_LANGUAGES
             ]
+            public = {
+                name: load_squad(REPO_ROOT / "evaluation" / "datasets" / f"{name}.json", documents="articles")
+                for name in PUBLIC_SETS
+            }
             if demo is not None and size == 256:
                 corpora.append(("demo", demo.documents))
+            corpora += [(name, data.documents) for name, data in public.items()]
             for language, documents in corpora:
                 spec = IndexSpec(f"languages-{language}", config)
-                store.sync_documents(spec.collection, documents, [])
+                store.documents.sync(spec.collection, documents, [])
                 build_index(store, spec, embedder)
-                info = store.index_info(spec.name)
-                sets = (
-                    [("demo (en)", demo.questions)]
-                    if language == "demo"
-                    else _question_sets(language, documents)
-                )
+                info = store.indexes.info(spec.name)
+                if language == "demo":
+                    sets = [("demo (en)", demo.questions)]
+                elif language in public:
+                    sets = [(f"{PUBLIC_SETS[language]} ({language})", public[language].questions)]
+                else:
+                    sets = _question_sets(language, documents)
                 for label, questions in sets:
                     report = evaluate_index(
                         searcher,
@@ -362,7 +372,7 @@ def measure_retrieval(sizes: tuple[int, ...]) -> list[dict[str, object]]:
                             "set": label,
                             "questions": len(questions),
                             "chunks": info["chunk_count"],
-                            "analyzer": info["analyzer"],
+                            "analyzer": "+".join(info["analyzers"]),
                             **{
                                 f"{mode}_hit_at_5": report.metrics[mode]["hit_at_5"]
                                 for mode in ("dense", "bm25")
@@ -407,8 +417,10 @@ def write_retrieval(rows: list[dict[str, object]]) -> None:
             f"{100 * row['served_budget_recall_1024']:.1f} |"
         )
     markdown = RESULTS_DIR / "languages.md"
-    text = markdown.read_text(encoding="utf-8").split(RETRIEVAL_SECTION)[0].rstrip()
-    markdown.write_text(text + "\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    before, _, after = markdown.read_text(encoding="utf-8").partition(RETRIEVAL_SECTION)
+    rest = after.split("\n## ", 1)[1] if "\n## " in after else ""  # the sections after it stay
+    text = before.rstrip() + "\n\n" + "\n".join(lines) + "\n" + (f"\n## {rest}" if rest else "")
+    markdown.write_text(text, encoding="utf-8")
     print("\n".join(lines))
 
 

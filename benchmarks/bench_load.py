@@ -59,7 +59,7 @@ def documents(generation: int) -> list[Document]:
 
 def publish(store: Store, spec: IndexSpec, embedder, generation: int) -> float:
     started = time.perf_counter()
-    store.sync_documents(spec.collection, documents(generation), [])
+    store.documents.sync(spec.collection, documents(generation), [])
     build_index(store, spec, embedder)
     return time.perf_counter() - started
 

@@ -92,7 +92,7 @@ def embed_base(store: Any, embedder: Any, texts: list[str]) -> np.ndarray:
     from chunking.types import sha256_text
 
     hashes = [sha256_text(t) for t in texts]
-    cached = store.cached_embeddings(embedder.model_id, hashes)
+    cached = store.embedding_cache.lookup(embedder.model_id, hashes)
     missing = [i for i, h in enumerate(hashes) if h not in cached]
     log(f"base vectors: {len(texts) - len(missing)} cached, {len(missing)} to embed with {embedder.model_id}")
     started = time.perf_counter()
@@ -100,7 +100,7 @@ def embed_base(store: Any, embedder: Any, texts: list[str]) -> np.ndarray:
         batch = missing[start : start + 512]
         vectors = embedder.embed([texts[i] for i in batch])
         fresh = {hashes[i]: v for i, v in zip(batch, vectors, strict=True)}
-        store.cache_embeddings(embedder.model_id, fresh)
+        store.embedding_cache.add(embedder.model_id, fresh)
         cached.update(fresh)
         if start // 512 % 10 == 0:
             done = start + len(batch)
@@ -228,11 +228,11 @@ def build(
             hybrid={"fusion": "rrf", "rrf_k": 60, "candidates": 50},
         ),
     )
-    store.drop_index(spec.name)
+    store.indexes.drop(spec.name)
     documents, chunks_by_doc, vectors = corpus.documents_and_chunks(spec.config.config_hash)
     timings: dict[str, float] = {}
     started = time.perf_counter()
-    store.sync_documents(spec.collection, documents, [])
+    store.documents.sync(spec.collection, documents, [])
     timings["documents_s"] = time.perf_counter() - started
     for step, call in (
         (
@@ -286,7 +286,7 @@ def run_size(
 
     name = variant_name(n, expansion, args)
     log(f"== {name}: build")
-    existing = store.index_info(f"bench-{name}/{name}")
+    existing = store.indexes.info(f"bench-{name}/{name}")
     if args.reuse and existing and existing["chunk_count"] == n and name in args.previous_builds:
         from retrieval.config import IndexConfig, IndexSpec
 
@@ -306,7 +306,7 @@ def run_size(
         "hnsw_ef_construction": args.hnsw_ef_construction,
         "build": build_timings,
     }
-    info = store.index_info(spec.name)
+    info = store.indexes.info(spec.name)
     out["index_info"] = {k: info[k] for k in ("chunk_count", "bm25_vocabulary", "document_count", "version")}
     with store.connection() as conn:
         size = conn.execute(
@@ -329,7 +329,8 @@ def run_size(
     with store.connection() as conn, conn.cursor(binary=True) as cur:
         from psycopg import sql
 
-        from retrieval.store import as_array, partition_names
+        from retrieval.store.partitions import partition_names
+        from retrieval.store.vectors import as_array
 
         cur.execute(
             sql.SQL("SELECT chunk_id, embedding FROM {}").format(
@@ -384,7 +385,7 @@ def run_size(
     with store.connection() as conn:
         from psycopg import sql
 
-        from retrieval.store import partition_names
+        from retrieval.store.partitions import partition_names
 
         for cid, text in conn.execute(
             sql.SQL("SELECT chunk_id, embed_text FROM {}").format(
@@ -555,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["CHUNKYARD_HNSW_M"] = str(args.hnsw_m)
     os.environ["CHUNKYARD_HNSW_EF_CONSTRUCTION"] = str(args.hnsw_ef_construction)
     from retrieval.db import chunkyard_home, embedded_database_url
-    from retrieval.embedder import Embedder
+    from retrieval.embedder import load_embedder
     from retrieval.store import Store
 
     url = os.environ.get("CHUNKYARD_BENCH_DATABASE_URL") or embedded_database_url(
@@ -563,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     store = Store(url)
     store.migrate()
-    embedder = Embedder(backend=args.backend, batch_size=64)
+    embedder = load_embedder(backend=args.backend, batch_size=64)
     questions, warmup = load_questions(args.questions, args.seed)
     log("chunking the Chroma corpora")
     base = base_chunks(args.base_size, args.base_overlap)

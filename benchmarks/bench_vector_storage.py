@@ -63,7 +63,7 @@ def build(store: Any, corpus: ExpandedCorpus, storage: str, embedder: Any) -> tu
             vector_storage=storage,
         ),
     )
-    store.drop_index(spec.name)
+    store.indexes.drop(spec.name)
     documents, chunks_by_doc, _ = corpus.documents_and_chunks(spec.config.config_hash)
     position = 0
     for document in documents:
@@ -71,7 +71,7 @@ def build(store: Any, corpus: ExpandedCorpus, storage: str, embedder: Any) -> tu
             chunk.metadata = {**chunk.metadata, "sel10": position % 10, "sel100": position % 100}
             position += 1
     started = time.perf_counter()
-    store.sync_documents(spec.collection, documents, [])
+    store.documents.sync(spec.collection, documents, [])
     indexing.stage_chunks(store, spec, chunker=PrecomputedChunker(chunks_by_doc))
     indexing.stage_embeddings(store, spec, embedder)
     indexing.stage_bm25(store, spec)
@@ -94,7 +94,8 @@ def build(store: Any, corpus: ExpandedCorpus, storage: str, embedder: Any) -> tu
 def stored_vectors(store: Any, spec: Any) -> tuple[list[str], np.ndarray, list[dict[str, Any]]]:
     from psycopg import sql
 
-    from retrieval.store import as_array, partition_names
+    from retrieval.store.partitions import partition_names
+    from retrieval.store.vectors import as_array
 
     ids, vectors, metadata = [], [], []
     with store.connection() as conn, conn.cursor(binary=True) as cur:
@@ -121,7 +122,7 @@ def plan_of(store: Any, spec: Any, qvec: np.ndarray, filters: dict[str, Any], st
     from psycopg import sql
     from psycopg.types.json import Jsonb
 
-    from retrieval.store import partition_names
+    from retrieval.store.partitions import partition_names
 
     cast = sql.SQL("{}({})").format(sql.SQL(storage), sql.Literal(int(qvec.shape[0])))
     query = sql.SQL(
@@ -141,7 +142,7 @@ def measure_storage(
     from retrieval.query import Searcher
     from retrieval.query.dense import ITERATIVE_SCAN_ENV, index_candidates
     from retrieval.query.snapshot import IndexHandles
-    from retrieval.store import partition_names
+    from retrieval.store.partitions import partition_names
 
     out: dict[str, Any] = {}
     with store.connection() as conn:
@@ -334,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("CHUNKYARD_MAINTENANCE_WORK_MEM", "2GB" if args.n <= 200000 else "8GB")
     os.environ.setdefault("CHUNKYARD_PG_SHARED_BUFFERS", "1GB" if args.n <= 200000 else "6GB")
     from retrieval.db import chunkyard_home, embedded_database_url
-    from retrieval.embedder import Embedder
+    from retrieval.embedder import load_embedder
     from retrieval.store import Store
 
     started, uptime_before = time.strftime("%Y-%m-%d %H:%M", time.gmtime()), _uptime()
@@ -346,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     features = store.vector_features()
     if not features.halfvec:
         parser.error(f"this server has no halfvec: {features.describe()}")
-    embedder = Embedder(backend=args.backend, batch_size=64)
+    embedder = load_embedder(backend=args.backend, batch_size=64)
     questions, _ = load_questions(args.questions, args.seed)
     base = base_chunks(64, 48)[: args.max_base]
     base_vectors = embed_base(store, embedder, [t for _, t in base])
@@ -373,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         result["build"] = built
         result["dense"] = {str(k): v for k, v in result["dense"].items()}
         report["storages"][storage] = result
-        store.drop_index(spec.name)  # the next build gets the cores and the cache to itself
+        store.indexes.drop(spec.name)  # the next build gets the cores and the cache to itself
     report["finished"] = time.strftime("%H:%M", time.gmtime())
     report["uptime_after"] = _uptime()
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -89,8 +90,11 @@ class TokenUnits:
         return cls(arr[:, 0].copy(), arr[:, 1].copy(), cum)
 
 
-def _units_from_token_ends(char_ends: np.ndarray) -> TokenUnits:
-    """Group tokens whose (snapped) end does not advance into the preceding unit."""
+def _units_from_token_ends(char_ends: np.ndarray, weights: np.ndarray | None = None) -> TokenUnits:
+    """Group tokens whose (snapped) end does not advance into the preceding unit.
+
+    `weights` (default 1 per token) is what each token counts (`ModelTokenizer`'s unknown tokens).
+    """
     n = len(char_ends)
     if n == 0:
         return TokenUnits.from_spans([])
@@ -98,15 +102,19 @@ def _units_from_token_ends(char_ends: np.ndarray) -> TokenUnits:
     prev[0] = 0
     prev[1:] = char_ends[:-1]
     keep = char_ends > prev
+    counted = np.zeros(n + 1, dtype=np.int64)  # tokens (weighted) before token i
+    if weights is None:
+        counted = np.arange(n + 1, dtype=np.int64)
+    else:
+        np.cumsum(weights, out=counted[1:])
     if keep.all():
-        cum = np.arange(n + 1, dtype=np.int64)
-        return TokenUnits(prev, char_ends, cum)
+        return TokenUnits(prev, char_ends, counted)
     idx = np.flatnonzero(keep)
     ends = char_ends[idx]
     starts = prev[idx]
     # a kept token absorbs the following tokens that did not advance the char offset
     cum = np.zeros(len(idx) + 1, dtype=np.int64)
-    cum[1:] = np.append(idx[1:], n)  # the first unit also absorbs any leading empty tokens
+    cum[1:] = counted[np.append(idx[1:], n)]  # the first unit also absorbs any leading empty tokens
     return TokenUnits(starts, ends, cum)
 
 
@@ -240,11 +248,24 @@ class TiktokenTokenizer:
         return [(s, e) for s, e in zip(starts, char_ends, strict=True) if e > s]
 
 
+# A script the model's vocabulary lacks becomes unknown tokens, one per word ([UNK] for a whole Thai
+# run between spaces under all-MiniLM-L6-v2): such a token counts one per UNKNOWN_LETTERS letters
+# (and combining marks) it covers instead, a script-neutral unit, so a chunk holds about as much text
+# as in a script the model reads (English: ~4 letters a token) and no unknown run makes it longer.
+UNKNOWN_LETTERS = 4
+
+
+def _letters(text: str) -> int:
+    return sum(1 for ch in text if ch.isalpha() or unicodedata.category(ch) in ("Mn", "Mc"))
+
+
 class ModelTokenizer:
     """The embedding model's own tokenizer (HF `tokenizers`).
 
     `count` includes the special tokens the model adds ([CLS], [SEP]), so a chunk of
-    `size == max_seq_length` is exactly what the model sees: nothing silently truncated.
+    `size == max_seq_length` is exactly what the model sees: nothing silently truncated. An
+    unknown token counts as its letters / UNKNOWN_LETTERS (at least one): the model reads nothing of
+    that text, and the count must not let it fill a chunk with it.
     """
 
     def __init__(self, model: str = DEFAULT_MODEL) -> None:
@@ -256,13 +277,31 @@ class ModelTokenizer:
         self._tok.no_truncation()
         self._tok.no_padding()
         self.special_tokens = len(self._tok.encode("", add_special_tokens=True).ids)
+        unknown = [self._tok.token_to_id(token) for token in ("[UNK]", "<unk>")]
+        self.unknown_id = next((i for i in unknown if i is not None), None)
+
+    def _unknown_extra(self, text: str, ids: list[int], offsets: list[tuple[int, int]]) -> np.ndarray | None:
+        """Per token, what it counts beyond one (unknown tokens only); None when there is none."""
+        if self.unknown_id is None or self.unknown_id not in ids:
+            return None
+        extra = np.zeros(len(ids), dtype=np.int64)
+        for i, token in enumerate(ids):
+            if token == self.unknown_id:
+                start, end = offsets[i]
+                extra[i] = max(1, -(-_letters(text[start:end]) // UNKNOWN_LETTERS)) - 1
+        return extra
+
+    def _counted(self, text: str, encoding: object) -> int:
+        extra = self._unknown_extra(text, encoding.ids, encoding.offsets)  # type: ignore[attr-defined]
+        n = len(encoding.ids) + self.special_tokens  # type: ignore[attr-defined]
+        return n if extra is None else n + int(extra.sum())
 
     def count(self, text: str) -> int:
-        return len(self._tok.encode(text, add_special_tokens=False).ids) + self.special_tokens
+        return self._counted(text, self._tok.encode(text, add_special_tokens=False))
 
     def count_batch(self, texts: list[str]) -> list[int]:
         encs = self._tok.encode_batch(texts, add_special_tokens=False)
-        return [len(e.ids) + self.special_tokens for e in encs]
+        return [self._counted(text, e) for text, e in zip(texts, encs, strict=True)]
 
     # HF tokenizers slow down on very long strings; WordPiece never joins across
     # whitespace or CJK ideographs, so encoding segments cut there gives the same tokens.
@@ -287,7 +326,19 @@ class ModelTokenizer:
             return TokenUnits.from_spans([])
         arr = np.concatenate(arrays)
         ends = np.maximum.accumulate(arr[:, 1])
-        return _units_from_token_ends(ends)
+        extras = [
+            self._unknown_extra(seg, enc.ids, enc.offsets)
+            for seg, enc in zip(segments, encodings, strict=True)
+        ]
+        if all(extra is None for extra in extras):
+            return _units_from_token_ends(ends)
+        weights = 1 + np.concatenate(
+            [
+                np.zeros(len(enc.ids), dtype=np.int64) if x is None else x
+                for enc, x in zip(encodings, extras, strict=True)
+            ]
+        )
+        return _units_from_token_ends(ends, weights)
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         offsets = self._tok.encode(text, add_special_tokens=False).offsets

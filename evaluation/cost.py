@@ -10,7 +10,7 @@ from psycopg import sql
 from chunking.models import model_token_limit
 from chunking.tokenizers import get_tokenizer
 from evaluation.metrics import merge_intervals
-from retrieval.store import partition_names
+from retrieval.store.partitions import partition_names
 
 if TYPE_CHECKING:
     from retrieval.config import IndexSpec

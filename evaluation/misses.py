@@ -15,8 +15,10 @@ MISSES_KEPT = 100  # misses kept per mode in a report (the count is always exact
 MARKDOWN_ROWS = 20  # misses shown per mode in the markdown table
 
 
-class DocumentSource(Protocol):
-    def documents(self, collection: str, doc_ids: Iterable[str] | None = None) -> list[Document]: ...
+class DocumentReader(Protocol):
+    """What the misses read reference texts from: a store's `documents` room."""
+
+    def read(self, collection: str, doc_ids: Iterable[str] | None = None) -> list[Document]: ...
 
 
 class Retrieved(Protocol):
@@ -75,7 +77,7 @@ def collect_misses(
     retrievals: Mapping[str, Sequence[Sequence[Retrieved]]],
     summaries: Mapping[str, MetricSummary],
     k: int,
-    store: DocumentSource | None,
+    documents: DocumentReader | None,
     index_name: str,
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
     """Per mode, the misses (`find_misses`, reference texts read from the index's collection) and their count."""
@@ -85,9 +87,9 @@ def collect_misses(
         for mode, s in summaries.items()
     }
     doc_ids = {span["doc_id"] for rows in misses.values() for miss in rows for span in miss["reference"]}
-    if store is not None and hasattr(store, "documents") and doc_ids:
+    if documents is not None and doc_ids:
         collection = IndexName.parse(index_name).collection
-        texts = {doc.id: doc.text for doc in store.documents(collection, sorted(doc_ids))}
+        texts = {doc.id: doc.text for doc in documents.read(collection, sorted(doc_ids))}
         for rows in misses.values():
             for miss in rows:
                 for span in miss["reference"]:

@@ -36,7 +36,7 @@ def collection_questions(store: Store, collection: CollectionConfig) -> Collecti
     path = Path(collection.eval_set)
     if not path.is_absolute():
         path = project_root() / path
-    documents = store.documents(collection.name)
+    documents = store.documents.read(collection.name)
     known = {d.id for d in documents}
     records, _header = read_records(path)
     kept, skipped = [], []

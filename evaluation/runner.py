@@ -59,7 +59,7 @@ class ReportFormatError(ValueError):
 class EvaluationReport:
     """Quality per mode (means, CIs, per-corpus), cost of the index and query latency.
 
-    `as_dict()` is the one stored and serialised form (`Store.record_evaluation`, the eval
+    `as_dict()` is the one stored and serialised form (`store.evaluations.record`, the eval
     `_reports.json`); `from_dict()` reads it back exactly. `notes` are the dataset loader's
     notes (answers re-located, questions skipped), recorded with the numbers they qualify.
     """
@@ -353,14 +353,15 @@ def evaluate_index(
             "p50_ms": float(np.percentile(per_query, 50)) if per_query else math.nan,
             "p95_ms": float(np.percentile(per_query, 95)) if per_query else math.nan,
         }
+    source = store or getattr(searcher, "store", None)
     misses, missed = collect_misses(
-        questions, kept_retrievals, summaries, k, store or getattr(searcher, "store", None), index_name
+        questions, kept_retrievals, summaries, k, getattr(source, "documents", None), index_name
     )
-    cost = index_cost(store or getattr(searcher, "store", None), index_name, spec)
+    cost = index_cost(source, index_name, spec)
     coarse = getattr(getattr(spec, "config", None), "coarse", None)
     if coarse:  # ambiguous questions are answered from a second index: its cost is part of the config's
         coarse_name = index_name.sibling(coarse["config"])
-        coarse_cost = index_cost(store or getattr(searcher, "store", None), coarse_name, spec)
+        coarse_cost = index_cost(source, coarse_name, spec)
         for key in ("chunks", "tokens_embedded", "index_bytes"):
             if key in coarse_cost:
                 cost[f"coarse_{key}"] = coarse_cost[key]
@@ -396,7 +397,7 @@ def latest_reports(store: Store, index_names: Sequence[str]) -> list[EvaluationR
     left out, and so are indexes whose latest record predates whole reports (flat metrics)."""
     reports = []
     for name in index_names:
-        stored = store.latest_evaluation(name)
+        stored = store.evaluations.latest(name)
         if stored is None:
             continue
         try:

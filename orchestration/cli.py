@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,16 +26,15 @@ from orchestration import (
     cli_alias,
     cli_check,
     cli_help,
+    cli_index,
     cli_lag,
     cli_models,
     cli_questions,
     cli_search,
     cli_stack,
     cli_ui,
-    run_report,
 )
-from orchestration.cli_errors import RuntimeFailure, Stopped, UsageError, report, stops_embedded_postgres
-from orchestration.progress import RunProgress
+from orchestration.cli_errors import Stopped, UsageError, report, stops_embedded_postgres
 
 PROJECT_COMMANDS = {"add", "index", "demo", "search", "serve", "ui", "eval", "questions", "alias", "check"}
 
@@ -74,157 +72,6 @@ def cmd_add(args: argparse.Namespace) -> int:
     )
     _print(f"Next: chunkyard index {args.name}")
     return 0
-
-
-def cmd_index(args: argparse.Namespace) -> int:
-    """Materialise the collection's assets as a real run of the project's Dagster instance."""
-
-    chosen = cli_check.chosen_collections(getattr(args, "name", None) or getattr(args, "collection", None))
-    planned = cli_check.check_project(chosen)  # every config, before anything runs: exit 2 on a problem
-    if getattr(args, "dry_run", False):
-        cli_check.print_plan(planned)
-        return 0
-    started = time.perf_counter()
-    from dagster import AssetSelection, materialize
-
-    from assets.definitions import build_definitions
-    from assets.keys import collection_keys
-    from assets.runs import host_tags, sweep_dead_runs
-    from orchestration.instance import get_instance
-
-    instance = get_instance()
-    swept = sweep_dead_runs(instance)
-    if swept:
-        _print(f"Marked {len(swept)} run(s) whose process is gone as failed: {', '.join(swept)}")
-    defs = build_definitions(database_url=os.environ["DATABASE_URL"])
-    graph = defs.resolve_asset_graph()
-    keys = [k for c in chosen for k in collection_keys(c, graph.get_all_asset_keys())]
-    assets = [a for a in defs.assets if any(k in keys for k in a.keys)]  # type: ignore[union-attr]
-    _print(f"Indexing {', '.join(chosen)}: {len(keys)} assets (Dagster home {os.environ['DAGSTER_HOME']})")
-    progress = RunProgress(total=len(keys), stream=sys.stdout)
-    with progress:
-        result = materialize(
-            assets,
-            instance=instance,
-            resources=defs.resources,
-            selection=AssetSelection.assets(*keys),
-            tags={**host_tags(), "chunkyard/trigger": "cli", **progress.tags},
-            # Step events stay in the event log (`chunkyard ui`); the progress display and the summary
-            # below show the steps and their errors.
-            run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
-            raise_on_error=False,
-        )
-    if run_report.interrupted(result.all_events):
-        raise KeyboardInterrupt  # one line from main(), not the interrupted step's error
-    summary = _run_summary(result)
-    for line in summary["failures"]:
-        if "DagsterAssetCheckFailedError" not in line:  # a blocking check: listed below with its numbers
-            _print(f"  ! {line}")
-    failed_checks = run_report.failed_checks(result.all_events)
-    for check in failed_checks:
-        _print(f"  ! {check.line()}")
-    succeeded = result.success and not any(check.error for check in failed_checks)
-    notes = run_report.evaluation_notes(result.all_events)
-    _print("".join(f"  note: {note}\n" for note in notes), end="")
-    if summary["skipped_files"]:
-        _print(f"Files skipped ({len(summary['skipped_files'])}):")
-        for path, reason in summary["skipped_files"]:
-            _print(f"  - {path}: {reason}")
-    _print()
-    _print(
-        f"Run {result.run_id} {'succeeded' if succeeded else 'FAILED'} in "
-        f"{time.perf_counter() - started:.1f} s (visible in `chunkyard ui`)."
-    )
-    for collection, counts in sorted(summary["documents"].items()):  # every collection indexed
-        _print(
-            f"Documents: {counts}"
-            if len(summary["documents"]) == 1
-            else f"Documents ({collection}): {counts}"
-        )
-    _print(
-        f"Chunks (all configs): {summary['staged']} new or changed, {summary['kept']} kept unchanged "
-        "(neither re-chunked nor re-embedded)"
-    )
-    _print(
-        f"Embeddings: {summary['computed']} computed, {summary['reused']} reused from the embedding cache"
-        + (", nothing re-embedded" if summary["computed"] == 0 else "")
-    )
-    board = summary.get("leaderboard")
-    if board:
-        _print()
-        _print(board)
-        if summary.get("full_table"):
-            _print(f"\nAll metrics with cost: {summary['full_table']}")
-        if summary.get("chart"):
-            _print(f"Chart: {summary['chart']}")
-    if succeeded:
-        _print(cli_search.suggestion(chosen[0], summary.get("best")))
-        return 0
-    errors = [check for check in failed_checks if check.error]
-    if errors:  # an error-level check failed (a blocking one stopped the steps after it)
-        raise RuntimeFailure(
-            f"{len(errors)} check(s) failed, first {errors[0].name} on {errors[0].asset}",
-            run_report.hint(failed_checks),
-        )
-    raise RuntimeFailure(
-        f"run {result.run_id} failed: {summary['failures'][0] if summary['failures'] else 'see the UI'}",
-        "fix the cause above and rerun `chunkyard index` (finished steps are not redone)"
-        if summary["failures"]
-        else "open `chunkyard ui` (http://127.0.0.1:3000) for the step logs; fix and rerun `chunkyard index`",
-    )
-
-
-def _run_summary(result) -> dict:
-    """Counts, skipped files and the leaderboard from a run's materialisation metadata."""
-    summary: dict = {
-        "computed": 0,
-        "reused": 0,
-        "staged": 0,
-        "kept": 0,
-        "documents": {},  # collection (asset key prefix) -> its documents step's counts
-        "failures": [],
-        "skipped_files": [],
-    }
-    for event in result.all_events:
-        if event.is_step_failure:
-            error = event.event_specific_data.error  # type: ignore[union-attr]
-            while error is not None and error.cause is not None:  # Dagster's wrapper -> the step's error
-                error = error.cause
-            message = " ".join(error.message.split()) if error else "failed"
-            summary["failures"].append(f"{event.step_key}: {message}")
-        if not event.is_step_materialization:
-            continue
-        materialization = event.step_materialization_data.materialization
-        key = materialization.asset_key.path
-        meta = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
-        if key[-1] == "chunks":
-            summary["staged"] += int(meta.get("chunks_staged", 0) or 0)
-            summary["kept"] += int(meta.get("chunks_kept", 0) or 0)
-        elif key[-1] == "embeddings":
-            summary["computed"] += int(meta.get("embeddings_computed", 0) or 0)
-            summary["reused"] += int(meta.get("embeddings_reused", 0) or 0)
-        elif key[-1] == "documents":
-            summary["documents"][key[0]] = ", ".join(
-                f"{meta.get(f'documents_{k}', 0)} {k}"
-                for k in ("added", "changed", "deleted", "unchanged", "failed")
-            )
-            summary["skipped_files"].extend(_failure_rows(str(meta.get("failures", ""))))
-        elif key[-1] == "leaderboard":
-            summary["leaderboard"] = meta.get("summary") or meta.get("leaderboard")
-            summary["best"] = (meta.get("best_index"), meta.get("best_mode"))
-            summary["chart"] = meta.get("chart_path")
-            summary["full_table"] = meta.get("markdown_path")
-    return summary
-
-
-def _failure_rows(markdown: str) -> list[tuple[str, str]]:
-    """(file, reason) rows of the documents step's failure table."""
-    rows = []
-    for line in markdown.splitlines():
-        if line.startswith("| `"):
-            path, _, reason = line[3:].partition("` | ")
-            rows.append((path.replace("\\|", "|"), reason.rstrip(" |").replace("\\|", "|")))
-    return rows
 
 
 def cmd_instance(args: argparse.Namespace) -> int:
@@ -346,6 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="check the configuration and show what would be built (= check)",
     )
+    index.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="refuse, instead of waiting, when a run of the collection is in progress (the daemon's or another)",
+    )
     demo = sub.add_parser(
         "demo", help="index and evaluate the demo collection (= index demo)", parents=collections
     )
@@ -383,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_stack.add_parser(sub, common)
     cli_lag.add_parser(sub, common)
     cli_models.add_parser(sub, common)
+    cli_ui.add_proxy_parser(sub, common)
     cli_help.describe_commands(parser)
     return parser
 
@@ -433,8 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         handlers: dict[str, Callable[[argparse.Namespace], int]] = {
             "init": cmd_init,
             "add": cmd_add,
-            "index": cmd_index,
-            "demo": cmd_index,
+            "index": cli_index.cmd_index,
+            "demo": cli_index.cmd_index,
             "ui": cli_ui.cmd_ui,
             "instance": cmd_instance,
             "serve": cmd_serve,
@@ -445,6 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "stack": cli_stack.cmd_stack,
             "lag": cli_lag.cmd_lag,
             "models": cli_models.cmd_models,
+            "ui-proxy": cli_ui.cmd_ui_proxy,
         }
         handler = handlers[args.command]
     debug = bool(getattr(args, "debug", False))

@@ -22,10 +22,15 @@ def cmd_lag(args: argparse.Namespace) -> int:
     store = Store(database_url())
     try:
         lags = index_lags(store, args.collection)
+        infos = {lag.index: store.indexes.info(lag.index) or {} for lag in lags}
     finally:
         store.close()
+    analysis = {  # published indexes only: an unpublished one has analysed nothing yet
+        name: {key: info.get(key) if info.get("version") else None for key in ("analyzers", "languages")}
+        for name, info in infos.items()
+    }
     if args.json:
-        print(json.dumps({lag.index: lag.as_dict() for lag in lags}, indent=2))
+        print(json.dumps({lag.index: {**lag.as_dict(), **analysis[lag.index]} for lag in lags}, indent=2))
         return 0
     if not lags:
         print("No index yet: `chunkyard index` builds them.")
@@ -37,4 +42,11 @@ def cmd_lag(args: argparse.Namespace) -> int:
             f"{facts['documents_changed']} changed, {facts['documents_deleted']} deleted)"
             + (f", oldest unindexed change {oldest}" if oldest else "")
         )
+        if analysis[lag.index]["analyzers"]:  # published: how its text and queries are analysed
+            languages = analysis[lag.index]["languages"] or {}
+            shares = ", ".join(f"{lang} {100 * share:.0f}%" for lang, share in languages.items())
+            print(
+                f"  BM25 analysis: {'+'.join(analysis[lag.index]['analyzers'])}"
+                + (f" ({shares})" if shares else "")
+            )
     return 0

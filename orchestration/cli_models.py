@@ -36,13 +36,13 @@ def cmd_models(args: argparse.Namespace) -> int:
             size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
             print(f"  {folder.relative_to(root)}  {size / 1e6:.0f} MB")
         return 0
-    from retrieval.embedder import Embedder
+    from retrieval.embedder import load_embedder
 
     for name in args.names or [DEFAULT_MODEL, *BUILT_MODELS]:
         started = time.perf_counter()
-        embedder = Embedder(name, backend="onnx", quantize="int8")  # builds the model, then fp32 + int8
+        embedder = load_embedder(name, backend="onnx", quantize="int8")  # builds the model, then fp32 + int8
         print(
             f"{name}: ready in {time.perf_counter() - started:.1f} s "
-            f"({embedder._model.export_dir}, dim {embedder.dim}, max {embedder.max_seq_length} tokens)"
+            f"({embedder.export_dir}, dim {embedder.dim}, max {embedder.max_seq_length} tokens)"
         )
     return 0

@@ -49,3 +49,32 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def add_proxy_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """`ui-proxy` (orchestration.ui_proxy) under the command's subparsers."""
+    proxy = sub.add_parser(
+        "ui-proxy",
+        help="serve the Dagster UI behind the API key (CHUNKYARD_API_KEY; the Compose ui-proxy)",
+        parents=[common],
+    )
+    proxy.add_argument("--upstream", default="http://127.0.0.1:3000", help="the Dagster webserver's URL")
+    proxy.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    proxy.add_argument("--port", type=int, default=3001, help="port to listen on (default 3001)")
+
+
+def cmd_ui_proxy(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from orchestration.ui_proxy import KEY_ENV, build_app
+
+    key = os.environ.get(KEY_ENV, "")
+    if not key:
+        print(
+            f"chunkyard ui-proxy: needs an API key; set {KEY_ENV} (or CHUNKYARD_API_KEY_FILE in Compose)",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"Dagster UI ({args.upstream}) behind the API key on http://{args.host}:{args.port}", flush=True)
+    uvicorn.run(build_app(args.upstream, key), host=args.host, port=args.port, log_level="info")
+    return 0

@@ -96,7 +96,7 @@ def folder_languages(
     folders: list[Path], include: list[str] | None, exclude: list[str] | None
 ) -> dict[str, float]:
     """Each detected language's share of the folders' text (py3langid per document, as `analyzer: auto`)."""
-    from chunking.loaders import load_folder
+    from chunking.documents.folder import load_folder
     from retrieval.languages import choose_analyzer, document_language
 
     text_by_language: dict[str, int] = {}

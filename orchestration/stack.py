@@ -7,7 +7,7 @@ process), the Dagster webserver, the Dagster daemon (the document sensor, declar
 run queue) and the query service (`chunkyard serve`). The webserver and the daemon reach the code
 through the code server (workspace `grpc_server`), so neither starts a code server of its own: no
 per-process code server to reload, none restarted on a heartbeat missed under load, and a run keeps
-going when the daemon dies (it is the code server's child).
+going when the daemon dies (it is the code server's child). Compose adds a seventh, the UI proxy.
 Every service but Postgres reaches the database only through DATABASE_URL. `services(target)`
 gives each one's command, environment, port, dependencies and health check for a `Target`: the
 local processes of `chunkyard stack up` (`local_target`, loopback ports, the embedded pgserver
@@ -25,6 +25,8 @@ import yaml
 
 from orchestration.instance import CODE_LOCATION, CODE_SERVER_ENV, DEFINITIONS_MODULE, WORKSPACE_FILE
 
+UI_PROXY_HEALTH = "/__chunkyard/healthz"  # orchestration.ui_proxy.HEALTH_PATH (answered without the key)
+
 DB_USER = "chunkyard"
 DB_NAME = "chunkyard"
 # Compose's Postgres: the pgvector image on the PostgreSQL major and the pgvector release the embedded
@@ -36,8 +38,10 @@ POSTGRES_IMAGE = "pgvector/pgvector:0.8.6-pg18"
 SECRETS = {"db_password": "./secrets/db_password", "api_key": "./secrets/api_key"}
 PASSWORD_FILE_ENV = "CHUNKYARD_DATABASE_PASSWORD_FILE"
 API_KEY_FILE_ENV = "CHUNKYARD_API_KEY_FILE"
-# Host address the query service is published on (the UI is always loopback-only: no authentication).
+# Host address the query service and the UI proxy are published on (both need the API key).
 BIND_ENV = "CHUNKYARD_BIND"
+# The services that read the API key: the query service and the UI's authenticating proxy.
+API_KEY_SERVICES = ("query", "ui-proxy")
 # Health probes under load: `dagster-daemon liveness-check` took 5.2-6.7 s at load 12.
 HEALTH_TIMEOUT = "30s"
 SENSOR_INTERVAL_ENV = "CHUNKYARD_SENSOR_INTERVAL"  # assets.sensors.INTERVAL_ENV
@@ -99,6 +103,9 @@ class Target:
     sensor_interval: int = DEFAULT_SENSOR_INTERVAL
     automation_interval: int = DEFAULT_AUTOMATION_INTERVAL
     extra_env: dict[str, str] = field(default_factory=dict)
+    # The Dagster UI behind the API key (`chunkyard ui-proxy` on this port, the webserver unpublished);
+    # None: the webserver itself, on `listen` (the local stack, loopback).
+    ui_proxy_port: int | None = None
 
     def database_url(self) -> str:
         """The URL every service uses; the password URL-encoded (without one: Compose adds it at start)."""
@@ -146,7 +153,7 @@ def postgres_command(target: Target) -> tuple[str, ...]:
 
 
 def services(target: Target) -> list[Service]:
-    """The six services for `target`, in start order."""
+    """The six services for `target`, in start order, and the UI proxy last where the target has one."""
     env = chunkyard_environment(target)
     web = f"http://{target.reach()}:{target.webserver_port}"
     query = f"http://{target.reach()}:{target.query_port}"
@@ -232,6 +239,27 @@ def services(target: Target) -> list[Service]:
             depends_on=("postgres",),
             url=query,
         ),
+        *_ui_proxy(target),
+    ]
+
+
+def _ui_proxy(target: Target) -> list[Service]:
+    """The authenticating proxy in front of the webserver (whose service name is its host in Compose)."""
+    if target.ui_proxy_port is None:
+        return []
+    port = target.ui_proxy_port
+    upstream = f"http://dagster-webserver:{target.webserver_port}"
+    command = ("chunkyard", "ui-proxy", "--upstream", upstream, "--host", target.listen, "--port", str(port))
+    return [
+        Service(
+            name="ui-proxy",
+            command=command,
+            environment={},  # the API key only (from its secret); no database
+            health=Health("http", path=UI_PROXY_HEALTH),
+            port=port,
+            depends_on=("dagster-webserver",),
+            url=f"http://{target.reach()}:{port}",
+        )
     ]
 
 
@@ -249,6 +277,7 @@ def compose_target() -> Target:
         home="/var/lib/chunkyard",
         dagster_home="/var/lib/chunkyard/dagster",
         password="",
+        ui_proxy_port=3000,
     )
 
 
@@ -261,9 +290,9 @@ COMPOSE_HEADER = """\
 #   mkdir -p docker/secrets && openssl rand -hex 24 > docker/secrets/db_password
 #   openssl rand -hex 24 > docker/secrets/api_key
 #   docker compose -f docker/docker-compose.yml up --build
-# Dagster UI: http://127.0.0.1:3000 (published on loopback only: it has no authentication; reach it
-# through an SSH tunnel or your own authenticating proxy). Query service: http://127.0.0.1:8000/docs
-# (Authorization: Bearer <api_key>); CHUNKYARD_BIND=0.0.0.0 publishes it on every interface.
+# Dagster UI: http://127.0.0.1:3000 through `ui-proxy` (user: any, password: the api_key; the webserver
+# itself is not published). Query service: http://127.0.0.1:8000/docs (Authorization: Bearer <api_key>).
+# CHUNKYARD_BIND=0.0.0.0 publishes both on every interface.
 # Documents: put them in ./documents (mounted at /data/documents) and point a collection at it in
 # chunkyard.yaml, or keep the bundled demo collection (docs/).
 """
@@ -304,9 +333,12 @@ def _compose_postgres(service: Service) -> dict[str, Any]:
     }
 
 
-def _compose_ports(service: Service) -> list[str]:
-    """Published on the host's loopback; the query service where CHUNKYARD_BIND says (it needs the key)."""
-    host = f"${{{BIND_ENV}:-127.0.0.1}}" if service.name == "query" else "127.0.0.1"
+def _compose_ports(service: Service, by_name: dict[str, Service]) -> list[str]:
+    """Where the host publishes the service: those that need the key where CHUNKYARD_BIND says (loopback
+    by default), the webserver nowhere when the UI proxy fronts it, anything else on loopback."""
+    if service.port is None or (service.name == "dagster-webserver" and "ui-proxy" in by_name):
+        return []
+    host = f"${{{BIND_ENV}:-127.0.0.1}}" if service.name in API_KEY_SERVICES else "127.0.0.1"
     return [f"{host}:{service.port}:{service.port}"]
 
 
@@ -326,13 +358,16 @@ def compose_services(target: Target | None = None) -> dict[str, dict[str, Any]]:
             # reads the secrets into DATABASE_URL (URL-encoded) and the API key, then runs the command
             "entrypoint": ["python", "-m", "orchestration.secret_env"],
             "command": list(service.command),
-            "environment": {**service.environment, PASSWORD_FILE_ENV: "/run/secrets/db_password"},
-            "secrets": ["db_password"],
+            "environment": dict(service.environment),
+            "secrets": [],
+        }
+        if "DATABASE_URL" in service.environment:
+            entry["environment"][PASSWORD_FILE_ENV] = "/run/secrets/db_password"
+            entry["secrets"].append("db_password")
             # Shared by every chunkyard service: Dagster's home (dagster.yaml, compute logs), reports,
             # model caches.
-            "volumes": [f"chunkyard-home:{target.home}", "../documents:/data/documents:ro"],
-        }
-        if service.name == "query":  # `chunkyard serve` refuses to listen beyond loopback without it
+            entry["volumes"] = [f"chunkyard-home:{target.home}", "../documents:/data/documents:ro"]
+        if service.name in API_KEY_SERVICES:  # both refuse to serve without it
             entry["environment"][API_KEY_FILE_ENV] = "/run/secrets/api_key"
             entry["secrets"].append("api_key")
         entry["depends_on"] = {
@@ -341,8 +376,8 @@ def compose_services(target: Target | None = None) -> dict[str, dict[str, Any]]:
             }
             for dep in service.depends_on
         }
-        if service.port is not None:
-            entry["ports"] = _compose_ports(service)
+        if ports := _compose_ports(service, by_name):
+            entry["ports"] = ports
         check = _compose_healthcheck(service)
         if check:
             entry["healthcheck"] = check

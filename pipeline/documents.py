@@ -3,7 +3,7 @@
 Both the documents step (which loads and syncs them) and the document sensor (which only hashes
 files to notice changes) go through `collection_files`, so their ids always agree: with several
 folders, a document id is prefixed with its folder's name so ids stay unique. Both also trust a
-file's stat signature (`chunking.loaders.file_signature`) as the run does: a file whose signature
+file's stat signature (`chunking.documents.folder.file_signature`) as the run does: a file whose signature
 is unchanged is neither read again by the step nor hashed again by the sensor.
 """
 
@@ -16,7 +16,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chunking.loaders import DocumentFailure, file_signature, list_files, scan_folder
+from chunking.documents.folder import DocumentFailure, file_signature, scan_folder
+from chunking.documents.safe_open import open_resolved
+from chunking.documents.walk import list_files
 from chunking.types import Document
 from retrieval.config import CollectionConfig
 
@@ -30,7 +32,9 @@ class CollectionDocuments:
     failures: list[DocumentFailure] = field(default_factory=list)
     usable: bool = True
     unchanged: list[str] = field(default_factory=list)  # ids left unread: their file signature matched
-    signatures: dict[str, str] = field(default_factory=dict)  # id -> file signature (chunking.loaders)
+    signatures: dict[str, str] = field(
+        default_factory=dict
+    )  # id -> file signature (chunking.documents.folder)
 
     @property
     def total(self) -> int:
@@ -53,9 +57,10 @@ def collection_files(collection: CollectionConfig) -> Iterator[tuple[str, Path]]
 
 
 def file_sha256(path: str | Path) -> str:
-    """sha256 of a file's bytes, read in 1 MiB blocks."""
+    """sha256 of a file's bytes, read in 1 MiB blocks; `path` is resolved (`list_files`), so a symlink
+    on it since is refused (OSError), never followed outside the folder."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with os.fdopen(open_resolved(Path(path).absolute(), os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()

@@ -50,8 +50,8 @@ def folder_gap(store: Store, collection: CollectionConfig) -> FolderGap:
     sync, so they are no gap either.
     """
     name = collection.name
-    loaded = load_collection_documents(collection, store.document_signatures(name))
-    stored = store.document_hashes(name)
+    loaded = load_collection_documents(collection, store.documents.signatures(name))
+    stored = store.documents.hashes(name)
     added = sorted(d.id for d in loaded.documents if d.id not in stored)
     changed = sorted(d.id for d in loaded.documents if d.id in stored and stored[d.id] != d.sha256)
     deleted: list[str] = []

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "Store": ("retrieval.store", "Store"),
     "Embedder": ("retrieval.embedder", "Embedder"),
+    "load_embedder": ("retrieval.embedder", "load_embedder"),
     "Searcher": ("retrieval.query", "Searcher"),
     "SearchResult": ("retrieval.query", "SearchResult"),
     "SearchOptions": ("retrieval.options", "SearchOptions"),

@@ -1,13 +1,16 @@
-"""Lexical analysis for BM25: text -> terms per language (stop words, stemmer, CJK bigrams).
+"""Lexical analysis for BM25: text -> terms per language (stop words, stemmer, word segmentation, CJK bigrams).
 
-Analyzers: `standard` (lowercase words only), `ukrainian`, and one per language Snowball stems
-(`english`, `spanish`, `german`, `turkish`, `arabic`, `hindi`, ... : SNOWBALL_LANGUAGES).
+Analyzers: `standard` (lowercase words only), `ukrainian`, `thai` (PyThaiNLP's dictionary word
+segmentation, measured against character n-grams in benchmarks/results/languages.md), and one per
+language Snowball stems (`english`, `spanish`, `german`, `turkish`, `arabic`, `hindi`, ... :
+SNOWBALL_LANGUAGES).
 snowballstemmer has no Ukrainian algorithm, so Ukrainian uses the light suffix stripper below
 (measured against the Russian stemmer and no stemming in benchmarks/results/languages.md). Stop
 words: the hand-written lists below for English, Spanish, Indonesian, Russian and Ukrainian, else
 the `stopwords` package's function-word list of the language (ISC, 100-200 words), else none. `auto` (the default) is resolved per index from its documents'
-languages when the index is built (`retrieval.languages`) and stored in the published config as
-`bm25.resolved_analyzer`, so queries are analysed as the index was.
+languages when the index is built (`retrieval.languages`): each document is analysed in its own
+language, the choice is stored in the published config (`bm25.resolved_analyzer`, the main one, and
+`bm25.analyzers`, per language), and a query is analysed under every analyzer present (`MultiAnalyzer`).
 """
 
 from __future__ import annotations
@@ -16,13 +19,14 @@ import functools
 import re
 import threading
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import regex
 
 AUTO = "auto"
 RESOLVED_KEY = "resolved_analyzer"  # set in the published config's bm25 block when `analyzer: auto`
+LANGUAGES_KEY = "analyzers"  # with it: {language: analyzer} for the languages analysed in their own
 DEFAULT_ANALYZER = "english"  # what `auto` means when nothing could be detected
 
 # Function words only (articles, pronouns, prepositions, conjunctions, auxiliaries, question words),
@@ -118,6 +122,7 @@ STOPWORDS: dict[str, frozenset[str]] = {
 STOPWORDS |= {
     language: _packaged_stopwords(language) for language in SNOWBALL_LANGUAGES if language not in STOPWORDS
 }
+STOPWORDS["thai"] = frozenset()  # Thai function words are segmented words too; none dropped (not measured)
 ENGLISH_STOPWORDS = STOPWORDS["english"]
 SPANISH_STOPWORDS = STOPWORDS["spanish"]
 ANALYZERS = ("standard", *sorted(STOPWORDS))
@@ -147,13 +152,26 @@ class UkrainianStemmer:
         return word
 
 
+_THAI_CHAR = re.compile("[\u0e00-\u0e7f]")
+
+
+@functools.cache
+def _thai_segmenter() -> Callable[[str], list[str]]:
+    """PyThaiNLP's `newmm` (maximal matching over its bundled dictionary; offline, Apache-2.0)."""
+    from pythainlp.tokenize import word_tokenize
+
+    return functools.partial(word_tokenize, engine="newmm", keep_whitespace=False)
+
+
 def _snowball(language: str) -> Callable[[str], str]:
     import snowballstemmer
 
     return snowballstemmer.stemmer(language).stemWord
 
 
-def _stemmer(language: str) -> Callable[[str], str]:
+def _stemmer(language: str) -> Callable[[str], str] | None:
+    if language == "thai":
+        return None  # Thai words do not inflect
     if language == "ukrainian":
         return UkrainianStemmer().stemWord
     return _snowball(language)
@@ -231,6 +249,7 @@ class Analyzer:
         self.stopwords = STOPWORDS[language] if (language and stopwords) else frozenset()
         self._stemmer = _stemmer(language) if (language and stem) else None
         self._drop_apostrophes = language == "ukrainian"
+        self._segment_thai = language == "thai"
         self._word = _WORD_WITH_MARKS if language not in (None, "english") else _WORD
         self._stem = functools.lru_cache(maxsize=200_000)(self._stem_uncached)
         self._lock = threading.Lock()
@@ -279,6 +298,14 @@ class Analyzer:
             self._add_word("".join(run), terms)
 
     def _add_word(self, word: str, terms: list[str]) -> None:
+        if self._segment_thai and _THAI_CHAR.search(word):  # Thai is written without spaces
+            for part in _thai_segmenter()(word):
+                if not part.isspace():
+                    self._add_term(part, terms)
+            return
+        self._add_term(word, terms)
+
+    def _add_term(self, word: str, terms: list[str]) -> None:
         if len(word) > MAX_TERM_BYTES // 4:  # only then can it exceed MAX_TERM_BYTES in UTF-8
             word = cap_term(word)
         if word in self.stopwords:
@@ -287,6 +314,38 @@ class Analyzer:
             with self._lock:
                 word = self._stem(word)
         terms.append(word)
+
+
+class MultiAnalyzer:
+    """Query analysis for an index whose documents were analysed in several languages.
+
+    A query's terms are the first (main) analyzer's, then each other analyzer's terms that no
+    earlier one produced, so the query matches documents of every language present. Each posting
+    came from one document's own analyzer and the BM25 statistics (N, df, lengths) are over all of
+    them, so scoring stays rank-bm25's; an index with one analyzer never builds one of these.
+    """
+
+    def __init__(self, analyzers: Sequence[Analyzer]) -> None:
+        self.analyzers = tuple(analyzers)
+
+    @property
+    def name(self) -> str:
+        return "+".join(analyzer.name for analyzer in self.analyzers)
+
+    def __call__(self, text: str) -> list[str]:
+        return self.analyze(text)
+
+    def analyze(self, text: str) -> list[str]:
+        terms = self.analyzers[0].analyze(text)
+        seen = set(terms)
+        for analyzer in self.analyzers[1:]:
+            added = [term for term in analyzer.analyze(text) if term not in seen]
+            terms.extend(added)
+            seen.update(added)
+        return terms
+
+
+TermAnalyzer = Analyzer | MultiAnalyzer  # what analyses an index's queries
 
 
 def analyzer_setting(bm25_config: Mapping[str, Any] | None) -> str | dict[str, Any]:
@@ -324,10 +383,22 @@ def analyzer_name(bm25_config: Mapping[str, Any] | None) -> str:
     return "standard" if spec in ("", "none") else str(spec)
 
 
-def build_analyzer(bm25_config: Mapping[str, Any] | None = None) -> Analyzer:
-    """The analyzer of an index config's `bm25:` block (`analyzer: english`, a mapping, or auto).
+def analyzer_names(bm25_config: Mapping[str, Any] | None) -> list[str]:
+    """Every analyzer an index's documents were analysed with, the main one first (queries use all)."""
+    main = analyzer_name(bm25_config)
+    per_language = (bm25_config or {}).get(LANGUAGES_KEY) if analyzer_setting(bm25_config) == AUTO else None
+    names = [main]
+    for name in (per_language or {}).values():
+        if name not in names:
+            names.append(str(name))
+    return names
 
-    `auto` uses the choice recorded at publish (`resolved_analyzer`); a block that has none (a
+
+def build_analyzer(bm25_config: Mapping[str, Any] | None = None) -> TermAnalyzer:
+    """The query analyzer of an index config's `bm25:` block (`analyzer: english`, a mapping, or auto).
+
+    `auto` uses the choice recorded at publish (`resolved_analyzer`, and `analyzers` when the
+    documents were analysed in several languages: then a MultiAnalyzer); a block that has none (a
     config that was never built) falls back to English.
     """
     spec = analyzer_setting(bm25_config)
@@ -338,7 +409,10 @@ def build_analyzer(bm25_config: Mapping[str, Any] | None = None) -> Analyzer:
             stopwords=bool(spec.get("stopwords", True)),
             stem=bool(spec.get("stem", True)),
         )
-    return shared_analyzer(analyzer_name(bm25_config))
+    names = analyzer_names(bm25_config)
+    if len(names) == 1:
+        return shared_analyzer(names[0])
+    return MultiAnalyzer([shared_analyzer(name) for name in names])
 
 
 @functools.lru_cache(maxsize=64)

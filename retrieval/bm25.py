@@ -28,6 +28,7 @@ from retrieval.analysis import (  # noqa: F401
     SPANISH_STOPWORDS,
     Analyzer,
     AnalyzerConfigError,
+    TermAnalyzer,
     build_analyzer,
 )
 
@@ -234,7 +235,7 @@ class MemoryBm25:
             ).fetchone()
             if row is None:
                 raise KeyError(f"unknown index {index_name!r}")
-            from retrieval.store import partition_names
+            from retrieval.store.partitions import partition_names
 
             parts = partition_names(index_name)
             version = int(row[1])

@@ -88,7 +88,8 @@ def index_config_problems(
     from chunking.base import ChunkerConfigError
     from chunking.models import resolve_model_path
     from chunking.registry import build_chunker, needs_embedding_model
-    from retrieval.embedder import EmbedderConfigError, check_options
+    from retrieval.embedder import check_options
+    from retrieval.embedders.base import EmbedderConfigError
     from retrieval.endpoint_settings import ENDPOINT_BACKEND
     from retrieval.options import SearchError, option_specs
 

@@ -2,17 +2,20 @@
 
 Each document's language is detected once, when it is chunked, and stored in its chunks' metadata
 as `text_language` (an ISO 639-1 code; `language` is the loaders' programming language of code
-files). When an index with `analyzer: auto` is first built or rebuilt, its analyzer is the one whose
-languages cover most of the indexed text (code chunks do not vote); incremental updates keep the
-published choice, so old and new postings are analysed alike. The choice and the language shares
-are published in the index config's bm25 block (`resolved_analyzer`, `languages`).
+files). When an index with `analyzer: auto` is first built or rebuilt, its main analyzer is the one
+whose languages cover most of the indexed text (code chunks do not vote), and every language with at
+least MIN_LANGUAGE_SHARE of the text is analysed with its own analyzer (a mixed folder: each document
+in its language; queries under all of them). Incremental updates keep the published choice, so old and
+new postings are analysed alike. The choice and the language shares are published in the index
+config's bm25 block (`resolved_analyzer`, `analyzers` when there are several, `languages`).
 """
 
 from __future__ import annotations
 
 import threading
+import unicodedata
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
@@ -22,18 +25,20 @@ from chunking.types import Document
 from retrieval.analysis import (
     AUTO,
     DEFAULT_ANALYZER,
+    LANGUAGES_KEY,
     RESOLVED_KEY,
     Analyzer,
     analyzer_setting,
     build_analyzer,
     shared_analyzer,
 )
+from retrieval.index_defaults import MODEL_LANGUAGES
 
 METADATA_KEY = "text_language"
 # Detected language -> analyzer. Malay is written like Indonesian (and short Indonesian texts are
 # often detected as Malay); CJK and every other language get `standard` (words, CJK bigrams).
 LANGUAGE_ANALYZERS = {"en": "english", "es": "spanish", "id": "indonesian", "ms": "indonesian"}
-LANGUAGE_ANALYZERS |= {"ru": "russian", "uk": "ukrainian"}
+LANGUAGE_ANALYZERS |= {"ru": "russian", "uk": "ukrainian", "th": "thai"}
 # every other language Snowball stems (py3langid's codes; Norwegian Bokmål and Nynorsk alike)
 LANGUAGE_ANALYZERS |= {
     "ar": "arabic", "hy": "armenian", "eu": "basque", "ca": "catalan", "cs": "czech", "da": "danish",
@@ -43,6 +48,9 @@ LANGUAGE_ANALYZERS |= {
     "pt": "portuguese", "ro": "romanian", "sr": "serbian", "st": "sesotho", "sv": "swedish", "ta": "tamil",
     "tr": "turkish", "yi": "yiddish",
 }  # fmt: skip
+# A language with less of the text is analysed with the main analyzer: a short document detected as
+# another language (a heading, a code-like note) then cannot add an analyzer to every query.
+MIN_LANGUAGE_SHARE = 0.01
 SAMPLE_CHARS = 20_000  # detection reads the document's beginning: enough for a stable answer
 _MIN_LETTERS = 3
 
@@ -57,7 +65,7 @@ def _py3langid() -> Any:
         if _identifier is None:
             from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
-            _identifier = LanguageIdentifier.from_model_file(MODEL_FILE)
+            _identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
     return _identifier
 
 
@@ -79,6 +87,60 @@ def document_language(doc: Document) -> str:
     """A document's language: its own `text_language` metadata if a loader set one, else detected."""
     given = doc.metadata.get(METADATA_KEY)
     return str(given) if given else detect_language(doc.text).language
+
+
+# A query is asked in another language than the index's text when its letters are in a script none of
+# the index's languages is written in, or the detector names a language the index lacks with at least
+# this probability (measured: English questions 0.78-1.0, Spanish 0.62-0.97, Indonesian 0.44-0.69).
+QUERY_LANGUAGE_CONFIDENCE = 0.5
+SAME_LANGUAGE = {"ms": "id", "nb": "no", "nn": "no"}  # written alike: not another language
+_SCRIPTS = {  # the script of each language not written in Latin letters (unicodedata's name prefix)
+    "ru": "CYRILLIC", "uk": "CYRILLIC", "bg": "CYRILLIC", "sr": "CYRILLIC", "mk": "CYRILLIC", "be": "CYRILLIC",
+    "kk": "CYRILLIC", "mn": "CYRILLIC", "ky": "CYRILLIC", "ar": "ARABIC", "fa": "ARABIC", "ur": "ARABIC",
+    "ps": "ARABIC", "ug": "ARABIC", "hi": "DEVANAGARI", "mr": "DEVANAGARI", "ne": "DEVANAGARI",
+    "th": "THAI", "zh": "CJK", "ja": "CJK", "ko": "HANGUL", "el": "GREEK", "he": "HEBREW", "yi": "HEBREW",
+    "hy": "ARMENIAN", "ka": "GEORGIAN", "ta": "TAMIL", "bn": "BENGALI", "gu": "GUJARATI", "pa": "GURMUKHI",
+    "te": "TELUGU", "kn": "KANNADA", "ml": "MALAYALAM", "si": "SINHALA", "km": "KHMER", "lo": "LAO",
+    "am": "ETHIOPIC",
+}  # fmt: skip
+_SCRIPT_OF_NAME = {"HIRAGANA": "CJK", "KATAKANA": "CJK"}
+
+
+def _query_script(text: str) -> str:
+    """The script most of `text`'s letters are written in ("" without letters)."""
+    counts: dict[str, int] = {}
+    for ch in text:
+        if ch.isalpha():
+            name = unicodedata.name(ch, "").split(" ", 1)[0]
+            script = _SCRIPT_OF_NAME.get(name, name)
+            counts[script] = counts.get(script, 0) + 1
+    return max(counts, key=counts.__getitem__) if counts else ""
+
+
+def crosses_languages(query: str, config: Mapping[str, Any]) -> bool:
+    """Whether `query` is in a language the index's text is not, for an index whose model reads both.
+
+    False for a model trained on some languages only (MODEL_LANGUAGES: all-MiniLM-L6-v2 keeps its
+    fusion as it was) and for an index without detected languages.
+    """
+    if str(config.get("embedding_model") or "") in MODEL_LANGUAGES:
+        return False
+    shares = (config.get("bm25") or {}).get("languages") or {}
+    present = {
+        SAME_LANGUAGE.get(lang, lang)
+        for lang, share in shares.items()
+        if lang and share >= MIN_LANGUAGE_SHARE
+    }
+    if not present:
+        return False
+    script = _query_script(query)
+    if script and script not in {_SCRIPTS.get(lang, "LATIN") for lang in present}:
+        return True
+    language, probability = _py3langid().classify(query)
+    return (
+        SAME_LANGUAGE.get(language, language) not in present
+        and float(probability) >= QUERY_LANGUAGE_CONFIDENCE
+    )
 
 
 def analyzer_for_language(language: str) -> str:
@@ -104,16 +166,31 @@ def choose_analyzer(text_by_language: Mapping[str, int]) -> tuple[str, dict[str,
     return (DEFAULT_ANALYZER if DEFAULT_ANALYZER in winners else winners[0]), shares
 
 
+def language_analyzers(shares: Mapping[str, float]) -> dict[str, str]:
+    """{language: analyzer} for each language with MIN_LANGUAGE_SHARE of the text; empty when that is one analyzer."""
+    chosen = {
+        lang: analyzer_for_language(lang) for lang, share in shares.items() if share >= MIN_LANGUAGE_SHARE
+    }
+    return chosen if len(set(chosen.values())) > 1 else {}
+
+
 @dataclass(frozen=True)
 class IndexAnalysis:
-    """The analyzer one index build uses, and what the published config records about it."""
+    """The analyzers one index build uses, and what the published config records about them."""
 
-    analyzer: Analyzer
+    analyzer: Analyzer  # the main one: documents in languages without their own analyzer, code
     setting: str  # "auto", or the explicit setting's analyzer name
     languages: dict[str, float]  # text share per detected language when `auto` chose (else empty)
+    by_language: dict[str, str] = field(default_factory=dict)  # {language: analyzer} when several
+
+    def for_language(self, language: str | None) -> Analyzer:
+        """The analyzer for a document in `language` (its chunks' `text_language`)."""
+        name = self.by_language.get(language or "")
+        return self.analyzer if name is None else shared_analyzer(name)
 
     def as_staged(self) -> dict[str, Any]:
-        return {"setting": self.setting, "analyzer": self.analyzer.name, "languages": self.languages}
+        staged = {"setting": self.setting, "analyzer": self.analyzer.name, "languages": self.languages}
+        return {**staged, LANGUAGES_KEY: self.by_language} if self.by_language else staged
 
 
 def staged_text_by_language(conn: Connection, index_name: str) -> dict[str, int]:
@@ -147,9 +224,14 @@ def index_analysis(
         return IndexAnalysis(analyzer, analyzer.name, {})
     published = None if full_rebuild else _published_bm25(conn, index_name)
     if published is not None and published.get(RESOLVED_KEY):
-        return IndexAnalysis(build_analyzer(published), AUTO, dict(published.get("languages") or {}))
+        return IndexAnalysis(
+            shared_analyzer(str(published[RESOLVED_KEY])),
+            AUTO,
+            dict(published.get("languages") or {}),
+            dict(published.get(LANGUAGES_KEY) or {}),
+        )
     name, shares = choose_analyzer(staged_text_by_language(conn, index_name))
-    return IndexAnalysis(shared_analyzer(name), AUTO, shares)
+    return IndexAnalysis(shared_analyzer(name), AUTO, shares, language_analyzers(shares))
 
 
 def published_config(
@@ -160,9 +242,10 @@ def published_config(
     if analyzer_setting(bm25) != AUTO:
         return config
     analysis = (staged or {}).get("bm25_analysis")
-    if analysis and analysis.get("setting") == AUTO:
-        resolved, languages = analysis["analyzer"], analysis.get("languages") or {}
-    else:
+    if not (analysis and analysis.get("setting") == AUTO):
         before = _published_bm25(conn, index_name) or {}
-        resolved, languages = before.get(RESOLVED_KEY) or DEFAULT_ANALYZER, before.get("languages") or {}
-    return {**config, "bm25": {**bm25, RESOLVED_KEY: resolved, "languages": languages}}
+        analysis = {**before, "analyzer": before.get(RESOLVED_KEY) or DEFAULT_ANALYZER}
+    resolved = {RESOLVED_KEY: analysis["analyzer"], "languages": analysis.get("languages") or {}}
+    if analysis.get(LANGUAGES_KEY):
+        resolved[LANGUAGES_KEY] = analysis[LANGUAGES_KEY]
+    return {**config, "bm25": {**bm25, **resolved}}

@@ -219,7 +219,7 @@ CREATE TABLE IF NOT EXISTS aliases (
         6,
         "documents remember the stat signature of the file they were read from",
         # A folder sync leaves unread every file whose size, mtime, ctime and inode still match
-        # (chunking.loaders.scan_folder); NULL: read it next time.
+        # (chunking.documents.folder.scan_folder); NULL: read it next time.
         """
 ALTER TABLE documents ADD COLUMN IF NOT EXISTS file_signature text;
 """,

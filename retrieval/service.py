@@ -228,7 +228,7 @@ class _Readiness:
         wanted = None if self.warm is True or every else set(self.warm)
         return [
             (info["name"], info["config"] or {})
-            for info in searcher.store.list_indexes()
+            for info in searcher.store.indexes.list()
             if info["version"] and (wanted is None or info["name"] in wanted)
         ]
 
@@ -367,7 +367,7 @@ def create_app(
     ) -> list[dict[str, Any]]:
         """Every index: version, sizes and its latest evaluation's headline means (`?full=true`: all)."""
         store = get_searcher().store
-        listed = store.list_indexes()
+        listed = store.indexes.list()
         for info in listed:  # documents behind and the oldest unindexed change (retrieval.lag)
             info["lag"] = index_lag(store, info["name"], info["collection"]).as_dict()
         return listed if full else [_index_summary(info) for info in listed]

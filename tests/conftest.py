@@ -46,9 +46,9 @@ def store(pg_url: str):
 @pytest.fixture(scope="session")
 def embedder():
     """The real all-MiniLM-L6-v2 from the local package, loaded once per session."""
-    from retrieval.embedder import Embedder
+    from retrieval.embedder import load_embedder
 
-    return Embedder("all-MiniLM-L6-v2")
+    return load_embedder("all-MiniLM-L6-v2")
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from chunking.types import Document
 from retrieval import aliases
 from retrieval.indexing import build_index
 from retrieval.query import Searcher
-from retrieval.store import partition_names
+from retrieval.store.partitions import partition_names
 from tests.test_indexing_support import ParagraphChunker, make_spec
 
 QUERY = "lighthouse keeper painted the tower"
@@ -30,9 +30,9 @@ def republish(store, embedder):
     spec = make_spec(f"c{uuid.uuid4().hex[:10]}", "para")
 
     def publish(colour: str) -> int:
-        store.sync_documents(spec.collection, _docs(colour), [])
+        store.documents.sync(spec.collection, _docs(colour), [])
         build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
-        return int(store.index_version(spec.name))
+        return int(store.indexes.version(spec.name))
 
     publish.spec = spec
     return publish
@@ -71,7 +71,7 @@ def test_a_pinned_alias_serves_its_version_after_the_index_is_republished(store,
     current = aliases.get_alias(store, name)
     assert (current.current_version, current.drifted, current.served) == (2, False, index.snapshot(1))
     # the snapshot is an index of its own: its BM25 stats, documents and HNSW graph were copied
-    info = store.index_info(index.snapshot(1))
+    info = store.indexes.info(index.snapshot(1))
     assert (info["version"], info["chunk_count"], info["document_count"]) == (1, 3, 2)
     with store.connection() as conn:
         hnsw = conn.execute(
@@ -111,7 +111,7 @@ def test_retention_drops_the_snapshots_no_kept_target_pins(store, republish) -> 
     assert [t.pinned_version for t in aliases.history(store, name)] == [3, 2]
 
     def kept() -> list[int]:
-        return [v for v in (1, 2, 3) if store.index_info(index.snapshot(v)) is not None]
+        return [v for v in (1, 2, 3) if store.indexes.info(index.snapshot(v)) is not None]
 
     assert kept() == [1, 2, 3]  # v1 left `name`'s chain but `other` still pins it
     aliases.drop_alias(store, other)
@@ -123,7 +123,7 @@ def test_retention_drops_the_snapshots_no_kept_target_pins(store, republish) -> 
     assert gone[0] is None
     republish("grey")
     aliases.set_alias(store, name, index, {"mode": "bm25"}, keep=1)
-    assert kept() == [3] and store.index_info(index.snapshot(4)) is not None
-    assert store.index_version(index) == 4  # the live index is never dropped by retention
+    assert kept() == [3] and store.indexes.info(index.snapshot(4)) is not None
+    assert store.indexes.version(index) == 4  # the live index is never dropped by retention
     aliases.drop_alias(store, name)
-    assert kept() == [] and store.index_info(index.snapshot(4)) is None
+    assert kept() == [] and store.indexes.info(index.snapshot(4)) is None

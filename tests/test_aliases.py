@@ -26,7 +26,7 @@ def two_indexes(store, embedder):
         make_spec(collection, "para-a"),
         make_spec(collection, "para-b", bm25={"k1": 1.2, "b": 0.5, "epsilon": 0.25, "analyzer": "english"}),
     ]
-    store.sync_documents(collection, docs, [])
+    store.documents.sync(collection, docs, [])
     for spec in specs:
         build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
     return specs

@@ -68,6 +68,9 @@ def test_full_graph_materialises_with_checks_evaluation_and_leaderboard(tmp_path
             prefix = f"{collection}/{config}"
             assert meta[f"{prefix}/chunks"]["chunks_staged"] > 0
             assert meta[f"{prefix}/index"]["chunks_total"] == meta[f"{prefix}/chunks"]["chunks_staged"]
+            # the UI shows how the index's text and queries are analysed (set explicitly: no languages)
+            assert meta[f"{prefix}/index"]["analyzers"] == "english"
+            assert meta[f"{prefix}/index"]["languages"] == "-"
             evaluation = meta[f"{prefix}/evaluation"]
             floats = {k: v for k, v in evaluation.items() if isinstance(v, float)}
             assert any(k.startswith("dense/") for k in floats) and any(k.startswith("bm25/") for k in floats)
@@ -200,7 +203,7 @@ def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: s
         assert check.metadata["chunks_over_limit"].value >= 1
         assert check.metadata["model_token_limit"].value == 256
         assert f"{collection}/words_300/index" not in materializations(result)
-    info = Store(env).index_info(f"{collection}/words-300") or {}
+    info = Store(env).indexes.info(f"{collection}/words-300") or {}
     assert not info.get("published_at") and not info.get("chunk_count")  # never published
     # A config that allows truncation passes the same chunks and reports the truncated share.
     check = check_token_limit(
@@ -236,7 +239,7 @@ def test_a_failed_blocking_check_leaves_the_previous_version_published(tmp_path:
     store = Store(env)
     with instance_for_test() as instance:
         assert _materialize_all(defs, instance).success
-        published = store.index_info(name)
+        published = store.indexes.info(name)
         assert published is not None and published["chunk_count"] == 1
         before = evaluate_automation_conditions(defs=defs, instance=instance)
         # ~800 words: the chunks now exceed the model's 256-token input, which the config does not allow
@@ -248,7 +251,7 @@ def test_a_failed_blocking_check_leaves_the_previous_version_published(tmp_path:
         done = materializations(result)
         assert f"{collection}/words_300/chunks" in done
         assert not {f"{collection}/words_300/{kind}" for kind in ("embeddings", "bm25", "index")} & set(done)
-        after = store.index_info(name)
+        after = store.indexes.info(name)
         assert after["version"] == published["version"] and after["chunk_count"] == 1
         # The chunks were materialized, but while their blocking check stands failed automation
         # requests nothing below them (plain eager() would publish them: embeddings, bm25, index).

@@ -9,7 +9,8 @@ from rank_bm25 import BM25Okapi
 from chunking.types import Document
 from retrieval import bm25 as bm25_lib
 from retrieval.indexing import build_index
-from retrieval.store import Store, partition_names
+from retrieval.store import Store
+from retrieval.store.partitions import partition_names
 from tests.test_indexing_support import ParagraphChunker, make_spec, random_unit_vector_for
 
 CORPUS = [
@@ -56,7 +57,7 @@ def test_unknown_analyzer_is_a_clear_error() -> None:
 
 
 def _build(store: Store, embedder, docs: list[Document], spec) -> None:
-    store.sync_documents(spec.collection, docs, [])
+    store.documents.sync(spec.collection, docs, [])
     chunker = ParagraphChunker(spec.config.config_hash, vector_for=random_unit_vector_for())
     build_index(store, spec, embedder, chunker=chunker)
 

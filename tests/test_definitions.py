@@ -186,10 +186,16 @@ def test_docker_compose_parses_and_wires_the_services() -> None:
         "dagster-webserver",
         "dagster-daemon",
         "query",
+        "ui-proxy",
     }
     assert services["postgres"]["image"] == POSTGRES_IMAGE
     assert "healthcheck" in services["postgres"]
-    urls = {name: s["environment"]["DATABASE_URL"] for name, s in services.items() if name != "postgres"}
+    urls = {
+        name: s["environment"]["DATABASE_URL"]
+        for name, s in services.items()
+        if "DATABASE_URL" in s.get("environment", {})
+    }
+    assert set(urls) == {"instance", "dagster-webserver", "dagster-daemon", "query"}
     assert len(set(urls.values())) == 1 and "@postgres:5432/" in next(iter(urls.values()))
     # `chunkyard instance` writes dagster.yaml once Postgres is healthy; the Dagster services start after it.
     assert services["instance"]["depends_on"]["postgres"]["condition"] == "service_healthy"
@@ -199,17 +205,18 @@ def test_docker_compose_parses_and_wires_the_services() -> None:
     for name in ("dagster-webserver", "dagster-daemon"):  # the code server loads the code for both
         assert services[name]["depends_on"]["code-server"]["condition"] == "service_healthy"
     assert "ports" not in services["code-server"]  # on the services' network only
-    for name in ("instance", "code-server", "dagster-webserver", "dagster-daemon", "query"):
+    for name in ("instance", "code-server", "dagster-webserver", "dagster-daemon", "query", "ui-proxy"):
         service = services[name]
         assert service["build"]["dockerfile"] == "docker/Dockerfile"
         # dagster.yaml names the password by DAGSTER_PG_PASSWORD: secret_env sets it from the secret
         assert service["entrypoint"][-1] == "orchestration.secret_env"
-    assert services["dagster-webserver"]["ports"] == ["127.0.0.1:3000:3000"]
+    assert "ports" not in services["dagster-webserver"]  # the UI is published through ui-proxy only
+    assert services["ui-proxy"]["ports"] == ["${CHUNKYARD_BIND:-127.0.0.1}:3000:3000"]
     assert services["query"]["ports"] == ["${CHUNKYARD_BIND:-127.0.0.1}:8000:8000"]
     commands = " ".join(" ".join(s.get("command", [])) for s in services.values())
     assert "-w /var/lib/chunkyard/dagster/workspace.yaml" in commands  # the code location `chunkyard`
     cli_commands = set(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
-    assert {"instance", "serve"} <= cli_commands
+    assert {"instance", "serve", "ui-proxy"} <= cli_commands
     dockerfile = (REPO_ROOT / "docker" / "Dockerfile").read_text()
     assert "torch==2.13.0" in dockerfile and "FROM python:3.11" in dockerfile
     for path in (

@@ -95,13 +95,13 @@ def test_two_shard_processes_publish_one_processs_vectors_and_a_killed_shard_res
         with FakeEmbeddingServer(model="fake-one") as server:
             single = spec(one, server.url, "fake-one")
             targets.append(single)
-            store.sync_documents(one, docs, [])
+            store.documents.sync(one, docs, [])
             assert build_index(store, single, embedder_for_config(single.config)).published == 1
 
         with FakeEmbeddingServer(hang_after=3) as server:
             target = spec(split, server.url, "fake-embed")
             targets.append(target)
-            store.sync_documents(split, docs, [])
+            store.documents.sync(split, docs, [])
             stage_chunks(store, target, embedding_model=embedder_for_config(target.config))
             _, staged = _cached_hashes(store, target)
             part = {k: {h for h in staged if shard_of(h, 2) == k} for k in (0, 1)}
@@ -149,7 +149,7 @@ def test_two_shard_processes_publish_one_processs_vectors_and_a_killed_shard_res
         assert len(_published(store, target)) >= len(staged)
     finally:
         for t in targets:
-            store.drop_index(str(t.name))
+            store.indexes.drop(str(t.name))
         forget_shared_endpoint_embedders()
 
 
@@ -189,6 +189,6 @@ def test_dagster_runs_the_shards_as_assets_before_embeddings(tmp_path, monkeypat
         chunk_texts = {t: n for t, n in server.answered.items() if t != question["question"]}
         assert sum(p["embeddings_computed"] for p in parts) == len(chunk_texts)
         assert max(chunk_texts.values()) == 1
-        cost = store.latest_evaluation(f"{collection}/token-48")["cost"]  # the parts' usage adds up
+        cost = store.evaluations.latest(f"{collection}/token-48")["cost"]  # the parts' usage adds up
         assert cost["endpoint_requests"] == sum(p["endpoint_requests"] for p in parts) > 0
-    store.drop_index(f"{collection}/token-48")
+    store.indexes.drop(f"{collection}/token-48")

@@ -39,7 +39,7 @@ sys.path.insert(0, sys.argv[1])
 import pgserver
 from chunking.types import Document
 from retrieval import aliases
-from retrieval.embedder import Embedder
+from retrieval.embedder import load_embedder
 from retrieval.indexing import build_index
 from retrieval.query import Searcher
 from retrieval.selfcheck import DatabaseSelfCheckError
@@ -55,8 +55,8 @@ except DatabaseSelfCheckError as error:
     print(json.dumps({"sigill": str(error)}))
     sys.exit(0)
 spec = make_spec("legacy", "para")
-store.sync_documents("legacy", [Document(f"doc{i}", "\n\n".join(TOPICS[i * 4 : i * 4 + 4])) for i in range(3)], [])
-embedder = Embedder("all-MiniLM-L6-v2")
+store.documents.sync("legacy", [Document(f"doc{i}", "\n\n".join(TOPICS[i * 4 : i * 4 + 4])) for i in range(3)], [])
+embedder = load_embedder("all-MiniLM-L6-v2")
 build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
 aliases.set_alias(store, "legacy-live", spec.name, {"mode": "dense"})
 searcher = Searcher(store, embedder)
@@ -65,7 +65,7 @@ for query in json.loads(sys.argv[3]):
     for mode in ("dense", "bm25", "hybrid"):
         hits = searcher.search(query, index=spec.name, k=3, mode=mode)
         served[f"{mode}:{query}"] = [[h.doc_id, h.start, h.end, {k: round(v, 5) for k, v in h.scores.items()}] for h in hits]
-version = store.index_version(spec.name)
+version = store.indexes.version(spec.name)
 pgvector = store.vector_features().pgvector_version
 store.close()
 print(json.dumps({"index": spec.name, "version": version, "pgvector": pgvector, "served": served}))
@@ -111,7 +111,7 @@ def test_a_data_folder_of_the_previous_embedded_server_serves_unchanged(
     try:
         assert store.migrate() == []  # the schema was current: nothing to do
         assert store.vector_features().pgvector_version == "0.8.6"  # updated in place
-        assert store.index_version(before["index"]) == before["version"]  # no re-index
+        assert store.indexes.version(before["index"]) == before["version"]  # no re-index
         searcher = Searcher(store, embedder)
         for key, hits in before["served"].items():
             mode, query = key.split(":", 1)

@@ -9,7 +9,10 @@ import pytest
 
 from chunking.model_cache import READY, model_cache_dir
 from chunking.models import DEFAULT_MODEL, resolve_model_path
-from retrieval.embedder import Embedder, EmbedderConfigError, onnx_cache_dir
+from retrieval.embedder import load_embedder
+from retrieval.embedders.base import EmbedderConfigError
+from retrieval.embedders.onnx_backend import OnnxEmbedder, onnx_cache_dir
+from retrieval.embedders.torch_backend import TorchEmbedder
 
 
 def test_embed_returns_normalised_float32_vectors(embedder) -> None:
@@ -58,13 +61,13 @@ def test_model_id_tokenizer_and_limits(embedder) -> None:
 
 def test_bad_options_are_clear_errors() -> None:
     with pytest.raises(EmbedderConfigError, match="backend"):
-        Embedder(backend="tensorflow")
+        load_embedder(backend="tensorflow")
     with pytest.raises(EmbedderConfigError, match="quantize"):
-        Embedder(quantize="int4")
+        load_embedder(quantize="int4")
     with pytest.raises(EmbedderConfigError, match="onnx"):
-        Embedder(quantize="int8")
+        load_embedder(quantize="int8")
     with pytest.raises(ValueError, match="not available locally"):
-        Embedder("no-such-model")
+        load_embedder("no-such-model")
 
 
 def test_onnx_backends_are_exported_offline_and_match_torch(embedder, tmp_path, monkeypatch) -> None:
@@ -73,16 +76,17 @@ def test_onnx_backends_are_exported_offline_and_match_torch(embedder, tmp_path, 
     monkeypatch.setenv("CHUNKYARD_HOME", str(tmp_path))
     texts = ["Postgres stores vectors with pgvector.", "Glaciers carve valleys as they move downhill. " * 8]
     reference = embedder.embed(texts)
-    onnx = Embedder(backend="onnx")
+    onnx = load_embedder(backend="onnx")
+    assert isinstance(onnx, OnnxEmbedder) and isinstance(embedder, TorchEmbedder)  # one class per backend
     assert onnx.model_id == "all-MiniLM-L6-v2@onnx" and onnx.dim == 384
     np.testing.assert_allclose(onnx.embed(texts), reference, atol=1e-4)
-    export = onnx._model.export_dir
+    export = onnx.export_dir
     assert export.parent == model_cache_dir() / "onnx" and (export / READY).is_file()
     assert (export / "onnx" / "model.onnx").is_file() and not list(tmp_path.rglob("*.onnx"))
     spans, vectors = onnx.embed_tokens("hello world")
     assert spans == [(0, 5), (6, 11)] and vectors.shape == (2, 384)
-    int8 = Embedder(backend="onnx", quantize="int8")
-    assert int8.model_id == "all-MiniLM-L6-v2@onnx-int8" and int8._model.export_dir == export
+    int8 = load_embedder(backend="onnx", quantize="int8")
+    assert int8.model_id == "all-MiniLM-L6-v2@onnx-int8" and int8.export_dir == export
     cosines = (int8.embed(texts) * reference).sum(axis=1)
     assert cosines.min() > 0.97
 
@@ -90,7 +94,7 @@ def test_onnx_backends_are_exported_offline_and_match_torch(embedder, tmp_path, 
 def test_a_corrupt_onnx_cache_is_rebuilt_with_a_warning(tmp_path, monkeypatch) -> None:
     """A truncated export (disk full mid-write, say) is repaired instead of failing every later run;
     it starts from a copy of the machine's export, so only the repair exports."""
-    reference = Embedder(backend="onnx", quantize="int8").embed(["Repair the cache."])
+    reference = load_embedder(backend="onnx", quantize="int8").embed(["Repair the cache."])
     export = onnx_cache_dir(resolve_model_path(DEFAULT_MODEL), DEFAULT_MODEL)
     monkeypatch.setenv("CHUNKYARD_MODEL_DIR", str(tmp_path))
     copy = onnx_cache_dir(resolve_model_path(DEFAULT_MODEL), DEFAULT_MODEL)
@@ -98,8 +102,8 @@ def test_a_corrupt_onnx_cache_is_rebuilt_with_a_warning(tmp_path, monkeypatch) -
     (int8_file,) = (copy / "onnx").glob("model_*int8_avx2.onnx")
     int8_file.write_bytes(int8_file.read_bytes()[:1000])  # truncated
     with pytest.warns(UserWarning, match="unusable"):
-        repaired = Embedder(backend="onnx", quantize="int8")
-    assert repaired._model.export_dir == copy and (copy / READY).is_file()
+        repaired = load_embedder(backend="onnx", quantize="int8")
+    assert repaired.export_dir == copy and (copy / READY).is_file()
     assert sorted(p.name for p in tmp_path.joinpath("onnx").iterdir()) == [copy.name, f"{copy.name}.lock"]
     np.testing.assert_allclose(repaired.embed(["Repair the cache."]), reference, atol=1e-6)
 
@@ -122,10 +126,10 @@ def test_the_onnx_backend_matches_sentence_transformers_onnx_without_importing_t
         "Rust's borrow checker rejects two mutable references.",
     ] * 3
     for quantize, file_glob in ((None, "model.onnx"), ("int8", "model_*int8_avx2.onnx")):
-        ours = Embedder(backend="onnx", quantize=quantize, batch_size=4)
-        (model_file,) = (ours._model.export_dir / "onnx").glob(file_glob)
+        ours = load_embedder(backend="onnx", quantize=quantize, batch_size=4)
+        (model_file,) = (ours.export_dir / "onnx").glob(file_glob)
         theirs = SentenceTransformer(
-            str(ours._model.export_dir),
+            str(ours.export_dir),
             backend="onnx",
             local_files_only=True,
             model_kwargs={"file_name": f"onnx/{model_file.name}"},
@@ -137,8 +141,8 @@ def test_the_onnx_backend_matches_sentence_transformers_onnx_without_importing_t
             np.testing.assert_allclose(mine, reference.numpy(), atol=1e-5)
         assert ours.max_seq_length == theirs.max_seq_length == 256
     probe = (
-        "import sys; from retrieval.embedder import Embedder; "
-        "e = Embedder(backend='onnx', quantize='int8'); e.embed(['x']); e.embed_tokens('x'); "
+        "import sys; from retrieval.embedder import load_embedder; "
+        "e = load_embedder(backend='onnx', quantize='int8'); e.embed(['x']); e.embed_tokens('x'); "
         "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

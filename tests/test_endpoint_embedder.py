@@ -45,9 +45,9 @@ def _drop_endpoint_indexes(request):
     from retrieval.endpoint_embedder import forget_shared_endpoint_embedders
 
     store = request.getfixturevalue("store")
-    for info in store.list_indexes():
+    for info in store.indexes.list():
         if (info.get("config") or {}).get("embedder", {}).get("backend") == "openai":
-            store.drop_index(info["name"])
+            store.indexes.drop(info["name"])
     forget_shared_endpoint_embedders()
 
 
@@ -248,7 +248,7 @@ def test_a_build_records_usage_and_the_cache_keys_on_the_endpoints_model(store, 
     spec = _spec(server, f"ep{uuid.uuid4().hex[:8]}")
     embedder = embedder_for_config(spec.config)
     assert embedder.model_id == "openai:fake-embed"
-    store.sync_documents(spec.collection, DOCS, [])
+    store.documents.sync(spec.collection, DOCS, [])
     stage_chunks(store, spec, embedding_model=embedder)
     step = embed(store, spec, embedder)
     metadata = step.metadata
@@ -267,7 +267,7 @@ def test_a_build_records_usage_and_the_cache_keys_on_the_endpoints_model(store, 
     assert cached >= distinct
 
     again = _spec(server, f"ep{uuid.uuid4().hex[:8]}")
-    store.sync_documents(again.collection, DOCS, [])
+    store.documents.sync(again.collection, DOCS, [])
     requests = server.requests
     from retrieval.indexing import build_index
 
@@ -275,7 +275,7 @@ def test_a_build_records_usage_and_the_cache_keys_on_the_endpoints_model(store, 
     assert server.requests == requests  # every vector from the cache: the endpoint is not asked
 
     resized = _spec(server, f"ep{uuid.uuid4().hex[:8]}", dimensions=16)
-    store.sync_documents(resized.collection, DOCS, [])
+    store.documents.sync(resized.collection, DOCS, [])
     sized = embedder_for_config(resized.config)
     assert sized.model_id == "openai:fake-embed@16d"
     build_index(store, resized, sized)  # another model id: embedded again, at 16 dimensions
@@ -298,7 +298,7 @@ def test_the_service_reports_the_endpoint_in_readyz_and_503s_searches_without_it
 
     with FakeEmbeddingServer() as server:
         spec = _spec(server, f"svc{uuid.uuid4().hex[:8]}", max_retries=0)
-        store.sync_documents(spec.collection, DOCS, [])
+        store.documents.sync(spec.collection, DOCS, [])
         build_index(store, spec, embedder_for_config(spec.config))
         forget_shared_endpoint_embedders()
         searcher = Searcher(store)
@@ -389,6 +389,6 @@ def test_the_dagster_assets_embed_on_the_server_and_report_its_usage(
         assert embedded["endpoint_requests"] >= embedded["embeddings_computed"] / 2  # batch_size 2
         assert embedded["endpoint_texts"] == embedded["embeddings_computed"] > 0
         assert max(server.batch_sizes) <= 2
-        cost = store.latest_evaluation(f"{collection}/token-48")["cost"]  # the evaluation report's cost
+        cost = store.evaluations.latest(f"{collection}/token-48")["cost"]  # the evaluation report's cost
         assert cost["endpoint_requests"] == embedded["endpoint_requests"]
         assert cost["endpoint_tokens"] == embedded["endpoint_tokens"] > 0

@@ -68,7 +68,7 @@ def test_kill_9_mid_build_then_resume_embeds_no_chunk_twice(store, pg_url: str) 
     collection = f"killep{run}"
     with FakeEmbeddingServer(hang_after=5) as server:
         target = spec(collection, server.url)
-        store.sync_documents(collection, docs, [])
+        store.documents.sync(collection, docs, [])
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
         child = subprocess.Popen(
             [sys.executable, "-c", CHILD, pg_url, collection, server.url], env=env, cwd=REPO_ROOT
@@ -109,5 +109,5 @@ def test_kill_9_mid_build_then_resume_embeds_no_chunk_twice(store, pg_url: str) 
                 ).fetchone()
             assert chunks >= total and missing == 0
         finally:
-            store.drop_index(str(target.name))
+            store.indexes.drop(str(target.name))
             forget_shared_endpoint_embedders()

@@ -72,7 +72,7 @@ def built_index(pg_url, embedder):
     store = Store(pg_url)
     store.migrate()
     docs = [Document(doc_id, text) for doc_id, text in PASSAGES.items()]
-    store.sync_documents("evaltest", docs, [])
+    store.documents.sync("evaltest", docs, [])
     config = IndexConfig(
         name="words-12", chunker={"strategy": "token", "size": 12, "overlap": 0, "tokenizer": "words"}
     )
@@ -171,9 +171,9 @@ def test_reports_recorded_in_the_store_come_back_for_the_leaderboard(built_index
     report = evaluate_index(
         searcher, spec, QUESTIONS, modes=("dense",), k=2, dataset="tiny", store=store, n_resamples=50
     )
-    store.record_evaluation(spec.name, report)
-    assert store.latest_evaluation(spec.name) == report.as_dict()
-    assert store.index_info(spec.name)["latest_evaluation"]["report"] == report.as_dict()
+    store.evaluations.record(spec.name, report)
+    assert store.evaluations.latest(spec.name) == report.as_dict()
+    assert store.indexes.info(spec.name)["latest_evaluation"]["report"] == report.as_dict()
     # An evaluation recorded by an older chunkyard (flat metrics) is left out, not fatal.
     with store.connection() as conn:
         conn.execute(
@@ -181,7 +181,7 @@ def test_reports_recorded_in_the_store_come_back_for_the_leaderboard(built_index
             ("evaltest/flat-old", "tiny", Jsonb({"dense/hit_at_5": 0.5, "questions": 4.0})),
         )
     with pytest.raises(ReportFormatError, match="'format'"):
-        EvaluationReport.from_dict(store.latest_evaluation("evaltest/flat-old"))
+        EvaluationReport.from_dict(store.evaluations.latest("evaltest/flat-old"))
     reports = latest_reports(store, ["evaltest/never-evaluated", "evaltest/flat-old", spec.name])
     assert reports == [report]
     board = leaderboard(reports)
@@ -449,7 +449,7 @@ def test_eval_stops_before_the_publish_when_an_error_check_fails(pg_url, tmp_pat
     arguments = {"configs": ["words-300"], "modes": ["dense"], "database_url": pg_url, "show_progress": False}
     first = run_benchmark(str(eval_set), **arguments)
     name = "eval-gate/words-300"
-    published = Store(pg_url).index_info(name)
+    published = Store(pg_url).indexes.info(name)
     assert first.reports and published is not None
 
     # ~800 words in one chunk: over the model's 256-token input, which the config does not allow
@@ -459,5 +459,5 @@ def test_eval_stops_before_the_publish_when_an_error_check_fails(pg_url, tmp_pat
     )
     with pytest.raises(BenchmarkError, match="within_model_token_limit"):
         run_benchmark(str(eval_set), **arguments)
-    after = Store(pg_url).index_info(name)
+    after = Store(pg_url).indexes.info(name)
     assert after["version"] == published["version"] and after["chunk_count"] == published["chunk_count"]

@@ -12,10 +12,11 @@ import io
 import zipfile
 from pathlib import Path
 
-import chunking.formats as formats
+import chunking.documents.binary as binary
+import chunking.documents.files as files
 from chunking import build_chunker
-from chunking.formats import BINARY_FORMATS
-from chunking.loaders import load_folder
+from chunking.documents.binary import BINARY_FORMATS
+from chunking.documents.folder import load_folder
 
 DOCX_MIME = BINARY_FORMATS[".docx"][0]
 PPTX_MIME = BINARY_FORMATS[".pptx"][0]
@@ -172,7 +173,9 @@ def test_office_zip_bombs_are_refused_before_parsing(tmp_path: Path, monkeypatch
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("word/document.xml", b"\0" * 200_000)
     (tmp_path / "bomb.docx").write_bytes(buffer.getvalue())
-    monkeypatch.setattr(formats, "MAX_UNZIPPED_BYTES", 100_000)
+    monkeypatch.setattr(binary, "MAX_UNZIPPED_BYTES", 100_000)
+    # in this process: the parsing worker (chunking.documents.parse_bounds) would not see the patched limit
+    monkeypatch.setattr(files, "run_bounded", lambda func, *args, **_: func(*args))
     _, failures = load_folder(tmp_path)
     assert failures[0].reason == "DOCX inflates to 200000 bytes (limit 100000): refused"
 
@@ -206,7 +209,7 @@ def test_every_format_is_indexed_and_searchable_and_bad_files_reported(
         "formats",
         IndexConfig(name="sentence-32", chunker={"strategy": "sentence", "size": 32, "tokenizer": "model"}),
     )
-    store.sync_documents(spec.collection, documents, failures)
+    store.documents.sync(spec.collection, documents, failures)
     assert indexing.build_index(store, spec, embedder).published
     searcher = Searcher(store, embedder)
     for query, doc_id in [
@@ -234,7 +237,7 @@ def test_every_format_is_indexed_and_searchable_and_bad_files_reported(
 def test_html_keeps_the_main_text_and_drops_navigation_and_footers() -> None:
     """The issue's page: a menu bar "Inicio | Blog | Herramientas" is not content; the article is."""
     from benchmarks.bench_html_extraction import PAGES
-    from chunking.formats import parse_html
+    from chunking.documents.webpage import parse_html
 
     blog = PAGES[0]
     text, title = parse_html(blog.html)

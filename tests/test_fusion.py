@@ -102,7 +102,7 @@ def _tiny_index(store: Store, embedder) -> IndexSpec:
         Document("c.md", "Glaciers carve valleys.\n\nRivers carry the silt to the sea."),
     ]
     spec = make_spec(bm25={"k1": 1.5, "b": 0.75, "epsilon": 0.25, "analyzer": "english"})
-    store.sync_documents(spec.collection, docs, [])
+    store.documents.sync(spec.collection, docs, [])
     build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
     return spec
 
@@ -147,7 +147,7 @@ def _questions(store: Store, spec: IndexSpec):
             {"document": "b.md", "text": "Bicycles need oiled chains."}]},  # a miss on purpose
     ]  # fmt: skip
     return resolve_records(
-        records, store.documents(spec.collection), on_missing="error", source="test"
+        records, store.documents.read(spec.collection), on_missing="error", source="test"
     ).questions
 
 
@@ -163,7 +163,7 @@ def test_served_mode_is_no_worse_than_bm25_on_the_multilingual_sets(
         bm25={"k1": 1.5, "b": 0.75, "epsilon": 0.25, "analyzer": "auto"},
     )
     spec = IndexSpec(make_spec().collection, config)
-    store.sync_documents(spec.collection, docs, [])
+    store.documents.sync(spec.collection, docs, [])
     build_index(store, spec, embedder)
     questions = read_eval_set(DATA / f"{language}_questions.jsonl", docs, on_missing="error").questions
     report = evaluate_index(
@@ -172,5 +172,5 @@ def test_served_mode_is_no_worse_than_bm25_on_the_multilingual_sets(
     means = report.metrics
     for metric in ("hit_at_5", "recall_at_5", "mrr_at_5"):
         assert means[SERVED_MODE][metric] >= means["bm25"][metric] - 1e-9, (metric, means)
-    info = store.index_info(spec.name)
+    info = store.indexes.info(spec.name)
     assert info is not None and info["config"]["bm25"]["languages"] == {language: 1.0}

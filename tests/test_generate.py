@@ -181,8 +181,8 @@ def test_written_set_loads_and_evaluates_like_a_hand_written_one(fake_llm, store
     client = ChatClient(fake_llm, "fake-model", timeout=0.5)
     result = generate_questions(documents, _chunks(documents), client, n=10)
     path = write_eval_set(result.records, tmp_path / "evals" / "gentest.generated.jsonl")
-    store.sync_documents("gentest", documents, [])
-    loaded = read_eval_set(path, store.documents("gentest"), on_missing="error")
+    store.documents.sync("gentest", documents, [])
+    loaded = read_eval_set(path, store.documents.read("gentest"), on_missing="error")
     assert not loaded.problems and not loaded.missing
     spans = {q.text: q.references[0] for q in loaded.questions}
     for question, (doc, quote) in KEPT.items():
@@ -207,7 +207,7 @@ def test_written_set_loads_and_evaluates_like_a_hand_written_one(fake_llm, store
     )
     assert report.n_questions == 3
     assert report.metrics["bm25"]["hit_at_3"] == 1.0
-    store.record_evaluation(spec.name, report)
+    store.evaluations.record(spec.name, report)
     board = leaderboard(latest_reports(store, [spec.name]))
     assert [(row.index, row.mode, row.n_questions) for row in board.rows] == [("gentest/words-12", "bm25", 3)]
     assert "3 questions" in board.markdown()

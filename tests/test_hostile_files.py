@@ -15,9 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import chunking.loaders as loaders
+import chunking.documents.files as files
+import chunking.documents.walk as walk
 from chunking import Document, build_chunker
-from chunking.loaders import list_files, load_folder
+from chunking.documents.folder import load_folder
+from chunking.documents.walk import list_files
 from retrieval.analysis import MAX_TERM_BYTES, Analyzer
 
 HEX_LINE = bytes(range(256)).hex() * 40  # 20,480 characters, no whitespace
@@ -155,7 +157,7 @@ def test_non_utf8_name_never_reaches_the_store(tmp_path: Path, store) -> None:
     with open(os.fsencode(tmp_path) + b"/bad\xff.txt", "wb") as handle:
         handle.write(b"content")
     documents, failures = load_folder(tmp_path)
-    sync = store.sync_documents("hostile-names", documents, failures)  # raised UnicodeEncodeError
+    sync = store.documents.sync("hostile-names", documents, failures)  # raised UnicodeEncodeError
     assert sync.added == ["good.md"] and [f.path for f in sync.failed] == ["bad\\xff.txt"]
 
 
@@ -163,7 +165,9 @@ def test_any_parser_exception_becomes_that_files_failure(tmp_path: Path, monkeyp
     def broken_parser(text: str) -> tuple[str, str]:
         raise ZeroDivisionError("parser bug")
 
-    monkeypatch.setattr(loaders, "parse_html", broken_parser)
+    monkeypatch.setattr(files, "parse_html", broken_parser)
+    # in this process: the parsing worker (chunking.documents.parse_bounds) would not see the patched parser
+    monkeypatch.setattr(files, "run_bounded", lambda func, *args, **_: func(*args))
     _write(tmp_path, "page.html", "<p>x</p>")
     _write(tmp_path, "ok.md", "fine")
     documents, failures = load_folder(tmp_path)
@@ -183,7 +187,7 @@ def test_file_over_the_size_limit_is_reported(tmp_path: Path, monkeypatch) -> No
     with pytest.raises(ValueError, match="CHUNKYARD_MAX_DOCUMENT_BYTES"):
         load_folder(tmp_path)
     monkeypatch.delenv("CHUNKYARD_MAX_DOCUMENT_BYTES")
-    assert loaders.max_document_bytes() == 20 * 1024 * 1024
+    assert files.max_document_bytes() == 20 * 1024 * 1024
 
 
 # -- issue 13 #4: every chunk fits its limits in characters as well as tokens ---------------------
@@ -257,7 +261,7 @@ def test_collection_with_an_overlong_word_publishes_and_the_rest_is_searchable(
             name="recursive-256", chunker={"strategy": "recursive", "size": 256, "tokenizer": "model"}
         ),
     )
-    store.sync_documents(spec.collection, documents, failures)
+    store.documents.sync(spec.collection, documents, failures)
     report = indexing.build_index(store, spec, embedder)  # failed: index row requires 20072 bytes
     assert report.published
     with store.connection() as conn:
@@ -314,7 +318,7 @@ def _make_hostile(root: Path, index: int, name: str | bytes, kind: str, payload,
             data = payload.encode("utf-8", "surrogatepass")
         with open(path, "wb") as handle:
             handle.write(data)
-    return loaders.display_path(os.fsdecode(raw_name))
+    return walk.display_path(os.fsdecode(raw_name))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

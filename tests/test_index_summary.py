@@ -14,7 +14,7 @@ def test_the_run_summary_keeps_every_collections_documents_line(
     tmp_path: Path, pg_url: str, monkeypatch
 ) -> None:
     from assets.definitions import build_definitions
-    from orchestration.cli import _run_summary
+    from orchestration.cli_index import run_summary
 
     monkeypatch.setenv("CHUNKYARD_HOME", str(tmp_path / "home"))
     first, second = unique_name("a"), unique_name("b")
@@ -32,7 +32,7 @@ def test_the_run_summary_keeps_every_collections_documents_line(
             resources=defs.resources,
             selection=AssetSelection.assets(*keys),
         )
-    summary = _run_summary(result)
+    summary = run_summary(result)
     assert summary["documents"] == {
         first: "3 added, 0 changed, 0 deleted, 0 unchanged, 0 failed",
         second: "1 added, 0 changed, 0 deleted, 0 unchanged, 0 failed",

@@ -12,7 +12,8 @@ from chunking.types import Document
 from retrieval import indexing
 from retrieval.config import IndexConfig, IndexSpec
 from retrieval.query import Searcher
-from retrieval.store import Store, as_array
+from retrieval.store import Store
+from retrieval.store.vectors import as_array
 from tests.test_indexing_support import ParagraphChunker, make_spec, random_unit_vector_for
 
 DOCS = {
@@ -44,7 +45,7 @@ def test_build_index_with_the_real_chunker_stores_exact_spans(store, embedder, s
         ),
     )
     docs = _docs(DOCS)
-    store.sync_documents(spec.collection, docs, [])
+    store.documents.sync(spec.collection, docs, [])
     report = indexing.build_index(store, spec, embedder)
     meta = report.as_metadata()
     assert meta["documents_added"] == 3 and meta["chunks_inserted"] == meta["chunks_total"] > 3
@@ -55,7 +56,7 @@ def test_build_index_with_the_real_chunker_stores_exact_spans(store, embedder, s
     assert len(rows) == meta["chunks_total"]
     for doc_id, start, end, text in rows:
         assert by_id[doc_id][start:end] == text
-    info = store.index_info(spec.name)
+    info = store.indexes.info(spec.name)
     assert info["version"] == 1 and info["dim"] == 384 and info["document_count"] == 3
 
 
@@ -63,12 +64,12 @@ def test_incremental_staging_embeds_only_what_changed(store, embedder) -> None:
     spec = make_spec()
     chunker = ParagraphChunker(spec.config.config_hash)
     texts = dict(DOCS)
-    store.sync_documents(spec.collection, _docs(texts), [])
+    store.documents.sync(spec.collection, _docs(texts), [])
     first = indexing.build_index(store, spec, embedder, chunker=chunker)
     assert first.version == 1 and first.chunks_inserted == 7
 
     # nothing changed: zero embeddings computed, nothing published, the version stays
-    sync = store.sync_documents(spec.collection, _docs(texts), [])
+    sync = store.documents.sync(spec.collection, _docs(texts), [])
     assert sync.unchanged == sorted(texts) or sorted(sync.unchanged) == sorted(texts)
     stage = indexing.stage_chunks(store, spec, chunker=chunker)
     assert (stage.documents_unchanged, stage.chunks_staged, stage.chunks_kept) == (3, 0, 7)
@@ -88,7 +89,7 @@ def test_incremental_staging_embeds_only_what_changed(store, embedder) -> None:
     indexing.stage_bm25(store, reweighted)
     republished = indexing.publish(store, reweighted)
     assert republished.published and republished.version == 2 and republished.chunks_total == 7
-    assert store.index_info(spec.name)["config"]["hybrid"]["weight"] == 0.2
+    assert store.indexes.info(spec.name)["config"]["hybrid"]["weight"] == 0.2
     again = indexing.publish(store, reweighted)
     assert again.version == 2 and not again.published
 
@@ -96,7 +97,7 @@ def test_incremental_staging_embeds_only_what_changed(store, embedder) -> None:
     texts["guide.md"] = texts["guide.md"].replace("its own HNSW graph", "its own partition")
     del texts["deploy.md"]
     texts["new.md"] = "A new document.\n\nchunkyard turns folders into indexes."  # 2nd paragraph is cached
-    sync = store.sync_documents(spec.collection, _docs(texts), [])
+    sync = store.documents.sync(spec.collection, _docs(texts), [])
     assert (sync.changed, sync.deleted, sync.added) == (["guide.md"], ["deploy.md"], ["new.md"])
     stage = indexing.stage_chunks(store, spec, chunker=chunker)
     assert (stage.documents_changed, stage.documents_deleted, stage.documents_added) == (1, 1, 1)
@@ -116,7 +117,7 @@ def test_embedding_cache_is_shared_across_indexes(store, embedder) -> None:
     texts = {"x.md": "Shared paragraph one.\n\nShared paragraph two."}
     for name in ("cache-a", "cache-b"):
         spec = make_spec(collection="cache-shared", name=name)
-        store.sync_documents(spec.collection, _docs(texts), [])
+        store.documents.sync(spec.collection, _docs(texts), [])
         report = indexing.build_index(
             store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash)
         )
@@ -127,7 +128,7 @@ def test_embedding_cache_is_shared_across_indexes(store, embedder) -> None:
 def test_precomputed_vectors_are_stored_as_is(store, embedder) -> None:
     spec = make_spec()
     vector_for = random_unit_vector_for(seed_salt="late")
-    store.sync_documents(spec.collection, _docs({"a.md": "late one\n\nlate two"}), [])
+    store.documents.sync(spec.collection, _docs({"a.md": "late one\n\nlate two"}), [])
     report = indexing.build_index(
         store,
         spec,
@@ -145,21 +146,21 @@ def test_precomputed_vectors_are_stored_as_is(store, embedder) -> None:
 
 def test_publish_refuses_incomplete_staging(store, embedder) -> None:
     spec = make_spec()
-    store.sync_documents(spec.collection, _docs(DOCS), [])
+    store.documents.sync(spec.collection, _docs(DOCS), [])
     indexing.stage_chunks(store, spec, chunker=ParagraphChunker(spec.config.config_hash))
     with pytest.raises(indexing.IndexingError, match="stage_embeddings"):
         indexing.publish(store, spec)
     indexing.stage_embeddings(store, spec, embedder)
     with pytest.raises(indexing.IndexingError, match="stage_bm25"):
         indexing.publish(store, spec)
-    assert store.index_info(spec.name)["version"] == 0  # nothing published, nothing lost
+    assert store.indexes.info(spec.name)["version"] == 0  # nothing published, nothing lost
     indexing.stage_bm25(store, spec)
     assert indexing.publish(store, spec).version == 1
 
 
 def test_config_change_rebuilds_everything(store, embedder) -> None:
     spec = make_spec(name="rebuild")
-    store.sync_documents(spec.collection, _docs(DOCS), [])
+    store.documents.sync(spec.collection, _docs(DOCS), [])
     indexing.build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
     changed = make_spec(collection=spec.collection, name="rebuild", bm25={"analyzer": "english"})
     assert changed.config.config_hash != spec.config.config_hash
@@ -169,7 +170,7 @@ def test_config_change_rebuilds_everything(store, embedder) -> None:
     indexing.stage_bm25(store, changed)
     report = indexing.publish(store, changed)
     assert report.version == 2 and report.chunks_total == 7 and report.chunks_deleted == 7
-    assert store.index_info(spec.name)["config_hash"] == changed.config.config_hash
+    assert store.indexes.info(spec.name)["config_hash"] == changed.config.config_hash
 
 
 def test_readers_see_the_old_or_the_new_index_never_a_mix(store, embedder) -> None:
@@ -190,10 +191,10 @@ def test_readers_see_the_old_or_the_new_index_never_a_mix(store, embedder) -> No
 
     vector_for = random_unit_vector_for()
     chunker = ParagraphChunker(spec.config.config_hash, vector_for=vector_for)
-    store.sync_documents(spec.collection, corpus("alpha"), [])
+    store.documents.sync(spec.collection, corpus("alpha"), [])
     indexing.build_index(store, spec, embedder, chunker=chunker)
 
-    store.sync_documents(spec.collection, corpus("beta"), [])
+    store.documents.sync(spec.collection, corpus("beta"), [])
     indexing.stage_chunks(store, spec, chunker=chunker)
     indexing.stage_embeddings(store, spec, embedder)
     indexing.stage_bm25(store, spec)
@@ -232,14 +233,14 @@ def test_memory_bm25_reloads_when_the_version_moves(store, embedder) -> None:
     spec = make_spec()
     chunker = ParagraphChunker(spec.config.config_hash)
     texts = {"a.md": "apples and pears", "c.md": "plums", "d.md": "cherries", "e.md": "grapes"}
-    store.sync_documents(spec.collection, _docs(texts), [])
+    store.documents.sync(spec.collection, _docs(texts), [])
     indexing.build_index(store, spec, embedder, chunker=chunker)
     searcher = Searcher(store, embedder, bm25_backend="memory")
     sql_searcher = Searcher(store, embedder, bm25_backend="sql")
     searcher.warm(spec.name)
     assert searcher.lexical.loaded(spec.name).version == 1
     assert [r.doc_id for r in searcher.search("pears", spec.name, mode="bm25")] == ["a.md"]
-    store.sync_documents(spec.collection, _docs({**texts, "b.md": "pears pears pears"}), [])
+    store.documents.sync(spec.collection, _docs({**texts, "b.md": "pears pears pears"}), [])
     indexing.build_index(store, spec, embedder, chunker=chunker)
     stale = searcher.search("pears", spec.name, mode="bm25")  # answered from SQL while reloading
     deadline = time.time() + 30
@@ -258,7 +259,7 @@ def test_late_chunking_vectors_come_from_the_chunker(store, embedder) -> None:
         "late-test",
         IndexConfig(name="late", chunker={"strategy": "late", "size": 24, "tokenizer": "model"}),
     )
-    store.sync_documents(spec.collection, _docs(DOCS), [])
+    store.documents.sync(spec.collection, _docs(DOCS), [])
     report = indexing.build_index(store, spec, embedder).as_metadata()
     assert report["chunks_total"] > 3
     assert report["embeddings_precomputed"] == report["chunks_total"] and report["embeddings_computed"] == 0
@@ -268,18 +269,18 @@ def test_late_chunking_vectors_come_from_the_chunker(store, embedder) -> None:
 
 def test_vectors_wider_than_hnsw_allows_are_published_without_a_graph(store, embedder) -> None:
     spec = make_spec()
-    store.sync_documents(spec.collection, _docs({"w.md": "wide one\n\nwide two"}), [])
+    store.documents.sync(spec.collection, _docs({"w.md": "wide one\n\nwide two"}), [])
     chunker = ParagraphChunker(spec.config.config_hash, vector_for=random_unit_vector_for(dim=2048))
     report = indexing.build_index(store, spec, embedder, chunker=chunker)
     assert report.published and not report.hnsw_built and report.chunks_total == 2
-    assert store.index_info(spec.name)["dim"] == 2048
+    assert store.indexes.info(spec.name)["dim"] == 2048
 
 
 def test_a_publish_vacuums_the_tables_whose_dead_rows_autovacuum_has_not_cleared(
     store, embedder, monkeypatch
 ) -> None:
     from retrieval.indexing import publishing
-    from retrieval.store import partition_names
+    from retrieval.store.partitions import partition_names
 
     spec = make_spec()
     chunker = ParagraphChunker(spec.config.config_hash)
@@ -294,11 +295,11 @@ def test_a_publish_vacuums_the_tables_whose_dead_rows_autovacuum_has_not_cleared
 
     def change_and_publish(text: str):
         texts["deploy.md"] = text
-        store.sync_documents(spec.collection, _docs(texts), [])
+        store.documents.sync(spec.collection, _docs(texts), [])
         return indexing.build_index(store, spec, embedder, chunker=chunker)
 
     texts = dict(DOCS)
-    store.sync_documents(spec.collection, _docs(texts), [])
+    store.documents.sync(spec.collection, _docs(texts), [])
     indexing.build_index(store, spec, embedder, chunker=chunker)
     change_and_publish("Deploy it elsewhere.\n\nThe service still answers POST /v1/search.")
     deadline = time.monotonic() + 30
@@ -335,14 +336,14 @@ def test_a_bulk_publish_vacuums_the_staging_tables_and_a_small_one_does_not(
     spec = make_spec()
     chunker = ParagraphChunker(spec.config.config_hash)
     texts = dict(DOCS)
-    store.sync_documents(spec.collection, _docs(texts), [])
+    store.documents.sync(spec.collection, _docs(texts), [])
     before = vacuum_counts()
     indexing.build_index(store, spec, embedder, chunker=chunker)  # 7 chunks: under the bulk threshold
     assert vacuum_counts() == before
 
     monkeypatch.setattr(publishing, "VACUUM_STAGING_CHUNKS", 2)  # this collection's "bulk"
     texts["deploy.md"] = "Deploy it elsewhere.\n\nThe service still answers POST /v1/search."
-    store.sync_documents(spec.collection, _docs(texts), [])
+    store.documents.sync(spec.collection, _docs(texts), [])
     indexing.build_index(store, spec, embedder, chunker=chunker)  # 2 deleted + 2 inserted
     after = vacuum_counts()
     assert set(after) == set(STAGING_TABLES)

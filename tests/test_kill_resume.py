@@ -32,13 +32,13 @@ N_DOCS, WORDS_PER_DOC = 24, 1000
 
 CHILD = """
 import sys
-from retrieval.embedder import Embedder
+from retrieval.embedder import load_embedder
 from retrieval.indexing import build_index
 from retrieval.store import Store
 from tests.test_kill_resume import CONFIG
 from retrieval.config import IndexSpec
 
-build_index(Store(sys.argv[1]), IndexSpec(sys.argv[2], CONFIG), Embedder("all-MiniLM-L6-v2"))
+build_index(Store(sys.argv[1]), IndexSpec(sys.argv[2], CONFIG), load_embedder("all-MiniLM-L6-v2"))
 print("finished", flush=True)
 """
 
@@ -82,7 +82,7 @@ def test_kill_9_mid_embedding_then_resume_publishes_a_consistent_index(store, em
     collection = f"kill{uuid.uuid4().hex[:8]}"
     spec = IndexSpec(collection, CONFIG)
     docs = corpus(seed=int(uuid.uuid4().int % 10**6))
-    store.sync_documents(collection, docs, [])
+    store.documents.sync(collection, docs, [])
 
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     child = subprocess.Popen([sys.executable, "-c", CHILD, pg_url, collection], env=env, cwd=REPO_ROOT)
@@ -113,7 +113,7 @@ def test_kill_9_mid_embedding_then_resume_publishes_a_consistent_index(store, em
 
     fresh_collection = f"fresh{uuid.uuid4().hex[:8]}"
     fresh = IndexSpec(fresh_collection, CONFIG)
-    store.sync_documents(fresh_collection, docs, [])
+    store.documents.sync(fresh_collection, docs, [])
     fresh_report = indexing.build_index(store, fresh, embedder).as_metadata()
     assert fresh_report["embeddings_computed"] == 0  # every vector comes from the cache now
 

@@ -161,7 +161,7 @@ def _hits(store: Store, embedder, language: str, analyzer: str) -> tuple[float, 
     spec = make_spec(
         name=f"ml-{analyzer}", bm25={"k1": 1.5, "b": 0.75, "epsilon": 0.25, "analyzer": analyzer}
     )
-    store.sync_documents(spec.collection, docs, [])
+    store.documents.sync(spec.collection, docs, [])
     chunker = ParagraphChunker(spec.config.config_hash, vector_for=random_unit_vector_for())
     build_index(store, spec, embedder, chunker=chunker)
     questions = read_eval_set(DATA / f"{language}_questions.jsonl", docs, on_missing="error").questions
@@ -173,7 +173,7 @@ def _hits(store: Store, embedder, language: str, analyzer: str) -> tuple[float, 
         retrieved = [Span(r.doc_id, r.start, r.end) for r in results]
         hits.append(hit_at_k(retrieved, question.references, 5))
         firsts.append(hit_at_k(retrieved, question.references, 1))
-    info = store.index_info(spec.name)
+    info = store.indexes.info(spec.name)
     assert info is not None
     with store.connection() as conn:
         languages = {

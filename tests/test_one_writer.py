@@ -68,17 +68,17 @@ def test_two_runs_with_a_change_between_them_publish_only_matching_vectors(store
     collection = f"w{uuid.uuid4().hex[:8]}"
     spec = IndexSpec(collection, CONFIG)
     # published once with a third animal, so both runs below are one-document updates
-    store.sync_documents(collection, _docs("OKAPI", collection))
+    store.documents.sync(collection, _docs("OKAPI", collection))
     stage_chunks(store, spec, owner="run-0")
     stage_embeddings(store, spec, embedder, owner="run-0")
     stage_bm25(store, spec, owner="run-0")
     publish(store, spec, owner="run-0")
 
-    store.sync_documents(collection, _docs("AARDVARK", collection))  # run 1: documents step
+    store.documents.sync(collection, _docs("AARDVARK", collection))  # run 1: documents step
     stage_chunks(store, spec, owner="run-1")
 
     def run_2_stages_the_next_edit() -> None:
-        store.sync_documents(collection, _docs("BUFFALOS", collection))  # same length: same chunk ids
+        store.documents.sync(collection, _docs("BUFFALOS", collection))  # same length: same chunk ids
         stage_chunks(store, spec, owner="run-2")
 
     with pytest.raises(StagingTakenOver, match="run-2"):
@@ -102,7 +102,7 @@ def test_two_runs_with_a_change_between_them_publish_only_matching_vectors(store
 def test_publish_refuses_a_staged_vector_that_is_not_its_texts_embedding(store, embedder) -> None:
     collection = f"w{uuid.uuid4().hex[:8]}"
     spec = IndexSpec(collection, CONFIG)
-    store.sync_documents(collection, _docs("OKAPI", collection))
+    store.documents.sync(collection, _docs("OKAPI", collection))
     stage_chunks(store, spec)
     stage_embeddings(store, spec, embedder)
     stage_bm25(store, spec)
@@ -116,4 +116,4 @@ def test_publish_refuses_a_staged_vector_that_is_not_its_texts_embedding(store, 
         )
     with pytest.raises(IndexingError, match="not the embedding of their chunk's text"):
         publish(store, spec)
-    assert store.index_version(spec.name) == 0
+    assert store.indexes.version(spec.name) == 0

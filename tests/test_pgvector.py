@@ -15,7 +15,9 @@ from retrieval.indexing import build_index
 from retrieval.query import Searcher
 from retrieval.query.dense import dense_candidates, index_candidates, iterative_scan_mode
 from retrieval.query.snapshot import IndexHandles
-from retrieval.store import Store, as_array, partition_names
+from retrieval.store import Store
+from retrieval.store.partitions import partition_names
+from retrieval.store.vectors import as_array
 from tests.test_indexing_support import ParagraphChunker, make_spec, random_unit_vector_for
 
 SENTENCES = [
@@ -173,7 +175,7 @@ def test_halfvec_storage_gives_the_same_top_results_from_a_smaller_graph(
                 vector_storage=storage,
             ),
         )
-        store.sync_documents(spec.collection, docs, [])
+        store.documents.sync(spec.collection, docs, [])
         report = build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
         assert report.hnsw_built and report.chunks_total == len(SENTENCES) * len(PLACES)
         meta = report.as_metadata()
@@ -209,7 +211,7 @@ def bucketed_index(store: Store, embedder) -> IndexSpec:
         )
         for i in range(300)
     ]
-    store.sync_documents(spec.collection, docs, [])
+    store.documents.sync(spec.collection, docs, [])
     chunker = ParagraphChunker(
         spec.config.config_hash, vector_for=random_unit_vector_for(seed_salt="buckets")
     )

@@ -107,7 +107,7 @@ def evaluated(store, embedder):
     """Two indexes of one collection, each evaluated (bm25, dense) and recorded."""
     collection = f"c{uuid.uuid4().hex[:10]}"
     docs = [Document(doc_id, text) for doc_id, text in PASSAGES.items()]
-    store.sync_documents(collection, docs, [])
+    store.documents.sync(collection, docs, [])
     searcher = Searcher(store, embedder)
     specs = [make_spec(collection, "para-a"), make_spec(collection, "para-b", bm25={"analyzer": "english"})]
     for spec in specs:
@@ -122,7 +122,7 @@ def evaluated(store, embedder):
             store=store,
             n_resamples=20,
         )
-        store.record_evaluation(spec.name, report)
+        store.evaluations.record(spec.name, report)
     return collection, specs, searcher
 
 

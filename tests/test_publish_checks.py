@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chunking.loaders import load_folder
+from chunking.documents.folder import load_folder
 from pipeline import checks
 from pipeline.steps.index import publish_index
 from retrieval.indexing import stage_bm25, stage_chunks, stage_embeddings
@@ -27,7 +27,7 @@ def _folder(tmp_path: Path) -> Path:
 
 def _publish(store, embedder, spec, folder: Path) -> checks.Check:
     documents, failures = load_folder(folder)
-    store.sync_documents(spec.collection, documents, failures)
+    store.documents.sync(spec.collection, documents, failures)
     stage_chunks(store, spec, chunker=ParagraphChunker(spec.config.config_hash))
     stage_embeddings(store, spec, embedder)
     stage_bm25(store, spec)

@@ -232,7 +232,7 @@ def test_a_gap_that_runs_keep_failing_to_close_is_given_up_and_reported(project,
     cursor = _tick(defs, instance, first.cursor).cursor
     (docs_dir / "gamma.txt").unlink()
     store = Store(pg_url)
-    store.sync_documents(collection, [d for d in store.documents(collection) if d.id != "gamma.txt"])
+    store.documents.sync(collection, [d for d in store.documents.read(collection) if d.id != "gamma.txt"])
     gap = collection_gap(
         store, load_collection_configs(collections_path)[collection], [f"{collection}/recursive-48"]
     )
@@ -253,7 +253,6 @@ def test_a_gap_that_runs_keep_failing_to_close_is_given_up_and_reported(project,
     assert json.loads(quiet.cursor)["reported"] == {collection: gap.digest()}
 
     cmd_lag(argparse.Namespace(collection=collection, json=False))
-    assert (
-        f"{collection}/recursive-48: 1 document(s) behind (0 added, 0 changed, 1 deleted)"
-        in capsys.readouterr().out
-    )
+    out = capsys.readouterr().out
+    assert f"{collection}/recursive-48: 1 document(s) behind (0 added, 0 changed, 1 deleted)" in out
+    assert "\n  BM25 analysis: english\n" in out  # how its text and queries are analysed (set explicitly)

@@ -8,7 +8,9 @@ import pytest
 from chunking.types import Document
 from retrieval.indexing import build_index
 from retrieval.query import IndexNotFoundError, Searcher, SearchError
-from retrieval.store import Store, as_array, partition_names
+from retrieval.store import Store
+from retrieval.store.partitions import partition_names
+from retrieval.store.vectors import as_array
 from tests.test_indexing_support import ParagraphChunker, make_spec, random_unit_vector_for
 
 TOPICS = [
@@ -39,7 +41,7 @@ def text_index(store: Store, embedder):
         )
         for i in range(3)
     ]
-    store.sync_documents(spec.collection, docs, [])
+    store.documents.sync(spec.collection, docs, [])
     build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
     return spec
 
@@ -74,7 +76,7 @@ def test_dense_equals_exact_search_on_a_small_index(store, text_index, searcher,
 
 
 def test_results_carry_exact_spans_scores_and_timings(store, text_index, searcher) -> None:
-    docs = {d.id: d for d in store.documents(text_index.collection)}
+    docs = {d.id: d for d in store.documents.read(text_index.collection)}
     results = searcher.search("volcano eruption magma", text_index.name, k=3, mode="hybrid")
     assert [r.rank for r in results] == [1, 2, 3]
     for r in results:
@@ -148,7 +150,7 @@ def random_indexes(store: Store, embedder):
             )
             for i in range(n_docs)
         ]
-        store.sync_documents(spec.collection, docs, [])
+        store.documents.sync(spec.collection, docs, [])
         chunker = ParagraphChunker(spec.config.config_hash, vector_for=random_unit_vector_for(seed_salt=salt))
         build_index(store, spec, embedder, chunker=chunker)
         specs.append(spec)
@@ -237,7 +239,7 @@ def test_include_parent_returns_the_hierarchical_parent_span(store, embedder) ->
         ),
     )
     text = "\n\n".join(TOPICS)
-    store.sync_documents(spec.collection, [Document("all.md", text)], [])
+    store.documents.sync(spec.collection, [Document("all.md", text)], [])
     build_index(store, spec, embedder)
     results = Searcher(store, embedder).search("waggle dance", spec.name, k=3, include_parent=True)
     assert results and all(r.parent is not None for r in results)

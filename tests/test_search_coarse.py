@@ -55,7 +55,7 @@ def indexes(store: Store, embedder) -> tuple[IndexSpec, IndexSpec, IndexSpec]:
     """(fine with a coarse fallback, the coarse index, the same fine chunks without a fallback)."""
     collection = f"coarse{uuid.uuid4().hex[:8]}"
     docs = [Document(doc_id, "\n\n".join(paragraphs)) for doc_id, paragraphs in DOCUMENTS.items()]
-    store.sync_documents(collection, docs, [])
+    store.documents.sync(collection, docs, [])
     coarse = IndexSpec(collection, _config("whole"))
     build_index(store, coarse, embedder, chunker=WholeDocumentChunker(coarse.config.config_hash))
     fine = IndexSpec(collection, _config("paragraphs", {"config": "whole", "min_gap": 0.5}))

@@ -58,7 +58,7 @@ def _spec(collection: str, name: str, context_scoring: dict | None = None) -> In
 def collection(store: Store) -> str:
     name = f"ctx{uuid.uuid4().hex[:8]}"
     docs = [Document(doc_id, "\n\n".join(paragraphs)) for doc_id, paragraphs in DOCUMENTS.items()]
-    store.sync_documents(name, docs, [])
+    store.documents.sync(name, docs, [])
     return name
 
 
@@ -119,7 +119,7 @@ def test_the_index_config_turns_it_on_and_chunks_stay_exact_spans(
     store, plain_index, context_index, searcher
 ) -> None:
     assert plain_index.config.config_hash == context_index.config.config_hash  # same chunk ids
-    docs = {d.id: d.text for d in store.documents(context_index.collection)}
+    docs = {d.id: d.text for d in store.documents.read(context_index.collection)}
     known_ids = set(_chunk_texts(store, plain_index))
     for mode in ("dense", "bm25", "hybrid", "hybrid_weighted"):
         configured = searcher.search("magma volcano ash", context_index.name, k=6, mode=mode)
@@ -205,7 +205,7 @@ def test_parent_span_uses_the_hierarchical_parent(store, embedder, searcher) -> 
         ),
     )
     text = "\n\n".join(p for ps in DOCUMENTS.values() for p in ps)
-    store.sync_documents(spec.collection, [Document("all.md", text)], [])
+    store.documents.sync(spec.collection, [Document("all.md", text)], [])
     build_index(store, spec, embedder)
     chunks = _chunk_texts(store, spec)
     with store.connection() as conn:
@@ -287,7 +287,7 @@ def test_focus_ranks_up_the_chunk_whose_query_words_stand_together(store, embedd
     spec = _spec(f"ctxf{uuid.uuid4().hex[:8]}", "focus")
     others = [Document(f"other{i}.md", p) for i, p in enumerate(DOCUMENTS["orchestra.md"] * 2)]
     docs = [Document("close.md", close), Document("far.md", far), *others]  # others: positive idf
-    store.sync_documents(spec.collection, docs, [])
+    store.documents.sync(spec.collection, docs, [])
     build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
     plain = searcher.search("magma volcano", spec.name, k=2, mode="bm25")
     assert plain[0].scores["bm25"] == pytest.approx(plain[1].scores["bm25"])  # same words, same length
@@ -316,7 +316,7 @@ def test_collapse_returns_one_copy_of_a_repeated_passage_the_earliest(store, emb
     ]
     spec = _spec(f"ctxd{uuid.uuid4().hex[:8]}", "dups")
     text = "\n\n".join(paragraphs)
-    store.sync_documents(spec.collection, [Document("report.md", text)], [])
+    store.documents.sync(spec.collection, [Document("report.md", text)], [])
     build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
     first_start = text.index(repeated)
     for mode in ("bm25", "hybrid_weighted"):

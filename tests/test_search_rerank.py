@@ -54,7 +54,7 @@ def index(pg_url: str, embedder):
     store = Store(pg_url)
     store.migrate()
     spec = make_spec(bm25={"analyzer": "english"})
-    store.sync_documents(spec.collection, [Document("doc", "\n\n".join(PARAGRAPHS))], [])
+    store.documents.sync(spec.collection, [Document("doc", "\n\n".join(PARAGRAPHS))], [])
     build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
     return store, spec
 

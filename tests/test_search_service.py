@@ -36,7 +36,7 @@ def index_name(searcher: Searcher, embedder) -> str:
         Document("a.md", "\n\n".join(PARAGRAPHS[:2]), metadata={"lang": "en"}),
         Document("b.md", "\n\n".join(PARAGRAPHS[2:])),
     ]
-    searcher.store.sync_documents(spec.collection, docs, [])
+    searcher.store.documents.sync(spec.collection, docs, [])
     build_index(searcher.store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
     return spec.name
 
@@ -79,6 +79,8 @@ def test_indexes_health_and_readiness(http: TestClient, index_name: str) -> None
     listed = {i["name"]: i for i in http.get("/v1/indexes").json()}
     assert listed[index_name]["version"] == 1 and listed[index_name]["chunk_count"] == 4
     assert listed[index_name]["lag"]["documents_behind"] == 0  # retrieval.lag: nothing unindexed
+    # the analyzers its documents and queries use, and (for `analyzer: auto`) the detected languages
+    assert listed[index_name]["analyzers"] == ["english"] and listed[index_name]["languages"] == {}
     assert "/v1/search" in http.get("/openapi.json").json()["paths"]
 
 

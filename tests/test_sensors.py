@@ -217,7 +217,7 @@ def test_a_cursor_of_the_earlier_format_reads_as_generation_zero(project) -> Non
 def test_a_tick_hashes_only_the_files_whose_stat_signature_changed(tmp_path: Path) -> None:
     """The sensor trusts a file's stat signature as the documents step does: an unchanged file is
     not read again, a rewritten or touched one is (and a touch alone changes no hash)."""
-    from chunking.loaders import RACY_SECONDS
+    from chunking.documents.folder import RACY_SECONDS
     from pipeline.documents import snapshot
     from retrieval.config import load_collection_configs
 

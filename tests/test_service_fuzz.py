@@ -31,7 +31,7 @@ def base_url(pg_url: str, embedder):
     store.migrate()
     searcher = Searcher(store, embedder)
     spec = make_spec(bm25={"analyzer": "english"})
-    store.sync_documents(spec.collection, [Document("f.md", "Fuzzing finds bugs.\n\nQueues hold work.")], [])
+    store.documents.sync(spec.collection, [Document("f.md", "Fuzzing finds bugs.\n\nQueues hold work.")], [])
     build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
     with serve_in_thread(create_app(searcher, api_key=API_KEY)) as url:
         yield url

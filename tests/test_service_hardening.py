@@ -38,7 +38,7 @@ def index_name(searcher: Searcher, embedder) -> str:
         ),
         Document("b.md", "Glaciers carve valleys.\n\nCats sleep on rugs."),
     ]
-    searcher.store.sync_documents(spec.collection, docs, [])
+    searcher.store.documents.sync(spec.collection, docs, [])
     build_index(searcher.store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
     return spec.name
 
@@ -204,7 +204,7 @@ class _Report:
 def test_indexes_list_headline_metrics_by_default_and_everything_on_request(
     base_url: str, searcher: Searcher, index_name: str
 ) -> None:
-    searcher.store.record_evaluation(index_name, _Report())
+    searcher.store.evaluations.record(index_name, _Report())
     listed = {i["name"]: i for i in httpx.get(f"{base_url}/v1/indexes").json()}
     evaluation = listed[index_name]["latest_evaluation"]
     assert evaluation["headline"] == {"hybrid/hit_at_5": 0.8947, "hybrid/mrr_at_5": 0.8947}

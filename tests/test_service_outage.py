@@ -64,7 +64,7 @@ def own_index(own_pg, embedder) -> str:
     store.migrate()
     spec = make_spec(bm25={"analyzer": "english"})
     docs = [Document("a.md", "Postgres recovers after a crash.\n\nThe queue depth is seven.")]
-    store.sync_documents(spec.collection, docs, [])
+    store.documents.sync(spec.collection, docs, [])
     build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
     store.close()
     return spec.name
@@ -81,7 +81,7 @@ def test_pooled_connections_survive_a_database_restart(own_pg, own_index: str) -
     _pg_ctl(server, "-m", "fast", "restart")
     server.ensure_postgres_running()
     for _ in range(4):
-        assert store.index_version(own_index) == 1
+        assert store.indexes.version(own_index) == 1
     store.close()
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
-from retrieval.embedder import Embedder
+from retrieval.embedder import load_embedder
 from tests.conftest import REPO_ROOT
 from tests.dagster_helpers import DOCS
 from tests.service_process import free_port
@@ -85,7 +85,7 @@ def write_project(root: Path) -> Path:
         },
     }
     (root / "chunkyard.yaml").write_text(yaml.safe_dump(project), encoding="utf-8")
-    Embedder(backend="onnx", quantize="int8")  # exports into the machine's model cache if missing
+    load_embedder(backend="onnx", quantize="int8")  # exports into the machine's model cache if missing
     return docs
 
 
@@ -349,10 +349,12 @@ def test_compose_file_is_generated(tmp_path: Path) -> None:
     local = {s.name: s for s in services(target)}
     assert not (tmp_path / "stack").exists()
     compose = compose_services()
-    assert list(compose) == list(local)
+    # the same services; Compose adds the UI's authenticating proxy (locally the UI stays on loopback)
+    assert list(compose) == [*local, "ui-proxy"]
+    assert "ui-proxy" in {s.name for s in services(compose_target())}
     assert compose["postgres"]["image"] == POSTGRES_IMAGE
     for name, service in compose.items():
-        if name == "postgres":
+        if name in ("postgres", "ui-proxy"):
             continue
         # The same argv, environment variables and dependencies; only addresses and paths differ.
         ours = local[name]

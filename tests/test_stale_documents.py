@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chunking.loaders import load_folder
+from chunking.documents.folder import load_folder
 from retrieval.indexing import build_index
 from retrieval.query import Searcher
 from tests.test_indexing_support import ParagraphChunker, make_spec
@@ -12,7 +12,7 @@ from tests.test_indexing_support import ParagraphChunker, make_spec
 
 def _sync(store, spec, folder: Path) -> None:
     documents, failures = load_folder(folder)
-    store.sync_documents(spec.collection, documents, failures)
+    store.documents.sync(spec.collection, documents, failures)
 
 
 def test_a_document_whose_file_breaks_is_served_marked_stale_until_it_loads_again(

@@ -16,7 +16,8 @@ from chunking.model_cache import READY
 from chunking.types import Document
 from retrieval import indexing
 from retrieval.config import IndexConfig, IndexSpec
-from retrieval.embedder import Embedder, EmbedderConfigError
+from retrieval.embedder import Embedder, load_embedder
+from retrieval.embedders.base import EmbedderConfigError
 from retrieval.query import Searcher
 from retrieval.static_model import static_cache_dir
 
@@ -35,7 +36,7 @@ def static_embedder(static_home) -> Embedder:
     previous = os.environ.get("CHUNKYARD_MODEL_DIR")
     os.environ["CHUNKYARD_MODEL_DIR"] = str(static_home)
     try:
-        return Embedder(backend="static", batch_size=256, vocabulary_size=VOCABULARY)
+        return load_embedder(backend="static", batch_size=256, vocabulary_size=VOCABULARY)
     finally:
         if previous is None:
             os.environ.pop("CHUNKYARD_MODEL_DIR", None)
@@ -57,7 +58,7 @@ def test_static_vectors_are_normalised_float32_and_deterministic(static_embedder
     try:
         folder = static_cache_dir(static_embedder.model_path, static_embedder.static_settings)
         assert folder.parent == static_home / "static" and (folder / READY).is_file()
-        again = Embedder(backend="static", vocabulary_size=VOCABULARY)
+        again = load_embedder(backend="static", vocabulary_size=VOCABULARY)
     finally:
         if previous is None:
             os.environ.pop("CHUNKYARD_MODEL_DIR", None)
@@ -85,15 +86,15 @@ def test_static_gives_no_token_vectors_and_names_the_option(static_embedder) -> 
 
 def test_bad_static_options_are_clear_errors() -> None:
     with pytest.raises(EmbedderConfigError, match="embedder.pca_dims"):
-        Embedder(backend="static", pca_dims=1)
+        load_embedder(backend="static", pca_dims=1)
     with pytest.raises(EmbedderConfigError, match="embedder.vocabulary_size"):
-        Embedder(backend="static", vocabulary_size=10)
+        load_embedder(backend="static", vocabulary_size=10)
     with pytest.raises(EmbedderConfigError, match="embedder.device"):
-        Embedder(backend="static", device="cuda")
+        load_embedder(backend="static", device="cuda")
     with pytest.raises(EmbedderConfigError, match="embedder.quantize"):
-        Embedder(backend="static", quantize="int8")
+        load_embedder(backend="static", quantize="int8")
     with pytest.raises(EmbedderConfigError, match="embedder.pca_dims"):
-        Embedder(backend="torch", pca_dims=128)
+        load_embedder(backend="torch", pca_dims=128)
 
 
 def test_a_static_index_builds_and_searches_through_the_pipeline(store, static_embedder) -> None:
@@ -110,11 +111,11 @@ def test_a_static_index_builds_and_searches_through_the_pipeline(store, static_e
             embedder=dict(OPTIONS),
         ),
     )
-    store.sync_documents(spec.collection, [Document(k, v, metadata={"path": k}) for k, v in docs.items()], [])
+    store.documents.sync(spec.collection, [Document(k, v, metadata={"path": k}) for k, v in docs.items()], [])
     meta = indexing.build_index(store, spec, static_embedder).as_metadata()
     assert meta["chunks_inserted"] == meta["chunks_total"] >= 6
     assert meta["embeddings_computed"] == meta["chunks_total"]
-    info = store.index_info(spec.name)
+    info = store.indexes.info(spec.name)
     assert info["dim"] == 256 and info["document_count"] == 3
     searcher = Searcher(store, static_embedder)
     for query, doc_id in (("a dog on the floor", "pets.md"), ("the interest rate of the bank", "money.md")):

@@ -7,13 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chunking.loaders import DocumentFailure
+from chunking.documents.folder import DocumentFailure
 from chunking.types import Document
 from evaluation.estimates import Estimate
 from evaluation.metrics import MetricSummary
 from evaluation.runner import EvaluationReport
 from retrieval.migrations import MIGRATIONS
-from retrieval.store import Store, partition_names, split_index_name
+from retrieval.store import Store
+from retrieval.store.indexes import split_index_name
+from retrieval.store.partitions import partition_names
 from tests.test_indexing_support import make_spec
 
 
@@ -28,7 +30,7 @@ def test_migrations_are_versioned_and_idempotent(store: Store) -> None:
 def test_chunk_vectors_are_stored_inside_their_rows(store: Store) -> None:
     """STORAGE MAIN: a vector is never moved to the TOAST table before the texts (migration 7)."""
     spec = make_spec()
-    store.ensure_index(spec)
+    store.indexes.ensure(spec)
     with store.connection() as conn:
         storage = conn.execute(
             "SELECT attstorage FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'embedding'",
@@ -39,42 +41,42 @@ def test_chunk_vectors_are_stored_inside_their_rows(store: Store) -> None:
 
 def test_sync_documents_reports_added_changed_deleted_unchanged(store: Store) -> None:
     collection = "sync-test"
-    first = store.sync_documents(collection, [Document("a", "alpha"), Document("b", "beta")], [])
+    first = store.documents.sync(collection, [Document("a", "alpha"), Document("b", "beta")], [])
     assert (first.added, first.changed, first.deleted, first.unchanged) == (["a", "b"], [], [], [])
-    second = store.sync_documents(
+    second = store.documents.sync(
         collection, [Document("a", "alpha"), Document("c", "gamma", title="C", metadata={"k": 1})], []
     )
     assert (second.added, second.changed, second.deleted, second.unchanged) == (["c"], [], ["b"], ["a"])
-    third = store.sync_documents(collection, [Document("a", "alpha 2")], [DocumentFailure("c", "not UTF-8")])
+    third = store.documents.sync(collection, [Document("a", "alpha 2")], [DocumentFailure("c", "not UTF-8")])
     assert third.changed == ["a"] and third.deleted == [] and len(third.failed) == 1  # c failed: kept
-    docs = {d.id: d for d in store.documents(collection)}
+    docs = {d.id: d for d in store.documents.read(collection)}
     assert docs["a"].text == "alpha 2" and docs["c"].title == "C" and docs["c"].metadata == {"k": 1}
-    assert store.document_failures(collection) == [{"path": "c", "reason": "not UTF-8"}]
-    assert [d.id for d in store.documents(collection, ["c"])] == ["c"]
+    assert store.documents.failures(collection) == [{"path": "c", "reason": "not UTF-8"}]
+    assert [d.id for d in store.documents.read(collection, ["c"])] == ["c"]
 
 
 def test_a_failed_folder_keeps_its_documents(store: Store) -> None:
     collection = "sync-folder"
-    store.sync_documents(collection, [Document("guide/a.md", "a"), Document("b.md", "b")], [])
-    report = store.sync_documents(collection, [], [DocumentFailure("guide", "permission denied")])
+    store.documents.sync(collection, [Document("guide/a.md", "a"), Document("b.md", "b")], [])
+    report = store.documents.sync(collection, [], [DocumentFailure("guide", "permission denied")])
     assert report.deleted == ["b.md"]
-    assert [d.id for d in store.documents(collection)] == ["guide/a.md"]
+    assert [d.id for d in store.documents.read(collection)] == ["guide/a.md"]
 
 
 def test_duplicate_document_ids_are_rejected(store: Store) -> None:
     with pytest.raises(ValueError, match="duplicate document id"):
-        store.sync_documents("dupes", [Document("a", "x"), Document("a", "y")], [])
+        store.documents.sync("dupes", [Document("a", "x"), Document("a", "y")], [])
 
 
 def test_embedding_cache_round_trip(store: Store) -> None:
     rng = np.random.default_rng(0)
     vectors = {f"h{i}": rng.standard_normal(8).astype(np.float32) for i in range(5)}
-    assert store.cache_embeddings("model-x", vectors) == 5
-    assert store.cache_embeddings("model-x", vectors) == 0  # already there
-    found = store.cached_embeddings("model-x", ["h0", "h3", "missing"])
+    assert store.embedding_cache.add("model-x", vectors) == 5
+    assert store.embedding_cache.add("model-x", vectors) == 0  # already there
+    found = store.embedding_cache.lookup("model-x", ["h0", "h3", "missing"])
     assert set(found) == {"h0", "h3"}
     np.testing.assert_array_equal(found["h3"], vectors["h3"])
-    assert store.cached_embeddings("model-y", ["h0"]) == {}  # keyed by model
+    assert store.embedding_cache.lookup("model-y", ["h0"]) == {}  # keyed by model
 
 
 def _report(index_name: str, hit: float) -> EvaluationReport:
@@ -84,22 +86,22 @@ def _report(index_name: str, hit: float) -> EvaluationReport:
 
 def test_index_registration_partitions_and_evaluations(store: Store) -> None:
     spec = make_spec(name="registered")
-    info = store.ensure_index(spec)
+    info = store.indexes.ensure(spec)
     assert info["version"] == 0 and info["config_hash"] == spec.config.config_hash
     parts = partition_names(spec.name)
     with store.connection() as conn:
         tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
     assert {parts["chunks"], parts["postings"]} <= tables
-    assert store.ensure_index(spec)["name"] == spec.name  # idempotent
-    assert spec.name in [i["name"] for i in store.list_indexes()]
-    store.record_evaluation(spec.name, _report(spec.name, 0.5))
-    store.record_evaluation(spec.name, _report(spec.name, 0.75))
-    latest = store.latest_evaluation(spec.name)
+    assert store.indexes.ensure(spec)["name"] == spec.name  # idempotent
+    assert spec.name in [i["name"] for i in store.indexes.list()]
+    store.evaluations.record(spec.name, _report(spec.name, 0.5))
+    store.evaluations.record(spec.name, _report(spec.name, 0.75))
+    latest = store.evaluations.latest(spec.name)
     assert latest == _report(spec.name, 0.75).as_dict()
-    record = store.index_info(spec.name)["latest_evaluation"]
+    record = store.indexes.info(spec.name)["latest_evaluation"]
     assert record["report"] == latest and record["index_version"] == 0 and record["dataset"] == "demo"
-    store.drop_index(spec.name)
-    assert store.index_info(spec.name) is None
+    store.indexes.drop(spec.name)
+    assert store.indexes.info(spec.name) is None
 
 
 def test_index_names() -> None:

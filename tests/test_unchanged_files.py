@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from chunking import loaders
-from chunking.loaders import file_signature, scan_folder
+import chunking.documents.folder as folder_scan
+from chunking.documents.folder import file_signature, scan_folder
 from pipeline.steps.documents import sync_documents
 from retrieval.config import CollectionConfig
-from retrieval.store import StaleSignatures
+from retrieval.store.documents import StaleSignatures
 
 
 @pytest.fixture
 def trusted_now(monkeypatch: pytest.MonkeyPatch) -> None:
     """Trust signatures of files written a moment ago (a test cannot wait out the racy window)."""
-    monkeypatch.setattr(loaders, "RACY_SECONDS", 0.0)
+    monkeypatch.setattr(folder_scan, "RACY_SECONDS", 0.0)
 
 
 def _folder(tmp_path: Path) -> Path:
@@ -35,7 +35,10 @@ def test_a_file_written_within_the_racy_window_gets_no_signature(tmp_path: Path)
     assert scan.signatures == {}  # just written: a second write in the same clock tick is possible
     info = os.stat(folder / "a.md")
     later = (
-        info.st_mtime_ns + int(loaders.RACY_SECONDS * 1e9) + max(0, info.st_ctime_ns - info.st_mtime_ns) + 1
+        info.st_mtime_ns
+        + int(folder_scan.RACY_SECONDS * 1e9)
+        + max(0, info.st_ctime_ns - info.st_mtime_ns)
+        + 1
     )
     assert file_signature(info, later) is not None
 
@@ -52,7 +55,7 @@ def test_scan_leaves_files_with_a_known_signature_unread(tmp_path: Path, trusted
     (folder / "b.md").write_text("# Beta\n\nBeetles outnumber all other animal orders, by far.\n")
     third = scan_folder(folder, known=first.signatures)
     assert [d.id for d in third.documents] == ["b.md"] and third.unchanged == ["a.md", "sub/c.txt"]
-    stale = {k: v.replace(f"{loaders.SIGNATURE_VERSION}:", "0:", 1) for k, v in third.signatures.items()}
+    stale = {k: v.replace(f"{folder_scan.SIGNATURE_VERSION}:", "0:", 1) for k, v in third.signatures.items()}
     assert len(scan_folder(folder, known=stale).documents) == 3  # another parser version reads all
     # a lower size limit is never skipped past: the file is read and refused
     refused = scan_folder(folder, known=third.signatures, max_bytes=20)
@@ -73,7 +76,7 @@ def test_the_documents_step_reads_only_changed_files(store, tmp_path: Path, trus
     changed = sync_documents(store, collection)
     assert changed.ids == {"added_ids": [], "changed_ids": ["a.md"], "deleted_ids": ["sub/c.txt"]}
     assert changed.metadata["documents_read"] == 1
-    assert "Andes" in store.documents(collection.name, ["a.md"])[0].text
+    assert "Andes" in store.documents.read(collection.name, ["a.md"])[0].text
 
     os.utime(folder / "b.md")  # touched, same bytes: read once, unchanged, its new signature kept
     touched = sync_documents(store, collection).metadata
@@ -88,12 +91,12 @@ def test_unread_documents_deleted_meanwhile_make_the_step_read_every_file(
     collection = CollectionConfig(name="unchanged-files-race", folders=(str(folder),))
     sync_documents(store, collection)
     with pytest.raises(StaleSignatures):
-        store.sync_documents(collection.name, [], unchanged=["ghost.md"])
+        store.documents.sync(collection.name, [], unchanged=["ghost.md"])
     # another writer removes a document between the step's read of the signatures and its sync
-    signatures_before = store.document_signatures(collection.name)
+    signatures_before = store.documents.signatures(collection.name)
     with store.connection() as conn:
         conn.execute("DELETE FROM documents WHERE collection = %s AND doc_id = 'a.md'", (collection.name,))
-    monkeypatch.setattr(store, "document_signatures", lambda _name: signatures_before)
+    monkeypatch.setattr(store.documents, "signatures", lambda _name: signatures_before)
     report = sync_documents(store, collection).metadata
     assert (report["documents_added"], report["documents_read"]) == (1, 3)
-    assert sorted(store.document_hashes(collection.name)) == ["a.md", "b.md", "sub/c.txt"]
+    assert sorted(store.documents.hashes(collection.name)) == ["a.md", "b.md", "sub/c.txt"]

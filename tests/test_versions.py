@@ -35,7 +35,7 @@ def _versions(root: Path) -> dict[str, str]:
         ("retrieval/indexing/publishing.py", {"index"}),
         ("retrieval/query/searcher.py", {"evaluation"}),
         ("evaluation/reports.py", {"leaderboard", "promotion"}),
-        ("chunking/loaders.py", {"documents", "evaluation"}),
+        ("chunking/documents/files.py", {"documents", "evaluation"}),
     ],
 )
 def test_an_edit_changes_exactly_the_dependent_versions(

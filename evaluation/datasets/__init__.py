@@ -112,7 +112,7 @@ def load_documents_folder(
     if not folder.is_dir():
         raise DatasetError(f"documents folder not found: {folder}")
     try:
-        from chunking.loaders import load_folder
+        from chunking.documents.folder import load_folder
     except ImportError:
         load_folder = None
     if load_folder is not None:

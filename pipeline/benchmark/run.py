@@ -152,7 +152,7 @@ def run_benchmark(
 
     store = Store(database_url)
     store.migrate()
-    store.sync_documents(collection_name, data.documents, [])
+    store.documents.sync(collection_name, data.documents, [])
     reports: list[EvaluationReport] = []
     builds: dict[str, dict[str, int | float | str]] = {}
     suggestions: dict[str, WeightSuggestion] = {}

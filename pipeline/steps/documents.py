@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from chunking.loaders import DocumentFailure
+from chunking.documents.folder import DocumentFailure
 from pipeline.documents import CollectionDocuments, load_collection_documents
 from pipeline.report import StepReport
 from retrieval.config import CollectionConfig
-from retrieval.store import DocumentSync, StaleSignatures, Store
+from retrieval.store import Store
+from retrieval.store.documents import DocumentSync, StaleSignatures
 
 FAILURE_TABLE_ROWS = 200
 
@@ -31,11 +32,11 @@ def failures_markdown(failures: Sequence[DocumentFailure], limit: int = FAILURE_
 def sync_documents(store: Store, collection: CollectionConfig) -> StepReport:
     """Load and sync; when no folder is readable (missing, unmounted) the stored documents are kept.
 
-    Files whose stat signature matches the stored one are not read again (`chunking.loaders`).
+    Files whose stat signature matches the stored one are not read again (`chunking.documents.folder`).
     """
     started = time.perf_counter()
     name = collection.name
-    loaded = load_collection_documents(collection, store.document_signatures(name))
+    loaded = load_collection_documents(collection, store.documents.signatures(name))
     report = StepReport(warnings=[f"{name}: skipped {f.path}: {f.reason}" for f in loaded.failures])
     if loaded.usable:
         try:
@@ -46,7 +47,7 @@ def sync_documents(store: Store, collection: CollectionConfig) -> StepReport:
         report.metadata.update(sync.as_metadata())
         report.ids = {"added_ids": sync.added, "changed_ids": sync.changed, "deleted_ids": sync.deleted}
     else:
-        kept = len(store.document_hashes(name))
+        kept = len(store.documents.hashes(name))
         report.warnings.append(
             f"{name}: no documents folder is readable; keeping the {kept} stored documents"
         )
@@ -68,6 +69,6 @@ def sync_documents(store: Store, collection: CollectionConfig) -> StepReport:
 
 
 def _sync(store: Store, name: str, loaded: CollectionDocuments) -> DocumentSync:
-    return store.sync_documents(
+    return store.documents.sync(
         name, loaded.documents, loaded.failures, unchanged=loaded.unchanged, signatures=loaded.signatures
     )

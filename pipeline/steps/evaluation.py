@@ -1,7 +1,7 @@
 """Step `evaluation`: evaluate a published index on its questions, record the report, check regressions.
 
 `evaluate` is what both the evaluation asset and `chunkyard eval` call: one searcher, one
-`evaluate_index`, one `store.record_evaluation`.
+`evaluate_index`, one `store.evaluations.record`.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def evaluate(
     )
     report.cost.update(cost or {})
     if record:
-        store.record_evaluation(spec.name, report)
+        store.evaluations.record(spec.name, report)
     return report
 
 

@@ -19,14 +19,22 @@ def publish_index(store: Store, spec: IndexSpec, *, owner: str | None = None) ->
     written = checks.staged_documents(store, spec.name)["chunked"]
     published = publish(store, spec, owner=owner)
     scope = None if published.full_rebuild else written  # the rest was checked when published
-    info = store.index_info(spec.name) or {}
+    info = store.indexes.info(spec.name) or {}
     dim = int(info.get("dim") or 0)  # 0: nothing published yet, any single dimension passes
     # what the index is still behind after this publish (changes that arrived while it ran)
     behind = index_lag(store, spec.name, spec.collection).as_dict()
     lag = {"documents_behind": behind["documents_behind"]}
     lag["oldest_unindexed_change"] = behind["oldest_unindexed_change"] or "-"
+    bm25 = (info.get("config") or {}).get("bm25") or {}
+    analysis = {
+        "analyzers": "+".join(info.get("analyzers") or []),
+        "languages": " ".join(f"{lang}={share:.2f}" for lang, share in (info.get("languages") or {}).items())
+        or "-",
+        "analyzer_per_language": " ".join(f"{k}:{v}" for k, v in (bm25.get("analyzers") or {}).items())
+        or "-",
+    }
     return StepReport(
-        metadata={**published.as_metadata(), **lag},
+        metadata={**published.as_metadata(), **lag, **analysis},
         checks=[
             checks.check_spans(store, spec.collection, spec.name, "published", doc_ids=written),
             checks.check_published_embeddings(store, spec.name, dim, doc_ids=scope),

@@ -15,7 +15,8 @@ from retrieval.config import IndexSpec
 from retrieval.indexing.reports import ChunkStageReport, IndexingError
 from retrieval.indexing.staging import analyze_staged, clear_staging, merge_stage_report
 from retrieval.languages import METADATA_KEY, document_language
-from retrieval.store import Store, partition_names
+from retrieval.store import Store
+from retrieval.store.partitions import partition_names
 
 if TYPE_CHECKING:
     from retrieval.embedder import Embedder
@@ -55,7 +56,7 @@ def stage_chunks(
     """
     started = time.perf_counter()
     store.migrate()
-    info = store.ensure_index(spec)
+    info = store.indexes.ensure(spec)
     index_name = spec.name
     report = ChunkStageReport(index=index_name)
     parts = partition_names(index_name)
@@ -84,7 +85,7 @@ def _stage(
 ) -> None:
     """The body of `stage_chunks`, inside its transaction (the index row locked)."""
     index_name = spec.name
-    info = store.index_info(index_name) or info  # as of the lock: a publish may have landed meanwhile
+    info = store.indexes.info(index_name) or info  # as of the lock: a publish may have landed meanwhile
     current = dict(
         conn.execute(
             "SELECT doc_id, sha256 FROM documents WHERE collection = %s", (spec.collection,)
@@ -145,7 +146,7 @@ def _stage(
     with conn.cursor() as cur:
         for i in range(0, len(to_chunk), CHUNK_DOC_BATCH):
             load_started = time.perf_counter()
-            docs = store.documents(spec.collection, to_chunk[i : i + CHUNK_DOC_BATCH])
+            docs = store.documents.read(spec.collection, to_chunk[i : i + CHUNK_DOC_BATCH])
             report.load_seconds += time.perf_counter() - load_started
             cur.executemany(
                 "INSERT INTO staged_documents (index_name, doc_id, sha256) VALUES (%s, %s, %s)",

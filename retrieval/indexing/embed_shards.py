@@ -21,7 +21,6 @@ from retrieval.store import Store
 
 if TYPE_CHECKING:
     from retrieval.embedder import Embedder
-    from retrieval.endpoint_embedder import EndpointEmbedder
 
 HASH_DIGITS = 7  # leading hex digits of the content hash that pick its shard (28 bits: a positive int4)
 
@@ -52,7 +51,7 @@ class ShardReport:
 def embed_shard(
     store: Store,
     spec: IndexSpec,
-    embedder: Embedder | EndpointEmbedder,
+    embedder: Embedder,
     shard: int,
     shards: int,
     *,
@@ -80,7 +79,7 @@ def embed_shard(
         ).fetchall()
     texts_by_hash = {h: text for h, text in rows}
     report.texts = len(texts_by_hash)
-    cached = store.cached_embeddings(embedder.model_id, texts_by_hash)
+    cached = store.embedding_cache.lookup(embedder.model_id, texts_by_hash)
     report.embeddings_cached_before = len(cached)
     missing = [h for h in texts_by_hash if h not in cached]
     if missing:

@@ -18,7 +18,6 @@ from retrieval.store import Store
 
 if TYPE_CHECKING:
     from retrieval.embedder import Embedder
-    from retrieval.endpoint_embedder import EndpointEmbedder
 
 EMBED_BATCH = 256  # at most this many texts per embedding + cache round trip (a crash loses one batch)
 EMBED_BATCH_TOKENS = 32768  # and at most this many model tokens: short texts go in bigger batches
@@ -35,7 +34,7 @@ def token_batches(hashes: list[str], tokens: dict[str, int]) -> list[list[str]]:
 
 
 def _computed(
-    embedder: Embedder | EndpointEmbedder,
+    embedder: Embedder,
     missing: list[str],
     texts_by_hash: dict[str, str],
     tokens: dict[str, int],
@@ -90,14 +89,14 @@ class _CacheWriter:
             done = item is None
             if merged and self._error is None:
                 try:
-                    self._store.cache_embeddings(self._model_id, merged)
+                    self._store.embedding_cache.add(self._model_id, merged)
                 except BaseException as exc:  # re-raised in the stage's thread
                     self._error = exc
 
 
 def embed_and_cache(
     store: Store,
-    embedder: Embedder | EndpointEmbedder,
+    embedder: Embedder,
     missing: list[str],
     texts_by_hash: dict[str, str],
     tokens: dict[str, int],
@@ -133,7 +132,7 @@ def embed_and_cache(
 def stage_embeddings(
     store: Store,
     spec: IndexSpec,
-    embedder: Embedder | EndpointEmbedder,
+    embedder: Embedder,
     progress: Callable[[int, int], None] | None = None,
     *,
     owner: str | None = None,
@@ -188,7 +187,7 @@ def stage_embeddings(
         long_hashes = {h for h, n in tokens.items() if n > embedder.max_seq_length}
         report.chunks_longer_than_model_limit = sum(1 for _, h, _ in pending if h in long_hashes)
     lookup_started = time.perf_counter()
-    vectors = store.cached_embeddings(embedder.model_id, texts_by_hash)  # across runs and configs
+    vectors = store.embedding_cache.lookup(embedder.model_id, texts_by_hash)  # across runs and configs
     report.cache_lookup_seconds = round(time.perf_counter() - lookup_started, 3)
     missing = [h for h in texts_by_hash if h not in vectors]
     embed_started = time.perf_counter()

@@ -10,7 +10,7 @@ from psycopg import Connection, sql
 from chunking.environment import env_int
 from retrieval.capabilities import HNSW_MAX_DIMS, VectorFeatureError, detect_features
 from retrieval.indexing.reports import IndexingError
-from retrieval.store import partition_names
+from retrieval.store.partitions import partition_names
 
 
 def _maintenance_work_mem() -> str:

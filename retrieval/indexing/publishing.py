@@ -18,7 +18,8 @@ from retrieval.indexing.reports import IndexingError, PublishReport, stage_timin
 from retrieval.indexing.staging import check_owner, clear_staging
 from retrieval.languages import published_config
 from retrieval.migrations import STAGING_TABLES
-from retrieval.store import Store, partition_names
+from retrieval.store import Store
+from retrieval.store.partitions import partition_names
 
 ANALYZE_SHARE = 0.1  # a publish changing at least this share of a partition's rows re-analyzes it
 VACUUM_STAGING_CHUNKS = 1000  # a publish of at least this many chunks vacuums the staging tables

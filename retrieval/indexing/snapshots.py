@@ -16,7 +16,7 @@ from psycopg import Connection, sql
 
 from retrieval.indexing.hnsw import create_hnsw, has_graph, vector_storage
 from retrieval.names import IndexName
-from retrieval.store import create_partitions, drop_index_in, partition_names
+from retrieval.store.partitions import create_partitions, drop_index_in, partition_names
 
 _CHUNK_COLUMNS = (
     "chunk_id",

@@ -24,12 +24,18 @@ def fuse(
     rrf_k: float,
     weight: float,
     auto_weight: float = 0.25,
+    *,
+    cross_language: bool = False,
 ) -> Ranked:
     """Merge ranked lists into one ranking with every stage's score kept per chunk.
 
     `hybrid` adds reciprocal ranks (`1 / (rrf_k + rank)`); `hybrid_weighted` mixes the min-max
     normalised scores with dense weight `weight`; `hybrid_auto` mixes them with the per-query
-    weight of `calibrated_weight(dense, lexical, auto_weight)` (kept as `scores["auto_weight"]`).
+    weight of `calibrated_weight(dense, lexical, auto_weight)` (kept as `scores["auto_weight"]`),
+    or with dense alone (weight 1: BM25 only orders what dense ties or never found) for a question in
+    another language than the documents (`cross_language`, `retrieval.languages.crosses_languages`):
+    there BM25 matches only names, numbers and look-alike words, and a multilingual model does not
+    need it (measured in benchmarks/results/languages.md).
     """
     scores: dict[str, dict[str, float]] = {}
     for rank, (cid, value) in enumerate(dense, start=1):
@@ -44,7 +50,7 @@ def fuse(
             entry["rrf"] = sum(1.0 / (rrf_k + entry[r]) for r in ("dense_rank", "bm25_rank") if r in entry)
     elif mode in ("hybrid_weighted", "hybrid_auto"):
         if mode == "hybrid_auto":
-            weight = calibrated_weight(dense, lexical, auto_weight)
+            weight = 1.0 if cross_language else calibrated_weight(dense, lexical, auto_weight)
         dense_norm = min_max(dict(dense))
         bm25_norm = min_max(dict(lexical))
         for cid, entry in scores.items():

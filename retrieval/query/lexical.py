@@ -17,7 +17,8 @@ from retrieval import bm25 as bm25_lib
 from retrieval.options import SearchError
 from retrieval.query.fusion import Candidates
 from retrieval.query.snapshot import IndexHandle, IndexHandles
-from retrieval.store import Store, split_index_name
+from retrieval.store import Store
+from retrieval.store.indexes import split_index_name
 
 BACKENDS = ("sql", "memory")
 

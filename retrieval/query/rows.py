@@ -12,7 +12,8 @@ from psycopg import sql
 from retrieval.query.fusion import Ranked
 from retrieval.query.results import SearchResult
 from retrieval.query.snapshot import IndexHandle
-from retrieval.store import Store, as_array
+from retrieval.store import Store
+from retrieval.store.vectors import as_array
 
 
 @dataclass

@@ -29,6 +29,7 @@ from retrieval.aliases import resolve as resolve_alias
 from retrieval.capabilities import VectorFeatures
 from retrieval.config import default_collection
 from retrieval.index_defaults import COARSE_DEFAULT_RANK
+from retrieval.languages import crosses_languages
 from retrieval.names import IndexName
 from retrieval.options import (
     HNSW_MAX_EF,
@@ -408,7 +409,10 @@ class Searcher:
                 n = first_stage if mode == "bm25" else max(first_stage, plan.candidates)
                 lexical = self.lexical.top_k(conn, handle, query, n, request.filters)
         with _timed(timings, "fuse_ms"):
-            fused = fuse(mode, dense, lexical, plan.rrf_k, plan.weight, plan.auto_weight)
+            crossed = mode == "hybrid_auto" and crosses_languages(query, handle.config)
+            fused = fuse(
+                mode, dense, lexical, plan.rrf_k, plan.weight, plan.auto_weight, cross_language=crossed
+            )
         if plan.context.enabled and fused:
             with _timed(timings, "context_ms"):
                 layout = self._layouts.get(conn, handle)

@@ -20,7 +20,8 @@ from retrieval.index_defaults import ContextConfigError, IndexDefaults
 from retrieval.names import IndexName
 from retrieval.options import SearchError
 from retrieval.query.results import NOTHING_INDEXED, IndexNotFoundError
-from retrieval.store import partition_names, split_index_name
+from retrieval.store.indexes import split_index_name
+from retrieval.store.partitions import partition_names
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class IndexHandle:
     chunks: str
     postings: str
     bm25_params: bm25_lib.Bm25Params
-    analyzer: bm25_lib.Analyzer
+    analyzer: bm25_lib.TermAnalyzer  # queries: every analyzer the documents were analysed with
     defaults: IndexDefaults
     label: IndexName  # what results name: a snapshot (`c/x@v3`) answers as its live index at version 3
     vector_storage: str = "vector"  # the type its HNSW graph is built on (`vector` or `halfvec`)

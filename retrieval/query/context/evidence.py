@@ -60,7 +60,7 @@ def score_contexts(
     terms: list[str] | None,
     bm25_params: bm25_lib.Bm25Params,
     query_vector: np.ndarray | None,
-    analyzer: bm25_lib.Analyzer | None = None,
+    analyzer: bm25_lib.TermAnalyzer | None = None,
 ) -> ContextEvidence:
     """BM25 and/or dense scores of each candidate's context, read inside the caller's snapshot.
 
@@ -153,7 +153,7 @@ def score_contexts_in_memory(
     terms: list[str] | None,
     bm25_params: bm25_lib.Bm25Params,
     query_vector: np.ndarray | None,
-    analyzer: bm25_lib.Analyzer | None = None,
+    analyzer: bm25_lib.TermAnalyzer | None = None,
 ) -> ContextEvidence:
     """`score_contexts` from the index version's `ContextStatistics`: the same scores, no query sent.
 

@@ -141,7 +141,7 @@ class ContextStatistics:
         return cached
 
     def focus_terms(
-        self, conn: psycopg.Connection, analyzer: bm25_lib.Analyzer
+        self, conn: psycopg.Connection, analyzer: bm25_lib.TermAnalyzer
     ) -> tuple[np.ndarray, np.ndarray]:
         """Every chunk's analysed `embed_text` as term ids (-1: not in the vocabulary) and its offsets."""
         self.load_bm25(conn)
@@ -161,7 +161,7 @@ class ContextStatistics:
         return self._focus
 
     def focus_occurrences(
-        self, conn: psycopg.Connection, analyzer: bm25_lib.Analyzer
+        self, conn: psycopg.Connection, analyzer: bm25_lib.TermAnalyzer
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Where each term occurs in `focus_terms`' flat array: a CSR by term id (indptr, positions),
         and the chunk (layout position) of every flat position.

@@ -1,8 +1,8 @@
-"""Text out of one file's bytes, per format; a file that yields no usable text raises UnusableFile.
+"""PDF, DOCX and PPTX files' text, title and page or slide offsets; an unusable file raises UnusableFile.
 
 Each parser returns the document text (what chunk spans index into), a title and extra metadata.
-Extracted formats (HTML, PDF, DOCX, PPTX) build their text from blocks joined by blank lines, so
-offsets are offsets into that extracted text; PDF pages and PPTX slides are located by
+These formats (and HTML, `chunking.documents.webpage`) build their text from blocks joined by blank
+lines, so offsets are offsets into that extracted text; PDF pages and PPTX slides are located by
 `page_starts` / `slide_starts` (start offset of each, see `chunking.types.LOCATION_KEYS`).
 Parsers of untrusted input can fail in any way: every failure becomes an UnusableFile whose
 message names the format and the parser's error.
@@ -11,157 +11,18 @@ message names the format and the parser's error.
 from __future__ import annotations
 
 import io
-import json
 import re
-import time
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-
-class UnusableFile(ValueError):
-    """Raised by a parser with the reason a file yields no document."""
-
+from chunking.documents.errors import UnusableFile
 
 Parsed = tuple[str, str, dict[str, Any]]  # (text, title, extra metadata)
 
 # Office files are zip archives of XML: refuse archives that would inflate past this (zip bombs).
 MAX_UNZIPPED_BYTES = 256 * 1024 * 1024
 MAX_ZIP_ENTRIES = 10_000
-
-# Characters that never appear in text: C0/C1 controls except tab, newlines, form feed and ESC.
-_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f-\x9f]")
-MAX_CONTROL_FRACTION = 0.1
-
-
-MID_WRITE_RETRIES = 4
-MID_WRITE_WAIT_S = 0.25
-
-
-def settled_text(data: bytes, reread: Callable[[], bytes], size: Callable[[], int]) -> bytes:
-    """`data`, or the file read again (`reread`) while it changes: a text file caught mid-write (its
-    last character cut, or its `size` now other than what was read) is not reported as bad UTF-8.
-
-    Still changing and undecodable after MID_WRITE_RETRIES reads: UnusableFile saying so (the stored
-    version is kept and the file is read again on the next scan). A file that stays the same is
-    returned as it is, for `decode_text` to say where it is broken.
-    """
-    changed = False
-    for _ in range(MID_WRITE_RETRIES):
-        try:
-            data.decode("utf-8-sig")
-            return data
-        except UnicodeDecodeError as exc:
-            cut = exc.reason == "unexpected end of data"  # a multi-byte character cut at the end
-        try:
-            now = size()
-        except OSError:
-            return data  # gone: decode_text reports the bytes read
-        if not cut and now == len(data):
-            return data
-        time.sleep(MID_WRITE_WAIT_S)
-        again = reread()
-        changed = changed or again != data
-        data = again
-    try:
-        data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        if not changed:
-            return data  # the same bytes all along: broken as it is, not being written
-        raise UnusableFile(
-            "the file changed while it was read (still being written?); it is read again on the next scan"
-        ) from None
-    return data
-
-
-def decode_text(data: bytes) -> str:
-    """Strict UTF-8 (a BOM is dropped); refuses binary files: NUL bytes or many control characters."""
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        bad = data[exc.start : exc.start + 1].hex()
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise UnusableFile(
-            f"not valid UTF-8: byte 0x{bad} at offset {exc.start} (line {line}); re-save the file as UTF-8"
-        ) from None
-    if "\x00" in text:
-        raise UnusableFile("contains NUL bytes: looks like a binary file, not text")
-    controls = len(text) - len(_CONTROL.sub("", text))
-    if controls > MAX_CONTROL_FRACTION * len(text):
-        raise UnusableFile(
-            f"not text: {controls} of {len(text)} characters are control characters (a binary file?)"
-        )
-    return text
-
-
-def has_visible_text(text: str) -> bool:
-    """True when some character is neither whitespace (NBSP included) nor invisible (zero-width, BOM)."""
-    return any(ch.isprintable() and not ch.isspace() for ch in text)
-
-
-def parse_html(html: str) -> tuple[str, str]:
-    """The main text of an HTML page and its <title>. trafilatura keeps the page's main content and
-    drops navigation, cookie banners, footers and related links (benchmarks/results/html_extraction.md);
-    where it finds no main text (a page of bare `<div>`s, a one-line page) every visible text is kept."""
-    from bs4 import BeautifulSoup
-
-    try:
-        soup = BeautifulSoup(html, "html.parser")
-        title = soup.title.get_text(" ", strip=True) if soup.title else ""
-        for tag in soup(["script", "style", "noscript", "template", "head"]):
-            tag.decompose()
-        raw = soup.get_text("\n")
-    except RecursionError:
-        raise UnusableFile("HTML nested too deeply to parse") from None
-    lines = (line.strip() for line in raw.splitlines())
-    text = "\n".join(_squeeze_blank_lines(lines)).strip()
-    if not text:
-        raise UnusableFile("HTML page has no visible text")
-    return _main_text(html) or text, title
-
-
-def _main_text(html: str) -> str:
-    """trafilatura's main text of a page, paragraphs separated by blank lines ("" when it finds none)."""
-    import trafilatura
-
-    try:
-        main = trafilatura.extract(html, favor_recall=True, include_tables=True, include_comments=False)
-    except Exception:  # a parser of untrusted input: any failure keeps the visible text instead
-        return ""
-    lines = (line.strip() for line in (main or "").splitlines())
-    return "\n\n".join(line for line in lines if line)
-
-
-def _squeeze_blank_lines(lines: Iterable[str]) -> Iterable[str]:
-    blank = False
-    for line in lines:
-        if line:
-            blank = False
-            yield line
-        elif not blank:
-            blank = True
-            yield ""
-
-
-def validate_json(text: str, *, jsonl: bool) -> None:
-    """Raise UnusableFile unless `text` is JSON (or JSON Lines); nesting too deep to parse is refused."""
-    try:
-        if not jsonl:
-            try:
-                json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise UnusableFile(
-                    f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-                ) from None
-            return
-        for number, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                try:
-                    json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise UnusableFile(f"invalid JSON Lines: line {number}: {exc.msg}") from None
-    except RecursionError:
-        raise UnusableFile("JSON nested too deeply to parse") from None
 
 
 def join_blocks(blocks: Iterable[str]) -> tuple[str, list[int]]:
@@ -303,7 +164,7 @@ def parse_pptx(data: bytes) -> Parsed:
 
 
 # Binary formats: extension -> (MIME type, parser of the file's bytes). A new binary format is its
-# parser above and one entry here; the loaders read this table.
+# parser above and one entry here; `chunking.documents.files` reads this table.
 BINARY_FORMATS: dict[str, tuple[str, Callable[[bytes], Parsed]]] = {
     ".pdf": ("application/pdf", parse_pdf),
     ".docx": ("application/vnd.openxmlformats-officedocument.wordprocessingml.document", parse_docx),

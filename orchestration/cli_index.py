@@ -1,0 +1,177 @@
+"""`chunkyard index`: materialise a collection's assets as one Dagster run, then summarise what it did."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from orchestration import cli_check, cli_search, run_report
+from orchestration.cli_errors import RuntimeFailure
+from orchestration.progress import RunProgress
+
+
+def _print(message: str = "", end: str = "\n") -> None:
+    print(message, end=end, flush=True)
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    """Materialise the collection's assets as a real run of the project's Dagster instance."""
+
+    chosen = cli_check.chosen_collections(getattr(args, "name", None) or getattr(args, "collection", None))
+    planned = cli_check.check_project(chosen)  # every config, before anything runs: exit 2 on a problem
+    if getattr(args, "dry_run", False):
+        cli_check.print_plan(planned)
+        return 0
+    started = time.perf_counter()
+    from dagster import AssetSelection, materialize
+
+    from assets.definitions import build_definitions
+    from assets.keys import collection_keys, collection_prefix
+    from assets.runs import host_tags, sweep_dead_runs
+    from orchestration.index_writers import WriterBusy, run_tags, sole_writer
+    from orchestration.instance import get_instance
+
+    instance = get_instance()
+    swept = sweep_dead_runs(instance)
+    if swept:
+        _print(f"Marked {len(swept)} run(s) whose process is gone as failed: {', '.join(swept)}")
+    defs = build_definitions(database_url=os.environ["DATABASE_URL"])
+    graph = defs.resolve_asset_graph()
+    keys = [k for c in chosen for k in collection_keys(c, graph.get_all_asset_keys())]
+    assets = [a for a in defs.assets if any(k in keys for k in a.keys)]  # type: ignore[union-attr]
+    prefixes = {c: collection_prefix(c) for c in chosen}
+    wait = not getattr(args, "no_wait", False)
+    try:  # one writer per collection: after any run of it in flight (the daemon's or another CLI's)
+        with sole_writer(instance, os.environ["DATABASE_URL"], prefixes, wait=wait, say=_print):
+            _print(
+                f"Indexing {', '.join(chosen)}: {len(keys)} assets (Dagster home {os.environ['DAGSTER_HOME']})"
+            )
+            progress = RunProgress(total=len(keys), stream=sys.stdout)
+            with progress:
+                result = materialize(
+                    assets,
+                    instance=instance,
+                    resources=defs.resources,
+                    selection=AssetSelection.assets(*keys),
+                    tags={**host_tags(), "chunkyard/trigger": "cli", **run_tags(chosen), **progress.tags},
+                    # Step events stay in the event log (`chunkyard ui`); the progress display and the
+                    # summary below show the steps and their errors.
+                    run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
+                    raise_on_error=False,
+                )
+    except WriterBusy as exc:
+        print(f"chunkyard index: {exc}; not started (without --no-wait it waits)", file=sys.stderr)
+        return 1
+    if run_report.interrupted(result.all_events):
+        raise KeyboardInterrupt  # one line from main(), not the interrupted step's error
+    summary = run_summary(result)
+    for line in summary["failures"]:
+        if "DagsterAssetCheckFailedError" not in line:  # a blocking check: listed below with its numbers
+            _print(f"  ! {line}")
+    failed_checks = run_report.failed_checks(result.all_events)
+    for check in failed_checks:
+        _print(f"  ! {check.line()}")
+    succeeded = result.success and not any(check.error for check in failed_checks)
+    notes = run_report.evaluation_notes(result.all_events)
+    _print("".join(f"  note: {note}\n" for note in notes), end="")
+    if summary["skipped_files"]:
+        _print(f"Files skipped ({len(summary['skipped_files'])}):")
+        for path, reason in summary["skipped_files"]:
+            _print(f"  - {path}: {reason}")
+    _print()
+    _print(
+        f"Run {result.run_id} {'succeeded' if succeeded else 'FAILED'} in "
+        f"{time.perf_counter() - started:.1f} s (visible in `chunkyard ui`)."
+    )
+    for collection, counts in sorted(summary["documents"].items()):  # every collection indexed
+        _print(
+            f"Documents: {counts}"
+            if len(summary["documents"]) == 1
+            else f"Documents ({collection}): {counts}"
+        )
+    _print(
+        f"Chunks (all configs): {summary['staged']} new or changed, {summary['kept']} kept unchanged "
+        "(neither re-chunked nor re-embedded)"
+    )
+    _print(
+        f"Embeddings: {summary['computed']} computed, {summary['reused']} reused from the embedding cache"
+        + (", nothing re-embedded" if summary["computed"] == 0 else "")
+    )
+    board = summary.get("leaderboard")
+    if board:
+        _print()
+        _print(board)
+        if summary.get("full_table"):
+            _print(f"\nAll metrics with cost: {summary['full_table']}")
+        if summary.get("chart"):
+            _print(f"Chart: {summary['chart']}")
+    if succeeded:
+        _print(cli_search.suggestion(chosen[0], summary.get("best")))
+        return 0
+    errors = [check for check in failed_checks if check.error]
+    if errors:  # an error-level check failed (a blocking one stopped the steps after it)
+        raise RuntimeFailure(
+            f"{len(errors)} check(s) failed, first {errors[0].name} on {errors[0].asset}",
+            run_report.hint(failed_checks),
+        )
+    raise RuntimeFailure(
+        f"run {result.run_id} failed: {summary['failures'][0] if summary['failures'] else 'see the UI'}",
+        "fix the cause above and rerun `chunkyard index` (finished steps are not redone)"
+        if summary["failures"]
+        else "open `chunkyard ui` (http://127.0.0.1:3000) for the step logs; fix and rerun `chunkyard index`",
+    )
+
+
+def run_summary(result) -> dict:
+    """Counts, skipped files and the leaderboard from a run's materialisation metadata."""
+    summary: dict = {
+        "computed": 0,
+        "reused": 0,
+        "staged": 0,
+        "kept": 0,
+        "documents": {},  # collection (asset key prefix) -> its documents step's counts
+        "failures": [],
+        "skipped_files": [],
+    }
+    for event in result.all_events:
+        if event.is_step_failure:
+            error = event.event_specific_data.error  # type: ignore[union-attr]
+            while error is not None and error.cause is not None:  # Dagster's wrapper -> the step's error
+                error = error.cause
+            message = " ".join(error.message.split()) if error else "failed"
+            summary["failures"].append(f"{event.step_key}: {message}")
+        if not event.is_step_materialization:
+            continue
+        materialization = event.step_materialization_data.materialization
+        key = materialization.asset_key.path
+        meta = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
+        if key[-1] == "chunks":
+            summary["staged"] += int(meta.get("chunks_staged", 0) or 0)
+            summary["kept"] += int(meta.get("chunks_kept", 0) or 0)
+        elif key[-1] == "embeddings":
+            summary["computed"] += int(meta.get("embeddings_computed", 0) or 0)
+            summary["reused"] += int(meta.get("embeddings_reused", 0) or 0)
+        elif key[-1] == "documents":
+            summary["documents"][key[0]] = ", ".join(
+                f"{meta.get(f'documents_{k}', 0)} {k}"
+                for k in ("added", "changed", "deleted", "unchanged", "failed")
+            )
+            summary["skipped_files"].extend(_failure_rows(str(meta.get("failures", ""))))
+        elif key[-1] == "leaderboard":
+            summary["leaderboard"] = meta.get("summary") or meta.get("leaderboard")
+            summary["best"] = (meta.get("best_index"), meta.get("best_mode"))
+            summary["chart"] = meta.get("chart_path")
+            summary["full_table"] = meta.get("markdown_path")
+    return summary
+
+
+def _failure_rows(markdown: str) -> list[tuple[str, str]]:
+    """(file, reason) rows of the documents step's failure table."""
+    rows = []
+    for line in markdown.splitlines():
+        if line.startswith("| `"):
+            path, _, reason = line[3:].partition("` | ")
+            rows.append((path.replace("\\|", "|"), reason.rstrip(" |").replace("\\|", "|")))
+    return rows

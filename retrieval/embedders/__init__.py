@@ -1,0 +1,1 @@
+"""One class per local embedding backend (torch, ONNX, static); `retrieval.embedder` picks one per config."""

@@ -1,0 +1,182 @@
+"""A collection's source documents: synced from its folder, read back by id, with load failures."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from chunking.types import Document
+from retrieval.store.pool import Pool
+
+
+class StaleSignatures(RuntimeError):
+    """Documents left unread as unchanged were deleted meanwhile: the folder must be read in full."""
+
+
+@dataclass
+class DocumentSync:
+    """What `Documents.sync` changed, by document id."""
+
+    added: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    failed: list[Any] = field(default_factory=list)
+
+    def as_metadata(self) -> dict[str, int]:
+        return {
+            "documents_added": len(self.added),
+            "documents_changed": len(self.changed),
+            "documents_deleted": len(self.deleted),
+            "documents_unchanged": len(self.unchanged),
+            "documents_failed": len(self.failed),
+        }
+
+
+class Documents:
+    """The `documents` and `document_failures` tables, one collection at a time."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+
+    def sync(
+        self,
+        collection: str,
+        documents: Sequence[Document],
+        failures: Sequence[Any] = (),
+        *,
+        unchanged: Sequence[str] = (),
+        signatures: Mapping[str, str] | None = None,
+    ) -> DocumentSync:
+        """Make the stored collection equal `documents` plus `unchanged`: upsert added/changed, delete
+        absent ones.
+
+        A document that failed to load this time (its id or folder in `failures`) keeps its previous
+        stored version instead of being deleted: a transient read error must not drop it.
+        `unchanged` are ids left unread because their file signature matched (`signatures`);
+        `signatures` ({id: file signature}) is recorded for the documents given, None where absent.
+        An unchanged id that is no longer stored raises `StaleSignatures`: read the files again.
+        """
+        ids = [d.id for d in documents]
+        if len(set(ids)) != len(ids):
+            dupes = sorted({i for i in ids if ids.count(i) > 1})
+            raise ValueError(f"documents.sync: duplicate document id(s) {dupes[:5]}")
+        failed_paths = [str(f.path).rstrip("/") for f in failures]
+        report = DocumentSync(failed=list(failures))
+        with self._pool.connection() as conn, conn.transaction():
+            # one sync of a collection at a time; an advisory lock, as row locks on every document
+            # would write each row's xmax (a one-document update then dirties the whole collection)
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('chunkyard.documents:' || %s))", (collection,)
+            )
+            existing = {
+                doc_id: (sha, signature)
+                for doc_id, sha, signature in conn.execute(
+                    "SELECT doc_id, sha256, file_signature FROM documents WHERE collection = %s",
+                    (collection,),
+                ).fetchall()
+            }
+            gone = [doc_id for doc_id in unchanged if doc_id not in existing]
+            if gone:
+                raise StaleSignatures(f"documents.sync: {len(gone)} unread document(s) are no longer stored")
+            report.unchanged.extend(unchanged)
+            upserts, resigned = [], []
+            for doc in documents:
+                sha = doc.sha256
+                signature = signatures.get(doc.id) if signatures is not None else None
+                if doc.id not in existing:
+                    report.added.append(doc.id)
+                elif existing[doc.id][0] != sha:
+                    report.changed.append(doc.id)
+                else:
+                    report.unchanged.append(doc.id)
+                    if signatures is not None and existing[doc.id][1] != signature:
+                        resigned.append((signature, collection, doc.id))
+                    continue
+                upserts.append(
+                    (
+                        collection,
+                        doc.id,
+                        str(doc.metadata.get("path", doc.id)),
+                        sha,
+                        doc.text,
+                        doc.mime_type,
+                        doc.title,
+                        Jsonb(doc.metadata),
+                        signature,
+                    )
+                )
+            given = set(ids).union(unchanged)
+
+            def kept_by_failure(doc_id: str) -> bool:
+                return any(doc_id == p or doc_id.startswith(p + "/") for p in failed_paths)
+
+            report.deleted = sorted(d for d in existing if d not in given and not kept_by_failure(d))
+            with conn.cursor() as cur:
+                if upserts:
+                    cur.executemany(
+                        "INSERT INTO documents (collection, doc_id, path, sha256, text, mime_type, title,"
+                        " metadata, file_signature) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                        " ON CONFLICT (collection, doc_id) DO UPDATE SET path = excluded.path,"
+                        " sha256 = excluded.sha256, text = excluded.text, mime_type = excluded.mime_type,"
+                        " title = excluded.title, metadata = excluded.metadata,"
+                        " file_signature = excluded.file_signature, updated_at = now()",
+                        upserts,
+                    )
+                if resigned:
+                    cur.executemany(
+                        "UPDATE documents SET file_signature = %s WHERE collection = %s AND doc_id = %s",
+                        resigned,
+                    )
+            if report.deleted:
+                conn.execute(
+                    "DELETE FROM documents WHERE collection = %s AND doc_id = ANY(%s)",
+                    (collection, report.deleted),
+                )
+            conn.execute("DELETE FROM document_failures WHERE collection = %s", (collection,))
+            if failures:
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        "INSERT INTO document_failures (collection, path, reason) VALUES (%s, %s, %s)"
+                        " ON CONFLICT (collection, path) DO UPDATE SET reason = excluded.reason,"
+                        " recorded_at = now()",
+                        [(collection, str(f.path), str(f.reason)) for f in failures],
+                    )
+        return report
+
+    def read(self, collection: str, doc_ids: Iterable[str] | None = None) -> list[Document]:
+        query = "SELECT doc_id, text, mime_type, title, metadata FROM documents WHERE collection = %s"
+        params: list[Any] = [collection]
+        if doc_ids is not None:
+            query += " AND doc_id = ANY(%s)"
+            params.append(list(doc_ids))
+        with self._pool.connection() as conn:
+            rows = conn.execute(query + " ORDER BY doc_id", params).fetchall()
+        return [Document(id=r[0], text=r[1], mime_type=r[2], title=r[3], metadata=r[4] or {}) for r in rows]
+
+    def signatures(self, collection: str) -> dict[str, str]:
+        """{document id: file signature} of the stored documents that have one (see `sync`)."""
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT doc_id, file_signature FROM documents WHERE collection = %s AND file_signature IS NOT NULL",
+                (collection,),
+            ).fetchall()
+        return dict(rows)
+
+    def hashes(self, collection: str) -> dict[str, str]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT doc_id, sha256 FROM documents WHERE collection = %s", (collection,)
+            ).fetchall()
+        return dict(rows)
+
+    def failures(self, collection: str) -> list[dict[str, str]]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT path, reason FROM document_failures WHERE collection = %s ORDER BY path",
+                (collection,),
+            ).fetchall()
+        return [{"path": p, "reason": r} for p, r in rows]

@@ -1,0 +1,47 @@
+"""An index's chunk and postings partitions: their names, and creating and dropping them in SQL.
+
+Every SQL identifier that is not a fixed table name (partitions, their indexes) is built with
+`psycopg.sql.Identifier`; every value is a parameter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import psycopg
+from psycopg import sql
+
+from retrieval.migrations import STAGING_TABLES
+
+
+def partition_names(index_name: str) -> dict[str, str]:
+    """Stable, short identifiers for an index's partitions and HNSW index (names can hold '/')."""
+    digest = hashlib.sha256(index_name.encode("utf-8")).hexdigest()[:16]
+    return {
+        "chunks": f"chunks_{digest}",
+        "postings": f"bm25_postings_{digest}",
+        "hnsw": f"chunks_{digest}_hnsw",
+    }
+
+
+def create_partitions(conn: psycopg.Connection, index_name: str) -> None:
+    """The index's chunk and postings partitions (list partitions keyed on its name), if absent."""
+    parts = partition_names(index_name)
+    for parent, part in (("chunks", parts["chunks"]), ("bm25_postings", parts["postings"])):
+        conn.execute(
+            sql.SQL("CREATE TABLE IF NOT EXISTS {} PARTITION OF {} FOR VALUES IN ({})").format(
+                sql.Identifier(part), sql.Identifier(parent), sql.Literal(index_name)
+            )
+        )
+
+
+def drop_index_in(conn: psycopg.Connection, index_name: str) -> None:
+    """`Indexes.drop` inside the caller's transaction (alias snapshots drop with their last target)."""
+    parts = partition_names(index_name)
+    for part in (parts["chunks"], parts["postings"]):
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(part)))
+    for table in ("bm25_terms", "bm25_stats", "index_documents", *STAGING_TABLES):
+        conn.execute(
+            sql.SQL("DELETE FROM {} WHERE index_name = %s").format(sql.Identifier(table)), (index_name,)
+        )
+    conn.execute("DELETE FROM indexes WHERE name = %s", (index_name,))

@@ -1,0 +1,81 @@
+"""A folder that changes while it is read never leads outside it: a subfolder swapped for a symlink to
+another folder between the listing and the read is refused, on every component, not only the last."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import chunking.documents.folder as folder
+from chunking.documents.folder import scan_folder
+from chunking.documents.safe_open import PathChanged, open_resolved
+from chunking.documents.walk import list_files
+from pipeline.documents import file_sha256
+
+SECRET = "TOPSECRET outside the documents folder"
+
+
+def _layout(tmp_path: Path) -> tuple[Path, Path]:
+    root, outside = tmp_path / "docs", tmp_path / "outside"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.md").write_text("# A\n\nA plain document.\n")
+    (root / "sub" / "b.md").write_text("# B\n\nThe listed file inside the folder.\n")
+    outside.mkdir()
+    (outside / "b.md").write_text(f"# B\n\n{SECRET}\n")
+    return root, outside
+
+
+def _swap(root: Path, outside: Path) -> None:
+    """`sub` becomes a symlink to `outside`, which holds a `b.md` of its own."""
+    shutil.rmtree(root / "sub")
+    (root / "sub").symlink_to(outside, target_is_directory=True)
+
+
+def test_a_subfolder_swapped_for_a_symlink_between_scan_and_read_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, outside = _layout(tmp_path)
+    listed = folder.plain_file_stat
+
+    def swap_after_listing(rel_path: str, entry: os.DirEntry[str]):
+        info = listed(rel_path, entry)  # the scan saw a plain file in a plain folder...
+        if rel_path == "sub/b.md" and not (root / "sub").is_symlink():
+            _swap(root, outside)  # ...and the folder changes before the read
+        return info
+
+    monkeypatch.setattr(folder, "plain_file_stat", swap_after_listing)
+    scan = scan_folder(root)
+    assert (root / "sub").is_symlink()
+    assert [d.id for d in scan.documents] == ["a.md"]
+    assert all(SECRET not in d.text for d in scan.documents)
+    (failure,) = scan.failures
+    assert failure.path == "sub/b.md"
+    assert "became a symlink" in failure.reason and "not followed" in failure.reason, failure.reason
+
+
+def test_the_sensor_never_hashes_a_file_outside_through_a_swapped_folder(tmp_path: Path) -> None:
+    root, outside = _layout(tmp_path)
+    listed = dict(list_files(root))
+    assert set(listed) == {"a.md", "sub/b.md"}
+    inside = file_sha256(listed["sub/b.md"])
+    _swap(root, outside)
+    with pytest.raises(PathChanged):  # snapshot() leaves the file out (it is seen on a later scan)
+        file_sha256(listed["sub/b.md"])
+    assert file_sha256(outside / "b.md") != inside  # the outside file differs: reading it would show
+
+
+def test_open_resolved_refuses_a_symlink_on_any_component(tmp_path: Path) -> None:
+    root, outside = _layout(tmp_path)
+    real = (root / "sub" / "b.md").resolve()
+    os.close(open_resolved(real))  # a plain resolved path opens
+    (root / "link.md").symlink_to(root / "a.md")
+    with pytest.raises(PathChanged, match="link.md"):  # the last component
+        open_resolved(root.resolve() / "link.md")
+    _swap(root, outside)
+    with pytest.raises(PathChanged, match="sub"):  # a folder on the way
+        open_resolved(real)
+    with pytest.raises(ValueError, match="path"):
+        open_resolved(Path("docs/a.md"))
