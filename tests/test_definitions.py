@@ -195,7 +195,7 @@ def test_docker_compose_parses_and_wires_the_services() -> None:
         for name, s in services.items()
         if "DATABASE_URL" in s.get("environment", {})
     }
-    assert set(urls) == {"instance", "dagster-webserver", "dagster-daemon", "query"}
+    assert set(urls) == {"instance", "code-server", "dagster-webserver", "dagster-daemon", "query"}
     assert len(set(urls.values())) == 1 and "@postgres:5432/" in next(iter(urls.values()))
     # `chunkyard instance` writes dagster.yaml once Postgres is healthy; the Dagster services start after it.
     assert services["instance"]["depends_on"]["postgres"]["condition"] == "service_healthy"
