@@ -63,7 +63,8 @@ NOTES = [
     "stayed STARTING until run monitoring's 180 s start timeout plus its 120 s poll). Here the kill "
     "came mid-launch: one failed run, then the reconciler's run.",
     "- **Postgres fast stop** (SIGINT to the postmaster): the supervisor starts it again after its 1 s "
-    "backoff; the run under way fails on its connection, and the reconciler retries the gap.",
+    "backoff; a run with a statement in flight fails on its connection and the reconciler retries the gap "
+    "(in the run above the run got through: no failed run).",
     "- **`stack down` during a run, then `stack up`** and **SIGHUP to the supervisor** (it stops the "
     "stack cleanly: no process is left, Postgres gets a fast shutdown), then `stack up`: the time "
     "includes the new stack's start. `chunkyard instance` fails the runs the stopped stack left "
