@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chunkyard-installed
 
-.PHONY: install lock demo test test-faults ui serve eval screenshots bench bench-load bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-postgres-builds bench-first-run stack lint clean
+.PHONY: install lock demo test test-faults ui serve eval screenshots bench bench-load bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-faults bench-postgres-builds bench-first-run stack lint clean
 
 # Exact versions: requirements/constraints.txt is what the tests passed with (`make lock` rewrites it).
 CONSTRAINTS := requirements/constraints.txt
@@ -40,12 +40,14 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# The fault tests alone (make test runs them too): dead runs and the pool, the sensor through
-# dagster-daemon, kill -9 mid-embedding then resume, statement timeouts and killed clients.
+# The fault tests: dead runs and the pool, the sensor through dagster-daemon, kill -9 mid-embedding
+# then resume, statement timeouts and killed clients (make test runs these too), and the stack fault
+# suite (tests/test_faults.py, marked `faults`, which make test deselects: 5-18 min here): six faults
+# through `chunkyard stack up`, each ending with the edit searchable and nothing stale.
 FAULT_TESTS := tests/test_dead_runs.py tests/test_sensor_daemon.py tests/test_kill_resume.py \
-	tests/test_query_bounds.py tests/test_run_monitoring.py
+	tests/test_query_bounds.py tests/test_run_monitoring.py tests/test_faults.py
 test-faults: $(STAMP)
-	$(BIN)/python -m pytest -q $(FAULT_TESTS)
+	$(BIN)/python -m pytest -q -m "faults or not faults" $(FAULT_TESTS)
 
 ui: $(STAMP)
 	$(BIN)/chunkyard ui
@@ -114,6 +116,10 @@ stack: $(STAMP)
 # .chunkyard/bench_freshness)
 bench-freshness: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_freshness $(BENCH_FRESHNESS_ARGS)
+
+# the stack fault suite, timed: seconds from each fault to convergence -> benchmarks/results/faults.md
+bench-faults: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_faults $(BENCH_FAULTS_ARGS)
 
 # the embedded Postgres builds side by side: AVX-512 outside dispatch (disassembly), the self-check on
 # emulated CPUs (Debian's qemu-user: Zen 2 without AVX-512, x86-64-v2), HNSW speed natively (~6 min)

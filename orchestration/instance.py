@@ -23,6 +23,9 @@ DAGSTER_SCHEMA = "dagster"
 DEFINITIONS_MODULE = "assets.definitions"
 CODE_LOCATION = "chunkyard"
 WORKSPACE_FILE = "workspace.yaml"
+# host:port of a long-lived `dagster code-server start` (the stack's `code-server` service): the
+# workspace then names it instead of the module, and the webserver and daemon start no code server.
+CODE_SERVER_ENV = "CHUNKYARD_CODE_SERVER"
 # Concurrent steps allowed in a pool without its own limit, e.g. the `embedding` pool: one
 # model-heavy step at a time keeps a small machine responsive.
 DEFAULT_POOL_LIMIT = 1
@@ -40,6 +43,7 @@ PASSWORD_ENV = "DAGSTER_PG_PASSWORD"
 RUN_START_TIMEOUT_SECONDS = 180
 RUN_CANCEL_TIMEOUT_SECONDS = 180
 FREE_SLOTS_AFTER_RUN_END_SECONDS = 60
+RUN_MONITORING_POLL_SECONDS = 10
 # Optional hard bound on any run's duration (whole seconds): a run past it is failed, with Dagster's
 # "exceeded maximum runtime" message. Unset by default: a large first build may take hours.
 MAX_RUN_SECONDS_ENV = "CHUNKYARD_MAX_RUN_SECONDS"
@@ -102,6 +106,9 @@ def run_monitoring_config() -> dict:
         "cancel_timeout_seconds": RUN_CANCEL_TIMEOUT_SECONDS,
         "free_slots_after_run_end_seconds": FREE_SLOTS_AFTER_RUN_END_SECONDS,
         "max_resume_run_attempts": 0,  # the default run launcher cannot resume a run
+        # how often the daemon checks the timeouts (Dagster's default is 120 s: a run stuck STARTING
+        # would wait up to start + 120 s for the reconciler to retry its change)
+        "poll_interval_seconds": RUN_MONITORING_POLL_SECONDS,
     }
     seconds = env_int(MAX_RUN_SECONDS_ENV, None, unit="whole seconds")
     if seconds is not None:
@@ -165,7 +172,16 @@ def create_dagster_schema(database_url: str, schema: str = DAGSTER_SCHEMA) -> No
 
 
 def workspace_config() -> dict:
-    """The workspace.yaml contents: `assets.definitions`, named `chunkyard` in the UI."""
+    """The workspace.yaml contents: `assets.definitions`, named `chunkyard` in the UI (served by the
+    code server CODE_SERVER_ENV names, if set)."""
+    server = os.environ.get(CODE_SERVER_ENV, "")
+    if server:
+        host, _, port = server.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"{CODE_SERVER_ENV}: expected host:port, got {server!r}")
+        return {
+            "load_from": [{"grpc_server": {"host": host, "port": int(port), "location_name": CODE_LOCATION}}]
+        }
     return {
         "load_from": [{"python_module": {"module_name": DEFINITIONS_MODULE, "location_name": CODE_LOCATION}}]
     }

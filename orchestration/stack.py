@@ -1,8 +1,13 @@
 """The deployed services, defined once: what `chunkyard stack up` runs and `docker-compose.yml` says.
 
-Five services on one database: a Postgres server with pgvector, `chunkyard instance` (writes
-`$DAGSTER_HOME/dagster.yaml` once, then exits), the Dagster webserver, the Dagster daemon (the
-document sensor, declarative automation, the run queue) and the query service (`chunkyard serve`).
+Six services on one database: a Postgres server with pgvector, `chunkyard instance` (writes
+`$DAGSTER_HOME/dagster.yaml` once, then exits), the code server (`dagster code-server start`: the one
+long-lived process that loads `assets.definitions`, evaluates the sensors and starts each run's
+process), the Dagster webserver, the Dagster daemon (the document sensor, declarative automation, the
+run queue) and the query service (`chunkyard serve`). The webserver and the daemon reach the code
+through the code server (workspace `grpc_server`), so neither starts a code server of its own: no
+per-process code server to reload, none restarted on a heartbeat missed under load, and a run keeps
+going when the daemon dies (it is the code server's child). Compose adds a seventh, the UI proxy.
 Every service but Postgres reaches the database only through DATABASE_URL. `services(target)`
 gives each one's command, environment, port, dependencies and health check for a `Target`: the
 local processes of `chunkyard stack up` (`local_target`, loopback ports, the embedded pgserver
@@ -18,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from orchestration.instance import WORKSPACE_FILE
+from orchestration.instance import CODE_LOCATION, CODE_SERVER_ENV, DEFINITIONS_MODULE, WORKSPACE_FILE
 
 UI_PROXY_HEALTH = "/__chunkyard/healthz"  # orchestration.ui_proxy.HEALTH_PATH (answered without the key)
 
@@ -42,6 +47,7 @@ HEALTH_TIMEOUT = "30s"
 SENSOR_INTERVAL_ENV = "CHUNKYARD_SENSOR_INTERVAL"  # assets.sensors.INTERVAL_ENV
 AUTOMATION_INTERVAL_ENV = "CHUNKYARD_AUTOMATION_INTERVAL"  # assets.definitions
 DEFAULT_SENSOR_INTERVAL = 30
+CODE_SERVER_PORT = 4000  # in Compose, on the services' network only (never published)
 DEFAULT_AUTOMATION_INTERVAL = 30
 
 
@@ -86,6 +92,8 @@ class Target:
     pg_port: int
     webserver_port: int
     query_port: int
+    code_server_host: str
+    code_server_port: int
     home: str
     dagster_home: str
     password: str
@@ -123,6 +131,7 @@ def chunkyard_environment(target: Target) -> dict[str, str]:
     if target.password:
         # dagster.yaml (orchestration.instance) names this variable instead of holding the password.
         env["DAGSTER_PG_PASSWORD"] = target.password
+    env[CODE_SERVER_ENV] = f"{target.code_server_host}:{target.code_server_port}"  # instance.workspace_config
     if target.project:
         env["CHUNKYARD_PROJECT"] = target.project
     return {**env, **target.extra_env}
@@ -144,7 +153,7 @@ def postgres_command(target: Target) -> tuple[str, ...]:
 
 
 def services(target: Target) -> list[Service]:
-    """The five services for `target`, in start order, and the UI proxy last where the target has one."""
+    """The six services for `target`, in start order, and the UI proxy last where the target has one."""
     env = chunkyard_environment(target)
     web = f"http://{target.reach()}:{target.webserver_port}"
     query = f"http://{target.reach()}:{target.query_port}"
@@ -166,6 +175,37 @@ def services(target: Target) -> list[Service]:
             oneshot=True,
         ),
         Service(
+            name="code-server",
+            command=(
+                "dagster",
+                "code-server",
+                "start",
+                "-h",
+                target.listen,
+                "-p",
+                str(target.code_server_port),
+                "-m",
+                DEFINITIONS_MODULE,
+                "--location-name",
+                CODE_LOCATION,
+            ),
+            environment=env,
+            # probed from where it runs (its own container in Compose)
+            health=Health(
+                "command",
+                command=(
+                    "dagster",
+                    "api",
+                    "grpc-health-check",
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(target.code_server_port),
+                ),
+            ),
+            depends_on=("instance",),
+        ),
+        Service(
             name="dagster-webserver",
             command=(
                 "dagster-webserver",
@@ -179,7 +219,7 @@ def services(target: Target) -> list[Service]:
             environment=env,
             health=Health("http", path="/server_info"),
             port=target.webserver_port,
-            depends_on=("instance",),
+            depends_on=("instance", "code-server"),
             url=web,
         ),
         Service(
@@ -188,7 +228,7 @@ def services(target: Target) -> list[Service]:
             command=("dagster-daemon", "run", "-w", f"{target.dagster_home}/{WORKSPACE_FILE}"),
             environment=env,
             health=Health("command", command=("dagster-daemon", "liveness-check")),
-            depends_on=("instance",),
+            depends_on=("instance", "code-server"),
         ),
         Service(
             name="query",
@@ -232,6 +272,8 @@ def compose_target() -> Target:
         pg_port=5432,
         webserver_port=3000,
         query_port=8000,
+        code_server_host="code-server",
+        code_server_port=CODE_SERVER_PORT,
         home="/var/lib/chunkyard",
         dagster_home="/var/lib/chunkyard/dagster",
         password="",

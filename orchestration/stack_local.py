@@ -45,6 +45,7 @@ PG_BINARIES = {"postgres", "initdb", "pg_ctl", "pg_isready"}
 DEFAULT_PG_PORT = 15432
 DEFAULT_WEBSERVER_PORT = 3000
 DEFAULT_QUERY_PORT = 8000
+DEFAULT_CODE_SERVER_PORT = 4000
 READY_TIMEOUT_S = 300.0
 RESTART_MAX_DELAY_S = 30.0
 RESTART_RESET_S = 60.0  # a service that ran this long restarts after 1 s again
@@ -99,6 +100,7 @@ def local_target(
     pg_port: int = DEFAULT_PG_PORT,
     webserver_port: int = DEFAULT_WEBSERVER_PORT,
     query_port: int = DEFAULT_QUERY_PORT,
+    code_server_port: int = DEFAULT_CODE_SERVER_PORT,
     sensor_interval: int | None = None,
     automation_interval: int | None = None,
     secret: str | None = None,
@@ -116,6 +118,8 @@ def local_target(
         pg_port=pg_port,
         webserver_port=webserver_port,
         query_port=query_port,
+        code_server_host="127.0.0.1",
+        code_server_port=code_server_port,
         home=str(home),
         dagster_home=str(state / "dagster"),
         state=str(state),

@@ -223,3 +223,61 @@ def test_the_sweep_kills_a_step_process_its_dead_run_left(instance_home) -> None
     finally:
         if step.poll() is None:
             step.kill()
+
+
+def test_a_starting_run_whose_launch_died_is_failed_after_the_grace(instance_home) -> None:
+    """The daemon died mid-launch: no worker ever reports a pid, so the run would stay STARTING until run
+    monitoring's start timeout (180 s + its poll), and the change behind it with it."""
+    import uuid
+
+    from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
+
+    from assets.runs import host_tags, sweep_dead_runs
+
+    instance = DagsterInstance.get()
+
+    def starting(pid: int | None = None) -> str:
+        run = instance.add_run(
+            DagsterRun(
+                job_name="launch", run_id=uuid.uuid4().hex, status=DagsterRunStatus.STARTING, tags=host_tags()
+            )
+        )
+        if pid is not None:  # what a live worker reports before it loads the code
+            instance.report_engine_event(f"Started process for run (pid: {pid}).", run)
+        return run.run_id
+
+    never_launched, alive = starting(), starting(os.getpid())
+    assert never_launched not in sweep_dead_runs(instance)  # within the grace: it may still start
+    swept = sweep_dead_runs(instance, launch_grace=0)
+    assert never_launched in swept and alive not in swept
+    assert instance.get_run_by_id(never_launched).status == DagsterRunStatus.FAILURE
+    assert instance.get_run_by_id(alive).status == DagsterRunStatus.STARTING
+
+
+def test_a_starting_stack_fails_the_runs_its_predecessor_left_and_spares_live_ones(instance_home) -> None:
+    """`chunkyard instance` under `stack up`: a run left STARTING by a stopped stack is failed at once (its
+    change is retried now, not after the 180 s start timeout); a run whose process lives is left alone."""
+    import uuid
+
+    from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus
+
+    from assets.runs import fail_runs_of_a_gone_stack, host_tags
+
+    instance = DagsterInstance.get()
+    left = instance.add_run(
+        DagsterRun(
+            job_name="left", run_id=uuid.uuid4().hex, status=DagsterRunStatus.STARTING, tags=host_tags()
+        )
+    )
+    live = instance.add_run(
+        DagsterRun(
+            job_name="live", run_id=uuid.uuid4().hex, status=DagsterRunStatus.STARTED, tags=host_tags()
+        )
+    )
+    instance.report_dagster_event(
+        DagsterEvent(DagsterEventType.RUN_START.value, job_name="live", pid=os.getpid()), live.run_id
+    )
+    failed = fail_runs_of_a_gone_stack(instance)
+    assert left.run_id in failed and live.run_id not in failed
+    assert instance.get_run_by_id(left.run_id).status == DagsterRunStatus.FAILURE
+    assert instance.get_run_by_id(live.run_id).status == DagsterRunStatus.STARTED

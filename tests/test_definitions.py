@@ -182,6 +182,7 @@ def test_docker_compose_parses_and_wires_the_services() -> None:
     assert set(services) == {
         "postgres",
         "instance",
+        "code-server",
         "dagster-webserver",
         "dagster-daemon",
         "query",
@@ -194,14 +195,17 @@ def test_docker_compose_parses_and_wires_the_services() -> None:
         for name, s in services.items()
         if "DATABASE_URL" in s.get("environment", {})
     }
-    assert set(urls) == {"instance", "dagster-webserver", "dagster-daemon", "query"}
+    assert set(urls) == {"instance", "code-server", "dagster-webserver", "dagster-daemon", "query"}
     assert len(set(urls.values())) == 1 and "@postgres:5432/" in next(iter(urls.values()))
     # `chunkyard instance` writes dagster.yaml once Postgres is healthy; the Dagster services start after it.
     assert services["instance"]["depends_on"]["postgres"]["condition"] == "service_healthy"
     assert services["query"]["depends_on"]["postgres"]["condition"] == "service_healthy"
-    for name in ("dagster-webserver", "dagster-daemon"):
+    for name in ("code-server", "dagster-webserver", "dagster-daemon"):
         assert services[name]["depends_on"]["instance"]["condition"] == "service_completed_successfully"
-    for name in ("instance", "dagster-webserver", "dagster-daemon", "query", "ui-proxy"):
+    for name in ("dagster-webserver", "dagster-daemon"):  # the code server loads the code for both
+        assert services[name]["depends_on"]["code-server"]["condition"] == "service_healthy"
+    assert "ports" not in services["code-server"]  # on the services' network only
+    for name in ("instance", "code-server", "dagster-webserver", "dagster-daemon", "query", "ui-proxy"):
         service = services[name]
         assert service["build"]["dockerfile"] == "docker/Dockerfile"
         # dagster.yaml names the password by DAGSTER_PG_PASSWORD: secret_env sets it from the secret

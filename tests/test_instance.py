@@ -42,3 +42,21 @@ def test_a_url_without_password_is_written_whole_and_owner_only(pg_url, tmp_path
     path = home / "dagster.yaml"
     assert "postgres_url" in path.read_text()
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_the_workspace_names_the_stack_code_server_when_one_is_set(monkeypatch) -> None:
+    """Under the stack (CHUNKYARD_CODE_SERVER), the webserver and daemon load no code themselves."""
+    import pytest
+
+    from orchestration.instance import CODE_LOCATION, CODE_SERVER_ENV, DEFINITIONS_MODULE, workspace_config
+
+    monkeypatch.delenv(CODE_SERVER_ENV, raising=False)
+    (entry,) = workspace_config()["load_from"]
+    assert entry["python_module"]["module_name"] == DEFINITIONS_MODULE
+    monkeypatch.setenv(CODE_SERVER_ENV, "code-server:4000")
+    assert workspace_config()["load_from"] == [
+        {"grpc_server": {"host": "code-server", "port": 4000, "location_name": CODE_LOCATION}}
+    ]
+    monkeypatch.setenv(CODE_SERVER_ENV, "code-server")
+    with pytest.raises(ValueError, match=CODE_SERVER_ENV):
+        workspace_config()

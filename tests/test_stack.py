@@ -105,11 +105,16 @@ def post_json(url: str, body: dict[str, Any], timeout: float = 30) -> tuple[int,
 class Stack:
     """The `chunkyard stack up` process of one test and what it recorded in stack.json."""
 
-    def __init__(self, project: Path, log: Path) -> None:
+    def __init__(self, project: Path, log: Path, ports: dict[str, int] | None = None) -> None:
         self.project = project
         self.record_path = project / ".chunkyard" / "stack" / "stack.json"
         self.log = log
-        self.ports = {"pg": free_port(), "web": free_port(), "query": free_port()}
+        self.ports = ports or {
+            "pg": free_port(),
+            "web": free_port(),
+            "query": free_port(),
+            "code": free_port(),
+        }
         env = {
             k: v
             for k, v in os.environ.items()
@@ -118,7 +123,8 @@ class Stack:
         env["CHUNKYARD_PROJECT"] = str(project)
         command = [sys.executable, "-m", "orchestration.cli", "stack", "up"]
         command += ["--pg-port", str(self.ports["pg"]), "--webserver-port", str(self.ports["web"])]
-        command += ["--query-port", str(self.ports["query"]), "--sensor-interval", "1"]
+        command += ["--query-port", str(self.ports["query"]), "--code-server-port", str(self.ports["code"])]
+        command += ["--sensor-interval", "1"]
         command += ["--automation-interval", "2", "--ready-timeout", str(READY_S)]
         with open(log, "wb") as out:
             self.process = subprocess.Popen(
@@ -234,6 +240,7 @@ def test_stack_end_to_end(tmp_path: Path) -> None:
         assert set(stack.record["services"]) == {
             "postgres",
             "instance",
+            "code-server",
             "dagster-webserver",
             "dagster-daemon",
             "query",
