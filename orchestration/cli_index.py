@@ -121,7 +121,7 @@ def run_summary(result) -> dict:
         "computed": 0,
         "reused": 0,
         "staged": 0,
-        "rechunked": 0,  # documents added or changed since each index's last publish, summed
+        "rechunked": [],  # per config: the documents added or changed since its index's last publish
         "kept": 0,
         "documents": {},  # collection (asset key prefix) -> its documents step's counts
         "failures": [],
@@ -142,7 +142,9 @@ def run_summary(result) -> dict:
         if key[-1] == "chunks":
             summary["staged"] += int(meta.get("chunks_staged", 0) or 0)
             summary["kept"] += int(meta.get("chunks_kept", 0) or 0)
-            summary["rechunked"] += sum(int(meta.get(f"documents_{k}", 0) or 0) for k in ("added", "changed"))
+            summary["rechunked"].append(
+                sum(int(meta.get(f"documents_{k}", 0) or 0) for k in ("added", "changed"))
+            )
         elif key[-1] == "embeddings":
             summary["computed"] += int(meta.get("embeddings_computed", 0) or 0)
             summary["reused"] += int(meta.get("embeddings_reused", 0) or 0)

@@ -110,14 +110,24 @@ def failure_hint(failures: list[str]) -> str:
     return "open `chunkyard ui` (http://127.0.0.1:3000) for the step logs; fix and rerun `chunkyard index`"
 
 
-def count_lines(summary: dict[str, int]) -> list[str]:
+def count_lines(summary: dict) -> list[str]:
     """What the run chunked and embedded, in words that match: an edited document is re-chunked
     whole, but only its chunks with new text are embedded (the rest come from the embedding cache)."""
     computed, reused = summary["computed"], summary["reused"]
+    per_config: list[int] = summary["rechunked"]  # one count per config: each index has its own last publish
+    if len(set(per_config)) <= 1:
+        documents = (
+            f"{per_config[0] if per_config else 0} document(s) added or changed since the last publish"
+        )
+    else:
+        documents = (
+            f"{'/'.join(map(str, per_config))} document(s) added or changed since each one's last publish"
+        )
+    configs = f"{len(per_config)} configs" if len(per_config) > 1 else "1 config"
     return [
-        f"Chunks (all configs): {summary['staged']} re-chunked from {summary['rechunked']} document(s) added "
-        f"or changed since the last publish, {summary['kept']} kept unchanged (neither re-chunked nor "
-        "re-embedded)",
+        f"Chunks ({configs}): {summary['staged']} re-chunked from {documents}"
+        f"{', in each' if len(per_config) > 1 and len(set(per_config)) == 1 else ''}, {summary['kept']} kept "
+        "unchanged (neither re-chunked nor re-embedded)",
         f"Embeddings: {computed} computed for new text, {reused} reused from the embedding cache "
         "(text embedded before)" + (", nothing re-embedded" if computed == 0 else ""),
     ]
