@@ -31,7 +31,7 @@ from assets.documents import build_documents_asset
 from assets.evaluation import build_evaluation_asset, build_leaderboard_asset, build_promotion_asset
 from assets.executors import build_executor
 from assets.indexes import build_index_assets, part_kinds
-from assets.keys import check_spellings, index_key, safe_name
+from assets.keys import check_spellings, index_job_name, index_key
 from assets.resources import EmbedderResource, PostgresResource
 from assets.schedules import build_nightly_evaluation_schedule
 from assets.sensors import build_document_sensor, build_janitor_sensor
@@ -87,11 +87,6 @@ def build_collection_assets(collection: CollectionConfig, specs: Sequence[IndexS
         if collection.serve is not None:
             built.assets.append(build_promotion_asset(collection, listed))
     return built
-
-
-def index_job_name(collection: str) -> str:
-    """The job `chunkyard index NAME` runs (its runs are named so on the UI's runs page)."""
-    return f"index_{safe_name(collection)}"
 
 
 INDEX_ALL_JOB = "index_all"  # `chunkyard index` with several collections
@@ -164,11 +159,14 @@ def build_definitions(
         ),
         build_janitor_sensor(),
     ]
+    jobs = build_index_jobs(built)
+    named = {j.name: j for j in jobs}
     document_sensor = build_document_sensor(
         collections,
         {n: c.indexing_keys for n, c in built.items()},
         index_names={n: c.index_names for n, c in built.items()},
         default_status=status,
+        jobs={n: named[index_job_name(n)] for n, c in built.items() if c.keys},
     )
     if document_sensor is not None:
         sensors.append(document_sensor)
@@ -180,7 +178,7 @@ def build_definitions(
         assets=assets,
         sensors=sensors,
         schedules=[schedule] if schedule else [],
-        jobs=build_index_jobs(built),
+        jobs=jobs,
         resources={
             "postgres": PostgresResource(url=database_url),
             "embedder": EmbedderResource(),

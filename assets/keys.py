@@ -64,3 +64,9 @@ def collection_keys(collection: str, keys: Iterable[AssetKey]) -> list[AssetKey]
     """Those of `keys` that belong to `collection` (what `chunkyard index NAME` runs)."""
     prefix = collection_prefix(collection)
     return [key for key in keys if key.path[0] == prefix]
+
+
+def index_job_name(collection: str) -> str:
+    """The named job that indexes `collection` (`chunkyard index NAME`, its sensor's and reconciler's
+    runs): the UI's runs page shows this name, not Dagster's implicit asset job."""
+    return f"index_{safe_name(collection)}"

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunRequest, RunsFilter
 
+from assets.keys import index_job_name
 from assets.resources import PostgresResource
 from assets.runs import host_tags
 from pipeline.reconcile import Attempt, Gap, RetryPolicy, collection_gap, decide
@@ -128,6 +129,7 @@ def reconcile(
         out.requests.append(
             RunRequest(
                 run_key=f"reconcile-{name}-{digest}-{decision.attempt}",
+                job_name=index_job_name(name),
                 asset_selection=keys,
                 tags={
                     **host_tags(),

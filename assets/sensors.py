@@ -33,6 +33,7 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from dagster import (
     AssetKey,
@@ -45,6 +46,7 @@ from dagster import (
     sensor,
 )
 
+from assets.keys import index_job_name
 from assets.reconciling import (
     Reconciled,
     busy_collections,
@@ -228,15 +230,17 @@ def build_document_sensor(
     index_names: Mapping[str, list[str]] | None = None,
     name: str = SENSOR_NAME,
     default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
+    jobs: Mapping[str, Any],  # define_asset_job's jobs (their class is not public)
 ) -> SensorDefinition | None:
     """The sensor over every folder collection (None when no collection reads folders).
 
-    `index_names` (collection -> the indexes its runs publish) turns on the reconciler.
+    `index_names` (collection -> the indexes its runs publish) turns on the reconciler. `jobs`
+    (collection -> its named index job, `index_job_name`) carry the sensor's runs, so the UI's runs
+    page names them by collection; each run selects the indexing assets of its job.
     """
-    watched = {n: c for n, c in collections.items() if c.folders and n in indexing_keys}
+    watched = {n: c for n, c in collections.items() if c.folders and n in indexing_keys and n in jobs}
     if not watched:
         return None
-    targets = sorted({k for n in watched for k in indexing_keys[n]}, key=lambda k: k.to_user_string())
 
     @sensor(
         name=name,
@@ -249,7 +253,7 @@ def build_document_sensor(
         ),
         minimum_interval_seconds=sensor_interval(),
         default_status=default_status,
-        asset_selection=targets,
+        jobs=[jobs[n] for n in sorted(watched)],
     )
     def document_update_sensor(context: SensorEvaluationContext, postgres: PostgresResource) -> SensorResult:
         now = time.time()
@@ -335,6 +339,7 @@ def change_request(
     tags["chunkyard/executor"] = "in_process" if small else "multiprocess"
     return RunRequest(
         run_key=change_set_key({name: changes}, previous, current, generation),
+        job_name=index_job_name(name),
         asset_selection=selection,
         tags=tags,
         run_config=IN_PROCESS_RUN_CONFIG if small else {},

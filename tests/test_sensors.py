@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from dagster import AssetSelection, SensorResult, build_sensor_context, instance_for_test, materialize
 
+from assets.keys import index_job_name
 from tests.dagster_helpers import DOCS, check_results, ids, materializations, unique_name, write_project
 
 
@@ -55,6 +56,7 @@ def test_sensor_reindexes_exactly_what_changed(project) -> None:
         first = _tick(defs, instance, None)
         assert len(first.run_requests) == 1
         request = first.run_requests[0]
+        assert request.job_name == index_job_name(collection)  # named per collection on the runs page
         assert request.tags["chunkyard/added"] == "3"
         assert request.tags["chunkyard/trigger"] == "initial_scan"
         # One run re-indexes: documents + chunks/embeddings/bm25/index; evaluation follows by automation.
