@@ -3,6 +3,7 @@
 from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, asset
 
 from assets.keys import collection_prefix, documents_key
+from assets.progress import step_progress
 from assets.resources import PostgresResource
 from assets.results import materialize_result
 from pipeline.versions import code_version
@@ -38,6 +39,7 @@ def build_documents_asset(collection: CollectionConfig) -> AssetsDefinition:
     def documents(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
         from pipeline.steps.documents import sync_documents
 
-        return materialize_result(context, sync_documents(postgres.store(), collection))
+        progress = step_progress(context.log, "files", "read")
+        return materialize_result(context, sync_documents(postgres.store(), collection, progress))
 
     return documents

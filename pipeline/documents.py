@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,11 +102,14 @@ def hash_folder(collection: CollectionConfig, known: FolderHashes | None = None)
 
 
 def load_collection_documents(
-    collection: CollectionConfig, known: Mapping[str, str] | None = None
+    collection: CollectionConfig,
+    known: Mapping[str, str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> CollectionDocuments:
     """Load a collection's documents from its dataset or its folders (ids as `collection_files`).
 
-    `known` ({document id: file signature}, from the store) leaves unchanged files unread.
+    `known` ({document id: file signature}, from the store) leaves unchanged files unread;
+    `progress(done, total)` follows the files of each folder.
     """
     if collection.dataset:
         from evaluation.datasets import load_dataset
@@ -117,7 +120,9 @@ def load_collection_documents(
     for folder in folders:
         prefix = folder_prefix(folder, folders)
         folder_known = {k[len(prefix) :]: v for k, v in (known or {}).items() if k.startswith(prefix)}
-        scan = scan_folder(folder, collection.include, collection.exclude, known=folder_known)
+        scan = scan_folder(
+            folder, collection.include, collection.exclude, known=folder_known, progress=progress
+        )
         fails = scan.failures
         folder_failed = bool(fails) and fails[0].path == str(folder)
         loaded.usable = loaded.usable or not folder_failed

@@ -85,6 +85,8 @@ def test_eval_collection_uses_its_eval_set_and_folder_and_reports_the_notes(tmp_
     ]:
         line = rf"mine__recursive_256__{step}: {meter}, \S+/\S+, \S+ left"
         assert re.search(line, indexed.stdout), (line, indexed.stdout)
+    line = r"mine__documents: \d+/\d+ files read, \S+/\S+, \S+ left"  # the folder's files, listed first
+    assert re.search(line, indexed.stdout), (line, indexed.stdout)
     assert "of job index_mine succeeded" in indexed.stdout, indexed.stdout  # not __ephemeral_asset_job__
     assert "note: mine/recursive-256:" in indexed.stdout and "found 2 times" in indexed.stdout, indexed.stdout
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,11 +88,13 @@ def scan_folder(
     *,
     known: Mapping[str, str] | None = None,
     max_bytes: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> FolderScan:
     """`load_folder`, leaving unread each file whose signature equals `known[its id]`.
 
     Same rules and order as `load_folder`; an unchanged file's id goes to `unchanged` instead of
-    `documents`. Without `known` every file is read.
+    `documents`. Without `known` every file is read. `progress(done, total)` is called after each
+    selected file (the folder is listed first, so the total is known).
     """
     root = Path(folder)
     if not root.exists():
@@ -113,9 +115,10 @@ def scan_folder(
     real_root = Path(os.path.realpath(root))
     scan = FolderScan()
     walk_errors: list[OSError] = []
-    for rel_path, entry in walk_entries(str(root), "", walk_errors):
-        if not selected(rel_path, include, exclude):
-            continue
+    entries = [e for e in walk_entries(str(root), "", walk_errors) if selected(e[0], include, exclude)]
+    for done, (rel_path, entry) in enumerate(entries, 1):
+        if progress is not None:
+            progress(done - 1, len(entries))
         try:
             info = plain_file_stat(rel_path, entry)
             signature = file_signature(info, now_ns) if info is not None else None
@@ -135,6 +138,8 @@ def scan_folder(
             scan.failures.append(DocumentFailure(display_path(rel_path), str(exc)))
         except Exception as exc:  # per-file isolation: one file's parser bug never stops the others
             scan.failures.append(DocumentFailure(display_path(rel_path), f"cannot load: {_describe(exc)}"))
+    if progress is not None:
+        progress(len(entries), len(entries))
     for err in walk_errors:
         rel = _relative(root, Path(err.filename)) if err.filename else str(root)
         scan.failures.append(DocumentFailure(display_path(rel), f"cannot list folder: {err.strerror or err}"))

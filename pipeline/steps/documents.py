@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from chunking.documents.folder import DocumentFailure
 from pipeline.documents import CollectionDocuments, load_collection_documents
@@ -29,14 +29,16 @@ def failures_markdown(failures: Sequence[DocumentFailure], limit: int = FAILURE_
     return "\n".join(rows)
 
 
-def sync_documents(store: Store, collection: CollectionConfig) -> StepReport:
+def sync_documents(
+    store: Store, collection: CollectionConfig, progress: Callable[[int, int], None] | None = None
+) -> StepReport:
     """Load and sync; when no folder is readable (missing, unmounted) the stored documents are kept.
 
     Files whose stat signature matches the stored one are not read again (`chunking.documents.folder`).
     """
     started = time.perf_counter()
     name = collection.name
-    loaded = load_collection_documents(collection, store.documents.signatures(name))
+    loaded = load_collection_documents(collection, store.documents.signatures(name), progress)
     report = StepReport(warnings=[f"{name}: skipped {f.path}: {f.reason}" for f in loaded.failures])
     if loaded.usable:
         try:
