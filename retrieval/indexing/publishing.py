@@ -16,7 +16,12 @@ from retrieval.bm25 import CorpusStats, refresh_stats
 from retrieval.config import IndexSpec
 from retrieval.indexing.hnsw import check_storage, create_hnsw, has_graph
 from retrieval.indexing.stage_reports import IndexingError, PublishReport, stage_timings
-from retrieval.indexing.staging import check_owner, clear_staging
+from retrieval.indexing.staging import (
+    check_owner,
+    clear_staging,
+    insert_staged_chunks,
+    insert_staged_postings,
+)
 from retrieval.indexing.swap import build_next, clear_staging_for_swap, swap_in, swap_min_chunks
 from retrieval.languages import published_config
 from retrieval.migrations import STAGING_TABLES
@@ -242,30 +247,9 @@ def _apply_in_place(
     # 3. new chunks with vectors and BM25 lengths, postings, document frequencies
     inserted_length = 0
     if incoming:  # a delete stages no chunk: nothing to insert
-        inserted, inserted_length = conn.execute(
-            sql.SQL(
-                'WITH i AS (INSERT INTO {} (index_name, chunk_id, doc_id, start, "end", text, embed_text,'
-                " token_count, content_hash, metadata, parent_id, bm25_length, embedding)"
-                ' SELECT s.index_name, s.chunk_id, s.doc_id, s.start, s."end", s.text, s.embed_text,'
-                " s.token_count, s.content_hash, s.metadata, s.parent_id, l.length, e.embedding"
-                " FROM staged_chunks s"
-                " JOIN staged_embeddings e ON e.index_name = s.index_name AND e.chunk_id = s.chunk_id"
-                " JOIN staged_bm25_lengths l ON l.index_name = s.index_name AND l.chunk_id = s.chunk_id"
-                " WHERE s.index_name = %s RETURNING bm25_length)"
-                " SELECT count(*), coalesce(sum(bm25_length), 0) FROM i"
-            ).format(chunks_t),
-            (index_name,),
-        ).fetchone()
+        inserted, inserted_length = insert_staged_chunks(conn, parts["chunks"], index_name)
         report.chunks_inserted = int(inserted)
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO {} (index_name, term, chunk_id, tf, doc_len)"
-                " SELECT b.index_name, b.term, b.chunk_id, b.tf, l.length FROM staged_bm25 b"
-                " JOIN staged_bm25_lengths l ON l.index_name = b.index_name AND l.chunk_id = b.chunk_id"
-                " WHERE b.index_name = %s"
-            ).format(postings_t),
-            (index_name,),
-        )
+        insert_staged_postings(conn, parts["postings"], index_name)
         conn.execute(
             "INSERT INTO bm25_terms (index_name, term, df)"
             " SELECT index_name, term, count(*) FROM staged_bm25 WHERE index_name = %s GROUP BY index_name, term"

@@ -78,3 +78,36 @@ def staged_run(
         raise IndexingError(f"{step}: nothing staged for index {index_name!r}; run stage_chunks first")
     check_owner(step, index_name, owner, row[3])
     return row[0], bool(row[1]), row[2]
+
+
+def insert_staged_chunks(conn: Connection, table: str, index_name: str) -> tuple[int, int]:
+    """Copy an index's staged chunks, with their vectors and BM25 lengths, into `table` (its partition, or
+    the swap's new table); returns (rows, sum of BM25 lengths). Both publish paths insert the same rows."""
+    inserted, length = conn.execute(
+        sql.SQL(
+            'WITH i AS (INSERT INTO {} (index_name, chunk_id, doc_id, start, "end", text, embed_text,'
+            " token_count, content_hash, metadata, parent_id, bm25_length, embedding)"
+            ' SELECT s.index_name, s.chunk_id, s.doc_id, s.start, s."end", s.text, s.embed_text,'
+            " s.token_count, s.content_hash, s.metadata, s.parent_id, l.length, e.embedding"
+            " FROM staged_chunks s"
+            " JOIN staged_embeddings e ON e.index_name = s.index_name AND e.chunk_id = s.chunk_id"
+            " JOIN staged_bm25_lengths l ON l.index_name = s.index_name AND l.chunk_id = s.chunk_id"
+            " WHERE s.index_name = %s RETURNING bm25_length)"
+            " SELECT count(*), coalesce(sum(bm25_length), 0) FROM i"
+        ).format(sql.Identifier(table)),
+        (index_name,),
+    ).fetchone()
+    return int(inserted), int(length)
+
+
+def insert_staged_postings(conn: Connection, table: str, index_name: str) -> None:
+    """Copy an index's staged BM25 postings, with each chunk's length, into `table`."""
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO {} (index_name, term, chunk_id, tf, doc_len)"
+            " SELECT b.index_name, b.term, b.chunk_id, b.tf, l.length FROM staged_bm25 b"
+            " JOIN staged_bm25_lengths l ON l.index_name = b.index_name AND l.chunk_id = b.chunk_id"
+            " WHERE b.index_name = %s"
+        ).format(sql.Identifier(table)),
+        (index_name,),
+    )

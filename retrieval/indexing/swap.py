@@ -21,6 +21,7 @@ from psycopg import Connection, sql
 from chunking.environment import env_int
 from retrieval.bm25 import CorpusStats, refresh_stats
 from retrieval.indexing.hnsw import create_hnsw, has_graph, maintenance_work_mem
+from retrieval.indexing.staging import insert_staged_chunks, insert_staged_postings
 from retrieval.migrations import STAGING_TABLES
 from retrieval.store.partitions import partition_names
 
@@ -104,29 +105,8 @@ def build_next(
             )
         )
     # the same rows, in the same order, as the in-place path inserts
-    inserted, inserted_length = conn.execute(
-        sql.SQL(
-            'WITH i AS (INSERT INTO {} (index_name, chunk_id, doc_id, start, "end", text, embed_text,'
-            " token_count, content_hash, metadata, parent_id, bm25_length, embedding)"
-            ' SELECT s.index_name, s.chunk_id, s.doc_id, s.start, s."end", s.text, s.embed_text,'
-            " s.token_count, s.content_hash, s.metadata, s.parent_id, l.length, e.embedding"
-            " FROM staged_chunks s"
-            " JOIN staged_embeddings e ON e.index_name = s.index_name AND e.chunk_id = s.chunk_id"
-            " JOIN staged_bm25_lengths l ON l.index_name = s.index_name AND l.chunk_id = s.chunk_id"
-            " WHERE s.index_name = %s RETURNING bm25_length)"
-            " SELECT count(*), coalesce(sum(bm25_length), 0) FROM i"
-        ).format(sql.Identifier(next_name(parts["chunks"]))),
-        (index_name,),
-    ).fetchone()
-    conn.execute(
-        sql.SQL(
-            "INSERT INTO {} (index_name, term, chunk_id, tf, doc_len)"
-            " SELECT b.index_name, b.term, b.chunk_id, b.tf, l.length FROM staged_bm25 b"
-            " JOIN staged_bm25_lengths l ON l.index_name = b.index_name AND l.chunk_id = b.chunk_id"
-            " WHERE b.index_name = %s"
-        ).format(sql.Identifier(next_name(parts["postings"]))),
-        (index_name,),
-    )
+    inserted, inserted_length = insert_staged_chunks(conn, next_name(parts["chunks"]), index_name)
+    insert_staged_postings(conn, next_name(parts["postings"]), index_name)
     conn.execute(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(maintenance_work_mem())))
     for _, kind, keys in _TABLES:
         part = next_name(parts[kind])
