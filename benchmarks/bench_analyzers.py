@@ -28,6 +28,7 @@ from pathlib import Path
 import regex
 
 from benchmarks.bench_languages import DATA, RESULTS_DIR
+from benchmarks.sections import write_section
 
 DATASETS = Path(__file__).resolve().parent.parent / "evaluation" / "datasets"
 SECTION = "## BM25 analyzers per script"
@@ -210,12 +211,7 @@ def write(rows: list[dict[str, object]]) -> None:
             f"| {row['set']} | {row['analyzer']} | {row['questions']} | {row['chunks']} | {row['hit_at_5']} | "
             f"{row['mrr_at_5']} | {row['seconds']} |"
         )
-    markdown = RESULTS_DIR / "languages.md"
-    text = markdown.read_text(encoding="utf-8")
-    before, _, after = text.partition(SECTION)
-    rest = after.split("\n## ", 1)[1] if "\n## " in after else ""
-    text = before.rstrip() + "\n\n" + "\n".join(lines) + "\n" + (f"\n## {rest}" if rest else "")
-    markdown.write_text(text, encoding="utf-8")
+    write_section(RESULTS_DIR / "languages.md", SECTION, lines)
     print("\n".join(lines))
 
 

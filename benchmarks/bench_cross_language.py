@@ -19,6 +19,7 @@ import time
 from dataclasses import replace
 
 from benchmarks.bench_languages import DATA, RESULTS_DIR, _question_sets
+from benchmarks.sections import write_section
 
 LANGUAGES = ("es", "uk", "ar", "hi", "th")  # `id` has articles of its own: no English twin questions
 MODELS = ("multilingual-e5-small", "all-MiniLM-L6-v2")
@@ -105,12 +106,7 @@ def write(rows: list[dict[str, object]]) -> None:
     for row in rows:
         cells = " | ".join(f"{100 * float(row[m]):.1f}" for m in MODES)
         lines.append(f"| {row['model']} | {row['size']} | {row['set']} | {row['chunks']} | {cells} |")
-    markdown = RESULTS_DIR / "languages.md"
-    text = markdown.read_text(encoding="utf-8")
-    before, _, after = text.partition(SECTION)
-    rest = after.split("\n## ", 1)[1] if "\n## " in after else ""
-    text = before.rstrip() + "\n\n" + "\n".join(lines) + "\n" + (f"\n## {rest}" if rest else "")
-    markdown.write_text(text, encoding="utf-8")
+    write_section(RESULTS_DIR / "languages.md", SECTION, lines)
     print("\n".join(lines))
 
 
