@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance, asset, materialize
 
+from orchestration.cli_session import SESSION_ENV
 from orchestration.index_writers import WriterBusy, run_tags, sole_writer
 from tests.conftest import REPO_ROOT
 
@@ -26,11 +27,13 @@ def _env() -> dict[str, str]:
     return {**env, "PYTHONPATH": str(REPO_ROOT)}
 
 
-def _cli(argv: list[str], cwd: Path, **kwargs) -> subprocess.Popen[str]:
+def _cli(argv: list[str], cwd: Path, *, in_place: bool = False, **kwargs) -> subprocess.Popen[str]:
+    """`chunkyard ARGV`; `in_place` runs the command in this process rather than in the child session it
+    starts for Ctrl-C (orchestration.cli_session), so a SIGSTOP to the process holds the run itself."""
     return subprocess.Popen(
         [*CLI, *argv],
         cwd=cwd,
-        env=_env(),
+        env={**_env(), SESSION_ENV: "1"} if in_place else _env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -76,7 +79,7 @@ def test_two_overlapping_cli_runs_of_one_collection_run_one_after_the_other(tmp_
     assert _cli(["index"], project).wait(timeout=900) == 0  # the database and the instance exist now
 
     (docs / "note0.md").write_text("# Note 0\n\nThe secret animal is AARDVARK.\n")
-    first = Output(_cli(["index"], project))
+    first = Output(_cli(["index"], project, in_place=True))
     first.wait_for("Indexing notes")  # it holds the collection and its run has started
     os.kill(first.process.pid, signal.SIGSTOP)  # held mid-run, however fast this machine is
     try:
