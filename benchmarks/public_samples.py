@@ -8,7 +8,7 @@ the first articles in file order until QUESTIONS questions, with each file's sou
 - FacQA test (IndoNLP/indonlu, Apache-2.0): word lists with B/I labels on the answer, joined with
   spaces here (each passage its own document).
 
-    python -m benchmarks.public_samples MIRROR_ROOT   (default /work/.mirror)
+    python -m benchmarks.public_samples MIRROR_ROOT   (the folder holding owner+name git directories)
 """
 
 from __future__ import annotations
@@ -126,7 +126,11 @@ def facqa(mirror: Path) -> None:
 
 
 def main() -> None:
-    mirror = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("/work/.mirror")
+    if len(sys.argv) != 2:
+        raise SystemExit(
+            "usage: python -m benchmarks.public_samples MIRROR_ROOT (the fetched git directories)"
+        )
+    mirror = Path(sys.argv[1])
     cmrc2018(mirror)
     iapp_thai(mirror)
     facqa(mirror)
