@@ -2,14 +2,19 @@
 
 The staging is synthesised in SQL, not produced by the pipeline: N chunks of random words (the
 given number of distinct terms each, from a 50,000-word vocabulary, ~600 characters of text),
-one document per 10 chunks, and a random unit vector of 384 dimensions per chunk (normal
-components, normalised), each also in the embedding cache so publish checks it as it checks
-real staging. Each path publishes its own index on one fresh embedded Postgres, one after the
+one document per 10 chunks, and a unit vector of 384 dimensions per chunk, each also in the
+embedding cache so publish checks it as it checks real staging. `--vectors random`: normal
+components, normalised (no structure: the hardest and slowest data for an HNSW build);
+`--vectors clustered`: chunk g is centre g mod 2,000 (random unit vectors) plus noise vector
+g * 7919 mod 997 (a pool of random vectors of norm 0.5), normalised: 2,000 clusters of
+neighbours at cosine ~0.8, closer to real embeddings, whose builds are several times faster.
+The pair of centre and noise is distinct for every chunk below 1,994,000. Each path publishes its own index on one fresh embedded Postgres, one after the
 other, with the product's settings (`CHUNKYARD_MAINTENANCE_WORK_MEM`, default 512MB; the HNSW
 build with one parallel worker; pgvector's m 16, ef_construction 64). Statements over half a
 second are read back from the server log, so the table says where each publish's time went.
 
     python -m benchmarks.bench_publish [--chunks 100000] [--terms 40] [--paths in_place swap]
+        [--vectors random|clustered]
 
 Results: the `publish_<chunks>` section of benchmarks/results/scale.md (and .json).
 """
@@ -40,9 +45,40 @@ DIM = 384
 MODEL = "synthetic-384"
 PATHS = {"in_place": "1000000000000", "swap": "1"}  # the swap threshold each path runs under
 SLOW_MS = 500
+CENTRES, NOISE_POOL, NOISE_NORM = 2_000, 997, 0.5  # --vectors clustered (see the module docstring)
+VECTORS = ("random", "clustered")
 
 
-def stage(store: Store, spec: IndexSpec, chunks: int, terms: int) -> float:
+def _random_vectors(conn: psycopg.Connection, name: str, chunks: int) -> None:
+    conn.execute(
+        "INSERT INTO staged_embeddings (index_name, chunk_id, embedding)"
+        " SELECT %(name)s, 'c' || g, l2_normalize(ARRAY(SELECT random_normal() + 0 * g"
+        " FROM generate_series(1, %(dim)s))::vector) FROM generate_series(0, %(n)s - 1) g",
+        {"name": name, "dim": DIM, "n": chunks},
+    )
+
+
+def _clustered_vectors(conn: psycopg.Connection, name: str, chunks: int) -> None:
+    for table, rows, scale in (("_centres", CENTRES, None), ("_noise", NOISE_POOL, NOISE_NORM)):
+        vector = (
+            "l2_normalize(ARRAY(SELECT random_normal() + 0 * i FROM generate_series(1, %(dim)s))::vector)"
+        )
+        if scale is not None:  # pgvector multiplies vectors element-wise: a constant vector scales
+            vector += f" * array_fill({scale}::real, ARRAY[%(dim)s])::vector"
+        conn.execute(
+            f"CREATE TEMP TABLE {table} ON COMMIT DROP AS SELECT i, {vector} AS v"
+            " FROM generate_series(0, %(rows)s - 1) i",
+            {"dim": DIM, "rows": rows},
+        )
+    conn.execute(
+        "INSERT INTO staged_embeddings (index_name, chunk_id, embedding)"
+        " SELECT %(name)s, 'c' || g, l2_normalize(c.v + n.v) FROM generate_series(0, %(n)s - 1) g"
+        " JOIN _centres c ON c.i = g %% %(centres)s JOIN _noise n ON n.i = (g * 7919) %% %(pool)s",
+        {"name": name, "n": chunks, "centres": CENTRES, "pool": NOISE_POOL},
+    )
+
+
+def stage(store: Store, spec: IndexSpec, chunks: int, terms: int, vectors: str = "random") -> float:
     """Synthetic staging for `spec` (see the module docstring); the seconds it took."""
     started = time.perf_counter()
     store.indexes.ensure(spec)
@@ -61,12 +97,7 @@ def stage(store: Store, spec: IndexSpec, chunks: int, terms: int) -> float:
             " ' ') || ' ' || repeat(md5(g::text), 10) AS text FROM generate_series(0, %(terms)s - 1) k) t",
             {"name": name, "per": CHUNKS_PER_DOCUMENT, "terms": terms, "n": chunks, "v": VOCABULARY},
         )
-        conn.execute(
-            "INSERT INTO staged_embeddings (index_name, chunk_id, embedding)"
-            " SELECT %(name)s, 'c' || g, l2_normalize(ARRAY(SELECT random_normal() + 0 * g"
-            " FROM generate_series(1, %(dim)s))::vector) FROM generate_series(0, %(n)s - 1) g",
-            {"name": name, "dim": DIM, "n": chunks},
-        )
+        (_clustered_vectors if vectors == "clustered" else _random_vectors)(conn, name, chunks)
         for table in ("staged_chunks", "staged_embeddings"):  # planner statistics, as the stages keep
             conn.execute(f"ANALYZE {table}")
         conn.execute(
@@ -116,13 +147,13 @@ def slow_statements(log: Path, offset: int) -> list[dict[str, Any]]:
     return found
 
 
-def one_path(store: Store, log: Path, path: str, chunks: int, terms: int) -> dict[str, Any]:
+def one_path(store: Store, log: Path, path: str, chunks: int, terms: int, vectors: str) -> dict[str, Any]:
     spec = IndexSpec(
         f"publish-{path}",
         IndexConfig(name=f"n{chunks}", chunker={"strategy": "synthetic"}, bm25={"analyzer": "standard"}),
     )
     os.environ[SWAP_MIN_CHUNKS_ENV] = PATHS[path]
-    staged_seconds = stage(store, spec, chunks, terms)
+    staged_seconds = stage(store, spec, chunks, terms, vectors)
     print(f"  {path}: staged {chunks} chunks in {staged_seconds} s ({uptime()})", flush=True)
     load_before = uptime()
     offset = len(log.read_text(errors="replace"))
@@ -145,12 +176,19 @@ def one_path(store: Store, log: Path, path: str, chunks: int, terms: int) -> dic
     }
 
 
+VECTOR_WORDS = {
+    "random": "random unit vectors",
+    "clustered": f"clustered unit vectors ({CENTRES:,} random centres plus noise of norm {NOISE_NORM} from a pool "
+    f"of {NOISE_POOL}, normalised)",
+}
+
+
 def markdown_publish(report: dict[str, Any]) -> str:
     lines = [
         "## A large first build's publish against its HNSW build",
         "",
         f"Synthetic staging (`benchmarks/bench_publish.py`: random words, {report['terms']} distinct terms per "
-        f"chunk from a {VOCABULARY:,}-word vocabulary, ~600 characters of text, random unit vectors of {DIM} "
+        f"chunk from a {VOCABULARY:,}-word vocabulary, ~600 characters of text, {VECTOR_WORDS[report.get('vectors', 'random')]} of {DIM} "
         "dimensions, also in the embedding cache; written by SQL into the staging tables, not by the pipeline). "
         f"Each path publishes its own index, one after the other, on one fresh embedded {report['server']} "
         f"with the product's build settings: maintenance_work_mem {report['maintenance_work_mem']}, the HNSW "
@@ -181,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--terms", type=int, default=40)
     parser.add_argument("--paths", nargs="+", choices=sorted(PATHS), default=["in_place", "swap"])
+    parser.add_argument("--vectors", choices=VECTORS, default="random")
     parser.add_argument("--out", type=Path, default=RESULTS / "scale.md")
     args = parser.parse_args(argv)
     if args.terms * 1009 >= VOCABULARY:
@@ -194,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             shared_buffers = conn.execute("SHOW shared_buffers").fetchone()[0]
         store = Store(url)
         store.migrate()
-        runs = [one_path(store, log, path, args.chunks, args.terms) for path in args.paths]
+        runs = [one_path(store, log, path, args.chunks, args.terms, args.vectors) for path in args.paths]
         versions = server_versions(url)
         store.close()
         stop_embedded_servers()  # before the folder is removed: a running server keeps writing into it
@@ -202,8 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         "server": versions,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}",
         "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "args": f" --chunks {args.chunks} --terms {args.terms}",
+        "args": f" --chunks {args.chunks} --terms {args.terms} --vectors {args.vectors}",
         "terms": args.terms,
+        "vectors": args.vectors,
         "maintenance_work_mem": os.environ.get("CHUNKYARD_MAINTENANCE_WORK_MEM", "512MB"),
         "shared_buffers": shared_buffers,
         "runs": runs,
