@@ -181,6 +181,43 @@ def test_a_failure_before_the_swap_leaves_the_old_version_as_it_was(store, embed
     assert report.version == 2 and report.chunks_inserted == 72
 
 
+def test_a_failure_after_the_postings_were_built_drops_them_and_keeps_the_old_version(
+    store, embedder, monkeypatch
+) -> None:
+    """The postings' build commits its table on its own connection: a publish failing after that (here
+    at the version bump, by a trigger) drops it again, and nothing of the failed build stays."""
+    spec = make_spec()
+    build(store, embedder, spec, corpus("alpha"), "1", monkeypatch)
+    before, schema = published(store, spec.name), schema_of(store, spec.name)
+    rebuilt = make_spec(collection=spec.collection, name=spec.config.name, bm25={"analyzer": "english"})
+    store.documents.sync(spec.collection, corpus("beta"), [])
+    chunker = ParagraphChunker(rebuilt.config.config_hash, vector_for=vector_for)
+    indexing.stage_chunks(store, rebuilt, chunker=chunker)
+    indexing.stage_embeddings(store, rebuilt, embedder)
+    indexing.stage_bm25(store, rebuilt)
+    with store.connection() as conn:
+        conn.execute(
+            "CREATE FUNCTION fail_version_bump() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN RAISE EXCEPTION 'version bump refused'; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER fail_version_bump BEFORE UPDATE ON indexes FOR EACH ROW"
+            f" WHEN (OLD.name = '{spec.name}') EXECUTE FUNCTION fail_version_bump()"
+        )
+    try:
+        with pytest.raises(Exception, match="version bump refused"):
+            indexing.publish(store, rebuilt)
+    finally:
+        with store.connection() as conn:
+            conn.execute("DROP TRIGGER fail_version_bump ON indexes")
+            conn.execute("DROP FUNCTION fail_version_bump()")
+    assert store.indexes.info(spec.name)["version"] == 1
+    assert published(store, spec.name) == before
+    assert schema_of(store, spec.name) == schema  # the committed postings table was dropped
+    report = indexing.publish(store, rebuilt)
+    assert report.version == 2 and report.chunks_inserted == 72
+
+
 def test_a_reader_snapshot_taken_before_the_swap_keeps_the_old_rows(store, embedder, monkeypatch) -> None:
     """A REPEATABLE READ reader that looked the index up before the swap reads the old partition
     afterwards too: the swap waits for it (without the read lock it would find the new table empty)."""

@@ -22,7 +22,13 @@ from retrieval.indexing.staging import (
     insert_staged_chunks,
     insert_staged_postings,
 )
-from retrieval.indexing.swap import build_next, clear_staging_for_swap, swap_in, swap_min_chunks
+from retrieval.indexing.swap import (
+    NextPostings,
+    build_next,
+    clear_staging_for_swap,
+    swap_in,
+    swap_min_chunks,
+)
 from retrieval.languages import published_config
 from retrieval.migrations import STAGING_TABLES
 from retrieval.store import Store
@@ -63,7 +69,12 @@ def publish(
         postgres_version=features.postgres_version,
         pgvector_version=features.pgvector_version,
     )
-    with store.connection() as conn, conn.transaction():
+    # next_postings: a swap's postings, built on a second connection; dropped if the publish fails
+    with (
+        store.connection() as conn,
+        NextPostings(store.connection, index_name) as next_postings,
+        conn.transaction(),
+    ):
         row = conn.execute(
             "SELECT version, dim FROM indexes WHERE name = %s FOR UPDATE", (index_name,)
         ).fetchone()
@@ -147,7 +158,8 @@ def publish(
 
         swapping = report.full_rebuild and int(staged_chunks) >= swap_min_chunks()
         if swapping:  # a large full build: new partitions beside the live ones, swapped in at the end
-            build = build_next(conn, index_name, int(new_dim), storage, int(sizes[0]) if sizes else None)
+            old = int(sizes[0]) if sizes else None
+            build = build_next(conn, index_name, int(new_dim), storage, old, next_postings)
             report.chunks_deleted, report.chunks_inserted, stats = build.deleted, build.inserted, build.stats
             if build.hnsw_seconds is not None:
                 report.hnsw_built, report.hnsw_seconds = True, build.hnsw_seconds
@@ -191,7 +203,8 @@ def publish(
         )
     tick(2, PUBLISH_PHASES)
     _analyze_partition(store, parts["chunks"], report)
-    _analyze_partition(store, parts["postings"], report)
+    if not swapping:  # a swap's postings were analyzed before they were attached
+        _analyze_partition(store, parts["postings"], report)
     vacuumed = _vacuum_staging(store, report)
     report.tables_vacuumed = len(vacuumed) + len(_vacuum_bloated(store, parts, vacuumed))
     tick(PUBLISH_PHASES, PUBLISH_PHASES)

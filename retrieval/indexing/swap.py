@@ -4,16 +4,22 @@ Moving a million staged rows into the live partition row by row (`publishing._ap
 every old row and keeps the partition's B-trees up to date one row at a time. A first build or a full
 rebuild of at least `swap_min_chunks()` chunks instead loads two new tables with no index, builds
 their keys and the HNSW graph once the rows are in (by sort), and at the end of the publish
-transaction drops the old partitions and attaches the new ones under the same names. It all runs
-in the publish's one transaction: readers keep the old version until it commits (see
-`retrieval.read_lock` for REPEATABLE READ readers), and a failure before the commit leaves the old
-version as it was, new tables included. Incremental publishes keep the in-place path.
+transaction drops the old partitions and attaches the new ones under the same names. Readers keep
+the old version until the publish commits (see `retrieval.read_lock` for REPEATABLE READ readers),
+and a failure before the commit leaves the old version as it was, new tables included. The chunks
+and their graph are built in the publish's transaction; the postings, independent of them until the
+swap, are built meanwhile on a second connection (`NextPostings`). Incremental publishes keep the
+in-place path.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
+from types import TracebackType
 
 import psycopg
 from psycopg import Connection, sql
@@ -23,7 +29,7 @@ from retrieval.bm25 import CorpusStats, refresh_stats
 from retrieval.indexing.hnsw import create_hnsw, has_graph, maintenance_work_mem
 from retrieval.indexing.staging import insert_staged_chunks, insert_staged_postings
 from retrieval.migrations import STAGING_TABLES
-from retrieval.store.partitions import partition_names
+from retrieval.store.partitions import next_name, partition_names
 
 SWAP_MIN_CHUNKS_ENV = "CHUNKYARD_PUBLISH_SWAP_MIN_CHUNKS"
 # below this many staged chunks a full build is applied in place: a few thousand rows cost
@@ -55,14 +61,12 @@ _TABLES = (
 )
 
 
+Connect = Callable[[], AbstractContextManager[Connection]]
+
+
 def swap_min_chunks() -> int:
     """The smallest full build published by a swap (CHUNKYARD_PUBLISH_SWAP_MIN_CHUNKS)."""
     return int(env_int(SWAP_MIN_CHUNKS_ENV, SWAP_MIN_CHUNKS))
-
-
-def next_name(live: str) -> str:
-    """The name a partition (or its index) has while it is built beside the live one."""
-    return f"{live}_next"
 
 
 @dataclass
@@ -76,12 +80,18 @@ class SwapBuild:
 
 
 def build_next(
-    conn: Connection, index_name: str, dim: int, storage: str, old_chunks: int | None
+    conn: Connection,
+    index_name: str,
+    dim: int,
+    storage: str,
+    old_chunks: int | None,
+    postings: NextPostings,
 ) -> SwapBuild:
     """The new version's partitions, beside the live ones, with the index's BM25 terms, documents and
     statistics replaced (caller's transaction, which also swaps them in: `swap_in`).
 
-    `old_chunks` is the live version's size from its BM25 statistics (None: counted).
+    `old_chunks` is the live version's size from its BM25 statistics (None: counted). `postings` builds
+    the new postings partition on its own connection meanwhile; this waits for it before returning.
     """
     parts = partition_names(index_name)
     if old_chunks is None:
@@ -90,35 +100,27 @@ def build_next(
                 sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(parts["chunks"]))
             ).fetchone()[0]
         )
-    for parent, kind, _ in _TABLES:
-        part = next_name(parts[kind])
-        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(part)))  # never committed: none
-        conn.execute(
-            sql.SQL(
-                "CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING STORAGE INCLUDING COMPRESSION,"
-                " CONSTRAINT {} CHECK (index_name = {}))"
-            ).format(
-                sql.Identifier(part),
-                sql.Identifier(parent),
-                sql.Identifier(f"{part}_key"),
-                sql.Literal(index_name),  # DDL takes no parameters; the partition bound is the same literal
-            )
-        )
-    # the same rows, in the same order, as the in-place path inserts
-    inserted, inserted_length = insert_staged_chunks(conn, next_name(parts["chunks"]), index_name)
-    insert_staged_postings(conn, next_name(parts["postings"]), index_name)
-    conn.execute(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(maintenance_work_mem())))
-    for _, kind, keys in _TABLES:
-        part = next_name(parts[kind])
-        for suffix, columns, primary in keys:
-            listed = sql.SQL(", ").join(map(sql.Identifier, columns))
-            name = sql.Identifier(next_name(f"{parts[kind]}_{suffix}"))
-            if primary:
-                statement = sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY ({})")
-                conn.execute(statement.format(sql.Identifier(part), name, listed))
-            else:
-                conn.execute(sql.SQL("CREATE INDEX {} ON {} ({})").format(name, sql.Identifier(part), listed))
+    postings.start(conn)
+    try:
+        build = _build_chunks_next(conn, index_name, dim, storage, int(old_chunks), postings)
+    except psycopg.errors.QueryCanceled:
+        postings.wait()  # the postings' build failed and cancelled this one: its error is the cause
+        raise
+    postings.wait()
+    return build
 
+
+def _build_chunks_next(
+    conn: Connection, index_name: str, dim: int, storage: str, old_chunks: int, postings: NextPostings
+) -> SwapBuild:
+    """`build_next`'s part in the publish transaction: the chunks' table, keys and graph, the terms'
+    document frequencies, the documents and the statistics."""
+    parts = partition_names(index_name)
+    chunks_next = next_name(parts["chunks"])
+    _create_next(conn, index_name, "chunks")
+    # the same rows, in the same order, as the in-place path inserts
+    inserted, inserted_length = insert_staged_chunks(conn, chunks_next, index_name)
+    _build_keys(conn, index_name, "chunks")
     conn.execute("DELETE FROM bm25_terms WHERE index_name = %s", (index_name,))
     conn.execute(
         "INSERT INTO bm25_terms (index_name, term, df)"
@@ -131,20 +133,133 @@ def build_next(
         " SELECT index_name, doc_id, sha256 FROM staged_documents WHERE index_name = %s",
         (index_name,),
     )
-    stats = refresh_stats(conn, index_name, next_name(parts["chunks"]), (int(inserted), int(inserted_length)))
-    build = SwapBuild(inserted=int(inserted), deleted=int(old_chunks), stats=stats)
+    stats = refresh_stats(conn, index_name, chunks_next, (int(inserted), int(inserted_length)))
+    build = SwapBuild(inserted=int(inserted), deleted=old_chunks, stats=stats)
+    postings.check()  # a failed postings build stops the publish before its longest step
     if stats.n_docs > 0 and has_graph(dim, storage):
         started = time.perf_counter()
-        create_hnsw(
-            conn,
-            index_name,
-            dim,
-            storage,
-            table=next_name(parts["chunks"]),
-            name=next_name(parts["hnsw"]),
-        )
+        create_hnsw(conn, index_name, dim, storage, table=chunks_next, name=next_name(parts["hnsw"]))
         build.hnsw_seconds = round(time.perf_counter() - started, 3)
     return build
+
+
+def _create_next(conn: Connection, index_name: str, kind: str) -> None:
+    """An empty table LIKE the parent of the partition `kind`, under the partition's next name, with a
+    CHECK of the partition bound (so attaching it scans nothing)."""
+    parent = next(parent for parent, k, _ in _TABLES if k == kind)
+    part = next_name(partition_names(index_name)[kind])
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(part)))  # a killed build's
+    conn.execute(
+        sql.SQL(
+            "CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING STORAGE INCLUDING COMPRESSION,"
+            " CONSTRAINT {} CHECK (index_name = {}))"
+        ).format(
+            sql.Identifier(part),
+            sql.Identifier(parent),
+            sql.Identifier(f"{part}_key"),
+            sql.Literal(index_name),  # DDL takes no parameters; the partition bound is the same literal
+        )
+    )
+
+
+def _build_keys(conn: Connection, index_name: str, kind: str) -> None:
+    """The primary key and B-trees of the loaded next table of `kind`, built by sort (caller's transaction)."""
+    live = partition_names(index_name)[kind]
+    keys = next(keys for _, k, keys in _TABLES if k == kind)
+    conn.execute(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(maintenance_work_mem())))
+    for suffix, columns, primary in keys:
+        listed = sql.SQL(", ").join(map(sql.Identifier, columns))
+        name = sql.Identifier(next_name(f"{live}_{suffix}"))
+        table = sql.Identifier(next_name(live))
+        if primary:
+            conn.execute(
+                sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY ({})").format(table, name, listed)
+            )
+        else:
+            conn.execute(sql.SQL("CREATE INDEX {} ON {} ({})").format(name, table, listed))
+
+
+class NextPostings:
+    """The new postings partition, loaded, indexed and analyzed on a second connection in a transaction
+    of its own, while the publish transaction builds the chunks and their graph.
+
+    Its transaction commits a table no reader knows of (`<postings partition>_next`, attached by the
+    publish's `swap_in`), since the publish's transaction cannot see another's uncommitted table.
+    Leaving the `with` block after a failure stops the build and drops that table, so the old version
+    is all that remains; a table left by a killed process is dropped by the index's next swap build or
+    by dropping the index. Either side's failure stops the other: this build's cancels the publish's
+    statement, and the publish's cancels this build. While both run, each index build may use
+    `maintenance_work_mem`.
+    """
+
+    def __init__(self, connect: Connect, index_name: str) -> None:
+        self._connect = connect
+        self._index_name = index_name
+        self._thread: threading.Thread | None = None
+        self._side: Connection | None = None
+        self._error: BaseException | None = None
+        self._committed = False
+        self.seconds: float | None = None
+
+    def start(self, main: Connection) -> None:
+        """Start the build; a failure cancels `main`'s running statement."""
+        self._thread = threading.Thread(target=self._run, args=(main,), name="next-postings", daemon=True)
+        self._thread.start()
+
+    def _run(self, main: Connection) -> None:
+        started = time.perf_counter()
+        try:
+            with self._connect() as side:
+                self._side = side
+                try:
+                    with side.transaction():
+                        _create_next(side, self._index_name, "postings")
+                        insert_staged_postings(
+                            side, next_name(partition_names(self._index_name)["postings"]), self._index_name
+                        )
+                        _build_keys(side, self._index_name, "postings")
+                        # planner statistics before the swap: they stay with the table when it is attached
+                        part = next_name(partition_names(self._index_name)["postings"])
+                        side.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(part)))
+                    self._committed = True
+                finally:
+                    self._side = None
+        except BaseException as exc:  # re-raised by wait() in the publish's thread
+            self._error = exc
+            main.cancel_safe()
+        self.seconds = round(time.perf_counter() - started, 3)
+
+    def check(self) -> None:
+        """Raise the build's error if it has already failed."""
+        if self._error is not None:
+            raise self._error
+
+    def wait(self) -> None:
+        """Wait for the build to finish; raise its error."""
+        if self._thread is not None:
+            self._thread.join()
+        self.check()
+
+    def __enter__(self) -> NextPostings:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._thread is None:
+            return
+        if self._thread.is_alive():  # the publish failed first: stop the build
+            side = self._side
+            if side is not None:
+                side.cancel_safe()
+            self._thread.join()
+        if exc is not None and self._committed:
+            part = next_name(partition_names(self._index_name)["postings"])
+            with (
+                suppress(psycopg.Error),
+                self._connect() as conn,
+            ):  # the publish's own error is the one to see
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(part)))
 
 
 def clear_staging_for_swap(conn: Connection, index_name: str) -> None:

@@ -24,6 +24,11 @@ def partition_names(index_name: str) -> dict[str, str]:
     }
 
 
+def next_name(live: str) -> str:
+    """The name a partition (or its index) has while a full build makes it beside the live one."""
+    return f"{live}_next"
+
+
 def create_partitions(conn: psycopg.Connection, index_name: str) -> None:
     """The index's chunk and postings partitions (list partitions keyed on its name), if absent."""
     parts = partition_names(index_name)
@@ -38,8 +43,9 @@ def create_partitions(conn: psycopg.Connection, index_name: str) -> None:
 def drop_index_in(conn: psycopg.Connection, index_name: str) -> None:
     """`Indexes.drop` inside the caller's transaction (alias snapshots drop with their last target)."""
     parts = partition_names(index_name)
-    for part in (parts["chunks"], parts["postings"]):
-        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(part)))
+    for part in (parts["chunks"], parts["postings"]):  # with any table a killed full build left beside it
+        for table in (part, next_name(part)):
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
     for table in ("bm25_terms", "bm25_stats", "index_documents", *STAGING_TABLES):
         conn.execute(
             sql.SQL("DELETE FROM {} WHERE index_name = %s").format(sql.Identifier(table)), (index_name,)
