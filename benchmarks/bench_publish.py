@@ -12,9 +12,12 @@ The pair of centre and noise is distinct for every chunk below 1,994,000. Each p
 other, with the product's settings (`CHUNKYARD_MAINTENANCE_WORK_MEM`, default 512MB; the HNSW
 build with one parallel worker; pgvector's m 16, ef_construction 64). Statements over half a
 second are read back from the server log, so the table says where each publish's time went.
+The swap builds the postings beside the graph, so its graph build shares the cores: with
+`--graph-alone` the graph is built once more after the publish, alone (the same `create_hnsw` on
+the published partition, rolled back), and the ratio is also given against that build.
 
     python -m benchmarks.bench_publish [--chunks 100000] [--terms 40] [--paths in_place swap]
-        [--vectors random|clustered]
+        [--vectors random|clustered] [--graph-alone]
 
 Results: the `publish_<chunks>` section of benchmarks/results/scale.md (and .json).
 """
@@ -36,8 +39,10 @@ from benchmarks.bench_scale import RESULTS, save_section, server_versions, uptim
 from retrieval.config import IndexConfig, IndexSpec
 from retrieval.db import embedded_database_url, stop_embedded_servers
 from retrieval.indexing import publish
+from retrieval.indexing.hnsw import create_hnsw
 from retrieval.indexing.swap import SWAP_MIN_CHUNKS_ENV
 from retrieval.store import Store
+from retrieval.store.partitions import partition_names
 
 VOCABULARY = 50_000
 CHUNKS_PER_DOCUMENT = 10
@@ -147,7 +152,17 @@ def slow_statements(log: Path, offset: int) -> list[dict[str, Any]]:
     return found
 
 
-def one_path(store: Store, log: Path, path: str, chunks: int, terms: int, vectors: str) -> dict[str, Any]:
+def graph_alone(store: Store, index_name: str) -> float:
+    """Seconds of the published partition's HNSW build run alone: a second graph, rolled back."""
+    with store.connection() as conn, conn.transaction(force_rollback=True):
+        started = time.perf_counter()
+        create_hnsw(conn, index_name, DIM, table=partition_names(index_name)["chunks"], name="graph_alone")
+        return round(time.perf_counter() - started, 1)
+
+
+def one_path(
+    store: Store, log: Path, path: str, chunks: int, terms: int, vectors: str, alone: bool = False
+) -> dict[str, Any]:
     spec = IndexSpec(
         f"publish-{path}",
         IndexConfig(name=f"n{chunks}", chunker={"strategy": "synthetic"}, bm25={"analyzer": "standard"}),
@@ -162,6 +177,11 @@ def one_path(store: Store, log: Path, path: str, chunks: int, terms: int, vector
     seconds = round(time.perf_counter() - started, 1)
     load_after = uptime()
     print(f"  {path}: publish {seconds} s, HNSW {report.hnsw_seconds} s ({load_after})", flush=True)
+    slow = slow_statements(log, offset)
+    print("  slow: " + "; ".join(f"{s['ms'] / 1000:.1f} s {s['statement'][:70]}" for s in slow), flush=True)
+    alone_seconds = graph_alone(store, spec.name) if alone else None
+    if alone:
+        print(f"  {path}: graph alone {alone_seconds} s ({uptime()})", flush=True)
     return {
         "path": path,
         "chunks": report.chunks_inserted,
@@ -170,7 +190,10 @@ def one_path(store: Store, log: Path, path: str, chunks: int, terms: int, vector
         "publish_seconds": seconds,
         "hnsw_seconds": report.hnsw_seconds,
         "ratio": round(seconds / report.hnsw_seconds, 2) if report.hnsw_seconds else None,
-        "slow_statements": slow_statements(log, offset),
+        "slow_statements": slow,
+        "hnsw_alone_seconds": alone_seconds,
+        "ratio_alone": round(seconds / alone_seconds, 2) if alone_seconds else None,
+        "load_alone_after": uptime() if alone else None,
         "load_before": load_before,
         "load_after": load_after,
     }
@@ -196,13 +219,17 @@ def markdown_publish(report: dict[str, Any]) -> str:
         f"Machine: {report['machine']}. Measured {report['measured_at']} by "
         f"`python -m benchmarks.bench_publish{report['args']}`.",
         "",
-        "| chunks | postings | path | publish s | HNSW build s | publish / HNSW | load before | load after |",
-        "|---|---|---|---|---|---|---|---|",
+        "| chunks | postings | path | publish s | HNSW build s (in publish) | publish / HNSW |"
+        " graph alone s | publish / graph alone | load before | load after |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in report["runs"]:
+        alone = run.get("hnsw_alone_seconds")
+        alone_cells = f"{alone:.1f} | {run['ratio_alone']:.2f}x" if alone else "- | -"
         lines.append(
             f"| {run['chunks']:,} | {run['postings']:,} | {run.get('label', run['path'])} | {run['publish_seconds']:.1f} | "
             f"{run['hnsw_seconds']:.1f} | {run['ratio']:.2f}x | "
+            f"{alone_cells} | "
             f"{run['load_before'].split('load average:')[-1].strip()} | "
             f"{run['load_after'].split('load average:')[-1].strip()} |"
         )
@@ -220,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--terms", type=int, default=40)
     parser.add_argument("--paths", nargs="+", choices=sorted(PATHS), default=["in_place", "swap"])
     parser.add_argument("--vectors", choices=VECTORS, default="random")
+    parser.add_argument("--graph-alone", action="store_true", help="also time the graph built alone")
     parser.add_argument("--out", type=Path, default=RESULTS / "scale.md")
     args = parser.parse_args(argv)
     if args.terms * 1009 >= VOCABULARY:
@@ -233,7 +261,10 @@ def main(argv: list[str] | None = None) -> int:
             shared_buffers = conn.execute("SHOW shared_buffers").fetchone()[0]
         store = Store(url)
         store.migrate()
-        runs = [one_path(store, log, path, args.chunks, args.terms, args.vectors) for path in args.paths]
+        runs = [
+            one_path(store, log, path, args.chunks, args.terms, args.vectors, args.graph_alone)
+            for path in args.paths
+        ]
         versions = server_versions(url)
         store.close()
         stop_embedded_servers()  # before the folder is removed: a running server keeps writing into it
@@ -241,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         "server": versions,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}",
         "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "args": f" --chunks {args.chunks} --terms {args.terms} --vectors {args.vectors}",
+        "args": f" --chunks {args.chunks} --terms {args.terms} --vectors {args.vectors}"
+        + (" --graph-alone" if args.graph_alone else ""),
         "terms": args.terms,
         "vectors": args.vectors,
         "maintenance_work_mem": os.environ.get("CHUNKYARD_MAINTENANCE_WORK_MEM", "512MB"),
