@@ -78,7 +78,7 @@ def _clustered_vectors(conn: psycopg.Connection, name: str, chunks: int) -> None
     conn.execute(
         "INSERT INTO staged_embeddings (index_name, chunk_id, embedding)"
         " SELECT %(name)s, 'c' || g, l2_normalize(c.v + n.v) FROM generate_series(0, %(n)s - 1) g"
-        " JOIN _centres c ON c.i = g %% %(centres)s JOIN _noise n ON n.i = (g * 7919) %% %(pool)s",
+        " JOIN _centres c ON c.i = g %% %(centres)s JOIN _noise n ON n.i = (g::bigint * 7919) %% %(pool)s",
         {"name": name, "n": chunks, "centres": CENTRES, "pool": NOISE_POOL},
     )
 

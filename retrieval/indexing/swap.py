@@ -103,8 +103,10 @@ def build_next(
     postings.start(conn)
     try:
         build = _build_chunks_next(conn, index_name, dim, storage, int(old_chunks), postings)
-    except psycopg.errors.QueryCanceled:
-        postings.wait()  # the postings' build failed and cancelled this one: its error is the cause
+    except psycopg.Error as exc:
+        cause = postings.stop()
+        if cause is not None:  # the postings' build failed first (and cancelled this one): the cause
+            raise cause from exc
         raise
     postings.wait()
     return build
@@ -229,6 +231,17 @@ class NextPostings:
             main.cancel_safe()
         self.seconds = round(time.perf_counter() - started, 3)
 
+    def stop(self) -> BaseException | None:
+        """Cancel the build if it still runs and wait for it; its own error, if it failed by itself."""
+        if self._thread is not None and self._thread.is_alive():
+            side = self._side
+            if side is not None:
+                side.cancel_safe()
+            self._thread.join()
+        if isinstance(self._error, psycopg.errors.QueryCanceled):
+            return None  # cancelled by the publish
+        return self._error
+
     def check(self) -> None:
         """Raise the build's error if it has already failed."""
         if self._error is not None:
@@ -248,11 +261,7 @@ class NextPostings:
     ) -> None:
         if self._thread is None:
             return
-        if self._thread.is_alive():  # the publish failed first: stop the build
-            side = self._side
-            if side is not None:
-                side.cancel_safe()
-            self._thread.join()
+        self.stop()  # the publish failed first: the build is of no use
         if exc is not None and self._committed:
             part = next_name(partition_names(self._index_name)["postings"])
             with (
