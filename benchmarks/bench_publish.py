@@ -208,7 +208,7 @@ VECTOR_WORDS = {
 
 def markdown_publish(report: dict[str, Any]) -> str:
     lines = [
-        "## A large first build's publish against its HNSW build",
+        f"## A large first build's publish against its HNSW build ({report['runs'][0]['chunks']:,} chunks)",
         "",
         f"Synthetic staging (`benchmarks/bench_publish.py`: random words, {report['terms']} distinct terms per "
         f"chunk from a {VOCABULARY:,}-word vocabulary, ~600 characters of text, {VECTOR_WORDS[report.get('vectors', 'random')]} of {DIM} "
