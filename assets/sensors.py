@@ -249,8 +249,8 @@ def build_document_sensor(
             "Watches the folders of collections "
             + ", ".join(sorted(watched))
             + ": one run per collection and change set (added, changed, deleted files), deduplicated by"
-            " content hash (of the text; only files whose stat changed are read); then re-runs any gap between a folder and its published indexes that no run"
-            " covers (a run that died), with backoff."
+            " content hash (of the text; only files whose stat changed are read); then re-runs any gap"
+            " between a folder and its published indexes that no run covers (a run that died), with backoff."
         ),
         minimum_interval_seconds=sensor_interval(),
         default_status=default_status,
