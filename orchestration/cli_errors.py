@@ -57,7 +57,7 @@ def report(command: str, exc: Exception) -> int:
     """One line naming what is at fault; exit 2 for configuration and usage, 1 (plus a hint) otherwise."""
     from pipeline.benchmark.run import BenchmarkError
     from retrieval.client import AuthenticationError, ServiceError
-    from retrieval.config import ConfigError
+    from retrieval.config import SettingsError
     from retrieval.config_checks import ConfigErrors
     from retrieval.options import SearchError
     from retrieval.query.results import IndexNotFoundError
@@ -73,7 +73,7 @@ def report(command: str, exc: Exception) -> int:
     if isinstance(exc, DatabaseSelfCheckError):
         print(f"{prefix}: {message}\nhint: {exc.hint}", file=sys.stderr)
         return 1
-    if isinstance(exc, ConfigError | UsageError | IndexNotFoundError | SearchError | BenchmarkError):
+    if isinstance(exc, SettingsError | UsageError | IndexNotFoundError | SearchError | BenchmarkError):
         print(f"{prefix}: {message}", file=sys.stderr)
         return 2
     if isinstance(exc, RuntimeFailure):

@@ -15,17 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from retrieval.config import (
-    CollectionConfig,
+    Collection,
     IndexConfig,
     IndexSpec,
-    load_collection_configs,
+    load_collections,
     load_index_configs,
     with_coarse_companions,
 )
-from retrieval.project import ConfigError, project_root, read_yaml
+from retrieval.project import SettingsError, project_root, read_yaml
 
 
-class ConfigErrors(ConfigError):
+class ConfigErrors(SettingsError):
     """Several configuration problems, one line each (`problems`)."""
 
     def __init__(self, problems: list[str]) -> None:
@@ -41,7 +41,7 @@ class _NoModel:
 class PlannedCollection:
     """What `chunkyard index` would build for one collection."""
 
-    collection: CollectionConfig
+    collection: Collection
     configs: tuple[IndexConfig, ...]
     folders: tuple[Path, ...]
 
@@ -60,7 +60,7 @@ class _Lines:
         if file not in self._files:
             try:
                 self._files[file] = read_yaml(Path(file))
-            except (ConfigError, OSError):
+            except (SettingsError, OSError):
                 self._files[file] = None
         found = f"{file}:{line}" if line else file
         node: Any = self._files[file]
@@ -123,7 +123,7 @@ def index_config_problems(
     return problems
 
 
-def collection_problems(collection: CollectionConfig, configs: dict[str, IndexConfig]) -> list[str]:
+def collection_problems(collection: Collection, configs: dict[str, IndexConfig]) -> list[str]:
     """The problems of one collection: its index configs named, its folders and evaluation set there."""
     problems: list[str] = []
     where = f"{collection.source or 'collections'}: collections.{collection.name}"
@@ -163,7 +163,7 @@ def check_project(names: list[str] | None = None) -> list[PlannedCollection]:
     ConfigErrors listing every problem."""
 
     configs = load_index_configs()
-    collections = load_collection_configs()
+    collections = load_collections()
     chosen = [collections[name] for name in (names or sorted(collections))]
     lines = _Lines()
     planned, problems = [], []
@@ -193,10 +193,10 @@ def load_index_specs(
     """Every (collection, config) pair the config files declare, validated against each other."""
     configs = load_index_configs(indexes_path)
     specs = []
-    for collection in load_collection_configs(collections_path).values():
+    for collection in load_collections(collections_path).values():
         for config_name in collection.indexes:
             if config_name not in configs:
-                raise ConfigError(
+                raise SettingsError(
                     f"{collection.source or 'collections'}: collections.{collection.name}.indexes: "
                     f"unknown index config {config_name!r}; "
                     f"known: {sorted(configs)}"

@@ -221,11 +221,11 @@ def test_a_tick_hashes_only_the_files_whose_stat_signature_changed(tmp_path: Pat
     not read again, a rewritten or touched one is (and a touch alone changes no hash)."""
     from chunking.documents.folder import RACY_SECONDS
     from pipeline.documents import hash_folder
-    from retrieval.config import load_collection_configs
+    from retrieval.config import load_collections
 
     collection = unique_name("h")
     docs_dir, _, collections_path = write_project(tmp_path, collection)
-    config = load_collection_configs(collections_path)[collection]
+    config = load_collections(collections_path)[collection]
     time.sleep(RACY_SECONDS + 0.1)  # a signature younger than this is never trusted
     first = hash_folder(config)
     assert first.hashed == len(DOCS) and set(first.signatures) == set(first.hashes) == set(DOCS)

@@ -18,7 +18,7 @@ from evaluation.runner import latest_reports
 from pipeline.checks import Check
 from pipeline.step_report import StepReport
 from retrieval import aliases
-from retrieval.config import ServeConfig
+from retrieval.config import PromotionPolicy
 from retrieval.names import IndexName
 from retrieval.options import SearchOptions
 from retrieval.store import Store
@@ -57,7 +57,7 @@ def exceeded(row: LeaderboardRow, budget: dict[str, float], k: int) -> str | Non
     return None
 
 
-def decide(board: Leaderboard, serve: ServeConfig, current: aliases.AliasTarget | None) -> Decision:
+def decide(board: Leaderboard, serve: PromotionPolicy, current: aliases.AliasTarget | None) -> Decision:
     """The best row within budget by `serve.metric`, and whether it regresses against `current`."""
     metric = serve.metric.format(k=board.k)
     over: dict[str, str] = {}
@@ -86,7 +86,7 @@ def decide(board: Leaderboard, serve: ServeConfig, current: aliases.AliasTarget 
 
 
 def promote(
-    store: Store, collection: str, index_names: Sequence[IndexName], serve: ServeConfig
+    store: Store, collection: str, index_names: Sequence[IndexName], serve: PromotionPolicy
 ) -> StepReport:
     """Point `serve.alias` at the leaderboard's winner unless nothing fits the budget or it regresses."""
     board = leaderboard(latest_reports(store, list(index_names)))
