@@ -58,13 +58,13 @@ def report(command: str, exc: Exception) -> int:
     from pipeline.benchmark.run import BenchmarkError
     from retrieval.client import AuthenticationError, ServiceError
     from retrieval.config import SettingsError
-    from retrieval.config_checks import ConfigErrors
+    from retrieval.config_checks import SettingsErrors
     from retrieval.options import SearchError
     from retrieval.query.results import IndexNotFoundError
     from retrieval.selfcheck import DatabaseSelfCheckError
 
     prefix = f"chunkyard {command}" if command else "chunkyard"
-    if isinstance(exc, ConfigErrors):
+    if isinstance(exc, SettingsErrors):
         print(f"{prefix}: {len(exc.problems)} configuration problem(s), nothing was run:", file=sys.stderr)
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)

@@ -25,7 +25,7 @@ from retrieval.config import (
 from retrieval.project import SettingsError, project_root, read_yaml
 
 
-class ConfigErrors(SettingsError):
+class SettingsErrors(SettingsError):
     """Several configuration problems, one line each (`problems`)."""
 
     def __init__(self, problems: list[str]) -> None:
@@ -160,7 +160,7 @@ def collection_problems(collection: Collection, configs: dict[str, IndexConfig])
 
 def check_project(names: list[str] | None = None) -> list[PlannedCollection]:
     """Check every index config and the collections `names` (default: all); what would be built, or
-    ConfigErrors listing every problem."""
+    SettingsErrors listing every problem."""
 
     configs = load_index_configs()
     collections = load_collections()
@@ -183,7 +183,7 @@ def check_project(names: list[str] | None = None) -> list[PlannedCollection]:
         for problem in index_config_problems(config, lines, built=config.name in built)
     ] + problems
     if problems:
-        raise ConfigErrors(problems)
+        raise SettingsErrors(problems)
     return planned
 
 
@@ -208,5 +208,5 @@ def load_index_specs(
         p for name in sorted({s.config.name for s in specs}) for p in index_config_problems(configs[name])
     ]
     if problems:  # each chunker, embedder and model as the steps will build them, before any step runs
-        raise ConfigErrors(problems)
+        raise SettingsErrors(problems)
     return specs
