@@ -110,25 +110,25 @@ def build_leaderboard_asset(collection: Collection, specs: Sequence[IndexSpec]) 
 
 def build_promotion_asset(collection: Collection, specs: Sequence[IndexSpec]) -> AssetsDefinition:
     """The leaderboard's winner within `serve.budget` served by `serve.alias` (blocked on a regression)."""
-    name, serve = collection.name, collection.serve
-    assert serve is not None
+    name, policy = collection.name, collection.serve
+    assert policy is not None
     names = [spec.name for spec in specs]
     key = promotion_key(name)
 
     @asset(
         key=key,
         group_name=collection_prefix(name),
-        description=f"Points alias `{serve.alias}` at the best (config, mode) of `{name}` within its budget.",
-        code_version=code_version("promotion", {"collection": name, "indexes": names, "serve": repr(serve)}),
+        description=f"Points alias `{policy.alias}` at the best (config, mode) of `{name}` within its budget.",
+        code_version=code_version("promotion", {"collection": name, "indexes": names, "serve": repr(policy)}),
         deps=[leaderboard_key(name)],
         automation_condition=catches_up(),
         check_specs=check_specs("promotion", key),
         kinds={"python"},
-        metadata={"collection": name, "alias": serve.alias},
+        metadata={"collection": name, "alias": policy.alias},
     )
     def promotion(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
         from pipeline.steps.promotion import promote
 
-        return materialize_result(context, promote(postgres.store(), name, names, serve))
+        return materialize_result(context, promote(postgres.store(), name, names, policy))
 
     return promotion

@@ -1,5 +1,5 @@
-"""Index and collection configs as typed, validated objects: the project's chunkyard.yaml over the
-bundled configs/ (the project is found like git's: the nearest chunkyard.yaml from the current folder up)."""
+"""Index configs and collections as typed, validated objects: the project file (chunkyard.yaml) over the
+bundled settings files in configs/ (the project is found like git's: the nearest chunkyard.yaml up)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
 def is_valid_name(name: str) -> bool:
-    """Collection and config names: lowercase letters, digits, '-', '_' and '.'."""
+    """Collection and index config names: lowercase letters, digits, '-', '_' and '.'."""
     return bool(_NAME.match(name))
 
 
@@ -132,8 +132,8 @@ BUDGET_KEYS = ("p95_ms", "context_tokens", "chunks", "index_bytes")
 
 @dataclass(frozen=True)
 class PromotionPolicy:
-    """What a collection serves: the alias the promotion asset points at its leaderboard's best
-    (config, mode) within `budget`, unless `metric` drops more than `max_regression` (a fraction)
+    """A collection's `serve:` section: the alias the promotion asset points at its leaderboard's best
+    (index config, mode) within `budget`, unless `metric` drops more than `max_regression` (a fraction)
     below the alias's current target. `keep`: earlier targets kept for rollback (None: the default)."""
 
     alias: str
@@ -143,7 +143,7 @@ class PromotionPolicy:
     keep: int | None = None
 
 
-def _serve(raw: Any, where: str) -> PromotionPolicy | None:
+def _promotion_policy(raw: Any, where: str) -> PromotionPolicy | None:
     if raw is None:
         return None
     where = f"{where}.serve"
@@ -194,7 +194,7 @@ class Collection:
     description: str = ""
     # A benchmark collection (chroma_general) is built only when benchmarks are enabled.
     benchmark: bool = False
-    # the alias its leaderboard's winner is promoted to (None: no promotion asset)
+    # `serve:`, how its leaderboard's winner is promoted to an alias (None: no promotion asset)
     serve: PromotionPolicy | None = None
     # A folder that does not exist is indexed as empty instead of stopping `chunkyard index`.
     allow_empty: bool = False
@@ -208,7 +208,7 @@ class Collection:
 
 @dataclass(frozen=True)
 class IndexSpec:
-    """One concrete index: a collection indexed with a config."""
+    """One concrete index: a collection indexed with an index config."""
 
     collection: str
     config: IndexConfig
@@ -251,7 +251,7 @@ _COLLECTION_KEYS = {
 
 
 def _project_overlay() -> tuple[Path, dict[str, Any]] | None:
-    """The project's chunkyard.yaml when the configs come from the project (no CHUNKYARD_CONFIGS)."""
+    """The project file and its contents when the settings come from the project (no CHUNKYARD_CONFIGS)."""
     if os.environ.get("CHUNKYARD_CONFIGS"):
         return None
     root = project_root()
@@ -355,7 +355,7 @@ def with_coarse_companions(names: list[str], configs: dict[str, IndexConfig]) ->
 
 
 def default_collection() -> str:
-    """The collection a bare config name means, in the CLI, the HTTP API and Python alike: the
+    """The collection a bare index config name means, in the CLI, the HTTP API and Python alike: the
     project's only collection; else (several, or no project) `demo`."""
     from retrieval.names import DEFAULT_COLLECTION
     from retrieval.project import ProjectError
@@ -432,7 +432,7 @@ def load_collections(
             indexes=string_list(entry.get("indexes"), at("indexes"), "index config names"),
             description=text(entry.get("description"), at("description")),
             benchmark=benchmark,
-            serve=_serve(entry.get("serve"), where),
+            serve=_promotion_policy(entry.get("serve"), where),
             allow_empty=as_bool(entry.get("allow_empty", False), at("allow_empty")),
             source=where.rpartition(": collections.")[0],
         )

@@ -19,7 +19,7 @@ from evaluation.reports import Leaderboard, LeaderboardRow
 from evaluation.runner import evaluate_index
 from pipeline.steps.promotion import decide, promote
 from retrieval import aliases
-from retrieval.config import Collection, PromotionPolicy, SettingsError, _serve
+from retrieval.config import Collection, PromotionPolicy, SettingsError, _promotion_policy
 from retrieval.indexing import build_index
 from retrieval.names import IndexName
 from retrieval.options import SearchOptions
@@ -63,8 +63,8 @@ BOARD = Leaderboard(
 
 
 def test_the_winner_is_the_best_row_within_every_budget() -> None:
-    serve = PromotionPolicy("docs", budget={"p95_ms": 50, "context_tokens": 800, "chunks": 200})
-    decision = decide(BOARD, serve, None)
+    policy = PromotionPolicy("docs", budget={"p95_ms": 50, "context_tokens": 800, "chunks": 200})
+    decision = decide(BOARD, policy, None)
     assert (decision.winner.index, decision.winner.mode, decision.winner_value) == ("c/mid", "dense", 0.85)
     assert decision.over_budget == {
         "c/big hybrid_weighted": "p95_ms: 80 > 50",
@@ -91,8 +91,8 @@ def test_a_regression_against_the_current_target_blocks_the_promotion() -> None:
     assert math.isnan(decide(BOARD, tight, _target("other/x", "bm25")).current_value)
 
 
-def test_serve_config_is_validated_with_the_field_named() -> None:
-    assert _serve({"alias": "docs", "budget": {"p95_ms": 40}}, "c").budget == {"p95_ms": 40.0}
+def test_promotion_policy_is_validated_with_the_field_named() -> None:
+    assert _promotion_policy({"alias": "docs", "budget": {"p95_ms": 40}}, "c").budget == {"p95_ms": 40.0}
     for raw, field in (
         ({"budget": {}}, "c.serve"),
         ({"alias": "Docs/x"}, "c.serve.alias"),
@@ -102,7 +102,7 @@ def test_serve_config_is_validated_with_the_field_named() -> None:
         ({"alias": "docs", "keep": 0}, "c.serve.keep"),
     ):
         with pytest.raises(SettingsError, match=field.replace(".", r"\.")):
-            _serve(raw, "c")
+            _promotion_policy(raw, "c")
 
 
 @pytest.fixture(scope="module")
@@ -131,25 +131,25 @@ def evaluated(store, embedder):
 
 def test_promote_serves_the_winner_and_keeps_it_when_nothing_changed(store, evaluated) -> None:
     collection, specs, searcher = evaluated
-    serve = PromotionPolicy(f"docs-{uuid.uuid4().hex[:6]}", budget={"context_tokens": 10_000})
-    report = promote(store, collection, [s.name for s in specs], serve)
+    policy = PromotionPolicy(f"docs-{uuid.uuid4().hex[:6]}", budget={"context_tokens": 10_000})
+    report = promote(store, collection, [s.name for s in specs], policy)
     assert report.metadata["promoted"] is True
     assert {c.name: c.passed for c in report.checks} == {"no_regression": True, "within_budget": True}
-    target = aliases.get_alias(store, serve.alias)
+    target = aliases.get_alias(store, policy.alias)
     assert f"{target.index} {target.options.mode}" == report.metadata["winner"]
     assert target.scores == {"recall_at_5": report.metadata["winner_value"]}
-    assert searcher.search("What causes tides?", serve.alias)[0].index == target.index
-    again = promote(store, collection, [s.name for s in specs], serve)
+    assert searcher.search("What causes tides?", policy.alias)[0].index == target.index
+    again = promote(store, collection, [s.name for s in specs], policy)
     assert again.metadata["generation"] == target.generation  # same winner, same version: no new target
 
 
 def test_the_promotion_asset_materializes_with_its_checks(store, evaluated, pg_url) -> None:
     collection, specs, _ = evaluated
     alias = f"docs-{uuid.uuid4().hex[:6]}"
-    config = Collection(
+    declared = Collection(
         collection, folders=("x",), indexes=("para-a", "para-b"), serve=PromotionPolicy(alias)
     )
-    asset = build_promotion_asset(config, specs)
+    asset = build_promotion_asset(declared, specs)
     result = materialize(
         [asset], instance=DagsterInstance.ephemeral(), resources={"postgres": PostgresResource(url=pg_url)}
     )
@@ -164,8 +164,8 @@ def test_readers_see_no_error_while_promotions_swap_the_alias(store, evaluated) 
     """A loop of queries on the alias while the promotion step re-points it again and again (after each,
     an operator pins the other index): 0 errors, every answer from one index version."""
     collection, specs, searcher = evaluated
-    serve = PromotionPolicy(f"docs-{uuid.uuid4().hex[:6]}")
-    promote(store, collection, [s.name for s in specs], serve)
+    policy = PromotionPolicy(f"docs-{uuid.uuid4().hex[:6]}")
+    promote(store, collection, [s.name for s in specs], policy)
     errors: list[BaseException] = []
     mixed: list[list[tuple[str, int]]] = []
     answered = [0]
@@ -174,7 +174,9 @@ def test_readers_see_no_error_while_promotions_swap_the_alias(store, evaluated) 
     def reader() -> None:
         while not stop.is_set():
             try:
-                got = [(r.index, r.index_version) for r in searcher.search("What causes tides?", serve.alias)]
+                got = [
+                    (r.index, r.index_version) for r in searcher.search("What causes tides?", policy.alias)
+                ]
             except BaseException as exc:  # noqa: BLE001 - every failure counts
                 errors.append(exc)
                 continue
@@ -188,10 +190,10 @@ def test_readers_see_no_error_while_promotions_swap_the_alias(store, evaluated) 
     promoted = 0
     try:
         for _ in range(8):
-            winner = aliases.get_alias(store, serve.alias)
+            winner = aliases.get_alias(store, policy.alias)
             other = next(s.name for s in specs if s.name != winner.index)
-            aliases.set_alias(store, serve.alias, other, {"mode": "bm25"}, note="operator")
-            report = promote(store, collection, [s.name for s in specs], serve)
+            aliases.set_alias(store, policy.alias, other, {"mode": "bm25"}, note="operator")
+            report = promote(store, collection, [s.name for s in specs], policy)
             promoted += bool(report.metadata["promoted"])
             time.sleep(0.02)
     finally:
