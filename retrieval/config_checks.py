@@ -1,4 +1,4 @@
-"""Every field of a project's configuration checked before anything runs (`chunkyard check`, `chunkyard
+"""Every field of a project's settings files checked before anything runs (`chunkyard check`, `chunkyard
 index`, the Dagster definitions), so a typo stops the command at once instead of a step half a minute in.
 
 The loaders (`retrieval.config`) check each entry's shape; this adds what needs more than the entry:
@@ -26,7 +26,7 @@ from retrieval.project import SettingsError, project_root, read_yaml
 
 
 class SettingsErrors(SettingsError):
-    """Several configuration problems, one line each (`problems`)."""
+    """Several settings problems, one line each (`problems`)."""
 
     def __init__(self, problems: list[str]) -> None:
         super().__init__("\n".join(problems))
@@ -190,7 +190,7 @@ def check_project(names: list[str] | None = None) -> list[PlannedCollection]:
 def load_index_specs(
     indexes_path: str | Path | None = None, collections_path: str | Path | None = None
 ) -> list[IndexSpec]:
-    """Every (collection, config) pair the config files declare, validated against each other."""
+    """Every (collection, index config) pair the settings files declare, validated against each other."""
     configs = load_index_configs(indexes_path)
     specs = []
     for collection in load_collections(collections_path).values():

@@ -1,4 +1,4 @@
-"""Field checks of the config files' entries, each error naming `file:line`, the field and what is allowed.
+"""Field checks of the settings files' entries, each error naming `file:line`, the field and what is allowed.
 
 Below `retrieval.config` (which reads the files) and beside `retrieval.project` (which finds them):
 a value of the wrong shape is refused where it is read, before anything runs, so `indexes:

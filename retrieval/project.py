@@ -1,6 +1,6 @@
-"""The chunkyard project: the folder holding chunkyard.yaml, found like git's, and its config files.
+"""The chunkyard project: the folder holding chunkyard.yaml, found like git's, and its settings files.
 
-Everything here is below the rest of `retrieval`: the database, the configs and the CLI all ask it
+Everything here is below the rest of `retrieval`: the database, the settings and the CLI all ask it
 where the project is, so it imports nothing else of the project.
 """
 
@@ -14,7 +14,8 @@ import yaml
 
 
 class SettingsError(ValueError):
-    """A config file or entry is invalid; the message names the file, entry and field."""
+    """A settings file (the project file, indexes.yaml, collections.yaml) or an entry in one is invalid;
+    the message names the file, entry and field."""
 
 
 PROJECT_FILE = "chunkyard.yaml"
@@ -64,7 +65,7 @@ def project_root() -> Path:
 
 
 def bundled_configs_dir() -> Path:
-    """The configs shipped with the package (`configs/` of the repository, installed as the package
+    """The settings files shipped with the package (`configs/` of the repository, installed as the package
     `retrieval.bundled`): the index configs every project starts from, and the bundled collections."""
     from importlib import resources
 
@@ -158,14 +159,14 @@ class _LineLoader(yaml.SafeLoader):
 
 
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _LineLoader.construct_mapping)
-# Configs read here are written back out (`chunkyard add`, benchmarks' generated configs): a
+# Settings files read here are written back out (`chunkyard add`, benchmarks' generated ones): a
 # `_Mapping` dumps as the plain mapping it is, line marks left behind.
 yaml.SafeDumper.add_representer(_Mapping, yaml.representer.SafeRepresenter.represent_dict)
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise SettingsError(f"config file not found: {path}")
+        raise SettingsError(f"settings file not found: {path}")
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LineLoader) or {}  # noqa: S506
     except yaml.YAMLError as exc:

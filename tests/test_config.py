@@ -38,7 +38,7 @@ def test_bad_index_config_names_the_field(tmp_path: Path, entry: str, message: s
 
 
 def test_missing_config_file_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(SettingsError, match="config file not found"):
+    with pytest.raises(SettingsError, match="settings file not found"):
         load_index_configs(tmp_path / "nope.yaml")
 
 

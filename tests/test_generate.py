@@ -259,10 +259,10 @@ def test_cli_generate_writes_the_set_and_sets_eval(fake_llm, tmp_path, monkeypat
     (root / "notes").mkdir(parents=True)
     for doc_id, text in DOCS.items():
         (root / "notes" / doc_id).write_text(text, encoding="utf-8")
-    config = {
+    project = {
         "collections": {"mine": {"folders": ["notes"], "include": ["**/*.md"], "indexes": ["recursive-256"]}}
     }
-    (root / "chunkyard.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    (root / "chunkyard.yaml").write_text(yaml.safe_dump(project), encoding="utf-8")
     monkeypatch.setenv("CHUNKYARD_PROJECT", str(root))
     argv = ["questions", "generate", "--collection", "mine", "--llm", fake_llm, "--model", "fake", "--n", "5"]
     assert main([*argv, "--set-eval"]) == 0
