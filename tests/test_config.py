@@ -1,4 +1,4 @@
-"""Config files: every shipped config loads; a bad entry is refused with the file, entry and field named."""
+"""Settings files: every shipped index config loads and pairs up; a bad entry is refused with the file, entry and field named."""
 
 from pathlib import Path
 
@@ -37,7 +37,7 @@ def test_bad_index_config_names_the_field(tmp_path: Path, entry: str, message: s
     assert "indexes.small" in str(error.value) and message in str(error.value)
 
 
-def test_missing_config_file_is_a_clear_error(tmp_path: Path) -> None:
+def test_missing_settings_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="settings file not found"):
         load_index_configs(tmp_path / "nope.yaml")
 
