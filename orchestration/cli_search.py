@@ -108,12 +108,12 @@ def scores(values: dict[str, float]) -> str:
 def suggestion(collection: str, best: tuple[str | None, str | None] | None) -> str:
     """What to type next after `chunkyard index`: the leaderboard's best (index, mode) when there is one,
     else the collection's first index config."""
-    from retrieval.config import load_collection_configs
+    from retrieval.config import load_collections
     from retrieval.options import DEFAULT_MODE
 
     index, mode = best or (None, None)
     if not index or not index.startswith(f"{collection}/"):
-        configs = load_collection_configs()[collection].indexes
+        configs = load_collections()[collection].indexes
         index, mode = (f"{collection}/{configs[0]}" if configs else None), None
     if index is None:
         return ""

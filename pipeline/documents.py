@@ -20,7 +20,7 @@ from pathlib import Path
 
 from chunking.documents.folder import DocumentFailure, file_signature, scan_folder
 from chunking.types import Document
-from retrieval.config import CollectionConfig
+from retrieval.config import Collection
 
 
 @dataclass
@@ -49,7 +49,7 @@ def folder_prefix(folder: Path, folders: list[Path]) -> str:
 
 
 def load_collection_documents(
-    collection: CollectionConfig,
+    collection: Collection,
     known: Mapping[str, str] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> CollectionDocuments:
@@ -66,7 +66,7 @@ def load_collection_documents(
 
 
 def load_folders(
-    collection: CollectionConfig,
+    collection: Collection,
     known: Mapping[str, str] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> CollectionDocuments:
@@ -131,7 +131,7 @@ class FolderHashes:
     loaded: int = 0  # files (or folders) loaded this time; the others kept their hash (same signature)
 
 
-def hash_folder(collection: CollectionConfig, known: FolderHashes | None = None) -> FolderHashes:
+def hash_folder(collection: Collection, known: FolderHashes | None = None) -> FolderHashes:
     """The content hash of every document of the collection's folders, loaded as the documents step
     loads them (`load_folders`), reading only the files whose stat signature differs from `known`
     (all of them without it). A file that fails to load gets `failure_fingerprint`; its signature is

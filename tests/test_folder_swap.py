@@ -14,7 +14,7 @@ from chunking.documents.folder import scan_folder
 from chunking.documents.safe_open import PathChanged, open_resolved
 from chunking.types import sha256_text
 from pipeline.documents import FAILED_PREFIX, hash_folder
-from retrieval.config import CollectionConfig
+from retrieval.config import Collection
 
 SECRET = "TOPSECRET outside the documents folder"
 
@@ -63,8 +63,8 @@ def test_the_sensor_never_hashes_a_file_outside_through_a_swapped_folder(
     """The sensor loads files through the step's own loader: the swapped file is a failure (its
     fingerprint a failure's), never the content hash of the file outside."""
     root, outside = _layout(tmp_path)
-    collection = CollectionConfig(name="swap", folders=(str(root),))
-    inside = hash_folder(collection).hashes["sub/b.md"]
+    watched = Collection(name="swap", folders=(str(root),))
+    inside = hash_folder(watched).hashes["sub/b.md"]
     assert inside == sha256_text((root / "sub" / "b.md").read_text())
     listed = folder.plain_file_stat
 
@@ -75,7 +75,7 @@ def test_the_sensor_never_hashes_a_file_outside_through_a_swapped_folder(
         return info
 
     monkeypatch.setattr(folder, "plain_file_stat", swap_after_listing)
-    swapped = hash_folder(collection)
+    swapped = hash_folder(watched)
     assert swapped.hashes["sub/b.md"].startswith(FAILED_PREFIX), swapped.hashes
     assert "became a symlink" in swapped.failures["sub/b.md"]
     assert sha256_text((outside / "b.md").read_text()) not in swapped.hashes.values()

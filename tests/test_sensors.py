@@ -273,29 +273,29 @@ def test_a_tick_loads_only_the_files_whose_stat_signature_changed(tmp_path: Path
     from chunking.documents.folder import RACY_SECONDS
     from chunking.types import sha256_text
     from pipeline.documents import hash_folder
-    from retrieval.config import load_collection_configs
+    from retrieval.config import load_collections
 
     collection = unique_name("h")
     docs_dir, _, collections_path = write_project(tmp_path, collection)
-    config = load_collection_configs(collections_path)[collection]
+    watched = load_collections(collections_path)[collection]
     time.sleep(RACY_SECONDS + 0.1)  # a signature younger than this is never trusted
-    first = hash_folder(config)
+    first = hash_folder(watched)
     assert first.loaded == len(DOCS) and set(first.signatures) == set(first.hashes) == set(DOCS)
     assert first.hashes == {doc_id: sha256_text(text) for doc_id, text in DOCS.items()}
-    again = hash_folder(config, first)
+    again = hash_folder(watched, first)
     assert again.loaded == 0 and again.hashes == first.hashes and again.signatures == first.signatures
 
     (docs_dir / "alpha.md").write_text("Rewritten: the llama now eats oats.", encoding="utf-8")
     os.utime(docs_dir / "beta.md")  # touched, same bytes
     (docs_dir / "gamma.txt").write_bytes(b"\xef\xbb\xbf" + DOCS["gamma.txt"].encode())  # a BOM: same text
     time.sleep(RACY_SECONDS + 0.1)
-    changed = hash_folder(config, again)
+    changed = hash_folder(watched, again)
     assert changed.loaded == 3
     assert changed.hashes["alpha.md"] == sha256_text("Rewritten: the llama now eats oats.")
     assert {k: v for k, v in changed.hashes.items() if k != "alpha.md"} == {
         k: v for k, v in first.hashes.items() if k != "alpha.md"
     }
-    assert hash_folder(config, changed).loaded == 0
+    assert hash_folder(watched, changed).loaded == 0
 
 
 def test_a_failing_file_has_a_fingerprint_that_changes_with_it(tmp_path: Path) -> None:
@@ -304,30 +304,30 @@ def test_a_failing_file_has_a_fingerprint_that_changes_with_it(tmp_path: Path) -
     from chunking.documents.folder import RACY_SECONDS
     from chunking.types import sha256_text
     from pipeline.documents import FAILED_PREFIX, hash_folder
-    from retrieval.config import load_collection_configs
+    from retrieval.config import load_collections
 
     collection = unique_name("f")
     docs = {**DOCS, "broken.md": b"\xff\xfe not UTF-8 \xff"}
     docs_dir, _, collections_path = write_project(tmp_path, collection, docs=docs)
-    config = load_collection_configs(collections_path)[collection]
+    watched = load_collections(collections_path)[collection]
     time.sleep(RACY_SECONDS + 0.1)
-    first = hash_folder(config)
+    first = hash_folder(watched)
     broken = first.hashes["broken.md"]
     assert broken.startswith(FAILED_PREFIX) and "UTF-8" in first.failures["broken.md"]
     assert "broken.md" in first.signatures  # trusted next time, as a loaded file's
-    again = hash_folder(config, first)
+    again = hash_folder(watched, first)
     assert again.loaded == 0 and again.hashes == first.hashes
 
     (docs_dir / "broken.md").write_bytes(b"\xff\xfe still not UTF-8, and longer \xff")
     time.sleep(RACY_SECONDS + 0.1)
-    still = hash_folder(config, again)
+    still = hash_folder(watched, again)
     assert still.loaded == 1 and still.hashes["broken.md"].startswith(FAILED_PREFIX)
     assert still.hashes["broken.md"] != broken
-    assert hash_folder(config, still).hashes == still.hashes
+    assert hash_folder(watched, still).hashes == still.hashes
 
     (docs_dir / "broken.md").write_text("# Fixed\n\nNow it reads.\n", encoding="utf-8")
     time.sleep(RACY_SECONDS + 0.1)
-    fixed = hash_folder(config, still)
+    fixed = hash_folder(watched, still)
     assert fixed.hashes["broken.md"] == sha256_text("# Fixed\n\nNow it reads.\n") and not fixed.failures
 
 
