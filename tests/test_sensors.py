@@ -331,6 +331,25 @@ def test_a_failing_file_has_a_fingerprint_that_changes_with_it(tmp_path: Path) -
     assert fixed.hashes["broken.md"] == sha256_text("# Fixed\n\nNow it reads.\n") and not fixed.failures
 
 
+def test_a_folder_that_cannot_be_read_has_a_fingerprint_too(tmp_path: Path) -> None:
+    """A folder that gives no documents (missing here; unreadable goes the same way) is fingerprinted
+    under its id prefix like a failing file: stable while it stays so, gone when it is back."""
+    from pipeline.documents import FAILED_PREFIX, hash_folder
+    from retrieval.config import Collection
+
+    docs, later = tmp_path / "docs", tmp_path / "later"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nA plain document.\n", encoding="utf-8")
+    watched = Collection(name="two", folders=(str(docs), str(later)))
+    first = hash_folder(watched)
+    assert set(first.hashes) == {"docs/a.md", "later"} and first.hashes["later"].startswith(FAILED_PREFIX)
+    assert "not found" in first.failures["later"]
+    assert hash_folder(watched, first).hashes == first.hashes
+    later.mkdir()
+    (later / "b.md").write_text("# B\n\nBack again.\n", encoding="utf-8")
+    assert set(hash_folder(watched, first).hashes) == {"docs/a.md", "later/b.md"}
+
+
 def test_sensor_interval_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
     from assets.sensors import INTERVAL_ENV, MINIMUM_INTERVAL_SECONDS, sensor_interval
 
