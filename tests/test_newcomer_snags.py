@@ -97,10 +97,10 @@ def test_snag_9_the_ui_hint_only_when_no_error_names_the_cause() -> None:
     assert "chunkyard ui" in failure_hint([])
 
 
-def _report(index: str, mode: str, **means: float) -> EvaluationReport:
+def _report(index: str, variant: str, **means: float) -> EvaluationReport:
     overall = {name: Estimate(value, value, value, 4) for name, value in means.items()}
     summary = MetricSummary(per_question={}, corpus_of={}, overall=overall)
-    return EvaluationReport(index, index.split("/")[-1], "mine", 5, [mode], 4, {mode: summary})
+    return EvaluationReport(index, index.split("/")[-1], "mine", 5, [variant], 4, {variant: summary})
 
 
 def test_snag_10_the_leaderboards_best_breaks_recall_ties_by_mrr() -> None:
@@ -113,7 +113,7 @@ def test_snag_10_the_leaderboards_best_breaks_recall_ties_by_mrr() -> None:
             _report("mine/token-128", "dense", mrr_at_5=1.0),  # no recall: last
         ]
     )
-    assert [(row.index, row.mode) for row in board.rows] == [
+    assert [(row.index, row.variant) for row in board.rows] == [
         ("mine/recursive-256", "dense"),
         ("mine/recursive-256", "bm25"),
         ("mine/token-256", "dense"),

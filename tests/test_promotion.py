@@ -16,7 +16,7 @@ from assets.resources import PostgresResource
 from chunking.types import Document
 from evaluation.estimates import Estimate
 from evaluation.reports import Leaderboard, LeaderboardRow
-from evaluation.runner import evaluate_index
+from evaluation.runner import EvaluationRequest, evaluate_index
 from pipeline.steps.promotion import decide, promote
 from retrieval import aliases
 from retrieval.config import CollectionConfig, ConfigError, ServeConfig, _serve
@@ -28,11 +28,13 @@ from tests.test_evaluation import PASSAGES, QUESTIONS
 from tests.test_indexing_support import ParagraphChunker, make_spec
 
 
-def _row(index: str, mode: str, recall: float, p95: float = 10.0, tokens: float = 500.0, chunks: float = 100):
+def _row(
+    index: str, variant: str, recall: float, p95: float = 10.0, tokens: float = 500.0, chunks: float = 100
+):
     return LeaderboardRow(
         config=IndexName.parse(index).config,
         index=index,
-        mode=mode,
+        variant=variant,
         dataset="d",
         k=5,
         n_questions=10,
@@ -65,7 +67,7 @@ BOARD = Leaderboard(
 def test_the_winner_is_the_best_row_within_every_budget() -> None:
     serve = ServeConfig("docs", budget={"p95_ms": 50, "context_tokens": 800, "chunks": 200})
     decision = decide(BOARD, serve, None)
-    assert (decision.winner.index, decision.winner.mode, decision.winner_value) == ("c/mid", "dense", 0.85)
+    assert (decision.winner.index, decision.winner.variant, decision.winner_value) == ("c/mid", "dense", 0.85)
     assert decision.over_budget == {
         "c/big hybrid_weighted": "p95_ms: 80 > 50",
         "c/mid bm25": "context_tokens: 900 > 800",
@@ -119,11 +121,8 @@ def evaluated(store, embedder):
             searcher,
             spec,
             QUESTIONS,
-            modes=("bm25", "dense"),
-            k=5,
-            dataset="tiny",
+            EvaluationRequest(variants=("bm25", "dense"), k=5, dataset="tiny", n_resamples=20),
             store=store,
-            n_resamples=20,
         )
         store.evaluations.record(spec.name, report)
     return collection, specs, searcher
