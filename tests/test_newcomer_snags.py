@@ -196,3 +196,16 @@ def test_snag_7_the_ui_runs_no_automation_unless_the_project_says_so(
     (tmp_path / "chunkyard.yaml").write_text("benchmarks: false\nui_automation: yes please\n")
     with pytest.raises(ConfigError, match=r"chunkyard\.yaml:2: ui_automation: must be true or false"):
         read_project(tmp_path)
+
+
+def test_the_suggested_search_runs_the_leaderboards_best_variant() -> None:
+    """The leaderboard's best row is a variant: `served` needs no flag, `<mode>+rerank` is a mode and a
+    reranker (`--mode served` or `--mode hybrid+rerank` would be refused by `chunkyard search`)."""
+    from orchestration.cli_search import suggestion
+
+    best = "(the leaderboard's best)"
+    assert suggestion("mine", ("mine/a", "served")).endswith(f"--index mine/a {best}")
+    assert suggestion("mine", ("mine/a", "bm25")).endswith(f"--index mine/a --mode bm25 {best}")
+    assert suggestion("mine", ("mine/a", "hybrid+rerank")).endswith(
+        f"--index mine/a --mode hybrid --rerank maxsim {best}"
+    )
