@@ -133,7 +133,7 @@ BUDGET_KEYS = ("p95_ms", "context_tokens", "chunks", "index_bytes")
 @dataclass(frozen=True)
 class ServeConfig:
     """What a collection serves: the alias the promotion asset points at its leaderboard's best
-    (config, mode) within `budget`, unless `metric` drops more than `max_regression` (a fraction)
+    (config, variant) within `budget`, unless `metric` drops more than `max_regression` (a fraction)
     below the alias's current target. `keep`: earlier targets kept for rollback (None: the default)."""
 
     alias: str
