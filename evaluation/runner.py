@@ -254,11 +254,21 @@ def parse_variant(variant: str, default_reranker: str | None) -> tuple[str, str 
     raise ValueError(f"variant {variant!r}: expected <mode>, <mode>+rerank, <mode>+rerank:<name> or served")
 
 
-def _reranker_name(spec: IndexSpec | str) -> str | None:
-    rerank = getattr(getattr(spec, "config", None), "rerank", None) or {}
+def configured_reranker(rerank: Any) -> str | None:
+    """The reranker an index config's `rerank` names (`maxsim`, or `{model: ...}`), or None."""
     if isinstance(rerank, dict):
         return rerank.get("model") or rerank.get("name")
     return str(rerank) if rerank else None
+
+
+def variant_options(variant: str, default_reranker: str | None) -> SearchOptions:
+    """The options a variant searches with: `served` sets none (what a request naming nothing runs),
+    a search mode sets its mode, `<mode>+rerank` its mode and the reranker (`default_reranker` unless
+    it names one)."""
+    if variant == SERVED_VARIANT:
+        return SearchOptions()
+    mode, reranker = parse_variant(variant, default_reranker)
+    return SearchOptions(mode=mode, rerank=reranker)
 
 
 class _TokenCounter:
@@ -341,11 +351,11 @@ def evaluate_index(
     for variant in variants:
         if progress:
             progress(variant)
-        if variant == SERVED_VARIANT:  # what /v1/search runs for a body with only the query and the index
-            asked = SearchOptions()
-        else:
-            base_mode, reranker = parse_variant(variant, _reranker_name(spec))
-            asked = SearchOptions(mode=base_mode, rerank=reranker).over(options)
+        asked = variant_options(
+            variant, configured_reranker(getattr(getattr(spec, "config", None), "rerank", None))
+        )
+        if variant != SERVED_VARIANT:  # served: what /v1/search runs for a body with only the query and index
+            asked = asked.over(options)
         top_k_dependent = asked.rerank is not None or asked.mmr is not None
         started = time.perf_counter()
         deep = searcher.search_batch(texts, index_name, asked.with_overrides(k=depth))

@@ -22,7 +22,7 @@ from retrieval import aliases
 from retrieval.config import CollectionConfig, ConfigError, ServeConfig, _serve
 from retrieval.indexing import build_index
 from retrieval.names import IndexName
-from retrieval.options import SearchOptions
+from retrieval.options import DEFAULT_MODE, SearchOptions
 from retrieval.query import Searcher
 from tests.test_evaluation import PASSAGES, QUESTIONS
 from tests.test_indexing_support import ParagraphChunker, make_spec
@@ -225,3 +225,28 @@ def test_a_collection_with_serve_gets_a_promotion_asset(tmp_path) -> None:
     path.write_text("collections:\n docs:\n  folders: [d]\n  serve: {alias: docs, budget: {p99_ms: 3}}\n")
     with pytest.raises(ConfigError, match=r"collections\.docs\.serve\.budget"):
         load_collection_configs(path)
+
+
+def test_a_served_or_reranked_winner_is_pinned_with_the_options_it_was_evaluated_with(
+    store, embedder
+) -> None:
+    """Leaderboard rows are variants: a `served` winner pins what a request naming nothing runs (the
+    default mode), a `<mode>+rerank` winner its mode and reranker; neither is a mode to pin as it is."""
+    collection = f"c{uuid.uuid4().hex[:10]}"
+    store.documents.sync(collection, [Document(d, t) for d, t in PASSAGES.items()], [])
+    spec = make_spec(collection, "para-a")
+    build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
+    searcher = Searcher(store, embedder)
+    for variant, pinned in (
+        ("served", SearchOptions(mode=DEFAULT_MODE)),
+        ("dense+rerank", SearchOptions(mode="dense", rerank="maxsim")),
+    ):
+        request = EvaluationRequest(variants=(variant,), k=5, dataset="tiny", n_resamples=20)
+        store.evaluations.record(spec.name, evaluate_index(searcher, spec, QUESTIONS, request, store=store))
+        serve = ServeConfig(f"docs-{uuid.uuid4().hex[:6]}")
+        report = promote(store, collection, [spec.name], serve)
+        assert report.metadata["promoted"] is True and report.metadata["winner"] == f"{spec.name} {variant}"
+        assert aliases.get_alias(store, serve.alias).options == pinned
+        assert searcher.search("What causes tides?", serve.alias)[0].index == spec.name
+        again = promote(store, collection, [spec.name], serve)  # same winner, same version: no new target
+        assert again.metadata["generation"] == report.metadata["generation"]

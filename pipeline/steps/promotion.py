@@ -14,13 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from evaluation.reports import Leaderboard, LeaderboardRow, leaderboard
-from evaluation.runner import latest_reports
+from evaluation.runner import configured_reranker, latest_reports, variant_options
 from pipeline.checks import Check
 from pipeline.step_report import StepReport
 from retrieval import aliases
 from retrieval.config import ServeConfig
 from retrieval.names import IndexName
-from retrieval.options import SearchOptions
 from retrieval.store import Store
 
 
@@ -102,7 +101,10 @@ def promote(
     if winner is None:
         report.warnings.append(f"promotion: no (config, variant) of {collection!r} is within the budget")
     elif not decision.blocked:
-        target = (IndexName.parse(winner.index), SearchOptions(mode=winner.variant))
+        # the options the winning variant was evaluated with (`served`: none, so the index's defaults)
+        config = (store.indexes.info(winner.index) or {}).get("config") or {}
+        options = variant_options(winner.variant, configured_reranker(config.get("rerank")))
+        target = (IndexName.parse(winner.index), aliases.pinned_options(options))
         unchanged = (
             current is not None
             and (current.index, current.options) == target
