@@ -59,7 +59,7 @@ from assets.runs import host_tags, sweep_dead_runs
 from chunking.environment import env_int
 from pipeline.documents import FolderHashes, hash_folder, load_collection_documents
 from pipeline.reconcile import RetryPolicy
-from retrieval.config import CollectionConfig
+from retrieval.config import Collection
 
 SENSOR_NAME = "document_update_sensor"
 JANITOR_NAME = "dead_run_janitor"
@@ -120,7 +120,7 @@ def sensor_interval() -> int:
 def baseline_from_store(
     context: SensorEvaluationContext,
     postgres: PostgresResource,
-    collection: CollectionConfig,
+    collection: Collection,
     current: Mapping[str, str],
 ) -> dict[str, str]:
     """A cursor entry for a first tick, from the documents already stored: unchanged files count as
@@ -224,7 +224,7 @@ def sweep(context: SensorEvaluationContext) -> list[str]:
 
 
 def build_document_sensor(
-    collections: Mapping[str, CollectionConfig],
+    collections: Mapping[str, Collection],
     indexing_keys: Mapping[str, list[AssetKey]],
     *,
     index_names: Mapping[str, list[str]] | None = None,
@@ -349,7 +349,7 @@ def change_request(
 def run_reconciler(
     context: SensorEvaluationContext,
     postgres: PostgresResource,
-    watched: Mapping[str, CollectionConfig],
+    watched: Mapping[str, Collection],
     indexing_keys: Mapping[str, list[AssetKey]],
     index_names: Mapping[str, list[str]],
     requested: Mapping[str, list],

@@ -76,9 +76,9 @@ def load_demo_set() -> tuple[object | None, str]:
     import tempfile
 
     from evaluation.datasets import DatasetError, load_dataset, load_documents_folder
-    from retrieval.config import load_collection_configs
+    from retrieval.config import load_collections
 
-    collection = load_collection_configs()["demo"]
+    collection = load_collections()["demo"]
     documents = load_documents_folder(REPO_ROOT / "docs", collection.include, collection.exclude)
     lines = [line for line in (REPO_ROOT / str(collection.eval_set)).read_text().splitlines() if line.strip()]
     kept, dropped = [], []

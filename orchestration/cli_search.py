@@ -109,12 +109,12 @@ def suggestion(collection: str, best: tuple[str | None, str | None] | None) -> s
     """What to type next after `chunkyard index`: the leaderboard's best (index, variant) when there is
     one, else the collection's first index config."""
     from evaluation.runner import SERVED_VARIANT, parse_variant
-    from retrieval.config import load_collection_configs
+    from retrieval.config import load_collections
     from retrieval.options import DEFAULT_MODE
 
     index, variant = best or (None, None)
     if not index or not index.startswith(f"{collection}/"):
-        configs = load_collection_configs()[collection].indexes
+        configs = load_collections()[collection].indexes
         index, variant = (f"{collection}/{configs[0]}" if configs else None), None
     if index is None:
         return ""

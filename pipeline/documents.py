@@ -20,7 +20,7 @@ from chunking.documents.folder import DocumentFailure, file_signature, scan_fold
 from chunking.documents.safe_open import open_resolved
 from chunking.documents.walk import list_files
 from chunking.types import Document
-from retrieval.config import CollectionConfig
+from retrieval.config import Collection
 
 
 @dataclass
@@ -47,7 +47,7 @@ def folder_prefix(folder: Path, folders: list[Path]) -> str:
     return f"{folder.name}/" if len(folders) > 1 else ""
 
 
-def collection_files(collection: CollectionConfig) -> Iterator[tuple[str, Path]]:
+def collection_files(collection: Collection) -> Iterator[tuple[str, Path]]:
     """(document id, path) of every file the collection's folders include."""
     folders = collection.folder_paths()
     for folder in folders:
@@ -75,7 +75,7 @@ class FolderHashes:
     hashed: int = 0  # files read this time; the others kept their hash (same signature)
 
 
-def hash_folder(collection: CollectionConfig, known: FolderHashes | None = None) -> FolderHashes:
+def hash_folder(collection: Collection, known: FolderHashes | None = None) -> FolderHashes:
     """The sha256 of every file the collection would load, reading only files whose stat signature
     differs from `known` (all of them without it).
 
@@ -102,7 +102,7 @@ def hash_folder(collection: CollectionConfig, known: FolderHashes | None = None)
 
 
 def load_collection_documents(
-    collection: CollectionConfig,
+    collection: Collection,
     known: Mapping[str, str] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> CollectionDocuments:

@@ -175,7 +175,7 @@ def test_snag_7_the_ui_runs_no_automation_unless_the_project_says_so(
 
     from assets.definitions import build_definitions
     from orchestration.cli_ui import what_it_runs
-    from retrieval.project import AUTOMATION_ENV, ConfigError, read_project, ui_automation
+    from retrieval.project import AUTOMATION_ENV, SettingsError, read_project, ui_automation
 
     def statuses() -> set[DefaultSensorStatus]:
         defs = build_definitions()
@@ -194,7 +194,7 @@ def test_snag_7_the_ui_runs_no_automation_unless_the_project_says_so(
     assert ui_automation(read_project(tmp_path)) is True
     assert "document sensor re-indexes changed files" in what_it_runs(True)
     (tmp_path / "chunkyard.yaml").write_text("benchmarks: false\nui_automation: yes please\n")
-    with pytest.raises(ConfigError, match=r"chunkyard\.yaml:2: ui_automation: must be true or false"):
+    with pytest.raises(SettingsError, match=r"chunkyard\.yaml:2: ui_automation: must be true or false"):
         read_project(tmp_path)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from chunking.types import Chunk, Document
-from retrieval.config import ConfigError, IndexConfig, IndexSpec, load_index_configs
+from retrieval.config import IndexConfig, IndexSpec, SettingsError, load_index_configs
 from retrieval.config_checks import load_index_specs
 from retrieval.indexing import build_index
 from retrieval.query import IndexNotFoundError, Searcher, SearchError
@@ -168,7 +168,7 @@ def test_bad_coarse_config_names_the_field(tmp_path: Path, coarse: str, message:
         f"  small:\n    chunker: {{strategy: token, size: 64}}\n    coarse: {coarse}\n",
         encoding="utf-8",
     )
-    with pytest.raises(ConfigError) as error:
+    with pytest.raises(SettingsError) as error:
         load_index_configs(path)
     assert "indexes.small" in str(error.value) and message in str(error.value)
 

@@ -221,27 +221,27 @@ def test_a_tick_hashes_only_the_files_whose_stat_signature_changed(tmp_path: Pat
     not read again, a rewritten or touched one is (and a touch alone changes no hash)."""
     from chunking.documents.folder import RACY_SECONDS
     from pipeline.documents import hash_folder
-    from retrieval.config import load_collection_configs
+    from retrieval.config import load_collections
 
     collection = unique_name("h")
     docs_dir, _, collections_path = write_project(tmp_path, collection)
-    config = load_collection_configs(collections_path)[collection]
+    watched = load_collections(collections_path)[collection]
     time.sleep(RACY_SECONDS + 0.1)  # a signature younger than this is never trusted
-    first = hash_folder(config)
+    first = hash_folder(watched)
     assert first.hashed == len(DOCS) and set(first.signatures) == set(first.hashes) == set(DOCS)
-    again = hash_folder(config, first)
+    again = hash_folder(watched, first)
     assert again.hashed == 0 and again.hashes == first.hashes and again.signatures == first.signatures
 
     (docs_dir / "alpha.md").write_text("Rewritten: the llama now eats oats.", encoding="utf-8")
     os.utime(docs_dir / "beta.md")  # touched, same bytes
     time.sleep(RACY_SECONDS + 0.1)
-    changed = hash_folder(config, again)
+    changed = hash_folder(watched, again)
     assert changed.hashed == 2
     assert changed.hashes["alpha.md"] != first.hashes["alpha.md"]
     assert {k: v for k, v in changed.hashes.items() if k != "alpha.md"} == {
         k: v for k, v in first.hashes.items() if k != "alpha.md"
     }
-    assert hash_folder(config, changed).hashed == 0
+    assert hash_folder(watched, changed).hashed == 0
 
 
 def test_sensor_interval_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -47,11 +47,11 @@ class BenchmarkError(RuntimeError):
 
 def _collection_for(dataset_arg: str, collection: str | None) -> tuple[str, tuple[str, ...]]:
     """The collection a dataset is indexed as, and the configs collections.yaml lists for it."""
-    from retrieval.config import ConfigError, load_collection_configs
+    from retrieval.config import SettingsError, load_collections
 
     try:
-        collections = load_collection_configs(include_benchmarks=True)  # chroma_general, enabled or not
-    except ConfigError:
+        collections = load_collections(include_benchmarks=True)  # chroma_general, enabled or not
+    except SettingsError:
         collections = {}
     if collection:
         entry = collections.get(collection)
@@ -97,10 +97,10 @@ def collection_eval_set(name: str) -> tuple[str, list[Document] | None]:
     """`chunkyard eval --collection NAME`: the collection's dataset, or its `eval_set` with the documents
     of its folders read as indexing reads them (the same ids the eval set's `doc` names)."""
     from pipeline.documents import load_collection_documents
-    from retrieval.config import load_collection_configs
+    from retrieval.config import load_collections
     from retrieval.project import PROJECT_FILE, project_root
 
-    collections = load_collection_configs(include_benchmarks=True)
+    collections = load_collections(include_benchmarks=True)
     if name not in collections:
         raise BenchmarkError(
             f"--collection {name}: not in {project_root() / PROJECT_FILE}; known: {', '.join(sorted(collections))}"

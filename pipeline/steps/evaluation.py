@@ -13,7 +13,7 @@ from evaluation.questions import collection_questions
 from evaluation.runner import EvaluationReport, EvaluationRequest, evaluate_index, latest_reports
 from pipeline import checks
 from pipeline.step_report import StepReport
-from retrieval.config import CollectionConfig, IndexConfig, IndexSpec
+from retrieval.config import Collection, IndexConfig, IndexSpec
 from retrieval.embedder import Embedder
 from retrieval.query.searcher import Searcher
 from retrieval.store import Store
@@ -64,7 +64,7 @@ def evaluate(
 
 def evaluate_collection_index(
     store: Store,
-    collection: CollectionConfig,
+    collection: Collection,
     spec: IndexSpec,
     embedder: Embedder,
     cost: Mapping[str, float] | None = None,

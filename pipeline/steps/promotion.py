@@ -18,7 +18,7 @@ from evaluation.runner import configured_reranker, latest_reports, variant_optio
 from pipeline.checks import Check
 from pipeline.step_report import StepReport
 from retrieval import aliases
-from retrieval.config import ServeConfig
+from retrieval.config import PromotionPolicy
 from retrieval.names import IndexName
 from retrieval.store import Store
 
@@ -56,13 +56,13 @@ def exceeded(row: LeaderboardRow, budget: dict[str, float], k: int) -> str | Non
     return None
 
 
-def decide(board: Leaderboard, serve: ServeConfig, current: aliases.AliasTarget | None) -> Decision:
+def decide(board: Leaderboard, policy: PromotionPolicy, current: aliases.AliasTarget | None) -> Decision:
     """The best row within budget by `serve.metric`, and whether it regresses against `current`."""
-    metric = serve.metric.format(k=board.k)
+    metric = policy.metric.format(k=board.k)
     over: dict[str, str] = {}
     within = []
     for row in board.rows:
-        broken = exceeded(row, serve.budget, board.k)
+        broken = exceeded(row, policy.budget, board.k)
         if broken:
             over[f"{row.index} {row.variant}"] = broken
         elif not math.isnan(row.value(metric)):
@@ -79,19 +79,19 @@ def decide(board: Leaderboard, serve: ServeConfig, current: aliases.AliasTarget 
     blocked = (
         winner is not None
         and not math.isnan(current_value)
-        and current_value - winner_value > serve.max_regression
+        and current_value - winner_value > policy.max_regression
     )
     return Decision(winner, metric, winner_value, current, current_value, over, blocked)
 
 
 def promote(
-    store: Store, collection: str, index_names: Sequence[IndexName], serve: ServeConfig
+    store: Store, collection: str, index_names: Sequence[IndexName], policy: PromotionPolicy
 ) -> StepReport:
     """Point `serve.alias` at the leaderboard's winner unless nothing fits the budget or it regresses."""
     board = leaderboard(latest_reports(store, list(index_names)))
-    current = aliases.get_alias(store, serve.alias)
-    decision = decide(board, serve, current)
-    report = StepReport(metadata={"alias": serve.alias, "metric": decision.metric, "collection": collection})
+    current = aliases.get_alias(store, policy.alias)
+    decision = decide(board, policy, current)
+    report = StepReport(metadata={"alias": policy.alias, "metric": decision.metric, "collection": collection})
     if decision.over_budget:
         report.markdown["over_budget"] = "\n".join(
             f"- `{name}`: {why}" for name, why in sorted(decision.over_budget.items())
@@ -111,8 +111,8 @@ def promote(
             and current.current_version == current.pinned_version
         )
         promoted = current if unchanged else aliases.set_alias(
-            store, serve.alias, winner.index, target[1], note=f"promoted: {decision.metric}",
-            scores={decision.metric: decision.winner_value}, keep=serve.keep
+            store, policy.alias, winner.index, target[1], note=f"promoted: {decision.metric}",
+            scores={decision.metric: decision.winner_value}, keep=policy.keep
         )  # fmt: skip
     report.metadata.update(
         {
@@ -133,7 +133,7 @@ def promote(
                 "metric": decision.metric,
                 "winner": decision.winner_value,
                 "current": decision.current_value,
-                "max_regression": serve.max_regression,
+                "max_regression": policy.max_regression,
             },
         )
     )
