@@ -21,7 +21,7 @@ from assets.progress import step_progress
 from assets.resources import EmbedderResource, PostgresResource
 from assets.results import check_specs, materialize_result
 from evaluation.reports import ENDPOINT_COST_COLUMNS
-from pipeline.steps.evaluation import EVALUATION_K, evaluation_modes
+from pipeline.steps.evaluation import EVALUATION_K, evaluation_variants
 from pipeline.versions import code_version, index_settings
 from retrieval.config import Collection, IndexSpec
 
@@ -48,7 +48,11 @@ def catches_up() -> AutomationCondition:
 def build_evaluation_asset(collection: Collection, spec: IndexSpec) -> AssetsDefinition:
     """`[collection, config, "evaluation"]`: the collection's questions against one published index."""
     config = spec.config
-    settings = {"modes": evaluation_modes(config), "k": EVALUATION_K, **index_settings(config, "evaluation")}
+    settings = {
+        "variants": evaluation_variants(config),
+        "k": EVALUATION_K,
+        **index_settings(config, "evaluation"),
+    }
     # an index with `coarse` answers ambiguous queries from its coarse index: evaluate after both
     coarse = [index_key(spec.name.sibling(config.coarse["config"]), "index")] if config.coarse else []
 
@@ -76,7 +80,7 @@ def build_evaluation_asset(collection: Collection, spec: IndexSpec) -> AssetsDef
             for name, value in usage.items():
                 if name in ENDPOINT_COST_COLUMNS:
                     cost[name] = cost.get(name, 0.0) + float(value.value)
-        progress = step_progress(context.log, "modes", "evaluated")  # counts, rate, time left in the log
+        progress = step_progress(context.log, "variants", "evaluated")  # counts, rate, time left in the log
         report = evaluate_collection_index(
             postgres.store(), collection, spec, embedder.for_config(config), cost=cost, progress=progress
         )
@@ -118,7 +122,7 @@ def build_promotion_asset(collection: Collection, specs: Sequence[IndexSpec]) ->
     @asset(
         key=key,
         group_name=collection_prefix(name),
-        description=f"Points alias `{policy.alias}` at the best (config, mode) of `{name}` within its budget.",
+        description=f"Points alias `{policy.alias}` at the best (config, variant) of `{name}` within its budget.",
         code_version=code_version("promotion", {"collection": name, "indexes": names, "serve": repr(policy)}),
         deps=[leaderboard_key(name)],
         automation_condition=catches_up(),

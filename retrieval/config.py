@@ -133,7 +133,7 @@ BUDGET_KEYS = ("p95_ms", "context_tokens", "chunks", "index_bytes")
 @dataclass(frozen=True)
 class PromotionPolicy:
     """A collection's `serve:` section: the alias the promotion asset points at its leaderboard's best
-    (index config, mode) within `budget`, unless `metric` drops more than `max_regression` (a fraction)
+    (index config, variant) within `budget`, unless `metric` drops more than `max_regression` (a fraction)
     below the alias's current target. `keep`: earlier targets kept for rollback (None: the default)."""
 
     alias: str

@@ -172,7 +172,7 @@ def test_written_set_loads_and_evaluates_like_a_hand_written_one(fake_llm, store
     from evaluation.datasets import read_eval_set
     from evaluation.questions import collection_questions
     from evaluation.reports import leaderboard
-    from evaluation.runner import evaluate_index, latest_reports
+    from evaluation.runner import EvaluationRequest, evaluate_index, latest_reports
     from retrieval.config import Collection, IndexConfig, IndexSpec
     from retrieval.indexing import build_index
     from retrieval.query import Searcher
@@ -200,16 +200,16 @@ def test_written_set_loads_and_evaluates_like_a_hand_written_one(fake_llm, store
         Searcher(store, embedder),
         spec,
         questions.questions,
-        modes=("bm25",),
-        k=3,
+        EvaluationRequest(variants=("bm25",), k=3, n_resamples=50),
         store=store,
-        n_resamples=50,
     )
     assert report.n_questions == 3
     assert report.metrics["bm25"]["hit_at_3"] == 1.0
     store.evaluations.record(spec.name, report)
     board = leaderboard(latest_reports(store, [spec.name]))
-    assert [(row.index, row.mode, row.n_questions) for row in board.rows] == [("gentest/words-12", "bm25", 3)]
+    assert [(row.index, row.variant, row.n_questions) for row in board.rows] == [
+        ("gentest/words-12", "bm25", 3)
+    ]
     assert "3 questions" in board.markdown()
 
 

@@ -16,23 +16,25 @@ from assets.resources import PostgresResource
 from chunking.types import Document
 from evaluation.estimates import Estimate
 from evaluation.reports import Leaderboard, LeaderboardRow
-from evaluation.runner import evaluate_index
+from evaluation.runner import EvaluationRequest, evaluate_index
 from pipeline.steps.promotion import decide, promote
 from retrieval import aliases
 from retrieval.config import Collection, PromotionPolicy, SettingsError, _promotion_policy
 from retrieval.indexing import build_index
 from retrieval.names import IndexName
-from retrieval.options import SearchOptions
+from retrieval.options import DEFAULT_MODE, SearchOptions
 from retrieval.query import Searcher
 from tests.test_evaluation import PASSAGES, QUESTIONS
 from tests.test_indexing_support import ParagraphChunker, make_spec
 
 
-def _row(index: str, mode: str, recall: float, p95: float = 10.0, tokens: float = 500.0, chunks: float = 100):
+def _row(
+    index: str, variant: str, recall: float, p95: float = 10.0, tokens: float = 500.0, chunks: float = 100
+):
     return LeaderboardRow(
         config=IndexName.parse(index).config,
         index=index,
-        mode=mode,
+        variant=variant,
         dataset="d",
         k=5,
         n_questions=10,
@@ -65,7 +67,7 @@ BOARD = Leaderboard(
 def test_the_winner_is_the_best_row_within_every_budget() -> None:
     policy = PromotionPolicy("docs", budget={"p95_ms": 50, "context_tokens": 800, "chunks": 200})
     decision = decide(BOARD, policy, None)
-    assert (decision.winner.index, decision.winner.mode, decision.winner_value) == ("c/mid", "dense", 0.85)
+    assert (decision.winner.index, decision.winner.variant, decision.winner_value) == ("c/mid", "dense", 0.85)
     assert decision.over_budget == {
         "c/big hybrid_weighted": "p95_ms: 80 > 50",
         "c/mid bm25": "context_tokens: 900 > 800",
@@ -119,11 +121,8 @@ def evaluated(store, embedder):
             searcher,
             spec,
             QUESTIONS,
-            modes=("bm25", "dense"),
-            k=5,
-            dataset="tiny",
+            EvaluationRequest(variants=("bm25", "dense"), k=5, dataset="tiny", n_resamples=20),
             store=store,
-            n_resamples=20,
         )
         store.evaluations.record(spec.name, report)
     return collection, specs, searcher
@@ -228,3 +227,28 @@ def test_a_collection_with_serve_gets_a_promotion_asset(tmp_path) -> None:
     path.write_text("collections:\n docs:\n  folders: [d]\n  serve: {alias: docs, budget: {p99_ms: 3}}\n")
     with pytest.raises(SettingsError, match=r"collections\.docs\.serve\.budget"):
         load_collections(path)
+
+
+def test_a_served_or_reranked_winner_is_pinned_with_the_options_it_was_evaluated_with(
+    store, embedder
+) -> None:
+    """Leaderboard rows are variants: a `served` winner pins what a request naming nothing runs (the
+    default mode), a `<mode>+rerank` winner its mode and reranker; neither is a mode to pin as it is."""
+    collection = f"c{uuid.uuid4().hex[:10]}"
+    store.documents.sync(collection, [Document(d, t) for d, t in PASSAGES.items()], [])
+    spec = make_spec(collection, "para-a")
+    build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
+    searcher = Searcher(store, embedder)
+    for variant, pinned in (
+        ("served", SearchOptions(mode=DEFAULT_MODE)),
+        ("dense+rerank", SearchOptions(mode="dense", rerank="maxsim")),
+    ):
+        request = EvaluationRequest(variants=(variant,), k=5, dataset="tiny", n_resamples=20)
+        store.evaluations.record(spec.name, evaluate_index(searcher, spec, QUESTIONS, request, store=store))
+        policy = PromotionPolicy(f"docs-{uuid.uuid4().hex[:6]}")
+        report = promote(store, collection, [spec.name], policy)
+        assert report.metadata["promoted"] is True and report.metadata["winner"] == f"{spec.name} {variant}"
+        assert aliases.get_alias(store, policy.alias).options == pinned
+        assert searcher.search("What causes tides?", policy.alias)[0].index == spec.name
+        again = promote(store, collection, [spec.name], policy)  # same winner, same version: no new target
+        assert again.metadata["generation"] == report.metadata["generation"]

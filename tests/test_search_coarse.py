@@ -192,14 +192,18 @@ def test_a_collection_listing_the_fine_config_builds_the_coarse_one_first(tmp_pa
 def test_evaluation_scores_the_answers_served_and_counts_both_indexes(store, indexes, searcher) -> None:
     from evaluation.datasets import Question, Span
     from evaluation.metrics import score_question
-    from evaluation.runner import evaluate_index
+    from evaluation.runner import EvaluationRequest, evaluate_index
 
     fine, coarse, _ = indexes
     text = "\n\n".join(DOCUMENTS["volcano.md"])
     start = text.index("five kilometres")
     question = Question("q1", QUERY, [Span("volcano.md", start, start + len("five kilometres"))])
     report = evaluate_index(
-        searcher, fine, [question], modes=("hybrid_weighted",), k=3, store=store, n_resamples=50
+        searcher,
+        fine,
+        [question],
+        EvaluationRequest(variants=("hybrid_weighted",), k=3, n_resamples=50),
+        store=store,
     )
     served = searcher.search_batch([QUERY], fine.name, k=20, mode="hybrid_weighted")[0]  # as the runner asks
     expected = score_question(question, served, k=3)
