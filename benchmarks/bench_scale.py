@@ -352,6 +352,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--concurrency", type=int, default=1, help="requests in flight per embedding part")
     parser.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        help="the fake server's port, redis-server's the next (0: any free ones)",
+    )
+    parser.add_argument(
         "--render", action="store_true", help="rewrite the .md from the .json of the last run (no new run)"
     )
     args = parser.parse_args(argv)
@@ -374,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.endpoint_latency is not None:
         from benchmarks.bench_endpoint import fake_server
 
-        server, url = fake_server(args.endpoint_latency, "fake-embed")
+        server, url = fake_server(args.endpoint_latency, "fake-embed", args.port)
         embedder = {
             "backend": "openai",
             "url": url,
@@ -390,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
             corpus_chars = sum(len(p.read_text(encoding="utf-8")) for p in docs)
             write_configs(root, root / "docs", args.config, embedder)
             server_url = embedded_database_url(root / "pg")
-            with redis_server(root / "redis") as broker:
+            with redis_server(root / "redis", args.port + 1 if args.port else None) as broker:
                 runs = [measure(n, root, server_url, root, broker, extra_env) for n in args.workers]
             versions = server_versions(server_url)
     finally:
