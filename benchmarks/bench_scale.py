@@ -386,7 +386,7 @@ def endpoint_reading(runs: list[dict[str, Any]], latency: float) -> str:
         f"the parts {p1:.1f} | {p2:.1f} s (their sum | the longer). bm25 ran "
         + ("beside a part on two workers" if beside else "on its own, not beside a part, on two workers")
         + ". Only the parts' time is shared by a second worker; the rest (the run's start, the hand-offs and "
-        "the chain documents -> chunks, then embeddings -> index) is not, {two['wall_seconds'] - p2:.1f} s of the "
+        f"the chain documents -> chunks, then embeddings -> index) is not, {two['wall_seconds'] - p2:.1f} s of the "
         f"two-worker run. Had the parts halved exactly ({p1 / 2:.1f} s), the whole run would have been "
         f"{one['wall_seconds'] / (two['wall_seconds'] - p2 + p1 / 2):.2f}x."
     )
