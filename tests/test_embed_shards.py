@@ -203,7 +203,12 @@ def test_celery_sends_the_embedding_parts_before_bm25(monkeypatch) -> None:
 
     monkeypatch.setenv("CHUNKYARD_EMBED_SHARDS", "2")
     remote = {"backend": "openai", "url": "http://127.0.0.1:9/v1", "model": "m"}
-    assets = build_index_assets(IndexSpec("c/priority", IndexConfig(name="priority", embedder=remote)))
+    assets = build_index_assets(
+        IndexSpec(
+            "c",
+            IndexConfig(name="priority", chunker={"strategy": "token", "size": 48}, embedder=remote),
+        )
+    )
     priority = {
         a.key.path[-1]: int(a.op.tags.get(CELERY_PRIORITY_TAG, task_default_priority)) for a in assets
     }
