@@ -282,6 +282,8 @@ def markdown_endpoint(report: dict[str, Any]) -> str:
     lines += ["", "Seconds per step and the worker that ran it:", ""]
     lines += step_table(runs)
     lines += ["", report.get("reading", ""), ""]
+    if report.get("notes"):  # written by hand after the run (other runs, what was changed since)
+        lines += [report["notes"], ""]
     return "\n".join(lines)
 
 
