@@ -65,7 +65,7 @@ bench: bench-chunking bench-embedder bench-incremental bench-adaptive bench-quer
 
 # builds (or reuses) the adaptive config and its coarse index on chroma_general, then times both paths
 bench-adaptive: $(STAMP)
-	$(BIN)/chunkyard eval --dataset chroma_general --protocol chroma --mode hybrid_weighted \
+	$(BIN)/chunkyard eval --dataset chroma_general --protocol chroma --variant hybrid_weighted \
 		--config eval-recursive-150-adaptive --bm25-backend memory --output .chunkyard/eval_adaptive
 	$(BIN)/python -m benchmarks.bench_adaptive
 

@@ -37,7 +37,7 @@ from assets.schedules import build_nightly_evaluation_schedule
 from assets.sensors import build_document_sensor, build_janitor_sensor
 from chunking.environment import env_int
 from pipeline.graph import INDEX_KINDS
-from retrieval.config import CollectionConfig, IndexSpec, load_collection_configs
+from retrieval.config import Collection, IndexSpec, load_collections
 from retrieval.config_checks import load_index_specs
 from retrieval.project import automation_enabled
 
@@ -50,7 +50,7 @@ AUTOMATION_INTERVAL_SECONDS = 30
 class CollectionAssets:
     """The assets built for one collection, and the keys the sensor and CLI select."""
 
-    collection: CollectionConfig
+    collection: Collection
     assets: list[AssetsDefinition] = field(default_factory=list)
     documents_key: AssetKey | None = None
     # documents + chunks/embeddings/bm25/index of every index: what a document change re-runs.
@@ -64,7 +64,7 @@ class CollectionAssets:
         return [k for a in self.assets for k in a.keys]
 
 
-def build_collection_assets(collection: CollectionConfig, specs: Sequence[IndexSpec]) -> CollectionAssets:
+def build_collection_assets(collection: Collection, specs: Sequence[IndexSpec]) -> CollectionAssets:
     """The documents asset, every index's assets (companions too) and the leaderboard of one collection."""
     built = CollectionAssets(collection)
     docs = build_documents_asset(collection)
@@ -123,7 +123,7 @@ def build_all(
 ) -> dict[str, CollectionAssets]:
     """Assets for every collection of collections.yaml and every index `load_index_specs` returns."""
     specs = load_index_specs(indexes_path, collections_path)
-    collections = load_collection_configs(collections_path)
+    collections = load_collections(collections_path)
     check_spellings("collections", collections)
     for name in collections:
         check_spellings(
@@ -143,7 +143,7 @@ def build_definitions(
 ) -> Definitions:
     """Everything Dagster shows: assets and checks per config, the sensor, schedule and resources."""
     built = build_all(indexes_path, collections_path)
-    collections = load_collection_configs(collections_path)
+    collections = load_collections(collections_path)
     assets = [a for c in built.values() for a in c.assets]
     # Running unless the loading process says no (`chunkyard ui` without `ui_automation: true`).
     status = DefaultSensorStatus.RUNNING if automation_enabled() else DefaultSensorStatus.STOPPED

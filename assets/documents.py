@@ -7,10 +7,10 @@ from assets.progress import step_progress
 from assets.resources import PostgresResource
 from assets.results import materialize_result
 from pipeline.versions import code_version
-from retrieval.config import CollectionConfig
+from retrieval.config import Collection
 
 
-def build_documents_asset(collection: CollectionConfig) -> AssetsDefinition:
+def build_documents_asset(collection: Collection) -> AssetsDefinition:
     """`[collection, "documents"]`: what every index of the collection chunks."""
     name = collection.name
     source = (

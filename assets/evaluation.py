@@ -21,9 +21,9 @@ from assets.progress import step_progress
 from assets.resources import EmbedderResource, PostgresResource
 from assets.results import check_specs, materialize_result
 from evaluation.reports import ENDPOINT_COST_COLUMNS
-from pipeline.steps.evaluation import EVALUATION_K, evaluation_modes
+from pipeline.steps.evaluation import EVALUATION_K, evaluation_variants
 from pipeline.versions import code_version, index_settings
-from retrieval.config import CollectionConfig, IndexSpec
+from retrieval.config import Collection, IndexSpec
 
 
 def catches_up() -> AutomationCondition:
@@ -45,10 +45,14 @@ def catches_up() -> AutomationCondition:
     ).with_label("eager, catching up with parents updated mid-run")
 
 
-def build_evaluation_asset(collection: CollectionConfig, spec: IndexSpec) -> AssetsDefinition:
+def build_evaluation_asset(collection: Collection, spec: IndexSpec) -> AssetsDefinition:
     """`[collection, config, "evaluation"]`: the collection's questions against one published index."""
     config = spec.config
-    settings = {"modes": evaluation_modes(config), "k": EVALUATION_K, **index_settings(config, "evaluation")}
+    settings = {
+        "variants": evaluation_variants(config),
+        "k": EVALUATION_K,
+        **index_settings(config, "evaluation"),
+    }
     # an index with `coarse` answers ambiguous queries from its coarse index: evaluate after both
     coarse = [index_key(spec.name.sibling(config.coarse["config"]), "index")] if config.coarse else []
 
@@ -76,7 +80,7 @@ def build_evaluation_asset(collection: CollectionConfig, spec: IndexSpec) -> Ass
             for name, value in usage.items():
                 if name in ENDPOINT_COST_COLUMNS:
                     cost[name] = cost.get(name, 0.0) + float(value.value)
-        progress = step_progress(context.log, "modes", "evaluated")  # counts, rate, time left in the log
+        progress = step_progress(context.log, "variants", "evaluated")  # counts, rate, time left in the log
         report = evaluate_collection_index(
             postgres.store(), collection, spec, embedder.for_config(config), cost=cost, progress=progress
         )
@@ -85,7 +89,7 @@ def build_evaluation_asset(collection: CollectionConfig, spec: IndexSpec) -> Ass
     return evaluation
 
 
-def build_leaderboard_asset(collection: CollectionConfig, specs: Sequence[IndexSpec]) -> AssetsDefinition:
+def build_leaderboard_asset(collection: Collection, specs: Sequence[IndexSpec]) -> AssetsDefinition:
     """`[collection, "leaderboard"]`: every evaluated config of the collection on the same questions."""
     name = collection.name
     names = [spec.name for spec in specs]
@@ -108,27 +112,27 @@ def build_leaderboard_asset(collection: CollectionConfig, specs: Sequence[IndexS
     return leaderboard
 
 
-def build_promotion_asset(collection: CollectionConfig, specs: Sequence[IndexSpec]) -> AssetsDefinition:
+def build_promotion_asset(collection: Collection, specs: Sequence[IndexSpec]) -> AssetsDefinition:
     """The leaderboard's winner within `serve.budget` served by `serve.alias` (blocked on a regression)."""
-    name, serve = collection.name, collection.serve
-    assert serve is not None
+    name, policy = collection.name, collection.serve
+    assert policy is not None
     names = [spec.name for spec in specs]
     key = promotion_key(name)
 
     @asset(
         key=key,
         group_name=collection_prefix(name),
-        description=f"Points alias `{serve.alias}` at the best (config, mode) of `{name}` within its budget.",
-        code_version=code_version("promotion", {"collection": name, "indexes": names, "serve": repr(serve)}),
+        description=f"Points alias `{policy.alias}` at the best (config, variant) of `{name}` within its budget.",
+        code_version=code_version("promotion", {"collection": name, "indexes": names, "serve": repr(policy)}),
         deps=[leaderboard_key(name)],
         automation_condition=catches_up(),
         check_specs=check_specs("promotion", key),
         kinds={"python"},
-        metadata={"collection": name, "alias": serve.alias},
+        metadata={"collection": name, "alias": policy.alias},
     )
     def promotion(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
         from pipeline.steps.promotion import promote
 
-        return materialize_result(context, promote(postgres.store(), name, names, serve))
+        return materialize_result(context, promote(postgres.store(), name, names, policy))
 
     return promotion

@@ -54,7 +54,7 @@ def describe(spec: IndexSpec, kind: str) -> str:
         "embeddings": "Embeddings of the staged chunks (content-hash cache across configs and runs)",
         "bm25": "BM25 term frequencies of the staged chunks",
         "index": "Atomic publish of staged chunks, vectors and postings (readers see old or new)",
-        "evaluation": f"hit@{EVALUATION_K}, MRR@{EVALUATION_K} and span metrics per retrieval mode",
+        "evaluation": f"hit@{EVALUATION_K}, MRR@{EVALUATION_K} and span metrics per variant (search mode, reranked, served)",
     }[kind]
     return (
         f"{what} for index `{spec.name}`.\n\n{config.description or 'Index config ' + config.name}\n\n"

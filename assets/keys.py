@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from dagster import AssetKey
 
-from retrieval.config import ConfigError
+from retrieval.config import SettingsError
 from retrieval.names import IndexName
 
 
@@ -23,12 +23,12 @@ def safe_name(name: str) -> str:
 
 
 def check_spellings(field: str, names: Iterable[str]) -> None:
-    """Raise a ConfigError naming `field` when two `names` spell to the same key part."""
+    """Raise a SettingsError naming `field` when two `names` spell to the same key part."""
     seen: dict[str, str] = {}
     for name in sorted(names):
         spelled = safe_name(name)
         if spelled in seen:
-            raise ConfigError(
+            raise SettingsError(
                 f"{field}: {seen[spelled]!r} and {name!r} share the Dagster name {spelled!r}; rename one"
             )
         seen[spelled] = name

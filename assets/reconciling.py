@@ -19,7 +19,7 @@ from assets.keys import index_job_name
 from assets.resources import PostgresResource
 from assets.runs import host_tags
 from pipeline.reconcile import Attempt, Gap, RetryPolicy, collection_gap, decide
-from retrieval.config import CollectionConfig
+from retrieval.config import Collection
 
 COLLECTIONS_TAG = "chunkyard/collections"
 # One run at a time per value (instance.py's tag concurrency limit): runs of one collection queue.
@@ -94,7 +94,7 @@ class Reconciled:
 def reconcile(
     instance: DagsterInstance,
     postgres: PostgresResource,
-    collections: Mapping[str, CollectionConfig],
+    collections: Mapping[str, Collection],
     targets: Mapping[str, tuple[list[AssetKey], list[str]]],
     *,
     skip: set[str],

@@ -1,16 +1,22 @@
 """Document-update sensor: watches the folder collections and re-indexes what changed.
 
-The cursor is JSON `{"generation": N, "collections": {collection: {document id: sha256 of the
-file's bytes}}, "signatures": {collection: {document id: stat signature}}}`: content hashes, not
-timestamps, so touching a file without changing it does nothing and a restored backup with old
-mtimes is still noticed. Only files whose stat signature changed are hashed again, the rule the
-documents step uses to skip reading them. The generation counts the changes
+The cursor is JSON `{"version": 2, "generation": N, "collections": {collection: {document id:
+content hash}}, "signatures": {collection: {document id: stat signature}}}`. A file has two
+fingerprints: its stat signature says whether it may be skipped, its content hash what it is. Only
+files whose signature changed (or that have none) are loaded again, through the documents step's own
+loader (`pipeline.documents.hash_folder`), and their content hash is the step's `Document.sha256`, the
+sha256 of the decoded text: touching a file, or rewriting it with the same text, does nothing, and a
+restored backup with old mtimes is still noticed. A file that fails to load gets a fingerprint of its
+failure and its stat (`failure_fingerprint`): a change to it still requests a run (which records the
+failure), an unchanged one requests nothing. The generation counts the changes
 observed; it goes up by one on every tick that sees a change. Each such tick requests ONE run (the
 changed collections' documents + chunk/embedding/BM25/publish assets) whose run key is the
 generation plus a hash of the change set: re-evaluating a tick from the same cursor gives the same
 key (Dagster runs it once), while a change seen again later (A->B, B->A, A->B) gets a new key, so
-it is never dropped as "already completed". A cursor of the earlier format (the bare
-`{collection: {...}}` mapping) reads as generation 0. Evaluations and leaderboards follow through
+it is never dropped as "already completed". A cursor without the current `version` (earlier ones
+held the sha256 of each file's bytes, which differs from its content hash wherever the bytes are not
+the text: a PDF, HTML, a BOM) reads as no cursor: a first tick, which compares with the store instead
+of requesting a run for every such file. Its backoff record (`requested`) starts afresh. Evaluations and leaderboards follow through
 their automation conditions. The first tick (no cursor yet) compares the folders with the
 documents already in the database and requests a run (tagged `initial_scan`) only if they differ;
 its generation starts from the clock, so a reset cursor never reuses an earlier key.
@@ -57,9 +63,9 @@ from assets.reconciling import (
 from assets.resources import PostgresResource
 from assets.runs import host_tags, sweep_dead_runs
 from chunking.environment import env_int
-from pipeline.documents import FolderHashes, hash_folder, load_collection_documents
+from pipeline.documents import FolderHashes, hash_folder
 from pipeline.reconcile import RetryPolicy
-from retrieval.config import CollectionConfig
+from retrieval.config import Collection
 
 SENSOR_NAME = "document_update_sensor"
 JANITOR_NAME = "dead_run_janitor"
@@ -70,6 +76,8 @@ INTERVAL_ENV = "CHUNKYARD_SENSOR_INTERVAL"
 # Python process per step (several seconds each) would cost more than the work itself.
 IN_PROCESS_MAX_CHANGED = 50
 IN_PROCESS_RUN_CONFIG = {"execution": {"config": {"in_process": {}}}}
+# The cursor's format. 2: content hashes (`Document.sha256`); before: sha256 of the file's bytes.
+CURSOR_VERSION = 2
 
 
 @dataclass
@@ -120,31 +128,31 @@ def sensor_interval() -> int:
 def baseline_from_store(
     context: SensorEvaluationContext,
     postgres: PostgresResource,
-    collection: CollectionConfig,
-    current: Mapping[str, str],
+    collection: Collection,
+    current: FolderHashes,
 ) -> dict[str, str]:
-    """A cursor entry for a first tick, from the documents already stored: unchanged files count as
-    seen, changed ones as changed, stored documents without a file as deleted, the rest as added.
-    Without a reachable database every file counts as added."""
+    """A cursor entry for a first tick: the stored documents' content hashes, which the folder's are
+    compared with as they are (unchanged, changed, deleted; files not stored are added), and for a
+    file that fails to load as the store already records (same reason) its current fingerprint, so it
+    counts as seen. Without a reachable database every file counts as added."""
     try:
-        stored = postgres.store().documents.hashes(collection.name)
+        documents = postgres.store().documents
+        stored = documents.hashes(collection.name)
+        failed = {f["path"]: f["reason"] for f in documents.failures(collection.name)}
     except Exception as exc:  # the sensor must not die on a database hiccup: index everything
         context.log.warning(f"{collection.name}: cannot read stored documents ({exc}); treating all as new")
         return {}
-    if not stored:
-        return {}
-    parsed = {d.id: d.sha256 for d in load_collection_documents(collection).documents}
-    # Unchanged: the file's own hash (no change); stored but different or gone: a marker that makes
-    # it changed or deleted; not stored at all: absent (added).
-    return {
-        doc_id: current[doc_id] if doc_id in current and parsed.get(doc_id) == sha else "stored"
-        for doc_id, sha in stored.items()
+    seen_failures = {
+        doc_id: current.hashes[doc_id]
+        for doc_id, reason in current.failures.items()
+        if failed.get(doc_id) == reason
     }
+    return {**stored, **seen_failures}
 
 
 @dataclass(frozen=True)
 class Cursor:
-    """What the sensor remembers: the changes observed so far, every file's content hash, the stat
+    """What the sensor remembers: the changes observed so far, every document's content hash, the stat
     signatures under which those hashes may be reused, the last request per collection ([run key,
     time]) and the gaps reported as given up (collection -> digest)."""
 
@@ -156,6 +164,7 @@ class Cursor:
 
     def dumps(self) -> str:
         data: dict = {
+            "version": CURSOR_VERSION,
             "generation": self.generation,
             "collections": self.hashes,
             "signatures": self.signatures,
@@ -172,38 +181,30 @@ class Cursor:
 
 
 def parse_cursor(cursor: str | None) -> Cursor | None:
-    """The cursor's contents; None when there is none or it is unreadable (a first tick).
-
-    The earlier format, `{collection: {document id: sha256}}` without a generation, reads as
-    generation 0 (a collection named `generation` holds a mapping, never an int, so the two
-    formats cannot be confused).
-    """
+    """The cursor's contents; None when there is none, it is unreadable or it is of another
+    `version` (a first tick: earlier cursors held byte hashes, which would read as changes)."""
     if not cursor:
         return None
     try:
         data = json.loads(cursor)
     except json.JSONDecodeError:
         return None
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or data.get("version") != CURSOR_VERSION:
         return None
     generation = data.get("generation")
-    if isinstance(generation, int) and not isinstance(generation, bool):
-        collections = data.get("collections")
-        if not isinstance(collections, dict):
-            return None
-        requested = data.get("requested")
-        reported = data.get("reported")
-        signatures = data.get("signatures")
-        return Cursor(
-            generation,
-            dict(collections),
-            dict(requested) if isinstance(requested, dict) else {},
-            dict(reported) if isinstance(reported, dict) else {},
-            dict(signatures) if isinstance(signatures, dict) else {},
-        )
-    if all(isinstance(v, dict) for v in data.values()):
-        return Cursor(0, dict(data))
-    return None
+    collections = data.get("collections")
+    if isinstance(generation, bool) or not isinstance(generation, int) or not isinstance(collections, dict):
+        return None
+    requested = data.get("requested")
+    reported = data.get("reported")
+    signatures = data.get("signatures")
+    return Cursor(
+        generation,
+        dict(collections),
+        dict(requested) if isinstance(requested, dict) else {},
+        dict(reported) if isinstance(reported, dict) else {},
+        dict(signatures) if isinstance(signatures, dict) else {},
+    )
 
 
 def initial_generation() -> int:
@@ -224,7 +225,7 @@ def sweep(context: SensorEvaluationContext) -> list[str]:
 
 
 def build_document_sensor(
-    collections: Mapping[str, CollectionConfig],
+    collections: Mapping[str, Collection],
     indexing_keys: Mapping[str, list[AssetKey]],
     *,
     index_names: Mapping[str, list[str]] | None = None,
@@ -248,8 +249,8 @@ def build_document_sensor(
             "Watches the folders of collections "
             + ", ".join(sorted(watched))
             + ": one run per collection and change set (added, changed, deleted files), deduplicated by"
-            " content hash; then re-runs any gap between a folder and its published indexes that no run"
-            " covers (a run that died), with backoff."
+            " content hash (of the text; only files whose stat changed are read); then re-runs any gap"
+            " between a folder and its published indexes that no run covers (a run that died), with backoff."
         ),
         minimum_interval_seconds=sensor_interval(),
         default_status=default_status,
@@ -264,7 +265,7 @@ def build_document_sensor(
         if cursor is None:
             # First tick: compare the folders with what the database already holds, so starting
             # the UI after `chunkyard demo` does not re-run anything.
-            previous = {n: baseline_from_store(context, postgres, c, current[n]) for n, c in watched.items()}
+            previous = {n: baseline_from_store(context, postgres, c, scans[n]) for n, c in watched.items()}
             generation = initial_generation()
         else:
             previous = cursor.hashes
@@ -274,7 +275,7 @@ def build_document_sensor(
         requested = dict(cursor.requested) if cursor is not None else {}
         reported = dict(cursor.reported) if cursor is not None else {}
         requests = [
-            change_request(context, n, c, indexing_keys[n], previous, current, generation)
+            change_request(context, n, c, indexing_keys[n], previous, current, generation, cursor is None)
             for n, c in sorted(changed.items())
         ]
         for request in requests:
@@ -318,8 +319,10 @@ def change_request(
     previous: Mapping[str, Mapping[str, str]],
     current: Mapping[str, Mapping[str, str]],
     generation: int,
+    first: bool,
 ) -> RunRequest:
-    """The run for one collection's observed change set (its documents and every index of it)."""
+    """The run for one collection's observed change set (its documents and every index of it);
+    `first`: the tick had no cursor (of this version) and compared with the store."""
     context.log.info(
         f"{name}: {len(changes.added)} added, {len(changes.changed)} changed, {len(changes.deleted)} deleted: "
         + ", ".join([*changes.added, *changes.changed, *changes.deleted][:20])
@@ -330,7 +333,7 @@ def change_request(
         "chunkyard/generation": str(generation),
         # The first tick has no cursor: it reconciles the folders with the store (cheap when
         # nothing changed: unchanged documents are neither re-chunked nor re-embedded).
-        "chunkyard/trigger": "document_update" if context.cursor else "initial_scan",
+        "chunkyard/trigger": "initial_scan" if first else "document_update",
         "chunkyard/added": str(len(changes.added)),
         "chunkyard/changed": str(len(changes.changed)),
         "chunkyard/deleted": str(len(changes.deleted)),
@@ -349,7 +352,7 @@ def change_request(
 def run_reconciler(
     context: SensorEvaluationContext,
     postgres: PostgresResource,
-    watched: Mapping[str, CollectionConfig],
+    watched: Mapping[str, Collection],
     indexing_keys: Mapping[str, list[AssetKey]],
     index_names: Mapping[str, list[str]],
     requested: Mapping[str, list],

@@ -1,4 +1,4 @@
-"""Fusion for questions in another language than the documents: the served mode against its alternatives.
+"""Fusion for questions in another language than the documents: the served variant against its alternatives.
 
 English questions over each other language's documents of tests/data/multilingual (the same 12
 questions in every language, 6 short documents each), and each language's own questions, per model
@@ -24,14 +24,14 @@ from benchmarks.sections import write_section
 LANGUAGES = ("es", "uk", "ar", "hi", "th")  # `id` has articles of its own: no English twin questions
 MODELS = ("multilingual-e5-small", "all-MiniLM-L6-v2")
 SECTION = "## Cross-language fusion"
-MODES = ("dense", "bm25", "hybrid", "auto_before", "served")
+VARIANTS = ("dense", "bm25", "hybrid", "auto_before", "served")
 
 
 def measure(sizes: tuple[int, ...]) -> list[dict[str, object]]:
-    """Each model x size x language: build the index once, evaluate every mode on both question sets."""
+    """Each model x size x language: build the index once, evaluate every variant on both question sets."""
     import retrieval.query.searcher as searcher_module
     from chunking.types import Document
-    from evaluation.runner import SERVED_MODE, evaluate_index
+    from evaluation.runner import SERVED_VARIANT, EvaluationRequest, evaluate_index
     from retrieval.config import IndexSpec, load_index_configs
     from retrieval.db import embedded_database_url
     from retrieval.embedder import load_embedder
@@ -70,16 +70,20 @@ def measure(sizes: tuple[int, ...]) -> list[dict[str, object]]:
                         ("served", crosses),
                     ):
                         searcher_module.crosses_languages = crossing
-                        modes = (
-                            ("dense", "bm25", "hybrid", SERVED_MODE)
+                        variants = (
+                            ("dense", "bm25", "hybrid", SERVED_VARIANT)
                             if served_as == "served"
-                            else (SERVED_MODE,)
+                            else (SERVED_VARIANT,)
                         )
                         report = evaluate_index(
-                            searcher, spec, questions, modes, k=5, n_resamples=10, store=store
+                            searcher,
+                            spec,
+                            questions,
+                            EvaluationRequest(variants=variants, k=5, n_resamples=10),
+                            store=store,
                         )
-                        hits[served_as] = report.metrics[SERVED_MODE]["hit_at_5"]
-                        hits |= {m: report.metrics[m]["hit_at_5"] for m in modes if m != SERVED_MODE}
+                        hits[served_as] = report.metrics[SERVED_VARIANT]["hit_at_5"]
+                        hits |= {m: report.metrics[m]["hit_at_5"] for m in variants if m != SERVED_VARIANT}
                     searcher_module.crosses_languages = crosses
                     rows.append({"model": model, "size": size, "set": label, "chunks": chunks, **hits})
                     print(rows[-1], flush=True)
@@ -104,7 +108,7 @@ def write(rows: list[dict[str, object]]) -> None:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        cells = " | ".join(f"{100 * float(row[m]):.1f}" for m in MODES)
+        cells = " | ".join(f"{100 * float(row[m]):.1f}" for m in VARIANTS)
         lines.append(f"| {row['model']} | {row['size']} | {row['set']} | {row['chunks']} | {cells} |")
     write_section(RESULTS_DIR / "languages.md", SECTION, lines)
     print("\n".join(lines))

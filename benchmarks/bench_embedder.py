@@ -41,7 +41,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 # (backend, quantize, batch size): the static tier batches more texts per call (a lookup, no padding)
 BACKENDS = (("torch", None, 32), ("onnx", None, 32), ("onnx", "int8", 32), ("static", None, 1024))
-MODES = ("dense", "hybrid_weighted", "served")
+VARIANTS = ("dense", "hybrid_weighted", "served")
 WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5)
 METRICS = ("recall_at_5", "iou_at_5", "hit_at_5", "mrr_at_5", "chroma_recall_at_5", "chroma_iou_at_5")
 
@@ -76,9 +76,9 @@ def load_demo_set() -> tuple[object | None, str]:
     import tempfile
 
     from evaluation.datasets import DatasetError, load_dataset, load_documents_folder
-    from retrieval.config import load_collection_configs
+    from retrieval.config import load_collections
 
-    collection = load_collection_configs()["demo"]
+    collection = load_collections()["demo"]
     documents = load_documents_folder(REPO_ROOT / "docs", collection.include, collection.exclude)
     lines = [line for line in (REPO_ROOT / str(collection.eval_set)).read_text().splitlines() if line.strip()]
     kept, dropped = [], []
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     from chunking import build_chunker
     from evaluation.datasets import load_dataset
-    from evaluation.runner import evaluate_index
+    from evaluation.runner import EvaluationRequest, evaluate_index
     from evaluation.tuning import suggest_fusion_weight
     from retrieval.config import IndexSpec, load_index_configs
     from retrieval.db import chunkyard_home, embedded_database_url
@@ -200,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         build_index(store, spec, embedder)
         build_s = time.perf_counter() - started
-        evaluation = evaluate_index(Searcher(store, embedder), spec, questions, modes=MODES, k=5)
+        evaluation = evaluate_index(
+            Searcher(store, embedder), spec, questions, EvaluationRequest(variants=VARIANTS, k=5)
+        )
         values: dict[str, Any] = {
             "chunks_per_second_256_tokens": rate,
             "load_s": load_s,
@@ -208,11 +210,11 @@ def main(argv: list[str] | None = None) -> int:
             "min_cosine_to_torch": cosine,
             "index_build_s": build_s,
         }
-        for mode in MODES:
-            metrics = evaluation.metrics[mode]
-            values[mode] = {key: metrics[key] for key in METRICS if key in metrics}
-            values[mode]["p50_ms"] = evaluation.latency[mode]["p50_ms"]
-            log(f"  {mode} recall@5 {metrics.get('recall_at_5', float('nan')):.4f}")
+        for variant in VARIANTS:
+            metrics = evaluation.metrics[variant]
+            values[variant] = {key: metrics[key] for key in METRICS if key in metrics}
+            values[variant]["p50_ms"] = evaluation.latency[variant]["p50_ms"]
+            log(f"  {variant} recall@5 {metrics.get('recall_at_5', float('nan')):.4f}")
         # BM25 carries this benchmark: the dense weight decides how much the embedder counts
         sweep = suggest_fusion_weight(Searcher(store, embedder), spec.name, questions, weights=WEIGHTS, k=5)
         values["weight_sweep"] = {
@@ -226,10 +228,15 @@ def main(argv: list[str] | None = None) -> int:
                 replace(demo_base, name=f"recursive-256-{label}", embedder=config.embedder),
             )
             build_index(store, demo_spec, embedder)
-            demo_eval = evaluate_index(Searcher(store, embedder), demo_spec, demo.questions, modes=MODES, k=5)
+            demo_eval = evaluate_index(
+                Searcher(store, embedder),
+                demo_spec,
+                demo.questions,
+                EvaluationRequest(variants=VARIANTS, k=5),
+            )
             values["demo"] = {
-                mode: {key: demo_eval.metrics[mode][key] for key in ("recall_at_5", "iou_at_5")}
-                for mode in MODES
+                variant: {key: demo_eval.metrics[variant][key] for key in ("recall_at_5", "iou_at_5")}
+                for variant in VARIANTS
             }
         report["backends"][embedder.model_id] = values
     report["load_after"] = load_average()
@@ -246,9 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     static = {name: v for name, v in rows.items() if v["min_cosine_to_torch"] is None}
     for values in static.values():
         values["speedup_over_fastest_minilm"] = values["chunks_per_second_256_tokens"] / minilm
-        for mode in ("hybrid_weighted", "served"):
-            best = max(v[mode]["recall_at_5"] for v in rows.values() if v["min_cosine_to_torch"])
-            values[f"{mode}_recall_points_below_best_minilm"] = 100 * (best - values[mode]["recall_at_5"])
+        for variant in ("hybrid_weighted", "served"):
+            best = max(v[variant]["recall_at_5"] for v in rows.values() if v["min_cosine_to_torch"])
+            values[f"{variant}_recall_points_below_best_minilm"] = 100 * (
+                best - values[variant]["recall_at_5"]
+            )
     lines = [
         "# Embedder backends",
         "",
@@ -304,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             "|---|---|---|---|---|---|---|",
         ]
         for name, values in rows.items():
-            dense, hw, served = (values["demo"][mode] for mode in MODES)
+            dense, hw, served = (values["demo"][variant] for variant in VARIANTS)
             lines.append(
                 f"| {name} | {pct(dense, 'recall_at_5')} | {pct(dense, 'iou_at_5')} | "
                 f"{pct(hw, 'recall_at_5')} | {pct(hw, 'iou_at_5')} | "

@@ -95,7 +95,7 @@ def run_chunkyard_library(system: str, url: str, docs_dir: Path, root: Path) -> 
     from pipeline.steps.documents import sync_documents
     from pipeline.steps.embeddings import embed
     from pipeline.steps.index import publish_index
-    from retrieval.config import load_collection_configs
+    from retrieval.config import load_collections
     from retrieval.config_checks import load_index_specs
     from retrieval.embedder import load_embedder
     from retrieval.query import Searcher
@@ -103,7 +103,7 @@ def run_chunkyard_library(system: str, url: str, docs_dir: Path, root: Path) -> 
 
     indexes_path, collections_path = write_configs(root, docs_dir, BACKENDS[system])
     spec = load_index_specs(indexes_path, collections_path)[0]
-    collection = load_collection_configs(collections_path)["bench"]
+    collection = load_collections(collections_path)["bench"]
     store = Store(url)
     store.migrate()
     started = time.perf_counter()

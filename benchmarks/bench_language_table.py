@@ -1,4 +1,4 @@
-"""The issue-16 table on our own Spanish and Indonesian sets: each mode with the English analyzer
+"""The issue-16 table on our own Spanish and Indonesian sets: each variant with the English analyzer
 and with `analyzer: auto`, hit@5 and recall@5 (writes benchmarks/results/languages_table.md)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from chunking.types import Document
 from evaluation.datasets.evalset import read_eval_set
-from evaluation.runner import SERVED_MODE, evaluate_index
+from evaluation.runner import SERVED_VARIANT, EvaluationRequest, evaluate_index
 from retrieval.config import IndexConfig, IndexSpec
 from retrieval.db import embedded_database_url
 from retrieval.embedder import load_embedder
@@ -19,7 +19,7 @@ from retrieval.store import Store
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "multilingual"
 OUT = Path(__file__).resolve().parent / "results" / "languages_table.md"
-MODES = ("dense", "bm25", "hybrid", "hybrid_weighted", SERVED_MODE)
+VARIANTS = ("dense", "bm25", "hybrid", "hybrid_weighted", SERVED_VARIANT)
 SIZES = (48, 256)
 
 
@@ -55,20 +55,24 @@ def main() -> None:
                 store.documents.sync(spec.collection, docs, [])
                 build_index(store, spec, embedder)
                 report = evaluate_index(
-                    searcher, spec, questions, modes=MODES, k=5, n_resamples=200, store=store
+                    searcher,
+                    spec,
+                    questions,
+                    EvaluationRequest(variants=VARIANTS, k=5, n_resamples=200),
+                    store=store,
                 )
                 resolved = store.indexes.info(spec.name)["config"]["bm25"].get("resolved_analyzer", analyzer)
                 rows[analyzer] = (resolved, report.metrics)
             lines += [
                 f"## {language}, recursive-{size}",
                 "",
-                f"| mode | english: hit@5 | english: recall@5 | auto ({rows['auto'][0]}): hit@5 | auto: recall@5 |",
+                f"| variant | english: hit@5 | english: recall@5 | auto ({rows['auto'][0]}): hit@5 | auto: recall@5 |",
                 "|---|---|---|---|---|",
             ]
-            for mode in MODES:
-                eng, auto = rows["english"][1][mode], rows["auto"][1][mode]
+            for variant in VARIANTS:
+                eng, auto = rows["english"][1][variant], rows["auto"][1][variant]
                 lines.append(
-                    f"| {mode} | {100 * eng['hit_at_5']:.1f} | {100 * eng['recall_at_5']:.1f} | "
+                    f"| {variant} | {100 * eng['hit_at_5']:.1f} | {100 * eng['recall_at_5']:.1f} | "
                     f"{100 * auto['hit_at_5']:.1f} | {100 * auto['recall_at_5']:.1f} |"
                 )
             lines.append("")

@@ -308,7 +308,7 @@ def measure_retrieval(sizes: tuple[int, ...]) -> list[dict[str, object]]:
     from benchmarks.bench_embedder import load_demo_set
     from chunking.types import Document
     from evaluation.datasets.squad import load_squad
-    from evaluation.runner import SERVED_MODE, evaluate_index
+    from evaluation.runner import SERVED_VARIANT, EvaluationRequest, evaluate_index
     from retrieval.config import IndexSpec, load_index_configs
     from retrieval.db import embedded_database_url
     from retrieval.embedder import load_embedder
@@ -361,12 +361,10 @@ def measure_retrieval(sizes: tuple[int, ...]) -> list[dict[str, object]]:
                         searcher,
                         spec,
                         questions,
-                        modes=("dense", "bm25", SERVED_MODE),
-                        k=5,
-                        n_resamples=200,
+                        EvaluationRequest(variants=("dense", "bm25", SERVED_VARIANT), k=5, n_resamples=200),
                         store=store,
                     )
-                    served = report.metrics[SERVED_MODE]
+                    served = report.metrics[SERVED_VARIANT]
                     rows.append(
                         {
                             "model": model,

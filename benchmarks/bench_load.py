@@ -203,7 +203,7 @@ def write(path: Path, rows: list[dict], chunks: int, seconds: float, before, aft
     lines += [
         "",
         "A mixed-version answer would be one response whose results carry different `index_version`s; "
-        "every query reads inside one snapshot, so there should be none. Errors count non-200 answers "
+        "every query reads inside one read transaction, so there should be none. Errors count non-200 answers "
         "and client-side failures.",
         "",
     ]

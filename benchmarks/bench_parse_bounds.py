@@ -35,11 +35,11 @@ def _in_process(func: Callable, *args: object, **_: object) -> object:
     return func(*args)
 
 
-def _time(folder: Path, mode: str) -> float:
+def _time(folder: Path, setup: str) -> float:
     bounded = document_files.run_bounded
-    if mode == "in-process":
+    if setup == "in-process":
         document_files.run_bounded = _in_process  # type: ignore[assignment]
-    elif mode == "cold":
+    elif setup == "cold":
         parse_bounds._stop_all()
     try:
         started = time.perf_counter()
@@ -76,8 +76,8 @@ def main() -> None:
         files = sum(1 for p in folder.rglob("*") if p.is_file())
         runs: dict[str, list[float]] = {"in-process": [], "warm": [], "cold": []}
         for _ in range(REPEATS):
-            for mode in runs:  # interleaved, so load changes hit every mode alike
-                runs[mode].append(_time(folder, mode))
+            for setup in runs:  # interleaved, so load changes hit every setup alike
+                runs[setup].append(_time(folder, setup))
         cells = [f"{statistics.median(runs[m]) * 1000:.0f} ms" for m in runs]
         print(f"| {name} | {files} | " + " | ".join(cells) + " |")
     shutil.rmtree(mixed)

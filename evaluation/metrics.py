@@ -43,7 +43,7 @@ TABLE_METRICS = (
     "budget_recall_1024",
     "budget_recall_2048",
 )
-# Per mode, the means plotted per materialisation (Dagster numeric metadata), and the cost figures.
+# Per variant, the means plotted per materialisation (Dagster numeric metadata), and the cost figures.
 HEADLINE_METRICS = ("hit_at_{k}", "mrr_at_{k}", "recall_at_{k}", "precision_at_{k}", "iou_at_{k}")
 HEADLINE_COST = ("chunks",)
 # Higher-is-better means a regression is measured on ({budget}: each context budget evaluated).

@@ -1,4 +1,4 @@
-"""The questions each mode missed, what it retrieved instead and the reference: why a config loses."""
+"""The questions each variant missed, what it retrieved instead and the reference: why a config loses."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from evaluation.metrics import MetricSummary
 from retrieval.names import IndexName
 
 SNIPPET_CHARS = 160  # characters of each retrieved or reference text kept per miss
-MISSES_KEPT = 100  # misses kept per mode in a report (the count is always exact)
-MARKDOWN_ROWS = 20  # misses shown per mode in the markdown table
+MISSES_KEPT = 100  # misses kept per variant in a report (the count is always exact)
+MARKDOWN_ROWS = 20  # misses shown per variant in the markdown table
 
 
 class DocumentReader(Protocol):
@@ -80,11 +80,11 @@ def collect_misses(
     documents: DocumentReader | None,
     index_name: str,
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
-    """Per mode, the misses (`find_misses`, reference texts read from the index's collection) and their count."""
-    misses = {mode: find_misses(questions, retrievals[mode], s, k) for mode, s in summaries.items()}
+    """Per variant, the misses (`find_misses`, reference texts read from the index's collection) and their count."""
+    misses = {variant: find_misses(questions, retrievals[variant], s, k) for variant, s in summaries.items()}
     missed = {
-        mode: sum(1 for scores in s.per_question.values() if scores.get(f"hit_at_{k}", 1.0) == 0.0)
-        for mode, s in summaries.items()
+        variant: sum(1 for scores in s.per_question.values() if scores.get(f"hit_at_{k}", 1.0) == 0.0)
+        for variant, s in summaries.items()
     }
     doc_ids = {span["doc_id"] for rows in misses.values() for miss in rows for span in miss["reference"]}
     if documents is not None and doc_ids:
@@ -105,19 +105,19 @@ def misses_markdown(
     *,
     rows: int = MARKDOWN_ROWS,
 ) -> str:
-    """One table per mode: each missed question, its reference and the top-k spans retrieved instead."""
+    """One table per variant: each missed question, its reference and the top-k spans retrieved instead."""
     if not counts:
         return ""
     lines = [f"#### Questions missed (no reference span in the top {k})", ""]
-    lines.append(", ".join(f"{mode}: {counts.get(mode, 0)}" for mode in counts) + ".")
+    lines.append(", ".join(f"{variant}: {counts.get(variant, 0)}" for variant in counts) + ".")
     lines.append("")
-    for mode, found in misses.items():
+    for variant, found in misses.items():
         if not found:
             continue
         shown = list(found)[:rows]
         lines += [
-            f"**{mode}** ({counts.get(mode, len(found))} missed"
-            + (f", first {len(shown)} shown" if counts.get(mode, len(found)) > len(shown) else "")
+            f"**{variant}** ({counts.get(variant, len(found))} missed"
+            + (f", first {len(shown)} shown" if counts.get(variant, len(found)) > len(shown) else "")
             + ")",
             "",
             "| question | reference | retrieved instead |",

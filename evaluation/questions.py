@@ -7,7 +7,7 @@ from pathlib import Path
 
 from evaluation.datasets import load_dataset, read_records, resolve_records
 from evaluation.datasets.types import Question
-from retrieval.config import CollectionConfig
+from retrieval.config import Collection
 from retrieval.project import project_root
 from retrieval.store import Store
 
@@ -26,7 +26,7 @@ class CollectionQuestions:
     notes: list[str] = field(default_factory=list)
 
 
-def collection_questions(store: Store, collection: CollectionConfig) -> CollectionQuestions:
+def collection_questions(store: Store, collection: Collection) -> CollectionQuestions:
     """The collection's questions (none when it has neither a dataset nor an eval set)."""
     if collection.dataset:
         dataset = load_dataset(collection.dataset)

@@ -1,4 +1,4 @@
-"""The leaderboard: every (config, mode) of a collection side by side, as markdown, CSV, JSON and a chart."""
+"""The leaderboard: every (config, variant) of a collection side by side, as markdown, CSV, JSON and a chart."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def _is_raw(name: str) -> bool:
 class LeaderboardRow:
     config: str
     index: str
-    mode: str
+    variant: str
     dataset: str
     k: int
     n_questions: int
@@ -90,11 +90,11 @@ class Leaderboard:
                 f"with 95% bootstrap confidence intervals over questions. Sorted by `{self.sort_by}`."
             )
             lines.append("")
-        header = ["config", "mode", *names, *cost_columns, "p95 ms"]
+        header = ["config", "variant", *names, *cost_columns, "p95 ms"]
         lines.append("| " + " | ".join(header) + " |")
         lines.append("|" + "---|" * len(header))
         for row in self.rows:
-            cells = [row.config, row.mode]
+            cells = [row.config, row.variant]
             for name in names:
                 est = row.estimates.get(name)
                 if est is None:
@@ -129,7 +129,7 @@ class Leaderboard:
             record: dict[str, Any] = {
                 "config": row.config,
                 "index": row.index,
-                "mode": row.mode,
+                "variant": row.variant,
                 "dataset": row.dataset,
                 "k": row.k,
                 "n_questions": row.n_questions,
@@ -173,7 +173,7 @@ class Leaderboard:
 
     def plot_png(self, path: str | Path) -> Path:
         """Recall@k against the context tokens it costs (mean tokens of the top k), one point per
-        config and mode; budget recall at 1024/2048 tokens drawn at those x positions."""
+        config and variant; budget recall at 1024/2048 tokens drawn at those x positions."""
         import matplotlib
 
         matplotlib.use("Agg")
@@ -184,9 +184,9 @@ class Leaderboard:
         recall_key, tokens_key = f"recall_at_{self.k}", f"context_tokens_at_{self.k}"
         fig, ax = plt.subplots(figsize=(13, 6.5), dpi=110)
         fig.subplots_adjust(left=0.07, right=0.74, bottom=0.1, top=0.93)
-        modes = sorted({r.mode for r in self.rows})
+        variants = sorted({r.variant for r in self.rows})
         configs = sorted({r.config for r in self.rows})
-        markers = dict(zip(modes, "osD^vP*X<>", strict=False))
+        markers = dict(zip(variants, "osD^vP*X<>", strict=False))
         palette = plt.get_cmap("tab20")
         colors = {c: palette(i % 20) for i, c in enumerate(configs)}
         for row in self.rows:
@@ -198,7 +198,7 @@ class Leaderboard:
                 x,
                 100 * y,
                 yerr=[[100 * (y - est.low)], [100 * (est.high - y)]],
-                fmt=markers.get(row.mode, "o"),
+                fmt=markers.get(row.variant, "o"),
                 color=colors[row.config],
                 capsize=2,
                 alpha=0.85,
@@ -209,7 +209,7 @@ class Leaderboard:
                     ax.scatter(
                         [budget],
                         [100 * value],
-                        marker=markers.get(row.mode, "o"),
+                        marker=markers.get(row.variant, "o"),
                         s=14,
                         alpha=0.5,
                         color=colors[row.config],
@@ -217,8 +217,8 @@ class Leaderboard:
         from matplotlib.lines import Line2D
 
         config_handles = [Line2D([], [], color=colors[c], marker="o", linestyle="", label=c) for c in configs]
-        mode_handles = [
-            Line2D([], [], color="black", marker=markers[m], linestyle="", label=m) for m in modes
+        variant_handles = [
+            Line2D([], [], color="black", marker=markers[m], linestyle="", label=m) for m in variants
         ]
         first = ax.legend(
             handles=config_handles,
@@ -230,8 +230,8 @@ class Leaderboard:
         )
         ax.add_artist(first)
         ax.legend(
-            handles=mode_handles,
-            title="mode",
+            handles=variant_handles,
+            title="variant",
             fontsize=7,
             title_fontsize=8,
             loc="lower left",
@@ -273,25 +273,25 @@ def leaderboard(
     title: str = "Leaderboard",
     notes: Sequence[str] = (),
 ) -> Leaderboard:
-    """One row per (report, mode), best `sort_by` first (default recall@k)."""
+    """One row per (report, variant), best `sort_by` first (default recall@k)."""
     if not reports:
         return Leaderboard([], 5, title, sort_by or "recall_at_5", list(notes))
     k = reports[0].k
     sort_key = sort_by or f"recall_at_{k}"
     rows = []
     for report in reports:
-        for mode, summary in report.summaries.items():
+        for variant, summary in report.summaries.items():
             rows.append(
                 LeaderboardRow(
                     config=report.config,
                     index=report.index,
-                    mode=mode,
+                    variant=variant,
                     dataset=report.dataset,
                     k=report.k,
                     n_questions=report.n_questions,
                     estimates=dict(summary.overall),
                     cost=dict(report.cost),
-                    latency=dict(report.latency.get(mode, {})),
+                    latency=dict(report.latency.get(variant, {})),
                 )
             )
     # Ties on `sort_by` (common on small hand-written sets) go to the better MRR, then hit, IoU and

@@ -1,10 +1,11 @@
-"""Score one published index on a question set, per retrieval mode, with its cost alongside.
+"""Score one published index on a question set, per variant, with its cost alongside.
 
-`evaluate_index` asks the Searcher exactly what a user would ask (same index, same modes), so
-the numbers describe what is served. Modes are the Searcher's (`dense`, `bm25`, `hybrid`,
-`hybrid_weighted`, `hybrid_auto`) plus `<mode>+rerank` (the index's configured reranker, default
-MaxSim) and `served`: exactly what `/v1/search` runs when a request names nothing but the query
-(`SearchOptions()` with the index config's defaults), whatever mode that is.
+`evaluate_index` asks the Searcher exactly what a user would ask (same index, same options), so
+the numbers describe what is served. A variant is one way of searching the index: a search mode
+(`dense`, `bm25`, `hybrid`, `hybrid_weighted`, `hybrid_auto`), `<mode>+rerank` (that mode with the
+index's configured reranker, default MaxSim) or `served`: exactly what `/v1/search` runs when a
+request names nothing but the query (`SearchOptions()` with the index config's defaults), whatever
+mode that is.
 """
 
 from __future__ import annotations
@@ -41,10 +42,10 @@ if TYPE_CHECKING:
     from retrieval.query import Searcher, SearchResult
     from retrieval.store import Store
 
-DEFAULT_MODES = ("dense", "bm25", "hybrid", "served")
+DEFAULT_VARIANTS = ("dense", "bm25", "hybrid", "served")
 DEFAULT_DEPTH = 50  # results fetched per question for recall@20 and the context-budget recall
 DEFAULT_RERANKER = "maxsim"
-SERVED_MODE = "served"  # the options a request that names none gets (`SearchOptions()`), not a copy
+SERVED_VARIANT = "served"  # the options a request that names none gets (`SearchOptions()`), not a copy
 # Version of `EvaluationReport.as_dict()`; rows recorded before it (flat metrics) have none.
 REPORT_FORMAT = 1
 
@@ -57,56 +58,57 @@ class ReportFormatError(ValueError):
 
 @dataclass
 class EvaluationReport:
-    """Quality per mode (means, CIs, per-corpus), cost of the index and query latency.
+    """Quality per variant (means, CIs, per-corpus), cost of the index and query latency.
 
     `as_dict()` is the one stored and serialised form (`store.evaluations.record`, the eval
     `_reports.json`); `from_dict()` reads it back exactly. `notes` are the dataset loader's
-    notes (answers re-located, questions skipped), recorded with the numbers they qualify.
+    notes (answers re-located, questions skipped), recorded with the numbers they qualify. Reports
+    stored before variants had their name read them under the key `modes`; both load.
     """
 
     index: str
     config: str
     dataset: str
     k: int
-    modes: list[str]
+    variants: list[str]
     n_questions: int
     summaries: dict[str, MetricSummary]
     cost: dict[str, float] = field(default_factory=dict)
     latency: dict[str, dict[str, float]] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    # per mode, the questions missed (hit@k = 0) with what was retrieved (`evaluation.misses`)
+    # per variant, the questions missed (hit@k = 0) with what was retrieved (`evaluation.misses`)
     misses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    missed: dict[str, int] = field(default_factory=dict)  # per mode, how many questions were missed
+    missed: dict[str, int] = field(default_factory=dict)  # per variant, how many questions were missed
 
     @property
     def metrics(self) -> dict[str, dict[str, float]]:
-        """`{mode: {metric: mean}}`."""
-        return {mode: summary.means() for mode, summary in self.summaries.items()}
+        """`{variant: {metric: mean}}`."""
+        return {variant: summary.means() for variant, summary in self.summaries.items()}
 
-    def estimate(self, mode: str, metric: str) -> Estimate:
-        return self.summaries[mode].overall[metric]
+    def estimate(self, variant: str, metric: str) -> Estimate:
+        return self.summaries[variant].overall[metric]
 
-    def _per_mode(self, templates: Sequence[str]) -> dict[str, float]:
+    def _per_variant(self, templates: Sequence[str]) -> dict[str, float]:
         budgets = self.settings.get("budgets", DEFAULT_BUDGETS)
         names = [
             t.format(k=self.k, budget=b) for t in templates for b in (budgets if "{budget}" in t else [None])
         ]
         return {
-            f"{mode}/{name}": float(summary.overall[name].mean)
-            for mode, summary in self.summaries.items()
+            f"{variant}/{name}": float(summary.overall[name].mean)
+            for variant, summary in self.summaries.items()
             for name in names
             if name in summary.overall and math.isfinite(summary.overall[name].mean)
         }
 
     def headline(self) -> dict[str, float]:
-        """`{mode}/{metric}` means of HEADLINE_METRICS plus `cost/chunks`: Dagster numeric metadata."""
+        """`{variant}/{metric}` means of HEADLINE_METRICS plus `cost/chunks`: Dagster numeric metadata."""
         cost = {f"cost/{name}": float(self.cost[name]) for name in HEADLINE_COST if name in self.cost}
-        return self._per_mode(HEADLINE_METRICS) | cost
+        return self._per_variant(HEADLINE_METRICS) | cost
 
     def quality(self) -> dict[str, float]:
-        """`{mode}/{metric}` means of QUALITY_METRICS (higher is better): what a regression is measured on."""
-        return self._per_mode(QUALITY_METRICS)
+        """`{variant}/{metric}` means of QUALITY_METRICS (higher is better): what a regression is measured on."""
+        return self._per_variant(QUALITY_METRICS)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON types only (NaN as None), so it goes into JSONB and back unchanged."""
@@ -116,13 +118,13 @@ class EvaluationReport:
             "config": self.config,
             "dataset": self.dataset,
             "k": self.k,
-            "modes": list(self.modes),
+            "variants": list(self.variants),
             "n_questions": self.n_questions,
-            "summaries": {mode: s.as_dict() for mode, s in self.summaries.items()},
+            "summaries": {variant: s.as_dict() for variant, s in self.summaries.items()},
             "cost": {name: json_float(v) for name, v in self.cost.items()},
             "latency": {
-                mode: {name: json_float(v) for name, v in values.items()}
-                for mode, values in self.latency.items()
+                variant: {name: json_float(v) for name, v in values.items()}
+                for variant, values in self.latency.items()
             },
             "settings": json.loads(json.dumps(self.settings, default=_json_default)),
             "notes": list(self.notes),
@@ -132,7 +134,8 @@ class EvaluationReport:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EvaluationReport:
-        """The report `as_dict()` wrote; ReportFormatError for anything else (flat metrics included)."""
+        """The report `as_dict()` wrote, or an older one naming its variants `modes`; ReportFormatError
+        for anything else (flat metrics included)."""
         if data.get("format") != REPORT_FORMAT:
             raise ReportFormatError(
                 f"evaluation report: field 'format' is {data.get('format')!r}, expected {REPORT_FORMAT} "
@@ -144,18 +147,18 @@ class EvaluationReport:
                 config=str(data["config"]),
                 dataset=str(data["dataset"]),
                 k=int(data["k"]),
-                modes=[str(m) for m in data["modes"]],
+                variants=[str(v) for v in data["variants" if "variants" in data else "modes"]],
                 n_questions=int(data["n_questions"]),
-                summaries={mode: MetricSummary.from_dict(s) for mode, s in data["summaries"].items()},
+                summaries={variant: MetricSummary.from_dict(s) for variant, s in data["summaries"].items()},
                 cost={name: float_or_nan(v) for name, v in data["cost"].items()},
                 latency={
-                    mode: {name: float_or_nan(v) for name, v in values.items()}
-                    for mode, values in data["latency"].items()
+                    variant: {name: float_or_nan(v) for name, v in values.items()}
+                    for variant, values in data["latency"].items()
                 },
                 settings=dict(data["settings"]),
                 notes=[str(n) for n in data["notes"]],
-                misses={mode: list(rows) for mode, rows in (data.get("misses") or {}).items()},
-                missed={mode: int(n) for mode, n in (data.get("missed") or {}).items()},
+                misses={variant: list(rows) for variant, rows in (data.get("misses") or {}).items()},
+                missed={variant: int(n) for variant, n in (data.get("missed") or {}).items()},
             )
         except KeyError as exc:
             raise ReportFormatError(f"evaluation report: missing field {exc.args[0]!r}") from None
@@ -169,38 +172,38 @@ class EvaluationReport:
         return [n for n in names if n in present]
 
     def markdown(self, max_notes: int = 10) -> str:
-        """A table per mode (mean with 95% CI, in %), cost, latency, per-corpus recall, loader notes."""
+        """A table per variant (mean with 95% CI, in %), cost, latency, per-corpus recall, loader notes."""
         lines = [
             f"### {self.index} on {self.dataset} ({self.n_questions} questions, k={self.k})",
             "",
         ]
         names = self.table_metrics()
-        lines.append("| mode | " + " | ".join(names) + " |")
+        lines.append("| variant | " + " | ".join(names) + " |")
         lines.append("|---|" + "---|" * len(names))
-        for mode, summary in self.summaries.items():
+        for variant, summary in self.summaries.items():
             cells = [format_estimate(summary.overall[n]) for n in names]
-            lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+            lines.append(f"| {variant} | " + " | ".join(cells) + " |")
         lines.append("")
         recall_key = f"recall_at_{self.k}"
         corpora = sorted({c for s in self.summaries.values() for c in s.by_corpus})
         if corpora:
             lines.append(f"Per-corpus {recall_key} (%):")
             lines.append("")
-            lines.append("| mode | " + " | ".join(corpora) + " |")
+            lines.append("| variant | " + " | ".join(corpora) + " |")
             lines.append("|---|" + "---|" * len(corpora))
-            for mode, summary in self.summaries.items():
+            for variant, summary in self.summaries.items():
                 cells = [
                     f"{100 * summary.by_corpus.get(c, {}).get(recall_key, math.nan):.1f}" for c in corpora
                 ]
-                lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+                lines.append(f"| {variant} | " + " | ".join(cells) + " |")
             lines.append("")
         if self.cost:
             lines.append("Cost: " + ", ".join(f"{k} {_fmt_number(v)}" for k, v in self.cost.items()))
             lines.append("")
         if self.latency:
             parts = [
-                f"{mode} p50 {v['p50_ms']:.1f} ms / p95 {v['p95_ms']:.1f} ms"
-                for mode, v in self.latency.items()
+                f"{variant} p50 {v['p50_ms']:.1f} ms / p95 {v['p95_ms']:.1f} ms"
+                for variant, v in self.latency.items()
             ]
             lines.append("Query latency: " + "; ".join(parts))
             lines.append("")
@@ -214,7 +217,7 @@ class EvaluationReport:
         return "\n".join(lines)
 
     def misses_markdown(self) -> str:
-        """The per-question table of misses: each mode's missed questions, reference and retrieved spans."""
+        """The per-question table of misses: each variant's missed questions, reference and retrieved spans."""
         return misses_markdown(self.misses, self.missed, self.k)
 
 
@@ -238,23 +241,34 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
-def parse_mode(mode: str, default_reranker: str | None) -> tuple[str, str | None]:
-    """`hybrid+rerank` -> ("hybrid", reranker name); `dense+rerank:maxsim` names one explicitly."""
-    if "+" not in mode:
-        return mode, None
-    base, _, extra = mode.partition("+")
+def parse_variant(variant: str, default_reranker: str | None) -> tuple[str, str | None]:
+    """A variant's search mode and reranker: `hybrid+rerank` -> ("hybrid", reranker name);
+    `dense+rerank:maxsim` names one explicitly; `bm25` -> ("bm25", None)."""
+    if "+" not in variant:
+        return variant, None
+    base, _, extra = variant.partition("+")
     if extra == "rerank":
         return base, default_reranker or DEFAULT_RERANKER
     if extra.startswith("rerank:"):
         return base, extra.split(":", 1)[1]
-    raise ValueError(f"mode {mode!r}: expected <mode>, <mode>+rerank or <mode>+rerank:<name>")
+    raise ValueError(f"variant {variant!r}: expected <mode>, <mode>+rerank, <mode>+rerank:<name> or served")
 
 
-def _reranker_name(spec: IndexSpec | str) -> str | None:
-    rerank = getattr(getattr(spec, "config", None), "rerank", None) or {}
+def configured_reranker(rerank: Any) -> str | None:
+    """The reranker an index config's `rerank` names (`maxsim`, or `{model: ...}`), or None."""
     if isinstance(rerank, dict):
         return rerank.get("model") or rerank.get("name")
     return str(rerank) if rerank else None
+
+
+def variant_options(variant: str, default_reranker: str | None) -> SearchOptions:
+    """The options a variant searches with: `served` sets none (what a request naming nothing runs),
+    a search mode sets its mode, `<mode>+rerank` its mode and the reranker (`default_reranker` unless
+    it names one)."""
+    if variant == SERVED_VARIANT:
+        return SearchOptions()
+    mode, reranker = parse_variant(variant, default_reranker)
+    return SearchOptions(mode=mode, rerank=reranker)
 
 
 class _TokenCounter:
@@ -275,14 +289,14 @@ class _TokenCounter:
 
 @dataclass(frozen=True)
 class EvaluationRequest:
-    """What to evaluate an index on besides its questions: the modes, k, depth and scoring settings.
+    """What to evaluate an index on besides its questions: the variants, k, depth and scoring settings.
 
-    `options` are search options every mode runs with (its own mode and reranker over them; the
-    `served` mode runs what a request naming nothing runs). `notes` (the dataset loader's
+    `options` are search options every variant runs with (its own mode and reranker over them; the
+    `served` variant runs what a request naming nothing runs). `notes` (the dataset loader's
     `Dataset.problems`) are kept on the report; `build_seconds` goes into its cost.
     """
 
-    modes: tuple[str, ...] = DEFAULT_MODES
+    variants: tuple[str, ...] = DEFAULT_VARIANTS
     k: int = 5
     depth: int = DEFAULT_DEPTH
     min_overlap: int = 1
@@ -295,7 +309,7 @@ class EvaluationRequest:
     notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("modes", "budgets", "notes"):  # lists from callers become tuples: hashable, frozen
+        for name in ("variants", "budgets", "notes"):  # lists from callers become tuples: hashable, frozen
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}")
@@ -305,24 +319,19 @@ def evaluate_index(
     searcher: Searcher,
     spec: IndexSpec | str,
     questions: Sequence[Question],
-    request: EvaluationRequest | None = None,
+    request: EvaluationRequest,
     *,
     store: Store | None = None,
     progress: Callable[[str], None] | None = None,
-    **fields: Any,
 ) -> EvaluationReport:
-    """Evaluate `spec` (an IndexSpec, or an index name) through `searcher.search_batch`.
+    """Evaluate `spec` (an IndexSpec, or an index name) through `searcher.search_batch`, as `request` says.
 
-    `request` says how (keywords instead build one: `evaluate_index(s, spec, qs, k=3)`). Each mode
-    fetches `depth` results per question (recall@20 and the context-budget recall need more than
-    k); modes whose top k depends on the number requested (reranking, MMR) are also asked for
-    exactly k, so hit@k and MRR@k are what a user asking for k would get.
+    Each variant fetches `depth` results per question (recall@20 and the context-budget recall need
+    more than k); variants whose top k depends on the number requested (reranking, MMR) are also
+    asked for exactly k, so hit@k and MRR@k are what a user asking for k would get. `progress` is
+    called with each variant as it starts.
     """
-    if request is None:
-        request = EvaluationRequest(**fields)
-    elif fields:
-        raise ValueError(f"evaluate_index: pass {sorted(fields)} in the request, not beside it")
-    modes, k, options = request.modes, request.k, request.options
+    variants, k, options = request.variants, request.k, request.options
     min_overlap, budgets, n_resamples, seed = (
         request.min_overlap,
         request.budgets,
@@ -339,14 +348,14 @@ def evaluate_index(
     summaries: dict[str, MetricSummary] = {}
     latency: dict[str, dict[str, float]] = {}
     kept_retrievals: dict[str, list[Any]] = {}
-    for mode in modes:
+    for variant in variants:
         if progress:
-            progress(mode)
-        if mode == SERVED_MODE:  # what /v1/search runs for a body with only the query and the index
-            asked = SearchOptions()
-        else:
-            base_mode, reranker = parse_mode(mode, _reranker_name(spec))
-            asked = SearchOptions(mode=base_mode, rerank=reranker).over(options)
+            progress(variant)
+        asked = variant_options(
+            variant, configured_reranker(getattr(getattr(spec, "config", None), "rerank", None))
+        )
+        if variant != SERVED_VARIANT:  # served: what /v1/search runs for a body with only the query and index
+            asked = asked.over(options)
         top_k_dependent = asked.rerank is not None or asked.mmr is not None
         started = time.perf_counter()
         deep = searcher.search_batch(texts, index_name, asked.with_overrides(k=depth))
@@ -361,7 +370,7 @@ def evaluate_index(
             ]
         else:
             retrievals = deep
-        summaries[mode] = score_questions(
+        summaries[variant] = score_questions(
             questions,
             retrievals,
             k=k,
@@ -371,10 +380,10 @@ def evaluate_index(
             n_resamples=n_resamples,
             seed=seed,
         )
-        kept_retrievals[mode] = retrievals
+        kept_retrievals[variant] = retrievals
         per_query = [r[0].timings.get("total_ms") for r in retrievals if r and getattr(r[0], "timings", None)]
         per_query = [t for t in per_query if t is not None]
-        latency[mode] = {
+        latency[variant] = {
             "mean_ms": 1000.0 * elapsed / len(texts),
             "p50_ms": float(np.percentile(per_query, 50)) if per_query else math.nan,
             "p95_ms": float(np.percentile(per_query, 95)) if per_query else math.nan,
@@ -398,7 +407,7 @@ def evaluate_index(
         config=config_name,
         dataset=request.dataset,
         k=k,
-        modes=list(modes),
+        variants=list(variants),
         n_questions=len(questions),
         summaries=summaries,
         cost=cost,
@@ -410,7 +419,7 @@ def evaluate_index(
             "bootstrap_resamples": n_resamples,
             "seed": seed,
             **options.given(),
-            **({"served_mode": DEFAULT_MODE} if SERVED_MODE in modes else {}),
+            **({"served_mode": DEFAULT_MODE} if SERVED_VARIANT in variants else {}),  # the mode `served` ran
         },
         notes=list(request.notes),
         misses=misses,

@@ -30,10 +30,10 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
 def chosen_collections(name: str | None) -> list[str]:
     """The collections a command names (default: all of the project's); UsageError for an unknown one."""
     from orchestration.cli_errors import UsageError
-    from retrieval.config import load_collection_configs
+    from retrieval.config import load_collections
     from retrieval.project import PROJECT_FILE, project_root
 
-    collections = load_collection_configs()
+    collections = load_collections()
     if not collections:
         raise UsageError(
             f"{project_root() / PROJECT_FILE} has no collections: add one with `chunkyard add NAME FOLDER`"

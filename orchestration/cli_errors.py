@@ -57,14 +57,14 @@ def report(command: str, exc: Exception) -> int:
     """One line naming what is at fault; exit 2 for configuration and usage, 1 (plus a hint) otherwise."""
     from pipeline.benchmark.run import BenchmarkError
     from retrieval.client import AuthenticationError, ServiceError
-    from retrieval.config import ConfigError
-    from retrieval.config_checks import ConfigErrors
+    from retrieval.config import SettingsError
+    from retrieval.config_checks import SettingsErrors
     from retrieval.options import SearchError
     from retrieval.query.results import IndexNotFoundError
     from retrieval.selfcheck import DatabaseSelfCheckError
 
     prefix = f"chunkyard {command}" if command else "chunkyard"
-    if isinstance(exc, ConfigErrors):
+    if isinstance(exc, SettingsErrors):
         print(f"{prefix}: {len(exc.problems)} configuration problem(s), nothing was run:", file=sys.stderr)
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
@@ -73,7 +73,7 @@ def report(command: str, exc: Exception) -> int:
     if isinstance(exc, DatabaseSelfCheckError):
         print(f"{prefix}: {message}\nhint: {exc.hint}", file=sys.stderr)
         return 1
-    if isinstance(exc, ConfigError | UsageError | IndexNotFoundError | SearchError | BenchmarkError):
+    if isinstance(exc, SettingsError | UsageError | IndexNotFoundError | SearchError | BenchmarkError):
         print(f"{prefix}: {message}", file=sys.stderr)
         return 2
     if isinstance(exc, RuntimeFailure):

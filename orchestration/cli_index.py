@@ -156,7 +156,7 @@ def run_summary(result) -> dict:
             summary["skipped_files"].extend(_failure_rows(str(meta.get("failures", ""))))
         elif key[-1] == "leaderboard":
             summary["leaderboard"] = meta.get("summary") or meta.get("leaderboard")
-            summary["best"] = (meta.get("best_index"), meta.get("best_mode"))
+            summary["best"] = (meta.get("best_index"), meta.get("best_variant"))
             summary["chart"] = meta.get("chart_path")
             summary["full_table"] = meta.get("markdown_path")
     return summary

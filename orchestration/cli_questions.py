@@ -49,12 +49,12 @@ def cmd_questions(args: argparse.Namespace) -> int:
     from evaluation.generate import ChatClient, LLMEndpointError, generate_questions, write_eval_set
     from orchestration.project_file import set_eval_set
     from pipeline.documents import load_collection_documents
-    from retrieval.config import load_collection_configs, load_index_configs
+    from retrieval.config import load_collections, load_index_configs
     from retrieval.names import DEFAULT_CONFIG
     from retrieval.project import PROJECT_FILE, project_root
 
     root = project_root()
-    collections = load_collection_configs()
+    collections = load_collections()
     collection = collections.get(args.collection)
     if collection is None:
         raise UsageError(

@@ -106,17 +106,23 @@ def scores(values: dict[str, float]) -> str:
 
 
 def suggestion(collection: str, best: tuple[str | None, str | None] | None) -> str:
-    """What to type next after `chunkyard index`: the leaderboard's best (index, mode) when there is one,
-    else the collection's first index config."""
-    from retrieval.config import load_collection_configs
+    """What to type next after `chunkyard index`: the leaderboard's best (index, variant) when there is
+    one, else the collection's first index config."""
+    from evaluation.runner import SERVED_VARIANT, parse_variant
+    from retrieval.config import load_collections
     from retrieval.options import DEFAULT_MODE
 
-    index, mode = best or (None, None)
+    index, variant = best or (None, None)
     if not index or not index.startswith(f"{collection}/"):
-        configs = load_collection_configs()[collection].indexes
-        index, mode = (f"{collection}/{configs[0]}" if configs else None), None
+        configs = load_collections()[collection].indexes
+        index, variant = (f"{collection}/{configs[0]}" if configs else None), None
     if index is None:
         return ""
-    flags = f" --mode {mode}" if mode and mode != DEFAULT_MODE else ""
+    flags = ""
+    if variant and variant != SERVED_VARIANT:  # served: what a search naming no option runs
+        mode, reranker = parse_variant(variant, None)
+        flags = (f" --mode {mode}" if mode != DEFAULT_MODE else "") + (
+            f" --rerank {reranker}" if reranker else ""
+        )
     ranked = " (the leaderboard's best)" if best and best[0] == index else ""
     return f'\nSearch it: chunkyard search "your question" --index {index}{flags}{ranked}'

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from retrieval.config import ConfigError, is_valid_name, load_collection_configs, load_index_configs
+from retrieval.config import SettingsError, is_valid_name, load_collections, load_index_configs
 from retrieval.names import DEFAULT_CONFIG
 from retrieval.project import PROJECT_FILE, STATE_DIR, read_project
 
@@ -33,11 +33,11 @@ def init_project(folder: Path) -> Path:
     folder = folder.expanduser().resolve()
     path = folder / PROJECT_FILE
     if path.exists():
-        raise ConfigError(
+        raise SettingsError(
             f"{path}: already a chunkyard project; add documents with `chunkyard add NAME FOLDER`"
         )
     if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"{folder}: not a folder")
+        raise SettingsError(f"{folder}: not a folder")
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(HEADER + yaml.safe_dump({"collections": {}}, sort_keys=False), encoding="utf-8")
     state = folder / STATE_DIR
@@ -59,25 +59,25 @@ def add_collection(
     """Write collection `name` into the project's chunkyard.yaml; its entry. The folders must exist;
     those inside the project are written relative to it, so the project can move."""
     if not is_valid_name(name):
-        raise ConfigError(f"collection name {name!r}: use lowercase letters, digits, '-', '_' or '.'")
+        raise SettingsError(f"collection name {name!r}: use lowercase letters, digits, '-', '_' or '.'")
     paths = []
     for folder in folders:
         path = Path(folder).expanduser().resolve()
         if not path.is_dir():
-            raise ConfigError(f"{folder}: not a folder (chunkyard add takes folders of documents)")
+            raise SettingsError(f"{folder}: not a folder (chunkyard add takes folders of documents)")
         paths.append(str(path.relative_to(root)) if path.is_relative_to(root) else str(path))
     known = load_index_configs()
     wanted = list(indexes or [default_index(folder_languages(paths_of(root, paths), include, exclude))])
     unknown = [i for i in wanted if i not in known]
     if unknown:
-        raise ConfigError(f"--index {unknown[0]}: unknown index config; known: {', '.join(sorted(known))}")
+        raise SettingsError(f"--index {unknown[0]}: unknown index config; known: {', '.join(sorted(known))}")
     raw = read_project(root)
     collections = dict(raw.get("collections") or {})
     if "collections" not in raw:
         # the project used the bundled collections: keep them, now written out
-        collections = {n: _entry_of(c) for n, c in load_collection_configs().items()}
+        collections = {n: _entry_of(c) for n, c in load_collections().items()}
     if name in collections and not replace:
-        raise ConfigError(
+        raise SettingsError(
             f"{root / PROJECT_FILE}: collection {name!r} exists already; pass --replace to overwrite it"
         )
     entry: dict[str, Any] = {"folders": paths, "include": list(include or DEFAULT_INCLUDE)}
@@ -120,9 +120,9 @@ def set_eval_set(root: Path, name: str, eval_set: str) -> dict[str, Any]:
     raw = read_project(root)
     collections = dict(raw.get("collections") or {})
     if "collections" not in raw:
-        collections = {n: _entry_of(c) for n, c in load_collection_configs().items()}
+        collections = {n: _entry_of(c) for n, c in load_collections().items()}
     if name not in collections:
-        raise ConfigError(f"{root / PROJECT_FILE}: no collection {name!r} to set eval_set on")
+        raise SettingsError(f"{root / PROJECT_FILE}: no collection {name!r} to set eval_set on")
     entry = {**dict(collections[name]), "eval_set": eval_set}
     collections[name] = entry
     _write(root, {**{k: v for k, v in raw.items() if k != "collections"}, "collections": collections})

@@ -68,7 +68,7 @@ CHECKS: dict[str, tuple[DeclaredCheck, ...]] = {
             "Blocks the alias swap when the winner scores more than serve.max_regression below the "
             "alias's current target.",
         ),
-        DeclaredCheck("within_budget", "Some (config, mode) is within the collection's serve.budget."),
+        DeclaredCheck("within_budget", "Some (config, variant) is within the collection's serve.budget."),
     ),
 }
 

@@ -1,26 +1,26 @@
 """A collection's documents: the ONE rule for which files it has, their ids and their content hashes.
 
-Both the documents step (which loads and syncs them) and the document sensor (which only hashes
-files to notice changes) go through `collection_files`, so their ids always agree: with several
-folders, a document id is prefixed with its folder's name so ids stay unique. Both also trust a
-file's stat signature (`chunking.documents.folder.file_signature`) as the run does: a file whose signature
-is unchanged is neither read again by the step nor hashed again by the sensor.
+Both the documents step (which loads and syncs them) and the document sensor (which only needs their
+content hashes to notice changes) load them through `load_folders`, so their ids and hashes always
+agree: with several folders, a document id is prefixed with its folder's name so ids stay unique; a
+document's content hash is `Document.sha256`, the sha256 of its decoded text. Both also trust a file's
+stat signature (`chunking.documents.folder.file_signature`): a file whose signature is unchanged is read
+again neither by the step nor by the sensor.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from chunking.documents.folder import DocumentFailure, file_signature, scan_folder
-from chunking.documents.safe_open import open_resolved
-from chunking.documents.walk import list_files
 from chunking.types import Document
-from retrieval.config import CollectionConfig
+from retrieval.config import Collection
 
 
 @dataclass
@@ -35,6 +35,7 @@ class CollectionDocuments:
     signatures: dict[str, str] = field(
         default_factory=dict
     )  # id -> file signature (chunking.documents.folder)
+    failed_paths: dict[str, Path] = field(default_factory=dict)  # failure id -> its file or folder
 
     @property
     def total(self) -> int:
@@ -47,66 +48,12 @@ def folder_prefix(folder: Path, folders: list[Path]) -> str:
     return f"{folder.name}/" if len(folders) > 1 else ""
 
 
-def collection_files(collection: CollectionConfig) -> Iterator[tuple[str, Path]]:
-    """(document id, path) of every file the collection's folders include."""
-    folders = collection.folder_paths()
-    for folder in folders:
-        prefix = folder_prefix(folder, folders)
-        for doc_id, path in list_files(folder, collection.include, collection.exclude):
-            yield prefix + doc_id, Path(path)
-
-
-def file_sha256(path: str | Path) -> str:
-    """sha256 of a file's bytes, read in 1 MiB blocks; `path` is resolved (`list_files`), so a symlink
-    on it since is refused (OSError), never followed outside the folder."""
-    digest = hashlib.sha256()
-    with os.fdopen(open_resolved(Path(path).absolute(), os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-@dataclass
-class FolderHashes:
-    """Every file's sha256 by document id, and the stat signatures that may be trusted next time."""
-
-    hashes: dict[str, str] = field(default_factory=dict)
-    signatures: dict[str, str] = field(default_factory=dict)
-    hashed: int = 0  # files read this time; the others kept their hash (same signature)
-
-
-def hash_folder(collection: CollectionConfig, known: FolderHashes | None = None) -> FolderHashes:
-    """The sha256 of every file the collection would load, reading only files whose stat signature
-    differs from `known` (all of them without it).
-
-    A file that vanishes or cannot be read mid-scan is left out (it is seen on a later scan).
-    """
-    current = FolderHashes()
-    now_ns = time.time_ns()
-    for doc_id, path in collection_files(collection):
-        try:
-            signature = file_signature(os.stat(path), now_ns)  # before reading: a later write changes it
-            if known is not None and signature is not None and known.signatures.get(doc_id) == signature:
-                previous = known.hashes.get(doc_id)
-                if previous is not None:
-                    current.hashes[doc_id] = previous
-                    current.signatures[doc_id] = signature
-                    continue
-            current.hashes[doc_id] = file_sha256(path)
-            current.hashed += 1
-        except OSError:
-            continue
-        if signature is not None:
-            current.signatures[doc_id] = signature
-    return current
-
-
 def load_collection_documents(
-    collection: CollectionConfig,
+    collection: Collection,
     known: Mapping[str, str] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> CollectionDocuments:
-    """Load a collection's documents from its dataset or its folders (ids as `collection_files`).
+    """Load a collection's documents from its dataset or its folders (`load_folders`).
 
     `known` ({document id: file signature}, from the store) leaves unchanged files unread;
     `progress(done, total)` follows the files of each folder.
@@ -115,6 +62,15 @@ def load_collection_documents(
         from evaluation.datasets import load_dataset
 
         return CollectionDocuments(list(load_dataset(collection.dataset).documents))
+    return load_folders(collection, known, progress)
+
+
+def load_folders(
+    collection: Collection,
+    known: Mapping[str, str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> CollectionDocuments:
+    """Load the documents of a collection's folders (`scan_folder`), with their ids (see the module)."""
     folders = collection.folder_paths()
     loaded = CollectionDocuments(usable=False)
     for folder in folders:
@@ -135,7 +91,73 @@ def load_collection_documents(
         for fail in fails:
             if fail.path == str(folder):
                 # Keyed by the folder's id prefix, so the store keeps that folder's documents.
-                loaded.failures.append(DocumentFailure(prefix.rstrip("/") or str(folder), fail.reason))
+                failure = DocumentFailure(prefix.rstrip("/") or str(folder), fail.reason)
+                loaded.failed_paths[failure.path] = folder
             else:
-                loaded.failures.append(DocumentFailure(prefix + fail.path, fail.reason))
+                failure = DocumentFailure(prefix + fail.path, fail.reason)
+                loaded.failed_paths[failure.path] = folder / fail.path
+            loaded.failures.append(failure)
     return loaded
+
+
+FAILED_PREFIX = "failed:"  # a failure fingerprint's prefix; a Document.sha256 is bare hex
+
+
+def failure_fingerprint(reason: str, path: Path) -> str:
+    """The stand-in content hash of a file (or folder) that gives no document: its failure reason and
+    its own stat (size, mtime, ctime, inode; `lstat`, never a link's target).
+
+    A change to a failing file (or to why it fails) changes it, so the sensor still requests a run,
+    which records the failure; an unchanged failing file keeps it, so it requests nothing more. It
+    never equals a `Document.sha256`, so a failing file that loads again is a change too.
+    """
+    try:
+        info = os.lstat(path)
+        stat_text = f"{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}:{info.st_ino}"
+    except OSError as exc:
+        stat_text = f"no stat: {exc.strerror or exc}"
+    digest = hashlib.sha256(f"{reason}\0{stat_text}".encode("utf-8", "surrogatepass")).hexdigest()
+    return FAILED_PREFIX + digest
+
+
+@dataclass
+class FolderHashes:
+    """A collection's content hash by document id (`Document.sha256`, or `failure_fingerprint` for a
+    file that gives none), and the stat signatures under which they may be reused next time."""
+
+    hashes: dict[str, str] = field(default_factory=dict)
+    signatures: dict[str, str] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)  # id -> reason, of those loaded this time
+    loaded: int = 0  # files (or folders) loaded this time; the others kept their hash (same signature)
+
+
+def hash_folder(collection: Collection, known: FolderHashes | None = None) -> FolderHashes:
+    """The content hash of every document of the collection's folders, loaded as the documents step
+    loads them (`load_folders`), reading only the files whose stat signature differs from `known`
+    (all of them without it). A file that fails to load gets `failure_fingerprint`; its signature is
+    kept too, so an unchanged failing file is not read again either.
+    """
+    now_ns = time.time_ns()  # before loading: a file written since has a signature too young to trust
+    previous = known.hashes if known is not None else {}
+    trusted = {k: v for k, v in known.signatures.items() if k in previous} if known is not None else {}
+    loaded = load_folders(collection, trusted)
+    current = FolderHashes(loaded=len(loaded.documents) + len(loaded.failures))
+    for doc_id in loaded.unchanged:
+        current.hashes[doc_id] = previous[doc_id]
+        current.signatures[doc_id] = loaded.signatures[doc_id]
+    for doc in loaded.documents:
+        current.hashes[doc.id] = doc.sha256
+        if doc.id in loaded.signatures:
+            current.signatures[doc.id] = loaded.signatures[doc.id]
+    for failure in loaded.failures:
+        path = loaded.failed_paths[failure.path]
+        current.hashes[failure.path] = failure_fingerprint(failure.reason, path)
+        current.failures[failure.path] = failure.reason
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        signature = file_signature(info, now_ns) if stat.S_ISREG(info.st_mode) else None
+        if signature is not None:
+            current.signatures[failure.path] = signature
+    return current

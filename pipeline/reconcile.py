@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from chunking.environment import env_int
 from pipeline.documents import load_collection_documents
-from retrieval.config import CollectionConfig
+from retrieval.config import Collection
 from retrieval.lag import IndexLag, index_lag
 from retrieval.store import Store
 
@@ -42,7 +42,7 @@ class FolderGap:
         return len(self.added) + len(self.changed) + len(self.deleted)
 
 
-def folder_gap(store: Store, collection: CollectionConfig) -> FolderGap:
+def folder_gap(store: Store, collection: Collection) -> FolderGap:
     """What a documents sync of `collection` would change now.
 
     Only files whose stat signature differs from the stored one are read (a touched file is read and
@@ -107,7 +107,7 @@ class Gap:
         return f"{self.collection}: " + ("; ".join(parts) or "up to date")
 
 
-def collection_gap(store: Store, collection: CollectionConfig, index_names: Sequence[str]) -> Gap:
+def collection_gap(store: Store, collection: Collection, index_names: Sequence[str]) -> Gap:
     """The gap of `collection` against the indexes `index_names` (the ones the pipeline builds)."""
     return Gap(
         collection=collection.name,

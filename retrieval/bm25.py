@@ -44,11 +44,11 @@ class Bm25Params:
 
     @classmethod
     def from_config(cls, bm25_config: dict[str, Any] | None) -> Bm25Params:
-        cfg = bm25_config or {}
+        given = bm25_config or {}
         params = cls(
-            k1=float(cfg.get("k1", DEFAULT_PARAMS["k1"])),
-            b=float(cfg.get("b", DEFAULT_PARAMS["b"])),
-            epsilon=float(cfg.get("epsilon", DEFAULT_PARAMS["epsilon"])),
+            k1=float(given.get("k1", DEFAULT_PARAMS["k1"])),
+            b=float(given.get("b", DEFAULT_PARAMS["b"])),
+            epsilon=float(given.get("epsilon", DEFAULT_PARAMS["epsilon"])),
         )
         if params.k1 < 0 or not 0 <= params.b <= 1:
             raise AnalyzerConfigError(f"bm25: need k1 >= 0 and 0 <= b <= 1, got k1={params.k1}, b={params.b}")

@@ -1,5 +1,5 @@
-"""Index and collection configs as typed, validated objects: the project's chunkyard.yaml over the
-bundled configs/ (the project is found like git's: the nearest chunkyard.yaml from the current folder up)."""
+"""Index configs and collections as typed, validated objects: the project file (chunkyard.yaml) over the
+bundled settings files in configs/ (the project is found like git's: the nearest chunkyard.yaml up)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from retrieval.index_defaults import ContextConfigError, ContextScoring
 from retrieval.names import IndexName
 from retrieval.project import (
     PROJECT_FILE,
-    ConfigError,
+    SettingsError,
     as_bool,
     at_line,
     benchmarks_enabled,
@@ -56,7 +56,7 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
 def is_valid_name(name: str) -> bool:
-    """Collection and config names: lowercase letters, digits, '-', '_' and '.'."""
+    """Collection and index config names: lowercase letters, digits, '-', '_' and '.'."""
     return bool(_NAME.match(name))
 
 
@@ -131,9 +131,9 @@ BUDGET_KEYS = ("p95_ms", "context_tokens", "chunks", "index_bytes")
 
 
 @dataclass(frozen=True)
-class ServeConfig:
-    """What a collection serves: the alias the promotion asset points at its leaderboard's best
-    (config, mode) within `budget`, unless `metric` drops more than `max_regression` (a fraction)
+class PromotionPolicy:
+    """A collection's `serve:` section: the alias the promotion asset points at its leaderboard's best
+    (index config, variant) within `budget`, unless `metric` drops more than `max_regression` (a fraction)
     below the alias's current target. `keep`: earlier targets kept for rollback (None: the default)."""
 
     alias: str
@@ -143,31 +143,35 @@ class ServeConfig:
     keep: int | None = None
 
 
-def _serve(raw: Any, where: str) -> ServeConfig | None:
+def _promotion_policy(raw: Any, where: str) -> PromotionPolicy | None:
     if raw is None:
         return None
     where = f"{where}.serve"
     if not isinstance(raw, dict) or "alias" not in raw or set(raw) - set(SERVE_KEYS):
-        raise ConfigError(f"{where}: expected a mapping with `alias` and optional {list(SERVE_KEYS[1:])}")
+        raise SettingsError(f"{where}: expected a mapping with `alias` and optional {list(SERVE_KEYS[1:])}")
     alias = raw["alias"]
     if not isinstance(alias, str) or not _NAME.match(alias) or "/" in alias:
-        raise ConfigError(f"{where}.alias: must be lowercase letters, digits, '-', '_' or '.', got {alias!r}")
+        raise SettingsError(
+            f"{where}.alias: must be lowercase letters, digits, '-', '_' or '.', got {alias!r}"
+        )
     budget = raw.get("budget") or {}
     if not isinstance(budget, dict) or set(budget) - set(BUDGET_KEYS):
-        raise ConfigError(f"{where}.budget: expected a mapping of {list(BUDGET_KEYS)}, got {budget!r}")
+        raise SettingsError(f"{where}.budget: expected a mapping of {list(BUDGET_KEYS)}, got {budget!r}")
     for key, value in budget.items():
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ConfigError(f"{where}.budget.{key}: expected a positive number, got {value!r}")
+            raise SettingsError(f"{where}.budget.{key}: expected a positive number, got {value!r}")
     regression = raw.get("max_regression", 0.02)
     if isinstance(regression, bool) or not isinstance(regression, int | float) or not 0 <= regression <= 1:
-        raise ConfigError(f"{where}.max_regression: expected a fraction between 0 and 1, got {regression!r}")
+        raise SettingsError(
+            f"{where}.max_regression: expected a fraction between 0 and 1, got {regression!r}"
+        )
     metric = raw.get("metric", "recall_at_{k}")
     if not isinstance(metric, str) or not metric:
-        raise ConfigError(f"{where}.metric: expected a leaderboard metric name, got {metric!r}")
+        raise SettingsError(f"{where}.metric: expected a leaderboard metric name, got {metric!r}")
     keep = raw.get("keep")
     if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
-        raise ConfigError(f"{where}.keep: expected a positive integer, got {keep!r}")
-    return ServeConfig(
+        raise SettingsError(f"{where}.keep: expected a positive integer, got {keep!r}")
+    return PromotionPolicy(
         alias=alias,
         budget={key: float(value) for key, value in budget.items()},
         max_regression=float(regression),
@@ -177,7 +181,7 @@ def _serve(raw: Any, where: str) -> ServeConfig | None:
 
 
 @dataclass(frozen=True)
-class CollectionConfig:
+class Collection:
     """Where a collection's documents come from: folders (with globs) or a named dataset."""
 
     name: str
@@ -190,8 +194,8 @@ class CollectionConfig:
     description: str = ""
     # A benchmark collection (chroma_general) is built only when benchmarks are enabled.
     benchmark: bool = False
-    # the alias its leaderboard's winner is promoted to (None: no promotion asset)
-    serve: ServeConfig | None = None
+    # `serve:`, how its leaderboard's winner is promoted to an alias (None: no promotion asset)
+    serve: PromotionPolicy | None = None
     # A folder that does not exist is indexed as empty instead of stopping `chunkyard index`.
     allow_empty: bool = False
     # `file:line` of the entry, for errors about it.
@@ -204,7 +208,7 @@ class CollectionConfig:
 
 @dataclass(frozen=True)
 class IndexSpec:
-    """One concrete index: a collection indexed with a config."""
+    """One concrete index: a collection indexed with an index config."""
 
     collection: str
     config: IndexConfig
@@ -247,7 +251,7 @@ _COLLECTION_KEYS = {
 
 
 def _project_overlay() -> tuple[Path, dict[str, Any]] | None:
-    """The project's chunkyard.yaml when the configs come from the project (no CHUNKYARD_CONFIGS)."""
+    """The project file and its contents when the settings come from the project (no CHUNKYARD_CONFIGS)."""
     if os.environ.get("CHUNKYARD_CONFIGS"):
         return None
     root = project_root()
@@ -262,7 +266,7 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
     defaults = raw.get("defaults") or {}
     entries = raw.get("indexes")
     if not isinstance(entries, dict) or not entries:
-        raise ConfigError(f"{path}: needs a non-empty mapping `indexes:`")
+        raise SettingsError(f"{path}: needs a non-empty mapping `indexes:`")
     sources = {name: (path, entries) for name in entries}
     overlay = _project_overlay() if path == configs_dir() / "indexes.yaml" else None
     if overlay and overlay[1].get("indexes"):
@@ -273,9 +277,9 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
     for name, entry in entries.items():
         where = f"{at_line(sources[name][0], sources[name][1], name)}: indexes.{name}"
         if not isinstance(name, str) or not _NAME.match(name):
-            raise ConfigError(f"{where}: name must be lowercase letters, digits, '-', '_' or '.'")
+            raise SettingsError(f"{where}: name must be lowercase letters, digits, '-', '_' or '.'")
         if not isinstance(entry, dict):
-            raise ConfigError(f"{where}: must be a mapping")
+            raise SettingsError(f"{where}: must be a mapping")
         unknown = sorted(set(entry) - _INDEX_KEYS)
         source = sources[name][0]
 
@@ -283,11 +287,13 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
             return where_field(source, entry, key, where)
 
         if unknown:
-            raise ConfigError(f"{at(unknown[0])}: unknown field(s) {unknown}; allowed {sorted(_INDEX_KEYS)}")
+            raise SettingsError(
+                f"{at(unknown[0])}: unknown field(s) {unknown}; allowed {sorted(_INDEX_KEYS)}"
+            )
         merged = _deep_merge(defaults, entry)
         unknown_hybrid = set(merged.get("hybrid") or {}) - _HYBRID_KEYS
         if unknown_hybrid:
-            raise ConfigError(
+            raise SettingsError(
                 f"{at('hybrid')}: unknown field(s) {sorted(unknown_hybrid)}; allowed {sorted(_HYBRID_KEYS)} "
                 "(the search mode chooses the fusion: hybrid = RRF, hybrid_weighted = weighted scores)"
             )
@@ -295,17 +301,17 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
         try:
             ContextScoring.from_config(context_scoring, where=at("context_scoring"))
         except ContextConfigError as exc:
-            raise ConfigError(str(exc)) from exc
+            raise SettingsError(str(exc)) from exc
         validate_bm25(merged.get("bm25") or {}, at("bm25").removesuffix(".bm25"))
         try:  # an embedding server's options now; a local model's when it loads
             check_endpoint_options(merged.get("embedder") or {})
         except EndpointConfigError as exc:
-            raise ConfigError(f"{at('embedder').removesuffix('.embedder')}.{exc}") from exc
+            raise SettingsError(f"{at('embedder').removesuffix('.embedder')}.{exc}") from exc
         chunker = merged.get("chunker")
         if not isinstance(chunker, dict) or "strategy" not in chunker:
-            raise ConfigError(f"{at('chunker')}: must be a mapping with a `strategy`")
+            raise SettingsError(f"{at('chunker')}: must be a mapping with a `strategy`")
         if not isinstance(merged.get("embedder") or {}, dict):
-            raise ConfigError(f"{at('embedder')}: must be a mapping, got {merged['embedder']!r}")
+            raise SettingsError(f"{at('embedder')}: must be a mapping, got {merged['embedder']!r}")
         configs[name] = IndexConfig(
             name=name,
             chunker=chunker,
@@ -331,9 +337,9 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
         target = config.coarse["config"]
         where = f"{at_line(sources[name][0], sources[name][1], name)}: indexes.{name}.coarse.config"
         if target not in configs:
-            raise ConfigError(f"{where}: unknown index config {target!r}; known: {sorted(configs)}")
+            raise SettingsError(f"{where}: unknown index config {target!r}; known: {sorted(configs)}")
         if target == name or configs[target].coarse:
-            raise ConfigError(f"{where}: {target!r} must be a plain index config (no `coarse` of its own)")
+            raise SettingsError(f"{where}: {target!r} must be a plain index config (no `coarse` of its own)")
     return configs
 
 
@@ -349,21 +355,21 @@ def with_coarse_companions(names: list[str], configs: dict[str, IndexConfig]) ->
 
 
 def default_collection() -> str:
-    """The collection a bare config name means, in the CLI, the HTTP API and Python alike: the
+    """The collection a bare index config name means, in the CLI, the HTTP API and Python alike: the
     project's only collection; else (several, or no project) `demo`."""
     from retrieval.names import DEFAULT_COLLECTION
     from retrieval.project import ProjectError
 
     try:
-        names = list(load_collection_configs())
+        names = list(load_collections())
     except ProjectError:
         return DEFAULT_COLLECTION
     return names[0] if len(names) == 1 else DEFAULT_COLLECTION
 
 
-def load_collection_configs(
+def load_collections(
     path: str | Path | None = None, *, include_benchmarks: bool | None = None
-) -> dict[str, CollectionConfig]:
+) -> dict[str, Collection]:
     """The collections of `path`; by default the project's: the `collections:` of its chunkyard.yaml
     (the bundled collections when it has none). Benchmark collections (`benchmark: true`) are kept
     only when `include_benchmarks` (default: `benchmarks_enabled()`); the bundled ones are then added."""
@@ -392,23 +398,23 @@ def load_collection_configs(
         else:
             located = {name: (bundled, bundled_entries) for name in bundled_entries}
     keep_benchmarks = benchmarks_enabled(project) if include_benchmarks is None else include_benchmarks
-    collections: dict[str, CollectionConfig] = {}
+    collections: dict[str, Collection] = {}
     for name, (source, mapping) in located.items():
         entry = mapping[name]
         where = f"{at_line(source, mapping, name)}: collections.{name}"
         if not isinstance(name, str) or not _NAME.match(name):
-            raise ConfigError(f"{where}: name must be lowercase letters, digits, '-', '_' or '.'")
+            raise SettingsError(f"{where}: name must be lowercase letters, digits, '-', '_' or '.'")
         entry = entry or {}
         if not isinstance(entry, dict):
-            raise ConfigError(f"{where}: must be a mapping (folders, include, indexes, ...), got {entry!r}")
+            raise SettingsError(f"{where}: must be a mapping (folders, include, indexes, ...), got {entry!r}")
         unknown = sorted(set(entry) - _COLLECTION_KEYS)
         if unknown:
-            raise ConfigError(
+            raise SettingsError(
                 f"{where_field(source, entry, unknown[0], where)}: unknown field(s) {unknown}; "
                 f"allowed {sorted(_COLLECTION_KEYS)}"
             )
         if not entry.get("folders") and not entry.get("dataset"):
-            raise ConfigError(f"{where}: needs `folders` or `dataset`")
+            raise SettingsError(f"{where}: needs `folders` or `dataset`")
         benchmark = as_bool(entry.get("benchmark", False), f"{where}.benchmark")
         if benchmark and not keep_benchmarks:
             continue
@@ -416,7 +422,7 @@ def load_collection_configs(
         def at(key: str, where: str = where, source: Path = source, entry: Any = entry) -> str:
             return where_field(source, entry, key, where)
 
-        collections[name] = CollectionConfig(
+        collections[name] = Collection(
             name=name,
             folders=string_list(entry.get("folders"), at("folders"), "folders"),
             include=string_list(entry.get("include"), at("include"), "glob patterns", default=("**/*",)),
@@ -426,7 +432,7 @@ def load_collection_configs(
             indexes=string_list(entry.get("indexes"), at("indexes"), "index config names"),
             description=text(entry.get("description"), at("description")),
             benchmark=benchmark,
-            serve=_serve(entry.get("serve"), where),
+            serve=_promotion_policy(entry.get("serve"), where),
             allow_empty=as_bool(entry.get("allow_empty", False), at("allow_empty")),
             source=where.rpartition(": collections.")[0],
         )
@@ -436,5 +442,5 @@ def load_collection_configs(
 def _collection_entries(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
     entries = raw.get("collections")
     if not isinstance(entries, dict) or not entries:
-        raise ConfigError(f"{path}: needs a non-empty mapping `collections:`")
+        raise SettingsError(f"{path}: needs a non-empty mapping `collections:`")
     return entries

@@ -1,4 +1,4 @@
-"""Every field of a project's configuration checked before anything runs (`chunkyard check`, `chunkyard
+"""Every field of a project's settings files checked before anything runs (`chunkyard check`, `chunkyard
 index`, the Dagster definitions), so a typo stops the command at once instead of a step half a minute in.
 
 The loaders (`retrieval.config`) check each entry's shape; this adds what needs more than the entry:
@@ -15,18 +15,18 @@ from pathlib import Path
 from typing import Any
 
 from retrieval.config import (
-    CollectionConfig,
+    Collection,
     IndexConfig,
     IndexSpec,
-    load_collection_configs,
+    load_collections,
     load_index_configs,
     with_coarse_companions,
 )
-from retrieval.project import ConfigError, project_root, read_yaml
+from retrieval.project import SettingsError, project_root, read_yaml
 
 
-class ConfigErrors(ConfigError):
-    """Several configuration problems, one line each (`problems`)."""
+class SettingsErrors(SettingsError):
+    """Several settings problems, one line each (`problems`)."""
 
     def __init__(self, problems: list[str]) -> None:
         super().__init__("\n".join(problems))
@@ -41,7 +41,7 @@ class _NoModel:
 class PlannedCollection:
     """What `chunkyard index` would build for one collection."""
 
-    collection: CollectionConfig
+    collection: Collection
     configs: tuple[IndexConfig, ...]
     folders: tuple[Path, ...]
 
@@ -60,7 +60,7 @@ class _Lines:
         if file not in self._files:
             try:
                 self._files[file] = read_yaml(Path(file))
-            except (ConfigError, OSError):
+            except (SettingsError, OSError):
                 self._files[file] = None
         found = f"{file}:{line}" if line else file
         node: Any = self._files[file]
@@ -123,7 +123,7 @@ def index_config_problems(
     return problems
 
 
-def collection_problems(collection: CollectionConfig, configs: dict[str, IndexConfig]) -> list[str]:
+def collection_problems(collection: Collection, configs: dict[str, IndexConfig]) -> list[str]:
     """The problems of one collection: its index configs named, its folders and evaluation set there."""
     problems: list[str] = []
     where = f"{collection.source or 'collections'}: collections.{collection.name}"
@@ -160,10 +160,10 @@ def collection_problems(collection: CollectionConfig, configs: dict[str, IndexCo
 
 def check_project(names: list[str] | None = None) -> list[PlannedCollection]:
     """Check every index config and the collections `names` (default: all); what would be built, or
-    ConfigErrors listing every problem."""
+    SettingsErrors listing every problem."""
 
     configs = load_index_configs()
-    collections = load_collection_configs()
+    collections = load_collections()
     chosen = [collections[name] for name in (names or sorted(collections))]
     lines = _Lines()
     planned, problems = [], []
@@ -183,20 +183,20 @@ def check_project(names: list[str] | None = None) -> list[PlannedCollection]:
         for problem in index_config_problems(config, lines, built=config.name in built)
     ] + problems
     if problems:
-        raise ConfigErrors(problems)
+        raise SettingsErrors(problems)
     return planned
 
 
 def load_index_specs(
     indexes_path: str | Path | None = None, collections_path: str | Path | None = None
 ) -> list[IndexSpec]:
-    """Every (collection, config) pair the config files declare, validated against each other."""
+    """Every (collection, index config) pair the settings files declare, validated against each other."""
     configs = load_index_configs(indexes_path)
     specs = []
-    for collection in load_collection_configs(collections_path).values():
+    for collection in load_collections(collections_path).values():
         for config_name in collection.indexes:
             if config_name not in configs:
-                raise ConfigError(
+                raise SettingsError(
                     f"{collection.source or 'collections'}: collections.{collection.name}.indexes: "
                     f"unknown index config {config_name!r}; "
                     f"known: {sorted(configs)}"
@@ -208,5 +208,5 @@ def load_index_specs(
         p for name in sorted({s.config.name for s in specs}) for p in index_config_problems(configs[name])
     ]
     if problems:  # each chunker, embedder and model as the steps will build them, before any step runs
-        raise ConfigErrors(problems)
+        raise SettingsErrors(problems)
     return specs

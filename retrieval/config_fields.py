@@ -1,4 +1,4 @@
-"""Field checks of the config files' entries, each error naming `file:line`, the field and what is allowed.
+"""Field checks of the settings files' entries, each error naming `file:line`, the field and what is allowed.
 
 Below `retrieval.config` (which reads the files) and beside `retrieval.project` (which finds them):
 a value of the wrong shape is refused where it is read, before anything runs, so `indexes:
@@ -14,7 +14,7 @@ from retrieval.analysis import AnalyzerConfigError, analyzer_setting, validate_a
 from retrieval.bm25 import Bm25Params
 from retrieval.capabilities import VECTOR_STORAGES
 from retrieval.index_defaults import COARSE_DEFAULT_RANK
-from retrieval.project import ConfigError
+from retrieval.project import SettingsError
 
 
 def field_at(path: Path, entry: Any, key: str, fallback: str) -> str:
@@ -34,9 +34,9 @@ def string_list(value: Any, where: str, what: str, *, default: tuple[str, ...] =
     if value is None:
         return default
     if isinstance(value, str):
-        raise ConfigError(f"{where}: expected a list of {what}, got the string {value!r}; write [{value}]")
+        raise SettingsError(f"{where}: expected a list of {what}, got the string {value!r}; write [{value}]")
     if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
-        raise ConfigError(f"{where}: expected a list of {what}, got {value!r}")
+        raise SettingsError(f"{where}: expected a list of {what}, got {value!r}")
     return tuple(value)
 
 
@@ -45,7 +45,7 @@ def optional_text(value: Any, where: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{where}: expected a non-empty string, got {value!r}")
+        raise SettingsError(f"{where}: expected a non-empty string, got {value!r}")
     return value
 
 
@@ -54,14 +54,14 @@ def text(value: Any, where: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise ConfigError(f"{where}: expected a string, got {value!r}")
+        raise SettingsError(f"{where}: expected a string, got {value!r}")
     return value
 
 
 def checked_vector_storage(raw: Any, where: str) -> str:
     """`vector_storage: vector | halfvec` (whether the server has halfvec is checked at publish)."""
     if raw not in VECTOR_STORAGES:
-        raise ConfigError(f"{where}: expected one of {list(VECTOR_STORAGES)}, got {raw!r}")
+        raise SettingsError(f"{where}: expected one of {list(VECTOR_STORAGES)}, got {raw!r}")
     return str(raw)
 
 
@@ -73,17 +73,17 @@ def checked_coarse(raw: Any, where: str) -> dict[str, Any]:
     if raw in (None, {}):
         return {}
     if not isinstance(raw, dict) or not {"config", "min_gap"} <= set(raw) or set(raw) - set(COARSE_KEYS):
-        raise ConfigError(
+        raise SettingsError(
             f"{where}: expected a mapping with `config` and `min_gap` (and optionally `rank`), got {raw!r}"
         )
     if not isinstance(raw["config"], str) or not raw["config"]:
-        raise ConfigError(f"{where}.config: must be the name of another index config")
+        raise SettingsError(f"{where}.config: must be the name of another index config")
     gap = raw["min_gap"]
     if isinstance(gap, bool) or not isinstance(gap, int | float) or not 0.0 <= gap <= 1.0:
-        raise ConfigError(f"{where}.min_gap: must be a number between 0 and 1, got {gap!r}")
+        raise SettingsError(f"{where}.min_gap: must be a number between 0 and 1, got {gap!r}")
     rank = raw.get("rank", COARSE_DEFAULT_RANK)
     if isinstance(rank, bool) or not isinstance(rank, int) or not 2 <= rank <= 100:
-        raise ConfigError(f"{where}.rank: must be an integer between 2 and 100, got {rank!r}")
+        raise SettingsError(f"{where}.rank: must be an integer between 2 and 100, got {rank!r}")
     return {"config": raw["config"], "min_gap": float(gap), "rank": rank}
 
 
@@ -93,14 +93,14 @@ BM25_KEYS = ("k1", "b", "epsilon", "analyzer")
 def validate_bm25(bm25: Any, where: str) -> None:
     """`bm25: {k1, b, epsilon, analyzer}`; analyzer is `auto` (the default), a language or a mapping."""
     if not isinstance(bm25, dict):
-        raise ConfigError(f"{where}.bm25: must be a mapping, got {bm25!r}")
+        raise SettingsError(f"{where}.bm25: must be a mapping, got {bm25!r}")
     unknown = set(bm25) - set(BM25_KEYS)
     if unknown:
-        raise ConfigError(f"{where}.bm25: unknown field(s) {sorted(unknown)}; allowed {list(BM25_KEYS)}")
+        raise SettingsError(f"{where}.bm25: unknown field(s) {sorted(unknown)}; allowed {list(BM25_KEYS)}")
     try:
         validate_analyzer(analyzer_setting(bm25))
         Bm25Params.from_config(bm25)
     except (AnalyzerConfigError, TypeError, ValueError) as exc:
-        raise ConfigError(
+        raise SettingsError(
             f"{where}.{exc}" if str(exc).startswith("bm25") else f"{where}.bm25: {exc}"
         ) from exc

@@ -64,11 +64,11 @@ def _pooling_mode(export_dir: Path) -> str:
     pooling = [m for m in modules if m.get("type", "").endswith(".Pooling")]
     if not pooling:
         return "mean"
-    config = _read_json(export_dir / pooling[0]["path"] / "config.json")
-    mode = config.get("pooling_mode") or next(
-        (m for m in POOLING_MODES if config.get(f"pooling_mode_{m}_tokens")), None
+    pooling_file = _read_json(export_dir / pooling[0]["path"] / "config.json")  # the model's own file
+    mode = pooling_file.get("pooling_mode") or next(
+        (m for m in POOLING_MODES if pooling_file.get(f"pooling_mode_{m}_tokens")), None
     )
-    if mode == "mean" and config.get("pooling_mode_mean_sqrt_len_tokens"):
+    if mode == "mean" and pooling_file.get("pooling_mode_mean_sqrt_len_tokens"):
         mode = None
     if mode not in POOLING_MODES:
         raise OnnxEncoderError(

@@ -1,6 +1,6 @@
-"""The chunkyard project: the folder holding chunkyard.yaml, found like git's, and its config files.
+"""The chunkyard project: the folder holding chunkyard.yaml, found like git's, and its settings files.
 
-Everything here is below the rest of `retrieval`: the database, the configs and the CLI all ask it
+Everything here is below the rest of `retrieval`: the database, the settings and the CLI all ask it
 where the project is, so it imports nothing else of the project.
 """
 
@@ -13,8 +13,9 @@ from typing import Any
 import yaml
 
 
-class ConfigError(ValueError):
-    """A config file or entry is invalid; the message names the file, entry and field."""
+class SettingsError(ValueError):
+    """A settings file (the project file, indexes.yaml, collections.yaml) or an entry in one is invalid;
+    the message names the file, entry and field."""
 
 
 PROJECT_FILE = "chunkyard.yaml"
@@ -26,7 +27,7 @@ AUTOMATION_ENV = "CHUNKYARD_AUTOMATION"  # "0": the document sensor and automati
 _PROJECT_KEYS = {"collections", "indexes", "benchmarks", "description", "ui_automation"}
 
 
-class ProjectError(ConfigError):
+class ProjectError(SettingsError):
     """No chunkyard project where one is needed; the message says how to make or name one."""
 
 
@@ -64,7 +65,7 @@ def project_root() -> Path:
 
 
 def bundled_configs_dir() -> Path:
-    """The configs shipped with the package (`configs/` of the repository, installed as the package
+    """The settings files shipped with the package (`configs/` of the repository, installed as the package
     `retrieval.bundled`): the index configs every project starts from, and the bundled collections."""
     from importlib import resources
 
@@ -91,13 +92,13 @@ def read_project(root: Path | None = None) -> dict[str, Any]:
     raw = read_yaml(path)
     unknown = set(raw) - _PROJECT_KEYS
     if unknown:
-        raise ConfigError(
+        raise SettingsError(
             f"{at_line(path, raw, sorted(unknown)[0])}: unknown field(s) {sorted(unknown)}; "
             f"allowed {sorted(_PROJECT_KEYS)}"
         )
     for key in ("collections", "indexes"):
         if key in raw and not isinstance(raw[key] if raw[key] is not None else {}, dict):
-            raise ConfigError(f"{at_line(path, raw, key)}: `{key}` must be a mapping of names")
+            raise SettingsError(f"{at_line(path, raw, key)}: `{key}` must be a mapping of names")
     for key in ("benchmarks", "ui_automation"):
         if key in raw:
             as_bool(raw[key], f"{at_line(path, raw, key)}: {key}")
@@ -133,7 +134,7 @@ def at_line(path: Path, mapping: Any, key: Any) -> str:
 
 def as_bool(value: Any, where: str) -> bool:
     if not isinstance(value, bool):
-        raise ConfigError(f"{where}: must be true or false, got {value!r}")
+        raise SettingsError(f"{where}: must be true or false, got {value!r}")
     return value
 
 
@@ -158,21 +159,21 @@ class _LineLoader(yaml.SafeLoader):
 
 
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _LineLoader.construct_mapping)
-# Configs read here are written back out (`chunkyard add`, benchmarks' generated configs): a
+# Settings files read here are written back out (`chunkyard add`, benchmarks' generated ones): a
 # `_Mapping` dumps as the plain mapping it is, line marks left behind.
 yaml.SafeDumper.add_representer(_Mapping, yaml.representer.SafeRepresenter.represent_dict)
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+        raise SettingsError(f"settings file not found: {path}")
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LineLoader) or {}  # noqa: S506
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{where}: invalid YAML: {problem}") from exc
+        raise SettingsError(f"{where}: invalid YAML: {problem}") from exc
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: top level must be a mapping")
+        raise SettingsError(f"{path}: top level must be a mapping")
     return data

@@ -60,7 +60,7 @@ pytestmark = [
 
 
 def write_collection(root: Path) -> Path:
-    """configs (indexes.yaml, collections.yaml) + documents + questions under root; returns the configs dir."""
+    """A configs folder (indexes.yaml, collections.yaml) + documents + questions under root; returns that folder."""
     docs = root / "docs"
     docs.mkdir(parents=True)
     for name, text in DOCS.items():
@@ -90,8 +90,8 @@ def database(pg_url: str, name: str) -> str:
     return urlunsplit(urlsplit(pg_url)._replace(path=f"/{name}"))
 
 
-def run_environment(root: Path, url: str, configs: Path) -> dict[str, str]:
-    """DAGSTER_HOME (dagster.yaml on `url`), DATABASE_URL and the configs: what every process of a run reads."""
+def run_environment(root: Path, url: str, configs_dir: Path) -> dict[str, str]:
+    """DAGSTER_HOME (dagster.yaml on `url`), DATABASE_URL and the configs folder: what every process of a run reads."""
     from orchestration.instance import create_dagster_schema, write_instance_yaml
 
     home = root / "dagster"
@@ -102,7 +102,7 @@ def run_environment(root: Path, url: str, configs: Path) -> dict[str, str]:
         DAGSTER_HOME=str(home),
         DATABASE_URL=url,
         CHUNKYARD_HOME=str(root / "home"),
-        CHUNKYARD_CONFIGS=str(configs),
+        CHUNKYARD_CONFIGS=str(configs_dir),
         PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p),
     )
     return env
@@ -132,10 +132,10 @@ def index_rows(url: str, index: str) -> tuple[list[str], np.ndarray]:
 def runs(tmp_path_factory: pytest.TempPathFactory, pg_url: str) -> dict:
     """One Celery run (two workers) and one multiprocess run of the same collection, each in its own database."""
     root = tmp_path_factory.mktemp("celery")
-    configs = write_collection(root / "project")
+    configs_dir = write_collection(root / "project")
     out: dict = {}
     with redis_server(root / "redis") as broker:
-        env = run_environment(root / "celery", database(pg_url, "celery_run"), configs)
+        env = run_environment(root / "celery", database(pg_url, "celery_run"), configs_dir)
         with celery_workers(2, broker=broker, env=env, workdir=root / "workers") as workers:
             rc = materialize_all(
                 celery_run_config(broker), env=env, log_path=root / "celery-run.log", timeout=600
@@ -154,7 +154,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, pg_url: str) -> dict:
             "pool_limit": instance.event_log_storage.get_concurrency_info("embedding").slot_count,
         }
         instance.dispose()
-    env = run_environment(root / "multiprocess", database(pg_url, "multiprocess_run"), configs)
+    env = run_environment(root / "multiprocess", database(pg_url, "multiprocess_run"), configs_dir)
     rc = materialize_all(
         {"execution": {"config": {"multiprocess": {}}}}, env=env, log_path=root / "mp-run.log", timeout=600
     )

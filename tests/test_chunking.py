@@ -624,8 +624,8 @@ def test_llm_errors_are_clear(llm_server):
 
 
 def chroma_specs() -> dict[str, dict]:
-    config = yaml.safe_load((REPO / "configs" / "indexes.yaml").read_text())
-    return {name: idx["chunker"] for name, idx in config["indexes"].items() if name.startswith("chroma-")}
+    bundled = yaml.safe_load((REPO / "configs" / "indexes.yaml").read_text())
+    return {name: idx["chunker"] for name, idx in bundled["indexes"].items() if name.startswith("chroma-")}
 
 
 def test_chroma_configs_build():

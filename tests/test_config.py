@@ -1,10 +1,10 @@
-"""Config files: every shipped config loads; a bad entry is refused with the file, entry and field named."""
+"""Settings files: every shipped index config loads and pairs up; a bad entry is refused with the file, entry and field named."""
 
 from pathlib import Path
 
 import pytest
 
-from retrieval.config import ConfigError, load_index_configs
+from retrieval.config import SettingsError, load_index_configs
 from retrieval.config_checks import load_index_specs
 
 
@@ -32,13 +32,13 @@ def test_shipped_configs_load_and_pair_up(monkeypatch: pytest.MonkeyPatch) -> No
 def test_bad_index_config_names_the_field(tmp_path: Path, entry: str, message: str) -> None:
     path = tmp_path / "indexes.yaml"
     path.write_text(f"indexes:\n  small:\n    {entry}\n", encoding="utf-8")
-    with pytest.raises(ConfigError) as error:
+    with pytest.raises(SettingsError) as error:
         load_index_configs(path)
     assert "indexes.small" in str(error.value) and message in str(error.value)
 
 
-def test_missing_config_file_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="config file not found"):
+def test_missing_settings_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="settings file not found"):
         load_index_configs(tmp_path / "nope.yaml")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestration.cli import main
-from retrieval.config_checks import ConfigErrors, load_index_specs
+from retrieval.config_checks import SettingsErrors, load_index_specs
 
 STATE_VARIABLES = (
     "CHUNKYARD_PROJECT",
@@ -167,7 +167,7 @@ def test_the_dagster_definitions_refuse_a_bad_chunker_too(tmp_path: Path) -> Non
     collections = tmp_path / "collections.yaml"
     collections.write_text(COLLECTION.replace("[docs]", f"[{tmp_path}]"))
     with pytest.raises(
-        ConfigErrors, match=r"indexes.yaml:7: indexes.mine-64.chunker.tokenizer: unknown 'word'"
+        SettingsErrors, match=r"indexes.yaml:7: indexes.mine-64.chunker.tokenizer: unknown 'word'"
     ):
         load_index_specs(indexes, collections)
 

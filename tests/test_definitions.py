@@ -141,9 +141,9 @@ def test_generated_instance_uses_postgres_storage(
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     monkeypatch.setenv("DATABASE_URL", pg_url)
     home = ensure_instance(pg_url)
-    config = yaml.safe_load((home / "dagster.yaml").read_text())
-    assert "search_path" in config["storage"]["postgres"]["postgres_url"]
-    assert config["concurrency"]["pools"]["default_limit"] == 1
+    instance = yaml.safe_load((home / "dagster.yaml").read_text())
+    assert "search_path" in instance["storage"]["postgres"]["postgres_url"]
+    assert instance["concurrency"]["pools"]["default_limit"] == 1
 
     @asset
     def probe() -> int:

@@ -190,18 +190,18 @@ def test_options_are_checked_with_the_field_named() -> None:
 
 def test_config_load_checks_the_endpoint_and_its_model_shapes_the_config_hash(tmp_path, monkeypatch) -> None:
     from retrieval.config import IndexConfig, load_index_configs
-    from retrieval.project import ConfigError
+    from retrieval.project import SettingsError
 
     bad = tmp_path / "indexes.yaml"
     bad.write_text(
         "indexes:\n  remote:\n    chunker: {strategy: token, size: 64}\n    embedder: {backend: openai, model: m}\n"
     )
-    with pytest.raises(ConfigError, match=r"indexes.remote.embedder.url"):
+    with pytest.raises(SettingsError, match=r"indexes.remote.embedder.url"):
         load_index_configs(bad)
     defaults = "defaults:\n  embedder: {backend: onnx, quantize: int8, batch_size: 32}\nindexes:\n  remote:\n"
     entry = "    chunker: {strategy: token, size: 64}\n    embedder: {backend: openai, url: 'http://127.0.0.1:1/v1', model: m"
     bad.write_text(defaults + entry + "}\n")
-    with pytest.raises(ConfigError, match=r"indexes.remote.embedder.quantize"):
+    with pytest.raises(SettingsError, match=r"indexes.remote.embedder.quantize"):
         load_index_configs(bad)  # the bundled defaults' int8 must be turned off, as for static
     bad.write_text(defaults + entry + ", quantize: null}\n")
     assert load_index_configs(bad)["remote"].embedder["model"] == "m"

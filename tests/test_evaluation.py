@@ -13,7 +13,14 @@ from evaluation.datasets import Question, Span, load_dataset
 from evaluation.estimates import Estimate
 from evaluation.metrics import score_question
 from evaluation.reports import leaderboard
-from evaluation.runner import EvaluationReport, ReportFormatError, evaluate_index, latest_reports, parse_mode
+from evaluation.runner import (
+    EvaluationReport,
+    EvaluationRequest,
+    ReportFormatError,
+    evaluate_index,
+    latest_reports,
+    parse_variant,
+)
 from pipeline.benchmark import main as eval_main
 from tests.conftest import CHROMA_DIR, requires_chroma
 
@@ -87,14 +94,13 @@ def test_evaluate_index_every_mode_with_cost_and_latency(built_index):
         searcher,
         spec,
         QUESTIONS,
-        modes=("dense", "bm25", "hybrid", "hybrid+rerank"),
-        k=3,
-        dataset="tiny",
+        EvaluationRequest(
+            variants=("dense", "bm25", "hybrid", "hybrid+rerank"), k=3, dataset="tiny", n_resamples=200
+        ),
         store=store,
-        n_resamples=200,
     )
     assert set(report.metrics) == {"dense", "bm25", "hybrid", "hybrid+rerank"}
-    for mode, values in report.metrics.items():
+    for variant, values in report.metrics.items():
         for name in (
             "hit_at_3",
             "mrr_at_3",
@@ -103,11 +109,11 @@ def test_evaluate_index_every_mode_with_cost_and_latency(built_index):
             "recall_at_20",
             "budget_recall_1024",
         ):
-            assert 0.0 <= values[name] <= 1.0, (mode, name)
+            assert 0.0 <= values[name] <= 1.0, (variant, name)
         assert (
-            report.estimate(mode, "hit_at_3").low
+            report.estimate(variant, "hit_at_3").low
             <= values["hit_at_3"]
-            <= report.estimate(mode, "hit_at_3").high
+            <= report.estimate(variant, "hit_at_3").high
         )
     # Two short documents: dense returns every chunk and 1024 tokens hold them all.
     assert report.metrics["dense"]["budget_recall_1024"] == 1.0
@@ -121,8 +127,8 @@ def test_evaluate_index_every_mode_with_cost_and_latency(built_index):
     assert headline["dense/hit_at_3"] == report.metrics["dense"]["hit_at_3"]
     assert "cost/chunks" in headline and all(isinstance(v, float) for v in headline.values())
     assert set(headline) == {
-        f"{mode}/{name}_at_3"
-        for mode in report.modes
+        f"{variant}/{name}_at_3"
+        for variant in report.variants
         for name in ("hit", "mrr", "recall", "precision", "iou")
     } | {"cost/chunks"}
     quality = report.quality()
@@ -139,12 +145,14 @@ def test_report_round_trips_through_its_dict_and_json(built_index):
         searcher,
         spec,
         QUESTIONS,
-        modes=("dense", "bm25"),
-        k=2,
-        dataset="tiny",
+        EvaluationRequest(
+            variants=("dense", "bm25"),
+            k=2,
+            dataset="tiny",
+            n_resamples=50,
+            notes=["tiny.yaml (q9): answer_start 3 re-located to 7"],
+        ),
         store=store,
-        n_resamples=50,
-        notes=["tiny.yaml (q9): answer_start 3 re-located to 7"],
     )
     assert report.notes == ["tiny.yaml (q9): answer_start 3 re-located to 7"]
     assert "Loader notes (1" in report.markdown()
@@ -169,7 +177,11 @@ def test_report_round_trips_through_its_dict_and_json(built_index):
 def test_reports_recorded_in_the_store_come_back_for_the_leaderboard(built_index):
     store, spec, searcher = built_index
     report = evaluate_index(
-        searcher, spec, QUESTIONS, modes=("dense",), k=2, dataset="tiny", store=store, n_resamples=50
+        searcher,
+        spec,
+        QUESTIONS,
+        EvaluationRequest(variants=("dense",), k=2, dataset="tiny", n_resamples=50),
+        store=store,
     )
     store.evaluations.record(spec.name, report)
     assert store.evaluations.latest(spec.name) == report.as_dict()
@@ -185,13 +197,49 @@ def test_reports_recorded_in_the_store_come_back_for_the_leaderboard(built_index
     reports = latest_reports(store, ["evaltest/never-evaluated", "evaltest/flat-old", spec.name])
     assert reports == [report]
     board = leaderboard(reports)
-    assert [row.mode for row in board.rows] == ["dense"]
+    assert [row.variant for row in board.rows] == ["dense"]
     assert board.rows[0].estimates["recall_at_2"] == report.estimate("dense", "recall_at_2")
+
+
+def test_a_report_stored_before_variants_were_named_still_loads(built_index):
+    """Reports recorded before the rename list their variants under `modes`: they load, and are
+    written back under `variants`."""
+    store, spec, searcher = built_index
+    report = evaluate_index(
+        searcher,
+        spec,
+        QUESTIONS,
+        EvaluationRequest(variants=("dense", "bm25"), k=2, dataset="tiny", n_resamples=50),
+    )
+    old = report.as_dict()
+    old["modes"] = old.pop("variants")
+    with store.connection() as conn:
+        conn.execute(
+            "INSERT INTO evaluations (index_name, dataset, report) VALUES (%s, %s, %s)",
+            (spec.name, "tiny", Jsonb(old)),
+        )
+    (loaded,) = latest_reports(store, [spec.name])
+    assert loaded == report and loaded.variants == ["dense", "bm25"]
+    assert "modes" not in loaded.as_dict() and loaded.as_dict()["variants"] == ["dense", "bm25"]
+    assert [row.variant for row in leaderboard([loaded]).rows] == [
+        row.variant for row in leaderboard([report]).rows
+    ]
+
+
+def test_eval_variant_flag_keeps_mode_as_its_alias():
+    """`chunkyard eval --variant` is the flag; `--mode`, which older commands use, still means the same."""
+    from pipeline.benchmark.cli import build_parser
+
+    args = build_parser().parse_args(["--mode", "dense", "--variant", "hybrid+rerank", "--mode", "served"])
+    assert args.variants == ["dense", "hybrid+rerank", "served"]
+    assert "--mode is an alias" in build_parser().format_help()
 
 
 def test_evaluate_index_matches_scoring_the_search_results_directly(built_index):
     _, spec, searcher = built_index
-    report = evaluate_index(searcher, spec, QUESTIONS, modes=("dense",), k=2, n_resamples=100)
+    report = evaluate_index(
+        searcher, spec, QUESTIONS, EvaluationRequest(variants=("dense",), k=2, n_resamples=100)
+    )
     results = searcher.search_batch([q.text for q in QUESTIONS], spec.name, k=50, mode="dense")
     for question, retrieved in zip(QUESTIONS, results, strict=True):
         expected = score_question(question, retrieved, k=2)
@@ -203,25 +251,29 @@ def test_evaluate_index_matches_scoring_the_search_results_directly(built_index)
 def test_leaderboard_outputs(built_index, tmp_path):
     store, spec, searcher = built_index
     report = evaluate_index(
-        searcher, spec, QUESTIONS, modes=("dense", "bm25"), k=3, store=store, n_resamples=100
+        searcher,
+        spec,
+        QUESTIONS,
+        EvaluationRequest(variants=("dense", "bm25"), k=3, n_resamples=100),
+        store=store,
     )
     board = leaderboard([report], title="tiny")
     assert board.rows[0].value("recall_at_3") >= board.rows[1].value("recall_at_3")
     assert "| words-12 | bm25 |" in board.markdown()
-    assert board.csv().splitlines()[0].startswith("config,index,mode")
+    assert board.csv().splitlines()[0].startswith("config,index,variant")
     assert len(json.loads(board.json())["rows"]) == 2
     written = board.write(tmp_path / "eval_tiny")
     assert sorted(p.suffix for p in written) == [".csv", ".json", ".md", ".png"]
     assert (tmp_path / "eval_tiny.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_parse_mode():
-    assert parse_mode("dense", None) == ("dense", None)
-    assert parse_mode("hybrid+rerank", None) == ("hybrid", "maxsim")
-    assert parse_mode("hybrid+rerank", "cross-encoder:/m") == ("hybrid", "cross-encoder:/m")
-    assert parse_mode("bm25+rerank:maxsim", None) == ("bm25", "maxsim")
+def test_parse_variant():
+    assert parse_variant("dense", None) == ("dense", None)
+    assert parse_variant("hybrid+rerank", None) == ("hybrid", "maxsim")
+    assert parse_variant("hybrid+rerank", "cross-encoder:/m") == ("hybrid", "cross-encoder:/m")
+    assert parse_variant("bm25+rerank:maxsim", None) == ("bm25", "maxsim")
     with pytest.raises(ValueError, match="expected"):
-        parse_mode("dense+mmr", None)
+        parse_variant("dense+mmr", None)
 
 
 def test_chunkyard_eval_json_and_embedding_reuse(pg_url, tmp_path, capsys):
@@ -241,7 +293,7 @@ def test_chunkyard_eval_json_and_embedding_reuse(pg_url, tmp_path, capsys):
         str(eval_set),
         "--config",
         "token-256",
-        "--mode",
+        "--variant",
         "dense",
         "--database-url",
         pg_url,
@@ -251,6 +303,7 @@ def test_chunkyard_eval_json_and_embedding_reuse(pg_url, tmp_path, capsys):
     assert eval_main(argv) == 0
     first = json.loads(capsys.readouterr().out)
     assert first["config"] == "token-256" and first["index"] == "eval-tiny/token-256"
+    assert first["variant"] == "dense"
     assert set(first["ci95"]) >= {"recall", "precision", "iou", "hit_at_5", "mrr_at_5"}
     assert first["hit_at_5"] == 1.0
     assert eval_main([*argv, "--suggest-weight"]) == 0
@@ -290,7 +343,9 @@ def test_suggest_fusion_weight_uses_the_searcher(built_index):
     assert suggestion.by_weight[suggestion.weight] == max(suggestion.by_weight.values())
     assert 0.0 <= suggestion.held_out <= 1.0 and len(suggestion.fold_weights) == 2
     # Weight 1 ranks by the dense score alone: the same top k as dense retrieval.
-    dense = evaluate_index(searcher, spec, QUESTIONS, modes=("dense",), k=2, n_resamples=50)
+    dense = evaluate_index(
+        searcher, spec, QUESTIONS, EvaluationRequest(variants=("dense",), k=2, n_resamples=50)
+    )
     assert suggestion.by_weight[1.0] == pytest.approx(dense.metrics["dense"]["recall_at_2"])
 
 
@@ -340,13 +395,17 @@ def test_interrupted_benchmark_resumes_from_cached_embeddings(pg_url, tmp_path, 
     with pytest.raises(Interrupted):
         run_benchmark(
             BenchmarkRequest(
-                str(eval_set), configs=["words-8"], modes=["dense"], database_url=pg_url, show_progress=False
+                str(eval_set),
+                configs=["words-8"],
+                variants=["dense"],
+                database_url=pg_url,
+                show_progress=False,
             )
         )
     monkeypatch.setattr(embedder, "embed", real_embed)
     result = run_benchmark(
         BenchmarkRequest(
-            str(eval_set), configs=["words-8"], modes=["dense"], database_url=pg_url, show_progress=False
+            str(eval_set), configs=["words-8"], variants=["dense"], database_url=pg_url, show_progress=False
         )
     )
     build = result.build_reports["eval-resume/words-8"]
@@ -379,7 +438,9 @@ def test_suggest_search_settings_chooses_on_one_half_and_scores_the_other(built_
     assert set(suggestion.held_out) == {"chroma_recall_at_2", "chroma_iou_at_2"}
     assert suggestion.held_out["chroma_recall_at_2"].n == len(QUESTIONS)
     # dense weight 1 without context is exactly the dense ranking
-    dense = evaluate_index(searcher, spec, QUESTIONS, modes=("dense",), k=2, n_resamples=50)
+    dense = evaluate_index(
+        searcher, spec, QUESTIONS, EvaluationRequest(variants=("dense",), k=2, n_resamples=50)
+    )
     plain_dense = suggestion.by_settings[2]
     assert plain_dense["chroma_recall_at_2"] == pytest.approx(dense.metrics["dense"]["chroma_recall_at_2"])
     # an unreachable floor falls back to the best setting overall
@@ -450,7 +511,12 @@ def test_eval_stops_before_the_publish_when_an_error_check_fails(pg_url, tmp_pat
     )
     monkeypatch.setenv("CHUNKYARD_CONFIGS", str(configs))
     monkeypatch.setattr(retrieval.embedder, "embedder_for_config", lambda config: embedder)
-    arguments = {"configs": ["words-300"], "modes": ["dense"], "database_url": pg_url, "show_progress": False}
+    arguments = {
+        "configs": ["words-300"],
+        "variants": ["dense"],
+        "database_url": pg_url,
+        "show_progress": False,
+    }
     first = run_benchmark(BenchmarkRequest(str(eval_set), **arguments))
     name = "eval-gate/words-300"
     published = Store(pg_url).indexes.info(name)

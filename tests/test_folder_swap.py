@@ -12,8 +12,9 @@ import pytest
 import chunking.documents.folder as folder
 from chunking.documents.folder import scan_folder
 from chunking.documents.safe_open import PathChanged, open_resolved
-from chunking.documents.walk import list_files
-from pipeline.documents import file_sha256
+from chunking.types import sha256_text
+from pipeline.documents import FAILED_PREFIX, hash_folder
+from retrieval.config import Collection
 
 SECRET = "TOPSECRET outside the documents folder"
 
@@ -56,15 +57,28 @@ def test_a_subfolder_swapped_for_a_symlink_between_scan_and_read_is_refused(
     assert "became a symlink" in failure.reason and "not followed" in failure.reason, failure.reason
 
 
-def test_the_sensor_never_hashes_a_file_outside_through_a_swapped_folder(tmp_path: Path) -> None:
+def test_the_sensor_never_hashes_a_file_outside_through_a_swapped_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sensor loads files through the step's own loader: the swapped file is a failure (its
+    fingerprint a failure's), never the content hash of the file outside."""
     root, outside = _layout(tmp_path)
-    listed = dict(list_files(root))
-    assert set(listed) == {"a.md", "sub/b.md"}
-    inside = file_sha256(listed["sub/b.md"])
-    _swap(root, outside)
-    with pytest.raises(PathChanged):  # hash_folder() leaves the file out (it is seen on a later scan)
-        file_sha256(listed["sub/b.md"])
-    assert file_sha256(outside / "b.md") != inside  # the outside file differs: reading it would show
+    watched = Collection(name="swap", folders=(str(root),))
+    inside = hash_folder(watched).hashes["sub/b.md"]
+    assert inside == sha256_text((root / "sub" / "b.md").read_text())
+    listed = folder.plain_file_stat
+
+    def swap_after_listing(rel_path: str, entry: os.DirEntry[str]):
+        info = listed(rel_path, entry)
+        if rel_path == "sub/b.md" and not (root / "sub").is_symlink():
+            _swap(root, outside)
+        return info
+
+    monkeypatch.setattr(folder, "plain_file_stat", swap_after_listing)
+    swapped = hash_folder(watched)
+    assert swapped.hashes["sub/b.md"].startswith(FAILED_PREFIX), swapped.hashes
+    assert "became a symlink" in swapped.failures["sub/b.md"]
+    assert sha256_text((outside / "b.md").read_text()) not in swapped.hashes.values()
 
 
 def test_open_resolved_refuses_a_symlink_on_any_component(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""Fusion: the calibrated `hybrid_auto` by hand, `--mode served` is the service default, and on the
-Spanish and Indonesian sets the served mode is no worse than BM25 (real model, real chunker)."""
+"""Fusion: the calibrated `hybrid_auto` by hand, the `served` variant is the service default, and on the
+Spanish and Indonesian sets the served variant is no worse than BM25 (real model, real chunker)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from chunking.types import Document
 from evaluation.datasets.evalset import read_eval_set
-from evaluation.runner import SERVED_MODE, EvaluationReport, evaluate_index
+from evaluation.runner import SERVED_VARIANT, EvaluationReport, EvaluationRequest, evaluate_index
 from retrieval.config import IndexConfig, IndexSpec
 from retrieval.index_defaults import AUTO_WEIGHT, auto_weight
 from retrieval.indexing import build_index
@@ -107,7 +107,7 @@ def _tiny_index(store: Store, embedder) -> IndexSpec:
     return spec
 
 
-def test_mode_served_scores_exactly_the_service_default(store: Store, embedder) -> None:
+def test_variant_served_scores_exactly_the_service_default(store: Store, embedder) -> None:
     spec = _tiny_index(store, embedder)
     questions = _questions(store, spec)
     searcher = Searcher(store, embedder)
@@ -115,12 +115,10 @@ def test_mode_served_scores_exactly_the_service_default(store: Store, embedder) 
         searcher,
         spec,
         questions,
-        modes=(SERVED_MODE, DEFAULT_MODE, "hybrid"),
-        k=2,
-        n_resamples=10,
+        EvaluationRequest(variants=(SERVED_VARIANT, DEFAULT_MODE, "hybrid"), k=2, n_resamples=10),
         store=store,
     )
-    served, default = report.summaries[SERVED_MODE], report.summaries[DEFAULT_MODE]
+    served, default = report.summaries[SERVED_VARIANT], report.summaries[DEFAULT_MODE]
     assert served.per_question == default.per_question
     assert report.settings["served_mode"] == DEFAULT_MODE
     # what the search call with no options returns, result for result
@@ -131,9 +129,9 @@ def test_mode_served_scores_exactly_the_service_default(store: Store, embedder) 
     # the misses table round-trips with the report and names the reference and what came instead
     again = EvaluationReport.from_dict(report.as_dict())
     assert again.as_dict() == report.as_dict()
-    assert set(report.missed) == {SERVED_MODE, DEFAULT_MODE, "hybrid"}
-    for mode, rows in report.misses.items():
-        assert len(rows) == report.missed[mode]
+    assert set(report.missed) == {SERVED_VARIANT, DEFAULT_MODE, "hybrid"}
+    for variant, rows in report.misses.items():
+        assert len(rows) == report.missed[variant]
         for miss in rows:
             assert miss["reference"][0]["text"] and len(miss["retrieved"]) <= 2
     assert "Questions missed" in report.misses_markdown()
@@ -158,7 +156,7 @@ def _questions(store: Store, spec: IndexSpec):
 
 
 @pytest.mark.parametrize("language", ["es", "id"])
-def test_served_mode_is_no_worse_than_bm25_on_the_multilingual_sets(
+def test_served_variant_is_no_worse_than_bm25_on_the_multilingual_sets(
     store: Store, embedder, language: str
 ) -> None:
     """Real model, real recursive chunker (48 model tokens: ~5 chunks a document, so top 5 ranks)."""
@@ -176,13 +174,11 @@ def test_served_mode_is_no_worse_than_bm25_on_the_multilingual_sets(
         Searcher(store, embedder),
         spec,
         questions,
-        modes=("bm25", SERVED_MODE),
-        k=5,
-        n_resamples=10,
+        EvaluationRequest(variants=("bm25", SERVED_VARIANT), k=5, n_resamples=10),
         store=store,
     )
     means = report.metrics
     for metric in ("hit_at_5", "recall_at_5", "mrr_at_5"):
-        assert means[SERVED_MODE][metric] >= means["bm25"][metric] - 1e-9, (metric, means)
+        assert means[SERVED_VARIANT][metric] >= means["bm25"][metric] - 1e-9, (metric, means)
     info = store.indexes.info(spec.name)
     assert info is not None and info["config"]["bm25"]["languages"] == {language: 1.0}

@@ -172,8 +172,8 @@ def test_written_set_loads_and_evaluates_like_a_hand_written_one(fake_llm, store
     from evaluation.datasets import read_eval_set
     from evaluation.questions import collection_questions
     from evaluation.reports import leaderboard
-    from evaluation.runner import evaluate_index, latest_reports
-    from retrieval.config import CollectionConfig, IndexConfig, IndexSpec
+    from evaluation.runner import EvaluationRequest, evaluate_index, latest_reports
+    from retrieval.config import Collection, IndexConfig, IndexSpec
     from retrieval.indexing import build_index
     from retrieval.query import Searcher
 
@@ -189,7 +189,7 @@ def test_written_set_loads_and_evaluates_like_a_hand_written_one(fake_llm, store
         span = spans[question]
         assert (span.doc_id, DOCS[doc][span.start : span.end]) == (doc, quote)
     # the path the evaluation asset takes for a collection's eval_set
-    questions = collection_questions(store, CollectionConfig("gentest", eval_set=str(path)))
+    questions = collection_questions(store, Collection("gentest", eval_set=str(path)))
     assert len(questions.questions) == 3 and not questions.skipped
     config = IndexConfig(
         name="words-12", chunker={"strategy": "token", "size": 12, "overlap": 0, "tokenizer": "words"}
@@ -200,16 +200,16 @@ def test_written_set_loads_and_evaluates_like_a_hand_written_one(fake_llm, store
         Searcher(store, embedder),
         spec,
         questions.questions,
-        modes=("bm25",),
-        k=3,
+        EvaluationRequest(variants=("bm25",), k=3, n_resamples=50),
         store=store,
-        n_resamples=50,
     )
     assert report.n_questions == 3
     assert report.metrics["bm25"]["hit_at_3"] == 1.0
     store.evaluations.record(spec.name, report)
     board = leaderboard(latest_reports(store, [spec.name]))
-    assert [(row.index, row.mode, row.n_questions) for row in board.rows] == [("gentest/words-12", "bm25", 3)]
+    assert [(row.index, row.variant, row.n_questions) for row in board.rows] == [
+        ("gentest/words-12", "bm25", 3)
+    ]
     assert "3 questions" in board.markdown()
 
 
@@ -245,7 +245,7 @@ def test_url_rule_and_proposal_parsing() -> None:
 
 def test_cli_generate_writes_the_set_and_sets_eval(fake_llm, tmp_path, monkeypatch, capsys) -> None:
     from orchestration.cli import main
-    from retrieval.config import load_collection_configs
+    from retrieval.config import load_collections
 
     for name in (
         "CHUNKYARD_HOME",
@@ -259,10 +259,10 @@ def test_cli_generate_writes_the_set_and_sets_eval(fake_llm, tmp_path, monkeypat
     (root / "notes").mkdir(parents=True)
     for doc_id, text in DOCS.items():
         (root / "notes" / doc_id).write_text(text, encoding="utf-8")
-    config = {
+    project = {
         "collections": {"mine": {"folders": ["notes"], "include": ["**/*.md"], "indexes": ["recursive-256"]}}
     }
-    (root / "chunkyard.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    (root / "chunkyard.yaml").write_text(yaml.safe_dump(project), encoding="utf-8")
     monkeypatch.setenv("CHUNKYARD_PROJECT", str(root))
     argv = ["questions", "generate", "--collection", "mine", "--llm", fake_llm, "--model", "fake", "--n", "5"]
     assert main([*argv, "--set-eval"]) == 0
@@ -273,7 +273,7 @@ def test_cli_generate_writes_the_set_and_sets_eval(fake_llm, tmp_path, monkeypat
     written = root / "evals" / "mine.generated.jsonl"
     records = [json.loads(line) for line in written.read_text(encoding="utf-8").splitlines()]
     assert {r["question"] for r in records} == set(KEPT)
-    assert load_collection_configs()["mine"].eval_set == "evals/mine.generated.jsonl"
+    assert load_collections()["mine"].eval_set == "evals/mine.generated.jsonl"
 
     assert main(argv) == 2  # the file exists: --force overwrites
     err = capsys.readouterr().err.strip().splitlines()

@@ -11,7 +11,7 @@ from evaluation.datasets.evalset import read_eval_set
 from evaluation.datasets.types import Span
 from evaluation.metrics import hit_at_k
 from retrieval.analysis import Analyzer, UkrainianStemmer, analyzer_name, build_analyzer
-from retrieval.config import ConfigError, load_index_configs
+from retrieval.config import SettingsError, load_index_configs
 from retrieval.indexing import build_index
 from retrieval.languages import choose_analyzer, detect_language
 from retrieval.query import Searcher
@@ -146,7 +146,7 @@ def test_auto_resolves_to_the_published_choice_and_english_before_any_build() ->
 def test_config_rejects_bad_bm25_settings(tmp_path: Path, bm25: str, message: str) -> None:
     path = tmp_path / "indexes.yaml"
     path.write_text(f"indexes:\n  x:\n    chunker: {{strategy: token, size: 64}}\n    bm25: {bm25}\n")
-    with pytest.raises(ConfigError, match=r"indexes\.x\.bm25") as error:
+    with pytest.raises(SettingsError, match=r"indexes\.x\.bm25") as error:
         load_index_configs(path)
     assert message in str(error.value)
 

@@ -97,10 +97,10 @@ def test_snag_9_the_ui_hint_only_when_no_error_names_the_cause() -> None:
     assert "chunkyard ui" in failure_hint([])
 
 
-def _report(index: str, mode: str, **means: float) -> EvaluationReport:
+def _report(index: str, variant: str, **means: float) -> EvaluationReport:
     overall = {name: Estimate(value, value, value, 4) for name, value in means.items()}
     summary = MetricSummary(per_question={}, corpus_of={}, overall=overall)
-    return EvaluationReport(index, index.split("/")[-1], "mine", 5, [mode], 4, {mode: summary})
+    return EvaluationReport(index, index.split("/")[-1], "mine", 5, [variant], 4, {variant: summary})
 
 
 def test_snag_10_the_leaderboards_best_breaks_recall_ties_by_mrr() -> None:
@@ -113,7 +113,7 @@ def test_snag_10_the_leaderboards_best_breaks_recall_ties_by_mrr() -> None:
             _report("mine/token-128", "dense", mrr_at_5=1.0),  # no recall: last
         ]
     )
-    assert [(row.index, row.mode) for row in board.rows] == [
+    assert [(row.index, row.variant) for row in board.rows] == [
         ("mine/recursive-256", "dense"),
         ("mine/recursive-256", "bm25"),
         ("mine/token-256", "dense"),
@@ -175,7 +175,7 @@ def test_snag_7_the_ui_runs_no_automation_unless_the_project_says_so(
 
     from assets.definitions import build_definitions
     from orchestration.cli_ui import what_it_runs
-    from retrieval.project import AUTOMATION_ENV, ConfigError, read_project, ui_automation
+    from retrieval.project import AUTOMATION_ENV, SettingsError, read_project, ui_automation
 
     def statuses() -> set[DefaultSensorStatus]:
         defs = build_definitions()
@@ -194,5 +194,18 @@ def test_snag_7_the_ui_runs_no_automation_unless_the_project_says_so(
     assert ui_automation(read_project(tmp_path)) is True
     assert "document sensor re-indexes changed files" in what_it_runs(True)
     (tmp_path / "chunkyard.yaml").write_text("benchmarks: false\nui_automation: yes please\n")
-    with pytest.raises(ConfigError, match=r"chunkyard\.yaml:2: ui_automation: must be true or false"):
+    with pytest.raises(SettingsError, match=r"chunkyard\.yaml:2: ui_automation: must be true or false"):
         read_project(tmp_path)
+
+
+def test_the_suggested_search_runs_the_leaderboards_best_variant() -> None:
+    """The leaderboard's best row is a variant: `served` needs no flag, `<mode>+rerank` is a mode and a
+    reranker (`--mode served` or `--mode hybrid+rerank` would be refused by `chunkyard search`)."""
+    from orchestration.cli_search import suggestion
+
+    best = "(the leaderboard's best)"
+    assert suggestion("mine", ("mine/a", "served")).endswith(f"--index mine/a {best}")
+    assert suggestion("mine", ("mine/a", "bm25")).endswith(f"--index mine/a --mode bm25 {best}")
+    assert suggestion("mine", ("mine/a", "hybrid+rerank")).endswith(
+        f"--index mine/a --mode hybrid --rerank maxsim {best}"
+    )

@@ -9,7 +9,7 @@ from psycopg.types.json import Jsonb
 
 from chunking.types import Document
 from retrieval.capabilities import VectorFeatureError, VectorFeatures
-from retrieval.config import ConfigError, IndexConfig, IndexSpec, load_index_configs, stable_hash
+from retrieval.config import IndexConfig, IndexSpec, SettingsError, load_index_configs, stable_hash
 from retrieval.db import DataFolderVersionError, bundled_postgres_major, embedded_database_url
 from retrieval.indexing import build_index
 from retrieval.query import Searcher
@@ -133,12 +133,12 @@ def test_vector_storage_is_validated_and_hashed_only_when_not_the_default(tmp_pa
     assert "vector_storage" not in plain.as_dict()
     half = IndexConfig(name="x", chunker=chunker, vector_storage="halfvec")
     assert half.config_hash != plain.config_hash and half.as_dict()["vector_storage"] == "halfvec"
-    with pytest.raises(ConfigError, match="indexes.x.vector_storage"):
+    with pytest.raises(SettingsError, match="indexes.x.vector_storage"):
         IndexConfig(name="x", chunker=chunker, vector_storage="float16")
     path = tmp_path / "indexes.yaml"
     path.write_text("indexes:\n  small:\n    chunker: {strategy: recursive}\n    vector_storage: half\n")
     with pytest.raises(
-        ConfigError, match=r"indexes\.small\.vector_storage: expected one of \['vector', 'halfvec'\]"
+        SettingsError, match=r"indexes\.small\.vector_storage: expected one of \['vector', 'halfvec'\]"
     ):
         load_index_configs(path)
     path.write_text("indexes:\n  small:\n    chunker: {strategy: recursive}\n    vector_storage: halfvec\n")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.config import ConfigError, load_collection_configs, load_index_configs
+from retrieval.config import SettingsError, load_collections, load_index_configs
 from retrieval.config_checks import load_index_specs
 from retrieval.project import ProjectError, find_project, project_root
 from tests.conftest import REPO_ROOT
@@ -56,7 +56,7 @@ def test_found_from_any_folder_below_and_named_by_the_environment(tmp_path: Path
 def test_the_repository_is_a_project(clean_env) -> None:
     clean_env.chdir(REPO_ROOT / "docs")
     assert project_root() == REPO_ROOT
-    assert list(load_collection_configs()) == ["demo"]  # the benchmark is off unless enabled
+    assert list(load_collections()) == ["demo"]  # the benchmark is off unless enabled
 
 
 def test_state_lives_in_the_project_and_never_outside_one(tmp_path: Path, clean_env) -> None:
@@ -89,7 +89,7 @@ def test_a_project_shows_its_own_collections_over_the_bundled_index_configs(
         "    chunker: {strategy: token, size: 32, overlap: 0, tokenizer: words}\n",
     )
     clean_env.chdir(root)
-    collections = load_collection_configs()
+    collections = load_collections()
     assert list(collections) == ["mine"]
     assert collections["mine"].folder_paths() == [docs.resolve()]
     configs = load_index_configs()
@@ -97,9 +97,9 @@ def test_a_project_shows_its_own_collections_over_the_bundled_index_configs(
     assert configs["tiny"].embedder == configs["recursive-256"].embedder  # bundled defaults apply
     assert {s.name for s in load_index_specs()} == {"mine/recursive-256", "mine/tiny"}
     # benchmarks on (flag or environment): the bundled benchmark collection is added
-    assert "chroma_general" in load_collection_configs(include_benchmarks=True)
+    assert "chroma_general" in load_collections(include_benchmarks=True)
     clean_env.setenv("CHUNKYARD_BENCHMARKS", "1")
-    assert set(load_collection_configs()) == {"mine", "chroma_general"}
+    assert set(load_collections()) == {"mine", "chroma_general"}
 
 
 def test_config_errors_name_the_file_and_line(tmp_path: Path, clean_env) -> None:
@@ -109,21 +109,21 @@ def test_config_errors_name_the_file_and_line(tmp_path: Path, clean_env) -> None
         "  other:\n    folders: [y]\n    colour: red\n",
     )
     clean_env.chdir(root)
-    with pytest.raises(ConfigError) as error:
-        load_collection_configs()
+    with pytest.raises(SettingsError) as error:
+        load_collections()
     assert f"{root.resolve() / 'chunkyard.yaml'}:8: collections.other.colour" in str(error.value)  # its line
     assert "colour" in str(error.value)
     _project(root, "collections:\n  mine:\n    folders: [x]\n    indexes: [no-such]\n")
-    with pytest.raises(ConfigError) as error:
+    with pytest.raises(SettingsError) as error:
         load_index_specs()
     assert "chunkyard.yaml:2" in str(error.value) and "'no-such'" in str(error.value)
     assert "recursive-256" in str(error.value)  # the known names
     _project(root, "collections:\n  mine: [unclosed\n")
-    with pytest.raises(ConfigError, match=r"chunkyard\.yaml:\d+: invalid YAML"):
-        load_collection_configs()
+    with pytest.raises(SettingsError, match=r"chunkyard\.yaml:\d+: invalid YAML"):
+        load_collections()
     _project(root, "colections: {}\n")
-    with pytest.raises(ConfigError, match=r"chunkyard\.yaml:1: unknown field"):
-        load_collection_configs()
+    with pytest.raises(SettingsError, match=r"chunkyard\.yaml:1: unknown field"):
+        load_collections()
 
 
 def test_bundled_configs_and_demo_eval_set_are_package_resources() -> None:

@@ -16,23 +16,25 @@ from assets.resources import PostgresResource
 from chunking.types import Document
 from evaluation.estimates import Estimate
 from evaluation.reports import Leaderboard, LeaderboardRow
-from evaluation.runner import evaluate_index
+from evaluation.runner import EvaluationRequest, evaluate_index
 from pipeline.steps.promotion import decide, promote
 from retrieval import aliases
-from retrieval.config import CollectionConfig, ConfigError, ServeConfig, _serve
+from retrieval.config import Collection, PromotionPolicy, SettingsError, _promotion_policy
 from retrieval.indexing import build_index
 from retrieval.names import IndexName
-from retrieval.options import SearchOptions
+from retrieval.options import DEFAULT_MODE, SearchOptions
 from retrieval.query import Searcher
 from tests.test_evaluation import PASSAGES, QUESTIONS
 from tests.test_indexing_support import ParagraphChunker, make_spec
 
 
-def _row(index: str, mode: str, recall: float, p95: float = 10.0, tokens: float = 500.0, chunks: float = 100):
+def _row(
+    index: str, variant: str, recall: float, p95: float = 10.0, tokens: float = 500.0, chunks: float = 100
+):
     return LeaderboardRow(
         config=IndexName.parse(index).config,
         index=index,
-        mode=mode,
+        variant=variant,
         dataset="d",
         k=5,
         n_questions=10,
@@ -63,26 +65,26 @@ BOARD = Leaderboard(
 
 
 def test_the_winner_is_the_best_row_within_every_budget() -> None:
-    serve = ServeConfig("docs", budget={"p95_ms": 50, "context_tokens": 800, "chunks": 200})
-    decision = decide(BOARD, serve, None)
-    assert (decision.winner.index, decision.winner.mode, decision.winner_value) == ("c/mid", "dense", 0.85)
+    policy = PromotionPolicy("docs", budget={"p95_ms": 50, "context_tokens": 800, "chunks": 200})
+    decision = decide(BOARD, policy, None)
+    assert (decision.winner.index, decision.winner.variant, decision.winner_value) == ("c/mid", "dense", 0.85)
     assert decision.over_budget == {
         "c/big hybrid_weighted": "p95_ms: 80 > 50",
         "c/mid bm25": "context_tokens: 900 > 800",
     }
     assert not decision.blocked
     # no budget: the best row overall; an unmeasured budget key rules a row out
-    assert decide(BOARD, ServeConfig("docs"), None).winner.index == "c/big"
-    assert decide(BOARD, ServeConfig("docs", budget={"index_bytes": 1e9}), None).winner is None
+    assert decide(BOARD, PromotionPolicy("docs"), None).winner.index == "c/big"
+    assert decide(BOARD, PromotionPolicy("docs", budget={"index_bytes": 1e9}), None).winner is None
 
 
 def test_a_regression_against_the_current_target_blocks_the_promotion() -> None:
-    tight = ServeConfig("docs", budget={"p95_ms": 50, "context_tokens": 800}, max_regression=0.02)
+    tight = PromotionPolicy("docs", budget={"p95_ms": 50, "context_tokens": 800}, max_regression=0.02)
     # the current target (c/big) left the budget: its best replacement scores 0.10 lower -> blocked
     blocked = decide(BOARD, tight, _target("c/big", "hybrid_weighted"))
     assert blocked.blocked and blocked.current_value == 0.95
     assert not decide(
-        BOARD, ServeConfig("docs", max_regression=0.2), _target("c/big", "hybrid_weighted")
+        BOARD, PromotionPolicy("docs", max_regression=0.2), _target("c/big", "hybrid_weighted")
     ).blocked
     # a current target not on the board is compared by what it scored when it was pinned
     pinned = decide(BOARD, tight, _target("other/x", "bm25", {"recall_at_5": 0.86}))
@@ -91,8 +93,8 @@ def test_a_regression_against_the_current_target_blocks_the_promotion() -> None:
     assert math.isnan(decide(BOARD, tight, _target("other/x", "bm25")).current_value)
 
 
-def test_serve_config_is_validated_with_the_field_named() -> None:
-    assert _serve({"alias": "docs", "budget": {"p95_ms": 40}}, "c").budget == {"p95_ms": 40.0}
+def test_promotion_policy_is_validated_with_the_field_named() -> None:
+    assert _promotion_policy({"alias": "docs", "budget": {"p95_ms": 40}}, "c").budget == {"p95_ms": 40.0}
     for raw, field in (
         ({"budget": {}}, "c.serve"),
         ({"alias": "Docs/x"}, "c.serve.alias"),
@@ -101,8 +103,8 @@ def test_serve_config_is_validated_with_the_field_named() -> None:
         ({"alias": "docs", "max_regression": 2}, "c.serve.max_regression"),
         ({"alias": "docs", "keep": 0}, "c.serve.keep"),
     ):
-        with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
-            _serve(raw, "c")
+        with pytest.raises(SettingsError, match=field.replace(".", r"\.")):
+            _promotion_policy(raw, "c")
 
 
 @pytest.fixture(scope="module")
@@ -119,11 +121,8 @@ def evaluated(store, embedder):
             searcher,
             spec,
             QUESTIONS,
-            modes=("bm25", "dense"),
-            k=5,
-            dataset="tiny",
+            EvaluationRequest(variants=("bm25", "dense"), k=5, dataset="tiny", n_resamples=20),
             store=store,
-            n_resamples=20,
         )
         store.evaluations.record(spec.name, report)
     return collection, specs, searcher
@@ -131,25 +130,25 @@ def evaluated(store, embedder):
 
 def test_promote_serves_the_winner_and_keeps_it_when_nothing_changed(store, evaluated) -> None:
     collection, specs, searcher = evaluated
-    serve = ServeConfig(f"docs-{uuid.uuid4().hex[:6]}", budget={"context_tokens": 10_000})
-    report = promote(store, collection, [s.name for s in specs], serve)
+    policy = PromotionPolicy(f"docs-{uuid.uuid4().hex[:6]}", budget={"context_tokens": 10_000})
+    report = promote(store, collection, [s.name for s in specs], policy)
     assert report.metadata["promoted"] is True
     assert {c.name: c.passed for c in report.checks} == {"no_regression": True, "within_budget": True}
-    target = aliases.get_alias(store, serve.alias)
+    target = aliases.get_alias(store, policy.alias)
     assert f"{target.index} {target.options.mode}" == report.metadata["winner"]
     assert target.scores == {"recall_at_5": report.metadata["winner_value"]}
-    assert searcher.search("What causes tides?", serve.alias)[0].index == target.index
-    again = promote(store, collection, [s.name for s in specs], serve)
+    assert searcher.search("What causes tides?", policy.alias)[0].index == target.index
+    again = promote(store, collection, [s.name for s in specs], policy)
     assert again.metadata["generation"] == target.generation  # same winner, same version: no new target
 
 
 def test_the_promotion_asset_materializes_with_its_checks(store, evaluated, pg_url) -> None:
     collection, specs, _ = evaluated
     alias = f"docs-{uuid.uuid4().hex[:6]}"
-    config = CollectionConfig(
-        collection, folders=("x",), indexes=("para-a", "para-b"), serve=ServeConfig(alias)
+    declared = Collection(
+        collection, folders=("x",), indexes=("para-a", "para-b"), serve=PromotionPolicy(alias)
     )
-    asset = build_promotion_asset(config, specs)
+    asset = build_promotion_asset(declared, specs)
     result = materialize(
         [asset], instance=DagsterInstance.ephemeral(), resources={"postgres": PostgresResource(url=pg_url)}
     )
@@ -164,8 +163,8 @@ def test_readers_see_no_error_while_promotions_swap_the_alias(store, evaluated) 
     """A loop of queries on the alias while the promotion step re-points it again and again (after each,
     an operator pins the other index): 0 errors, every answer from one index version."""
     collection, specs, searcher = evaluated
-    serve = ServeConfig(f"docs-{uuid.uuid4().hex[:6]}")
-    promote(store, collection, [s.name for s in specs], serve)
+    policy = PromotionPolicy(f"docs-{uuid.uuid4().hex[:6]}")
+    promote(store, collection, [s.name for s in specs], policy)
     errors: list[BaseException] = []
     mixed: list[list[tuple[str, int]]] = []
     answered = [0]
@@ -174,7 +173,9 @@ def test_readers_see_no_error_while_promotions_swap_the_alias(store, evaluated) 
     def reader() -> None:
         while not stop.is_set():
             try:
-                got = [(r.index, r.index_version) for r in searcher.search("What causes tides?", serve.alias)]
+                got = [
+                    (r.index, r.index_version) for r in searcher.search("What causes tides?", policy.alias)
+                ]
             except BaseException as exc:  # noqa: BLE001 - every failure counts
                 errors.append(exc)
                 continue
@@ -188,10 +189,10 @@ def test_readers_see_no_error_while_promotions_swap_the_alias(store, evaluated) 
     promoted = 0
     try:
         for _ in range(8):
-            winner = aliases.get_alias(store, serve.alias)
+            winner = aliases.get_alias(store, policy.alias)
             other = next(s.name for s in specs if s.name != winner.index)
-            aliases.set_alias(store, serve.alias, other, {"mode": "bm25"}, note="operator")
-            report = promote(store, collection, [s.name for s in specs], serve)
+            aliases.set_alias(store, policy.alias, other, {"mode": "bm25"}, note="operator")
+            report = promote(store, collection, [s.name for s in specs], policy)
             promoted += bool(report.metadata["promoted"])
             time.sleep(0.02)
     finally:
@@ -204,7 +205,7 @@ def test_readers_see_no_error_while_promotions_swap_the_alias(store, evaluated) 
 
 def test_a_collection_with_serve_gets_a_promotion_asset(tmp_path) -> None:
     from assets.definitions import build_collection_assets
-    from retrieval.config import load_collection_configs
+    from retrieval.config import load_collections
     from retrieval.config_checks import load_index_specs
 
     path = tmp_path / "collections.yaml"
@@ -214,8 +215,8 @@ def test_a_collection_with_serve_gets_a_promotion_asset(tmp_path) -> None:
         "  serve: {alias: docs, budget: {p95_ms: 50, chunks: 1000}, keep: 3}\n"
         " plain:\n  folders: [d]\n  eval_set: q.jsonl\n  indexes: [recursive-256]\n"
     )
-    collections = load_collection_configs(path)
-    assert collections["docs"].serve == ServeConfig("docs", {"p95_ms": 50.0, "chunks": 1000.0}, keep=3)
+    collections = load_collections(path)
+    assert collections["docs"].serve == PromotionPolicy("docs", {"p95_ms": 50.0, "chunks": 1000.0}, keep=3)
     assert collections["plain"].serve is None
     specs = load_index_specs(None, path)
     keys = {
@@ -224,5 +225,30 @@ def test_a_collection_with_serve_gets_a_promotion_asset(tmp_path) -> None:
     }
     assert promotion_key("docs") in keys["docs"] and promotion_key("plain") not in keys["plain"]
     path.write_text("collections:\n docs:\n  folders: [d]\n  serve: {alias: docs, budget: {p99_ms: 3}}\n")
-    with pytest.raises(ConfigError, match=r"collections\.docs\.serve\.budget"):
-        load_collection_configs(path)
+    with pytest.raises(SettingsError, match=r"collections\.docs\.serve\.budget"):
+        load_collections(path)
+
+
+def test_a_served_or_reranked_winner_is_pinned_with_the_options_it_was_evaluated_with(
+    store, embedder
+) -> None:
+    """Leaderboard rows are variants: a `served` winner pins what a request naming nothing runs (the
+    default mode), a `<mode>+rerank` winner its mode and reranker; neither is a mode to pin as it is."""
+    collection = f"c{uuid.uuid4().hex[:10]}"
+    store.documents.sync(collection, [Document(d, t) for d, t in PASSAGES.items()], [])
+    spec = make_spec(collection, "para-a")
+    build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
+    searcher = Searcher(store, embedder)
+    for variant, pinned in (
+        ("served", SearchOptions(mode=DEFAULT_MODE)),
+        ("dense+rerank", SearchOptions(mode="dense", rerank="maxsim")),
+    ):
+        request = EvaluationRequest(variants=(variant,), k=5, dataset="tiny", n_resamples=20)
+        store.evaluations.record(spec.name, evaluate_index(searcher, spec, QUESTIONS, request, store=store))
+        policy = PromotionPolicy(f"docs-{uuid.uuid4().hex[:6]}")
+        report = promote(store, collection, [spec.name], policy)
+        assert report.metadata["promoted"] is True and report.metadata["winner"] == f"{spec.name} {variant}"
+        assert aliases.get_alias(store, policy.alias).options == pinned
+        assert searcher.search("What causes tides?", policy.alias)[0].index == spec.name
+        again = promote(store, collection, [spec.name], policy)  # same winner, same version: no new target
+        assert again.metadata["generation"] == report.metadata["generation"]

@@ -223,7 +223,7 @@ def test_a_gap_that_runs_keep_failing_to_close_is_given_up_and_reported(project,
     from assets.reconciling import COLLECTIONS_TAG, GAP_TAG
     from orchestration.cli_lag import cmd_lag
     from pipeline.reconcile import collection_gap
-    from retrieval.config import load_collection_configs
+    from retrieval.config import load_collections
 
     collection, docs_dir, indexes_path, collections_path, defs = project
     instance = DagsterInstance.get()
@@ -234,7 +234,7 @@ def test_a_gap_that_runs_keep_failing_to_close_is_given_up_and_reported(project,
     store = Store(pg_url)
     store.documents.sync(collection, [d for d in store.documents.read(collection) if d.id != "gamma.txt"])
     gap = collection_gap(
-        store, load_collection_configs(collections_path)[collection], [f"{collection}/recursive-48"]
+        store, load_collections(collections_path)[collection], [f"{collection}/recursive-48"]
     )
     assert gap and gap.lags[0].deleted == ["gamma.txt"]
     for _ in range(5):  # five reconcile runs of this gap, all failed

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from chunking.types import Chunk, Document
-from retrieval.config import ConfigError, IndexConfig, IndexSpec, load_index_configs
+from retrieval.config import IndexConfig, IndexSpec, SettingsError, load_index_configs
 from retrieval.config_checks import load_index_specs
 from retrieval.indexing import build_index
 from retrieval.query import IndexNotFoundError, Searcher, SearchError
@@ -168,7 +168,7 @@ def test_bad_coarse_config_names_the_field(tmp_path: Path, coarse: str, message:
         f"  small:\n    chunker: {{strategy: token, size: 64}}\n    coarse: {coarse}\n",
         encoding="utf-8",
     )
-    with pytest.raises(ConfigError) as error:
+    with pytest.raises(SettingsError) as error:
         load_index_configs(path)
     assert "indexes.small" in str(error.value) and message in str(error.value)
 
@@ -192,14 +192,18 @@ def test_a_collection_listing_the_fine_config_builds_the_coarse_one_first(tmp_pa
 def test_evaluation_scores_the_answers_served_and_counts_both_indexes(store, indexes, searcher) -> None:
     from evaluation.datasets import Question, Span
     from evaluation.metrics import score_question
-    from evaluation.runner import evaluate_index
+    from evaluation.runner import EvaluationRequest, evaluate_index
 
     fine, coarse, _ = indexes
     text = "\n\n".join(DOCUMENTS["volcano.md"])
     start = text.index("five kilometres")
     question = Question("q1", QUERY, [Span("volcano.md", start, start + len("five kilometres"))])
     report = evaluate_index(
-        searcher, fine, [question], modes=("hybrid_weighted",), k=3, store=store, n_resamples=50
+        searcher,
+        fine,
+        [question],
+        EvaluationRequest(variants=("hybrid_weighted",), k=3, n_resamples=50),
+        store=store,
     )
     served = searcher.search_batch([QUERY], fine.name, k=20, mode="hybrid_weighted")[0]  # as the runner asks
     expected = score_question(question, served, k=3)

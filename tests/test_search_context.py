@@ -12,7 +12,7 @@ import pytest
 
 from chunking.types import Document
 from retrieval.bm25 import Analyzer
-from retrieval.config import ConfigError, IndexConfig, IndexSpec, load_index_configs
+from retrieval.config import IndexConfig, IndexSpec, SettingsError, load_index_configs
 from retrieval.indexing import build_index
 from retrieval.query import Searcher, SearchError
 from retrieval.store import Store
@@ -264,7 +264,7 @@ def test_bad_context_config_names_the_field(tmp_path: Path, value: str, message:
         f"indexes:\n  small:\n    chunker: {{strategy: token, size: 64}}\n    context_scoring: {value}\n",
         encoding="utf-8",
     )
-    with pytest.raises(ConfigError) as error:
+    with pytest.raises(SettingsError) as error:
         load_index_configs(path)
     assert "indexes.small" in str(error.value) and message in str(error.value)
 
@@ -338,7 +338,7 @@ def test_collapse_duplicates_config_must_be_a_boolean(tmp_path: Path) -> None:
         "indexes:\n  small:\n    chunker: {strategy: token, size: 64}\n    collapse_duplicates: maybe\n",
         encoding="utf-8",
     )
-    with pytest.raises(ConfigError, match="indexes.small.collapse_duplicates: must be true or false"):
+    with pytest.raises(SettingsError, match="indexes.small.collapse_duplicates: must be true or false"):
         load_index_configs(path)
 
 

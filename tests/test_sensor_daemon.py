@@ -43,12 +43,12 @@ def daemon_home(pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
     schema = unique_name("dagster_daemon_")
     create_dagster_schema(pg_url, schema)
-    config = instance_config(pg_url)
-    config["storage"] = {"postgres": {"postgres_url": dagster_postgres_url(pg_url, schema)}}
-    config["concurrency"]["runs"]["max_concurrent_runs"] = 0
+    instance = instance_config(pg_url)
+    instance["storage"] = {"postgres": {"postgres_url": dagster_postgres_url(pg_url, schema)}}
+    instance["concurrency"]["runs"]["max_concurrent_runs"] = 0
     home = tmp_path / "dagster"
     home.mkdir()
-    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+    (home / "dagster.yaml").write_text(yaml.safe_dump(instance))
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     return home
 

@@ -77,6 +77,10 @@ def test_sensor_reindexes_exactly_what_changed(project) -> None:
         (docs_dir / "alpha.md").touch()
         idle = _tick(defs, instance, cursor)
         assert idle.run_requests == [] and idle.skip_reason is not None
+        # Nor is a rewrite with other bytes but the same text (a BOM is dropped): the content hash is the text's.
+        _write(docs_dir / "alpha.md", "\ufeff" + DOCS["alpha.md"])
+        idle = _tick(defs, instance, cursor)
+        assert idle.run_requests == [] and idle.skip_reason is not None
 
         # Add one file, modify one (append a paragraph), delete one.
         (docs_dir / "delta.md").write_text("# Delta\n\nA new document about rerankers and cross-encoders.\n")
@@ -194,54 +198,156 @@ def test_a_change_seen_again_gets_a_new_run_key(project) -> None:
         assert generations == sorted(generations) and len(set(generations)) == len(generations)
 
 
-def test_a_cursor_of_the_earlier_format_reads_as_generation_zero(project) -> None:
-    from assets.sensors import parse_cursor
+def test_a_failing_file_requests_a_run_when_it_changes_and_only_then(project) -> None:
+    """A file that fails to load has no content hash; its failure fingerprint still makes a change to
+    it a change (the run records the failure), while an unchanged failing file requests nothing, also
+    on a first tick once the store records that failure."""
+    collection, docs_dir, defs = project
+    broken = docs_dir / "broken.md"
+    broken.write_bytes(b"\xff\xfe not UTF-8 \xff")
+    with instance_for_test() as instance:
+        first = _tick(defs, instance, None)
+        assert first.run_requests[0].tags["chunkyard/added"] == "4"
+        _run(defs, instance, first.run_requests[0])
+        assert _tick(defs, instance, first.cursor).run_requests == []
+        assert _tick(defs, instance, None).run_requests == []  # the store already records the failure
+
+        broken.write_bytes(b"\xff\xfe still not UTF-8, and longer \xff")
+        changed = _tick(defs, instance, first.cursor)
+        (request,) = changed.run_requests
+        assert (request.tags["chunkyard/added"], request.tags["chunkyard/changed"]) == ("0", "1")
+        _run(defs, instance, request)
+        assert _tick(defs, instance, changed.cursor).run_requests == []
+
+        _write(broken, "# Fixed\n\nNow it reads.\n")
+        fixed = _tick(defs, instance, changed.cursor)
+        (request,) = fixed.run_requests
+        assert request.tags["chunkyard/changed"] == "1"
+        meta, _ = _run(defs, instance, request)
+        assert meta[f"{collection}/documents"]["documents_added"] == 1
+
+
+def test_a_cursor_of_an_earlier_version_reads_as_a_first_tick(project) -> None:
+    """Earlier cursors held sha256 of the files' bytes, which no content hash equals: read as they are,
+    every file would look changed. They read as no cursor: a first tick, which compares with the store."""
+    import hashlib
+
+    from assets.sensors import CURSOR_VERSION, parse_cursor
 
     collection, docs_dir, defs = project
+    # a plain UTF-8 file's bytes are its text; with a BOM (or any markup) the two hashes differ
+    _write(docs_dir / "gamma.txt", "\ufeff" + DOCS["gamma.txt"])
     with instance_for_test() as instance:
         first = _tick(defs, instance, None)
         _run(defs, instance, first.run_requests[0])  # indexed: the reconciler finds no gap
-        hashes = json.loads(first.cursor)["collections"]
-        old = json.dumps(hashes, sort_keys=True)  # what earlier versions stored
-        assert parse_cursor(old).generation == 0 and parse_cursor(old).hashes == hashes
-        idle = _tick(defs, instance, old)
-        assert idle.run_requests == []
-        kept = json.loads(idle.cursor)
-        assert kept["generation"] == 0 and kept["collections"] == hashes
+        current = json.loads(first.cursor)
+        assert current["version"] == CURSOR_VERSION
+        byte_hashes = {
+            collection: {
+                doc_id: hashlib.sha256((docs_dir / doc_id).read_bytes()).hexdigest()
+                for doc_id in current["collections"][collection]
+            }
+        }
+        assert byte_hashes != current["collections"]  # the two hashes differ
+        bare = json.dumps(byte_hashes)  # the first format: {collection: {id: sha256 of the bytes}}
+        numbered = json.dumps({"generation": 7, "collections": byte_hashes})  # the second, unversioned
+        for old in (bare, numbered):
+            idle = _tick(defs, instance, old)
+            assert idle.run_requests == [], old  # no storm: the store has every document
+            kept = json.loads(idle.cursor)
+            assert kept["version"] == CURSOR_VERSION and kept["collections"] == current["collections"]
+            assert parse_cursor(old) is None
         (docs_dir / "alpha.md").unlink()
-        changed = _tick(defs, instance, old)
-        assert len(changed.run_requests) == 1
-        assert changed.run_requests[0].run_key.startswith("g1-")
+        changed = _tick(defs, instance, numbered)
+        (request,) = changed.run_requests
+        assert request.tags["chunkyard/trigger"] == "initial_scan"
+        assert (request.tags["chunkyard/changed"], request.tags["chunkyard/deleted"]) == ("0", "1")
     assert parse_cursor("not json") is None and parse_cursor("[1]") is None
-    assert parse_cursor(json.dumps({"generation": {"a.md": "x"}})).generation == 0  # a collection's name
+    assert parse_cursor(json.dumps({"version": CURSOR_VERSION, "generation": {"a.md": "x"}})) is None
 
 
-def test_a_tick_hashes_only_the_files_whose_stat_signature_changed(tmp_path: Path) -> None:
+def test_a_tick_loads_only_the_files_whose_stat_signature_changed(tmp_path: Path) -> None:
     """The sensor trusts a file's stat signature as the documents step does: an unchanged file is
-    not read again, a rewritten or touched one is (and a touch alone changes no hash)."""
+    not read again, a rewritten or touched one is, and its hash is the step's content hash
+    (`Document.sha256`), so a touch or a rewrite with the same text changes no hash."""
     from chunking.documents.folder import RACY_SECONDS
+    from chunking.types import sha256_text
     from pipeline.documents import hash_folder
-    from retrieval.config import load_collection_configs
+    from retrieval.config import load_collections
 
     collection = unique_name("h")
     docs_dir, _, collections_path = write_project(tmp_path, collection)
-    config = load_collection_configs(collections_path)[collection]
+    watched = load_collections(collections_path)[collection]
     time.sleep(RACY_SECONDS + 0.1)  # a signature younger than this is never trusted
-    first = hash_folder(config)
-    assert first.hashed == len(DOCS) and set(first.signatures) == set(first.hashes) == set(DOCS)
-    again = hash_folder(config, first)
-    assert again.hashed == 0 and again.hashes == first.hashes and again.signatures == first.signatures
+    first = hash_folder(watched)
+    assert first.loaded == len(DOCS) and set(first.signatures) == set(first.hashes) == set(DOCS)
+    assert first.hashes == {doc_id: sha256_text(text) for doc_id, text in DOCS.items()}
+    again = hash_folder(watched, first)
+    assert again.loaded == 0 and again.hashes == first.hashes and again.signatures == first.signatures
 
     (docs_dir / "alpha.md").write_text("Rewritten: the llama now eats oats.", encoding="utf-8")
     os.utime(docs_dir / "beta.md")  # touched, same bytes
+    (docs_dir / "gamma.txt").write_bytes(b"\xef\xbb\xbf" + DOCS["gamma.txt"].encode())  # a BOM: same text
     time.sleep(RACY_SECONDS + 0.1)
-    changed = hash_folder(config, again)
-    assert changed.hashed == 2
-    assert changed.hashes["alpha.md"] != first.hashes["alpha.md"]
+    changed = hash_folder(watched, again)
+    assert changed.loaded == 3
+    assert changed.hashes["alpha.md"] == sha256_text("Rewritten: the llama now eats oats.")
     assert {k: v for k, v in changed.hashes.items() if k != "alpha.md"} == {
         k: v for k, v in first.hashes.items() if k != "alpha.md"
     }
-    assert hash_folder(config, changed).hashed == 0
+    assert hash_folder(watched, changed).loaded == 0
+
+
+def test_a_failing_file_has_a_fingerprint_that_changes_with_it(tmp_path: Path) -> None:
+    """A file that gives no document is fingerprinted by its failure and its stat: unchanged, it is
+    neither read again nor changed; rewritten (still failing, or fixed), its hash changes."""
+    from chunking.documents.folder import RACY_SECONDS
+    from chunking.types import sha256_text
+    from pipeline.documents import FAILED_PREFIX, hash_folder
+    from retrieval.config import load_collections
+
+    collection = unique_name("f")
+    docs = {**DOCS, "broken.md": b"\xff\xfe not UTF-8 \xff"}
+    docs_dir, _, collections_path = write_project(tmp_path, collection, docs=docs)
+    watched = load_collections(collections_path)[collection]
+    time.sleep(RACY_SECONDS + 0.1)
+    first = hash_folder(watched)
+    broken = first.hashes["broken.md"]
+    assert broken.startswith(FAILED_PREFIX) and "UTF-8" in first.failures["broken.md"]
+    assert "broken.md" in first.signatures  # trusted next time, as a loaded file's
+    again = hash_folder(watched, first)
+    assert again.loaded == 0 and again.hashes == first.hashes
+
+    (docs_dir / "broken.md").write_bytes(b"\xff\xfe still not UTF-8, and longer \xff")
+    time.sleep(RACY_SECONDS + 0.1)
+    still = hash_folder(watched, again)
+    assert still.loaded == 1 and still.hashes["broken.md"].startswith(FAILED_PREFIX)
+    assert still.hashes["broken.md"] != broken
+    assert hash_folder(watched, still).hashes == still.hashes
+
+    (docs_dir / "broken.md").write_text("# Fixed\n\nNow it reads.\n", encoding="utf-8")
+    time.sleep(RACY_SECONDS + 0.1)
+    fixed = hash_folder(watched, still)
+    assert fixed.hashes["broken.md"] == sha256_text("# Fixed\n\nNow it reads.\n") and not fixed.failures
+
+
+def test_a_folder_that_cannot_be_read_has_a_fingerprint_too(tmp_path: Path) -> None:
+    """A folder that gives no documents (missing here; unreadable goes the same way) is fingerprinted
+    under its id prefix like a failing file: stable while it stays so, gone when it is back."""
+    from pipeline.documents import FAILED_PREFIX, hash_folder
+    from retrieval.config import Collection
+
+    docs, later = tmp_path / "docs", tmp_path / "later"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nA plain document.\n", encoding="utf-8")
+    watched = Collection(name="two", folders=(str(docs), str(later)))
+    first = hash_folder(watched)
+    assert set(first.hashes) == {"docs/a.md", "later"} and first.hashes["later"].startswith(FAILED_PREFIX)
+    assert "not found" in first.failures["later"]
+    assert hash_folder(watched, first).hashes == first.hashes
+    later.mkdir()
+    (later / "b.md").write_text("# B\n\nBack again.\n", encoding="utf-8")
+    assert set(hash_folder(watched, first).hashes) == {"docs/a.md", "later/b.md"}
 
 
 def test_sensor_interval_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:

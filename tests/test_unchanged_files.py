@@ -10,7 +10,7 @@ import pytest
 import chunking.documents.folder as folder_scan
 from chunking.documents.folder import file_signature, scan_folder
 from pipeline.steps.documents import sync_documents
-from retrieval.config import CollectionConfig
+from retrieval.config import Collection
 from retrieval.store.documents import StaleSignatures
 
 
@@ -64,7 +64,7 @@ def test_scan_leaves_files_with_a_known_signature_unread(tmp_path: Path, trusted
 
 def test_the_documents_step_reads_only_changed_files(store, tmp_path: Path, trusted_now: None) -> None:
     folder = _folder(tmp_path)
-    collection = CollectionConfig(name="unchanged-files", folders=(str(folder),))
+    collection = Collection(name="unchanged-files", folders=(str(folder),))
 
     first = sync_documents(store, collection).metadata
     assert (first["documents_added"], first["documents_read"], first["documents_total"]) == (3, 3, 3)
@@ -88,7 +88,7 @@ def test_unread_documents_deleted_meanwhile_make_the_step_read_every_file(
     store, tmp_path: Path, trusted_now: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder = _folder(tmp_path)
-    collection = CollectionConfig(name="unchanged-files-race", folders=(str(folder),))
+    collection = Collection(name="unchanged-files-race", folders=(str(folder),))
     sync_documents(store, collection)
     with pytest.raises(StaleSignatures):
         store.documents.sync(collection.name, [], unchanged=["ghost.md"])

@@ -38,12 +38,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="index config to evaluate (repeatable; default: the collection's list)",
     )
     parser.add_argument(
+        "--variant",
         "--mode",
         action="append",
-        dest="modes",
-        metavar="MODE",
-        help="dense, bm25, hybrid, hybrid_weighted, hybrid_auto, <mode>+rerank (repeatable), or served: "
-        "exactly what /v1/search runs when a request names no option (default: dense, bm25, hybrid, served)",
+        dest="variants",
+        metavar="VARIANT",
+        help="a search mode (dense, bm25, hybrid, hybrid_weighted, hybrid_auto), <mode>+rerank, or served: "
+        "exactly what /v1/search runs when a request names no option (repeatable; default: dense, bm25, "
+        "hybrid, served). --mode is an alias kept for older commands",
     )
     parser.add_argument("--k", type=int, default=5, help="top k (protocol chroma: always 5)")
     parser.add_argument(
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                 documents=documents,
                 protocol=args.protocol,
                 configs=args.configs,
-                modes=args.modes,
+                variants=args.variants,
                 k=args.k,
                 collection=args.collection,
                 database_url=args.database_url,

@@ -131,7 +131,7 @@ class BenchmarkResult:
         return "\n".join(lines)
 
     def misses_markdown(self) -> str:
-        """Per index, the questions each mode missed with the spans retrieved instead and the reference."""
+        """Per index, the questions each variant missed with the spans retrieved instead and the reference."""
         parts = [
             f"## {report.index}: questions missed\n\n{report.misses_markdown()}"
             for report in self.reports
@@ -148,15 +148,15 @@ class BenchmarkResult:
         return "\n".join(parts)
 
     def summary_records(self) -> list[dict[str, Any]]:
-        """One flat record per (config, mode): the `--json` output."""
+        """One flat record per (config, variant): the `--json` output."""
         keys = CHROMA_KEYS if self.protocol == "chroma" else FULL_KEYS
         records = []
         for report in self.reports:
-            for mode, summary in report.summaries.items():
+            for variant, summary in report.summaries.items():
                 record: dict[str, Any] = {
                     "config": report.config,
                     "index": report.index,
-                    "mode": mode,
+                    "variant": variant,
                     "dataset": self.dataset,
                     "protocol": self.protocol,
                     "k": self.k,

@@ -1,6 +1,6 @@
 """`chunkyard eval`: build each index through the pipeline's steps, evaluate it, compare, write results.
 
-    chunkyard eval --dataset chroma_general --protocol chroma [--config NAME ...] [--mode dense] [--json]
+    chunkyard eval --dataset chroma_general --protocol chroma [--config NAME ...] [--variant dense] [--json]
 
 Indexes are built by the same `pipeline.steps` functions as the Dagster assets, on the real
 Postgres (DATABASE_URL or the embedded default) as collection `<dataset>`: a second run reuses every embedding (cache keyed by model
@@ -8,8 +8,8 @@ and content hash), an interrupted run resumes from the embeddings already cached
 index whose documents and config did not change is not re-chunked.
 
 Protocol `chroma` follows Chroma's report: the five corpora in one index, top 5 chunks, dense
-retrieval unless `--mode` says otherwise, and recall/precision/IoU as their code computes them.
-Protocol `full` reports every metric for every mode.
+retrieval unless `--variant` says otherwise, and recall/precision/IoU as their code computes them.
+Protocol `full` reports every metric for every variant.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import retrieval.embedder
 from chunking.types import Document
 from evaluation.datasets import CHROMA_GENERAL, Dataset, load_dataset
 from evaluation.reports import ENDPOINT_COST_COLUMNS, leaderboard
-from evaluation.runner import DEFAULT_MODES, EvaluationReport
+from evaluation.runner import DEFAULT_VARIANTS, EvaluationReport
 from evaluation.tuning import (
     SettingsSuggestion,
     WeightSuggestion,
@@ -47,11 +47,11 @@ class BenchmarkError(RuntimeError):
 
 def _collection_for(dataset_arg: str, collection: str | None) -> tuple[str, tuple[str, ...]]:
     """The collection a dataset is indexed as, and the configs collections.yaml lists for it."""
-    from retrieval.config import ConfigError, load_collection_configs
+    from retrieval.config import SettingsError, load_collections
 
     try:
-        collections = load_collection_configs(include_benchmarks=True)  # chroma_general, enabled or not
-    except ConfigError:
+        collections = load_collections(include_benchmarks=True)  # chroma_general, enabled or not
+    except SettingsError:
         collections = {}
     if collection:
         entry = collections.get(collection)
@@ -87,20 +87,20 @@ def _say(text: str) -> None:
     print(f"chunkyard eval: {text}", file=sys.stderr, flush=True)
 
 
-def _evaluating(bar: Any, name: str, mode: str, say: Callable[[str], None] | None) -> None:
-    bar.set_postfix_str(f"evaluating {mode}")
+def _evaluating(bar: Any, name: str, variant: str, say: Callable[[str], None] | None) -> None:
+    bar.set_postfix_str(f"evaluating {variant}")
     if say:
-        say(f"{name}: evaluating {mode}")
+        say(f"{name}: evaluating {variant}")
 
 
 def collection_eval_set(name: str) -> tuple[str, list[Document] | None]:
     """`chunkyard eval --collection NAME`: the collection's dataset, or its `eval_set` with the documents
     of its folders read as indexing reads them (the same ids the eval set's `doc` names)."""
     from pipeline.documents import load_collection_documents
-    from retrieval.config import load_collection_configs
+    from retrieval.config import load_collections
     from retrieval.project import PROJECT_FILE, project_root
 
-    collections = load_collection_configs(include_benchmarks=True)
+    collections = load_collections(include_benchmarks=True)
     if name not in collections:
         raise BenchmarkError(
             f"--collection {name}: not in {project_root() / PROJECT_FILE}; known: {', '.join(sorted(collections))}"
@@ -120,7 +120,7 @@ def collection_eval_set(name: str) -> tuple[str, list[Document] | None]:
 
 @dataclass(frozen=True)
 class BenchmarkRequest:
-    """One `chunkyard eval` run: the data, the configs and modes, where results go, what to tune.
+    """One `chunkyard eval` run: the data, the configs and variants, where results go, what to tune.
 
     `documents`: those an eval set's references point into (`collection_eval_set`); `tune`: setting
     -> values to try in `tune_mode` (with `tune_floors` on the reported metrics).
@@ -130,7 +130,7 @@ class BenchmarkRequest:
     documents: Sequence[Document] | None = None
     protocol: str = "full"
     configs: Sequence[str] | None = None
-    modes: Sequence[str] | None = None
+    variants: Sequence[str] | None = None
     k: int = 5
     collection: str | None = None
     database_url: str | None = None
@@ -150,15 +150,15 @@ class BenchmarkRequest:
 
 def run_benchmark(request: BenchmarkRequest) -> BenchmarkResult:
     """Build (or reuse) and evaluate every requested config of the dataset's collection."""
-    protocol, dataset, k, modes = request.protocol, request.dataset, request.k, request.modes
+    protocol, dataset, k, variants = request.protocol, request.dataset, request.k, request.variants
     if protocol not in PROTOCOLS:
         raise BenchmarkError(f"protocol: expected one of {PROTOCOLS}, got {protocol!r}")
     from tqdm.auto import tqdm
 
     if protocol == "chroma":
         k = 5
-        modes = tuple(modes or ("dense",))
-    modes = tuple(modes or DEFAULT_MODES)
+        variants = tuple(variants or ("dense",))
+    variants = tuple(variants or DEFAULT_VARIANTS)
     data: Dataset = load_dataset(
         dataset,
         documents=request.documents,
@@ -237,11 +237,11 @@ def run_benchmark(request: BenchmarkRequest) -> BenchmarkResult:
             searcher,
             spec,
             questions,
-            modes=modes,
+            variants=variants,
             k=k,
             dataset=data.name,
             n_resamples=request.n_resamples,
-            progress=lambda mode, bar=steps, name=config_name: _evaluating(bar, name, mode, say),
+            progress=lambda variant, bar=steps, name=config_name: _evaluating(bar, name, variant, say),
             cost={
                 "embeddings_computed": float(embedded.metadata["embeddings_computed"]),
                 "embeddings_reused": float(embedded.metadata["embeddings_reused"]),

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from chunking.documents.folder import DocumentFailure
 from pipeline.documents import CollectionDocuments, load_collection_documents
 from pipeline.step_report import StepReport
-from retrieval.config import CollectionConfig
+from retrieval.config import Collection
 from retrieval.store import Store
 from retrieval.store.documents import DocumentSync, StaleSignatures
 
@@ -30,7 +30,7 @@ def failures_markdown(failures: Sequence[DocumentFailure], limit: int = FAILURE_
 
 
 def sync_documents(
-    store: Store, collection: CollectionConfig, progress: Callable[[int, int], None] | None = None
+    store: Store, collection: Collection, progress: Callable[[int, int], None] | None = None
 ) -> StepReport:
     """Load and sync; when no folder is readable (missing, unmounted) the stored documents are kept.
 

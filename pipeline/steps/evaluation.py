@@ -13,21 +13,21 @@ from evaluation.questions import collection_questions
 from evaluation.runner import EvaluationReport, EvaluationRequest, evaluate_index, latest_reports
 from pipeline import checks
 from pipeline.step_report import StepReport
-from retrieval.config import CollectionConfig, IndexConfig, IndexSpec
+from retrieval.config import Collection, IndexConfig, IndexSpec
 from retrieval.embedder import Embedder
 from retrieval.query.searcher import Searcher
 from retrieval.store import Store
 
-EVALUATION_MODES = ("dense", "bm25", "hybrid", "served")  # served: what /v1/search runs
+EVALUATION_VARIANTS = ("dense", "bm25", "hybrid", "served")  # served: what /v1/search runs
 EVALUATION_K = 5
 REGRESSION_TOLERANCE = 0.01
 
 
-def evaluation_modes(config: IndexConfig) -> tuple[str, ...]:
+def evaluation_variants(config: IndexConfig) -> tuple[str, ...]:
     """dense, bm25, hybrid and served; plus `hybrid+rerank` when the config names a reranker."""
     rerank = config.rerank
     named = (rerank.get("model") or rerank.get("name")) if isinstance(rerank, dict) else rerank
-    return (*EVALUATION_MODES, "hybrid+rerank") if named else EVALUATION_MODES
+    return (*EVALUATION_VARIANTS, "hybrid+rerank") if named else EVALUATION_VARIANTS
 
 
 def searcher_for(store: Store, embedder: Embedder, *, bm25_backend: str = "sql") -> Searcher:
@@ -41,7 +41,7 @@ def evaluate(
     spec: IndexSpec,
     questions: Sequence[Question],
     *,
-    modes: Sequence[str],
+    variants: Sequence[str],
     k: int,
     dataset: str,
     n_resamples: int = 2000,
@@ -50,10 +50,10 @@ def evaluate(
     notes: Sequence[str] = (),
     record: bool = True,
 ) -> EvaluationReport:
-    """Evaluate every mode on the questions; `cost` adds build figures, `notes` the dataset loader's
+    """Evaluate every variant on the questions; `cost` adds build figures, `notes` the dataset loader's
     notes; the report is recorded in the store (unless `record` is False)."""
     request = EvaluationRequest(
-        modes=tuple(modes), k=k, dataset=dataset, n_resamples=n_resamples, notes=tuple(notes)
+        variants=tuple(variants), k=k, dataset=dataset, n_resamples=n_resamples, notes=tuple(notes)
     )
     report = evaluate_index(searcher, spec, list(questions), request, store=store, progress=progress)
     report.cost.update(cost or {})
@@ -64,15 +64,15 @@ def evaluate(
 
 def evaluate_collection_index(
     store: Store,
-    collection: CollectionConfig,
+    collection: Collection,
     spec: IndexSpec,
     embedder: Embedder,
     cost: Mapping[str, float] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> StepReport:
-    """The evaluation asset's work: the collection's questions, every mode, a regression check
+    """The evaluation asset's work: the collection's questions, every variant, a regression check
     against the index's previous recorded evaluation; `cost` adds build figures to the report;
-    `progress(done, total)` counts the retrieval modes evaluated."""
+    `progress(done, total)` counts the variants evaluated."""
     found = collection_questions(store, collection)
     if not found.questions:
         raise ValueError(
@@ -80,23 +80,23 @@ def evaluate_collection_index(
             f"({len(found.skipped)} skipped: they refer to documents the collection no longer has)"
         )
     previous = latest_reports(store, [spec.name])
-    modes = evaluation_modes(spec.config)
-    started = iter(range(len(modes)))
+    variants = evaluation_variants(spec.config)
+    started = iter(range(len(variants)))
     report = evaluate(
         store,
         searcher_for(store, embedder),
         spec,
         found.questions,
-        modes=modes,
+        variants=variants,
         k=EVALUATION_K,
         dataset=found.dataset,
         cost=cost,
-        # called as each mode starts: the modes before it are done
-        progress=(lambda mode: progress(next(started), len(modes))) if progress else None,
+        # called as each variant starts: the variants before it are done
+        progress=(lambda variant: progress(next(started), len(variants))) if progress else None,
         notes=found.notes,  # recorded with the report
     )
     if progress:
-        progress(len(modes), len(modes))
+        progress(len(variants), len(variants))
     regression = (
         checks.regression(report.quality(), previous[0].quality(), REGRESSION_TOLERANCE)
         if previous
@@ -137,13 +137,14 @@ def headline_percent(headline: Mapping[str, float]) -> str:
     1, which the UI plots): `dense/hit_at_5 = 0.8947` reads `89.5 %` here."""
     rows: dict[str, dict[str, str]] = {}
     for key, value in headline.items():
-        mode, _, metric = key.partition("/")
-        if mode == "cost":
+        variant, _, metric = key.partition("/")
+        if variant == "cost":
             continue
-        rows.setdefault(mode, {})[metric] = f"{100 * value:.1f} %" if value == value else "-"
+        rows.setdefault(variant, {})[metric] = f"{100 * value:.1f} %" if value == value else "-"
     metrics = list(dict.fromkeys(m for cells in rows.values() for m in cells))
-    lines = ["| mode | " + " | ".join(metrics) + " |", "| --- |" + " --- |" * len(metrics)]
+    lines = ["| variant | " + " | ".join(metrics) + " |", "| --- |" + " --- |" * len(metrics)]
     lines += [
-        f"| {mode} | " + " | ".join(cells.get(m, "-") for m in metrics) + " |" for mode, cells in rows.items()
+        f"| {variant} | " + " | ".join(cells.get(m, "-") for m in metrics) + " |"
+        for variant, cells in rows.items()
     ]
     return "\n".join(lines)

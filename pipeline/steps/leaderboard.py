@@ -24,7 +24,7 @@ def write_leaderboard(store: Store, collection: str, index_names: Sequence[Index
     return StepReport(
         metadata={
             "indexes": len(index_names),
-            **({"best_index": best.index, "best_mode": best.mode} if best else {}),
+            **({"best_index": best.index, "best_variant": best.variant} if best else {}),
         },
         markdown={
             "leaderboard": board.markdown(),

@@ -1,4 +1,4 @@
-"""Step `promotion`: the leaderboard's best (config, mode) within the collection's budget, served by its alias.
+"""Step `promotion`: the leaderboard's best (config, variant) within the collection's budget, served by its alias.
 
 Budget (`serve.budget`): p95 query latency (`p95_ms`), context tokens of the top k
 (`context_tokens`, the leaderboard's `context_tokens_at_{k}`) and index size (`chunks`,
@@ -14,13 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from evaluation.reports import Leaderboard, LeaderboardRow, leaderboard
-from evaluation.runner import latest_reports
+from evaluation.runner import configured_reranker, latest_reports, variant_options
 from pipeline.checks import Check
 from pipeline.step_report import StepReport
 from retrieval import aliases
-from retrieval.config import ServeConfig
+from retrieval.config import PromotionPolicy
 from retrieval.names import IndexName
-from retrieval.options import SearchOptions
 from retrieval.store import Store
 
 
@@ -33,7 +32,7 @@ class Decision:
     winner_value: float
     current: aliases.AliasTarget | None
     current_value: float
-    over_budget: dict[str, str]  # "index mode" -> the budget it exceeds
+    over_budget: dict[str, str]  # "index variant" -> the budget it exceeds
     blocked: bool
 
 
@@ -57,15 +56,15 @@ def exceeded(row: LeaderboardRow, budget: dict[str, float], k: int) -> str | Non
     return None
 
 
-def decide(board: Leaderboard, serve: ServeConfig, current: aliases.AliasTarget | None) -> Decision:
+def decide(board: Leaderboard, policy: PromotionPolicy, current: aliases.AliasTarget | None) -> Decision:
     """The best row within budget by `serve.metric`, and whether it regresses against `current`."""
-    metric = serve.metric.format(k=board.k)
+    metric = policy.metric.format(k=board.k)
     over: dict[str, str] = {}
     within = []
     for row in board.rows:
-        broken = exceeded(row, serve.budget, board.k)
+        broken = exceeded(row, policy.budget, board.k)
         if broken:
-            over[f"{row.index} {row.mode}"] = broken
+            over[f"{row.index} {row.variant}"] = broken
         elif not math.isnan(row.value(metric)):
             within.append(row)
     winner = max(within, key=lambda r: r.value(metric), default=None)
@@ -73,26 +72,26 @@ def decide(board: Leaderboard, serve: ServeConfig, current: aliases.AliasTarget 
     current_value = math.nan
     if current is not None:  # its latest evaluation on this board, else what it scored when pinned
         current_value = float(current.scores.get(metric, math.nan))
-        mode = current.options.mode
+        variant = current.options.mode  # the variant that runs just the alias's pinned mode
         for row in board.rows:
-            if row.index == current.index and row.mode == mode and not math.isnan(row.value(metric)):
+            if row.index == current.index and row.variant == variant and not math.isnan(row.value(metric)):
                 current_value = row.value(metric)
     blocked = (
         winner is not None
         and not math.isnan(current_value)
-        and current_value - winner_value > serve.max_regression
+        and current_value - winner_value > policy.max_regression
     )
     return Decision(winner, metric, winner_value, current, current_value, over, blocked)
 
 
 def promote(
-    store: Store, collection: str, index_names: Sequence[IndexName], serve: ServeConfig
+    store: Store, collection: str, index_names: Sequence[IndexName], policy: PromotionPolicy
 ) -> StepReport:
     """Point `serve.alias` at the leaderboard's winner unless nothing fits the budget or it regresses."""
     board = leaderboard(latest_reports(store, list(index_names)))
-    current = aliases.get_alias(store, serve.alias)
-    decision = decide(board, serve, current)
-    report = StepReport(metadata={"alias": serve.alias, "metric": decision.metric, "collection": collection})
+    current = aliases.get_alias(store, policy.alias)
+    decision = decide(board, policy, current)
+    report = StepReport(metadata={"alias": policy.alias, "metric": decision.metric, "collection": collection})
     if decision.over_budget:
         report.markdown["over_budget"] = "\n".join(
             f"- `{name}`: {why}" for name, why in sorted(decision.over_budget.items())
@@ -100,22 +99,25 @@ def promote(
     promoted = None
     winner = decision.winner
     if winner is None:
-        report.warnings.append(f"promotion: no (config, mode) of {collection!r} is within the budget")
+        report.warnings.append(f"promotion: no (config, variant) of {collection!r} is within the budget")
     elif not decision.blocked:
-        target = (IndexName.parse(winner.index), SearchOptions(mode=winner.mode))
+        # the options the winning variant was evaluated with (`served`: none, so the index's defaults)
+        config = (store.indexes.info(winner.index) or {}).get("config") or {}
+        options = variant_options(winner.variant, configured_reranker(config.get("rerank")))
+        target = (IndexName.parse(winner.index), aliases.pinned_options(options))
         unchanged = (
             current is not None
             and (current.index, current.options) == target
             and current.current_version == current.pinned_version
         )
         promoted = current if unchanged else aliases.set_alias(
-            store, serve.alias, winner.index, target[1], note=f"promoted: {decision.metric}",
-            scores={decision.metric: decision.winner_value}, keep=serve.keep
+            store, policy.alias, winner.index, target[1], note=f"promoted: {decision.metric}",
+            scores={decision.metric: decision.winner_value}, keep=policy.keep
         )  # fmt: skip
     report.metadata.update(
         {
             "promoted": promoted is not None,
-            "winner": f"{winner.index} {winner.mode}" if winner else "",
+            "winner": f"{winner.index} {winner.variant}" if winner else "",
             "winner_value": decision.winner_value,
             "current": f"{current.index} {current.options.mode}" if current else "",
             "current_value": decision.current_value,
@@ -131,7 +133,7 @@ def promote(
                 "metric": decision.metric,
                 "winner": decision.winner_value,
                 "current": decision.current_value,
-                "max_regression": serve.max_regression,
+                "max_regression": policy.max_regression,
             },
         )
     )

@@ -23,23 +23,23 @@ from retrieval.selfcheck import DatabaseSelfCheckError
 from retrieval.store import Store
 
 log = logging.getLogger("chunkyard.service")
-# The per-mode metric means `/v1/indexes` shows by default (`?full=true` gives the whole report).
+# The per-variant metric means `/v1/indexes` shows by default (`?full=true` gives the whole report).
 HEADLINE_METRICS = ("hit_at_{k}", "mrr_at_{k}", "recall_at_{k}", "precision_at_{k}", "iou_at_{k}")
 
 
 def headline(report: dict[str, Any] | None) -> dict[str, float]:
-    """`{mode}/{metric}` means of the headline metrics in a stored evaluation report dict."""
+    """`{variant}/{metric}` means of the headline metrics in a stored evaluation report dict."""
     if not isinstance(report, dict):
         return {}
     k = report.get("k", 5)
     names = [template.format(k=k) for template in HEADLINE_METRICS]
     out: dict[str, float] = {}
-    for mode, summary in (report.get("summaries") or {}).items():
+    for variant, summary in (report.get("summaries") or {}).items():
         overall = (summary or {}).get("overall") or {}
         for name in names:
             mean = (overall.get(name) or {}).get("mean")
             if isinstance(mean, int | float):
-                out[f"{mode}/{name}"] = round(float(mean), 4)
+                out[f"{variant}/{name}"] = round(float(mean), 4)
     return out
 
 

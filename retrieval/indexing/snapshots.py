@@ -90,7 +90,7 @@ def drop_unreferenced(conn: Connection, snapshots: Iterable[str]) -> list[IndexN
         snapshot = IndexName.parse(name)
         frozen = snapshot.snapshot_of
         if frozen is None:
-            continue  # a live index belongs to its collection's config, never to an alias
+            continue  # a live index belongs to its collection, never to an alias
         _lock(conn, snapshot)
         pinned = conn.execute(
             "SELECT 1 FROM alias_targets WHERE index_name = %s AND index_version = %s LIMIT 1", frozen
