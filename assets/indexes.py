@@ -36,6 +36,7 @@ from retrieval.config import IndexConfig, IndexSpec
 # embedding work is split into n `embeddings_part<k>` assets that fill the embedding cache at once on
 # any workers (retrieval.indexing.embed_shards); `embeddings` then stages the cached vectors.
 SHARDS_ENV = "CHUNKYARD_EMBED_SHARDS"
+CELERY_PRIORITY_TAG = "dagster-celery/priority"  # dagster-celery's step priority (its default is 5)
 
 
 def part_kinds() -> list[str]:
@@ -164,7 +165,9 @@ def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
             embed(postgres.store(), spec, embedder.for_config(config), progress, owner=context.run.run_id),
         )
 
-    @asset(**step_options(spec, "bm25"), kinds={"python", "postgres"})
+    # below the embedding parts' default priority: on Celery the parts are sent first, so two workers
+    # start them at once and bm25 follows one of them (sent first, it delayed a part by its own time)
+    @asset(**step_options(spec, "bm25"), kinds={"python", "postgres"}, op_tags={CELERY_PRIORITY_TAG: "4"})
     def bm25(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
         from pipeline.steps.bm25 import index_terms
 

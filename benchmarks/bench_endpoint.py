@@ -49,11 +49,12 @@ def corpus(chunks: int, seed: int = 7) -> list[Document]:
     ]
 
 
-def fake_server(latency: float, model: str) -> tuple[subprocess.Popen, str]:
-    """The fake server in a process of its own (its JSON work does not share this process's GIL)."""
+def fake_server(latency: float, model: str, port: int = 0) -> tuple[subprocess.Popen, str]:
+    """The fake server in a process of its own (its JSON work does not share this process's GIL), on
+    `port` (0: any free one)."""
     server = subprocess.Popen(
         [sys.executable, "-m", "tests.fake_embedding_server", "--dim", "384", "--model", model]
-        + ["--delay", str(latency)],
+        + ["--delay", str(latency), "--port", str(port)],
         stdout=subprocess.PIPE,
         text=True,
         cwd=REPO_ROOT,

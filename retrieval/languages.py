@@ -63,9 +63,9 @@ def _py3langid() -> Any:
     global _identifier
     with _identifier_lock:
         if _identifier is None:
-            from py3langid.langid import MODEL_FILE, LanguageIdentifier
+            from retrieval.language_identifier import load_identifier
 
-            _identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+            _identifier = load_identifier()
     return _identifier
 
 

@@ -50,6 +50,7 @@ class FakeEmbeddingServer:
     authorizations: list[str] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
+    port: int = 0  # 0: any free port
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -76,7 +77,7 @@ class FakeEmbeddingServer:
 
     def __enter__(self) -> FakeEmbeddingServer:
         handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True, name="fake-embeddings").start()
         return self
@@ -176,8 +177,9 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=32)
     parser.add_argument("--model", default="fake-embed")
     parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--port", type=int, default=0, help="0: any free port")
     args = parser.parse_args()
-    with FakeEmbeddingServer(dim=args.dim, model=args.model, delay=args.delay) as server:
+    with FakeEmbeddingServer(dim=args.dim, model=args.model, delay=args.delay, port=args.port) as server:
         print(server.url, flush=True)
         threading.Event().wait()
 

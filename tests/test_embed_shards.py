@@ -192,3 +192,26 @@ def test_dagster_runs_the_shards_as_assets_before_embeddings(tmp_path, monkeypat
         cost = store.evaluations.latest(f"{collection}/token-48")["cost"]  # the parts' usage adds up
         assert cost["endpoint_requests"] == sum(p["endpoint_requests"] for p in parts) > 0
     store.indexes.drop(f"{collection}/token-48")
+
+
+def test_celery_sends_the_embedding_parts_before_bm25(monkeypatch) -> None:
+    """dagster-celery sends ready steps in order of their priority tag (highest first, default 5): the
+    parts go out before bm25, so two idle workers start both parts and bm25 follows one of them."""
+    from dagster_celery.defaults import task_default_priority
+
+    from assets.indexes import CELERY_PRIORITY_TAG, build_index_assets
+
+    monkeypatch.setenv("CHUNKYARD_EMBED_SHARDS", "2")
+    remote = {"backend": "openai", "url": "http://127.0.0.1:9/v1", "model": "m"}
+    assets = build_index_assets(
+        IndexSpec(
+            "c",
+            IndexConfig(name="priority", chunker={"strategy": "token", "size": 48}, embedder=remote),
+        )
+    )
+    priority = {
+        a.key.path[-1]: int(a.op.tags.get(CELERY_PRIORITY_TAG, task_default_priority)) for a in assets
+    }
+    # bm25 first: with equal priorities the order stays as sent (bench_scale saw bm25 go first)
+    ready = ["bm25", "embeddings_part0", "embeddings_part1"]
+    assert sorted(ready, key=lambda kind: -priority[kind]) == ["embeddings_part0", "embeddings_part1", "bm25"]
