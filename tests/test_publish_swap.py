@@ -146,18 +146,24 @@ def test_a_swapped_full_build_equals_the_in_place_one_and_later_publishes_work_o
     assert [r.doc_id for r in results] == ["d03.md"]
 
 
-def test_a_failure_before_the_swap_leaves_the_old_version_as_it_was(store, embedder, monkeypatch) -> None:
-    spec = make_spec()
-    build(store, embedder, spec, corpus("alpha"), "1", monkeypatch)
-    before = published(store, spec.name)
-    schema = schema_of(store, spec.name)
-
+def stage_rebuild(store, embedder, spec):
+    """Stage a full rebuild of `spec` (another analyzer) over the "beta" corpus; its spec."""
     rebuilt = make_spec(collection=spec.collection, name=spec.config.name, bm25={"analyzer": "english"})
     store.documents.sync(spec.collection, corpus("beta"), [])
     chunker = ParagraphChunker(rebuilt.config.config_hash, vector_for=vector_for)
     indexing.stage_chunks(store, rebuilt, chunker=chunker)
     indexing.stage_embeddings(store, rebuilt, embedder)
     indexing.stage_bm25(store, rebuilt)
+    return rebuilt
+
+
+def test_a_failure_before_the_swap_leaves_the_old_version_as_it_was(store, embedder, monkeypatch) -> None:
+    spec = make_spec()
+    build(store, embedder, spec, corpus("alpha"), "1", monkeypatch)
+    before = published(store, spec.name)
+    schema = schema_of(store, spec.name)
+
+    rebuilt = stage_rebuild(store, embedder, spec)
     with store.connection() as conn:  # a duplicated posting: the new partition's primary key fails
         # (of the rarest term: its document frequency stays valid, so only the postings' build fails)
         conn.execute(
@@ -193,12 +199,7 @@ def test_a_failure_after_the_postings_were_built_drops_them_and_keeps_the_old_ve
     spec = make_spec()
     build(store, embedder, spec, corpus("alpha"), "1", monkeypatch)
     before, schema = published(store, spec.name), schema_of(store, spec.name)
-    rebuilt = make_spec(collection=spec.collection, name=spec.config.name, bm25={"analyzer": "english"})
-    store.documents.sync(spec.collection, corpus("beta"), [])
-    chunker = ParagraphChunker(rebuilt.config.config_hash, vector_for=vector_for)
-    indexing.stage_chunks(store, rebuilt, chunker=chunker)
-    indexing.stage_embeddings(store, rebuilt, embedder)
-    indexing.stage_bm25(store, rebuilt)
+    rebuilt = stage_rebuild(store, embedder, spec)
     with store.connection() as conn:
         conn.execute(
             "CREATE FUNCTION fail_version_bump() RETURNS trigger LANGUAGE plpgsql AS"
