@@ -108,8 +108,8 @@ def scores(values: dict[str, float]) -> str:
 def suggestion(collection: str, best: tuple[str | None, str | None] | None) -> str:
     """What to type next after `chunkyard index`: the leaderboard's best (index, variant) when there is
     one, else the collection's first index config."""
-    from evaluation.runner import SERVED_VARIANT, parse_variant
-    from retrieval.config import load_collections
+    from evaluation.runner import SERVED_VARIANT, configured_reranker, parse_variant
+    from retrieval.config import load_collections, load_index_configs
     from retrieval.options import DEFAULT_MODE
 
     index, variant = best or (None, None)
@@ -120,7 +120,8 @@ def suggestion(collection: str, best: tuple[str | None, str | None] | None) -> s
         return ""
     flags = ""
     if variant and variant != SERVED_VARIANT:  # served: what a search naming no option runs
-        mode, reranker = parse_variant(variant, None)
+        config = load_index_configs().get(index.split("/", 1)[1])  # `+rerank` ran the config's reranker
+        mode, reranker = parse_variant(variant, configured_reranker(config.rerank) if config else None)
         flags = (f" --mode {mode}" if mode != DEFAULT_MODE else "") + (
             f" --rerank {reranker}" if reranker else ""
         )

@@ -209,3 +209,18 @@ def test_the_suggested_search_runs_the_leaderboards_best_variant() -> None:
     assert suggestion("mine", ("mine/a", "hybrid+rerank")).endswith(
         f"--index mine/a --mode hybrid --rerank maxsim {best}"
     )
+
+
+def test_the_suggested_rerank_is_the_one_the_index_config_names(tmp_path, monkeypatch) -> None:
+    """`<mode>+rerank` ran the index config's reranker, so the suggestion names that one, not maxsim."""
+    from orchestration.cli_search import suggestion
+
+    (tmp_path / "indexes.yaml").write_text(
+        "indexes:\n  a:\n    chunker: {strategy: token, size: 64}\n"
+        "    rerank: {model: 'cross-encoder:/models/ms-marco'}\n"
+    )
+    (tmp_path / "collections.yaml").write_text("collections:\n  mine: {folders: [docs], indexes: [a]}\n")
+    monkeypatch.setenv("CHUNKYARD_CONFIGS", str(tmp_path))
+    assert suggestion("mine", ("mine/a", "dense+rerank")).endswith(
+        "--index mine/a --mode dense --rerank cross-encoder:/models/ms-marco (the leaderboard's best)"
+    )
