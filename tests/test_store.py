@@ -127,3 +127,25 @@ def test_embedded_server_takes_the_shared_buffers_asked_for(
     monkeypatch.setenv("CHUNKYARD_PG_SHARED_BUFFERS", "lots")
     with pytest.raises(ValueError, match="CHUNKYARD_PG_SHARED_BUFFERS"):
         embedded_database_url(tmp_path / "pg-buffers-bad")
+
+
+def test_embedded_server_takes_the_wal_level_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CHUNKYARD_PG_WAL_LEVEL=minimal restarts the embedded server once with it (and no WAL senders),
+    together with the shared_buffers asked for; a level Postgres has not is refused."""
+    import psycopg
+
+    from retrieval.db import embedded_database_url
+
+    monkeypatch.setenv("CHUNKYARD_PG_WAL_LEVEL", "minimal")
+    monkeypatch.setenv("CHUNKYARD_PG_SHARED_BUFFERS", "160MB")
+    url = embedded_database_url(tmp_path / "pg-wal")
+    with psycopg.connect(url) as conn:
+        shown = [conn.execute(f"SHOW {name}").fetchone()[0] for name in ("wal_level", "max_wal_senders")]
+        assert shown == ["minimal", "0"]
+        assert conn.execute("SHOW shared_buffers").fetchone()[0] == "160MB"
+
+    monkeypatch.setenv("CHUNKYARD_PG_WAL_LEVEL", "archive")
+    with pytest.raises(ValueError, match="CHUNKYARD_PG_WAL_LEVEL"):
+        embedded_database_url(tmp_path / "pg-wal-bad")
