@@ -27,7 +27,11 @@ def own_pg(tmp_path_factory: pytest.TempPathFactory):
 
     folder = tmp_path_factory.mktemp("outage_pg")
     url = embedded_database_url(folder)
-    return folder, url, _servers[str(folder.resolve())]
+    server = _servers[str(folder.resolve())]
+    yield folder, url, server
+    # the service restarted this server itself, so no exit hook knows the running postmaster: stop it
+    if _postmaster_pid(server) is not None:
+        _pg_ctl(server, "stop", "-m", "fast")
 
 
 def _pg_ctl(server, *args: str) -> None:
