@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
@@ -14,7 +13,12 @@ from retrieval.config import IndexConfig, IndexSpec
 from retrieval.query import Searcher
 from retrieval.store import Store
 from retrieval.store.vectors import as_array
-from tests.test_indexing_support import ParagraphChunker, make_spec, random_unit_vector_for
+from tests.test_indexing_support import (
+    ParagraphChunker,
+    make_spec,
+    publish_under_readers,
+    random_unit_vector_for,
+)
 
 DOCS = {
     "guide.md": "# Guide\n\nchunkyard turns folders into indexes.\n\nEach index has its own HNSW graph.",
@@ -199,34 +203,10 @@ def test_readers_see_the_old_or_the_new_index_never_a_mix(store, embedder) -> No
     indexing.stage_embeddings(store, spec, embedder)
     indexing.stage_bm25(store, spec)
 
-    searcher = Searcher(store, embedder)
-    observations: list[tuple[set[str], int, int]] = []
-    errors: list[BaseException] = []
-    stop = threading.Event()
-
-    def reader() -> None:
-        try:
-            while not stop.is_set():
-                results = searcher.search("generation document paragraph", spec.name, k=400, mode="hybrid")
-                generations = {r.text.split()[1] for r in results}
-                observations.append((generations, len(results), results[0].index_version))
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-
-    thread = threading.Thread(target=reader)
-    thread.start()
-    time.sleep(0.3)
-    report = indexing.publish(store, spec)
-    time.sleep(0.3)
-    stop.set()
-    thread.join(timeout=30)
-    assert not errors, errors
+    report = publish_under_readers(
+        Searcher(store, embedder), spec.name, lambda: indexing.publish(store, spec)
+    )
     assert report.version == 2 and report.chunks_inserted == report.chunks_deleted == n_docs * n_paragraphs
-    assert all(len(gens) == 1 and count == 400 for gens, count, _ in observations), observations
-    seen = [(next(iter(gens)), version) for gens, _, version in observations]
-    assert ("alpha", 1) in seen and ("beta", 2) in seen
-    first_beta = next(i for i, (gen, _) in enumerate(seen) if gen == "beta")
-    assert all(gen == "beta" for gen, _ in seen[first_beta:])  # never back to the old version
 
 
 def test_memory_bm25_reloads_when_the_version_moves(store, embedder) -> None:

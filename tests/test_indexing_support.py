@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable
 
@@ -81,3 +83,38 @@ def hash_text(text: str) -> int:
     import hashlib
 
     return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little")
+
+
+def publish_under_readers(searcher, index_name: str, publish: Callable[[], object]) -> object:
+    """Run `publish()` while a thread searches `index_name` (hybrid, k=400) without pause; assert every
+    answer held 400 chunks of one generation, that both versions were seen and that, once the new
+    version ("beta", 2) showed, the old one never came back. The publish's report."""
+    observations: list[tuple[set[str], int, int]] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                results = searcher.search("generation document paragraph", index_name, k=400, mode="hybrid")
+                generations = {r.text.split()[1] for r in results}
+                observations.append((generations, len(results), results[0].index_version))
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    time.sleep(0.3)
+    try:
+        report = publish()
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not errors, errors
+    assert all(len(gens) == 1 and count == 400 for gens, count, _ in observations), observations
+    seen = [(next(iter(gens)), version) for gens, _, version in observations]
+    assert ("alpha", 1) in seen and ("beta", 2) in seen
+    first_beta = next(i for i, (gen, _) in enumerate(seen) if gen == "beta")
+    assert all(gen == "beta" for gen, _ in seen[first_beta:])  # never back to the old version
+    return report

@@ -16,7 +16,12 @@ from retrieval.query import Searcher
 from retrieval.query.handles import IndexHandles
 from retrieval.store import Store
 from retrieval.store.partitions import partition_names
-from tests.test_indexing_support import ParagraphChunker, make_spec, random_unit_vector_for
+from tests.test_indexing_support import (
+    ParagraphChunker,
+    make_spec,
+    publish_under_readers,
+    random_unit_vector_for,
+)
 
 IN_PLACE = "1000000000"  # a swap threshold no test build reaches
 vector_for = random_unit_vector_for(seed_salt="swap")
@@ -271,32 +276,7 @@ def test_readers_see_the_old_or_the_new_version_across_a_swap(store, embedder, m
     indexing.stage_embeddings(store, rebuilt, embedder)
     indexing.stage_bm25(store, rebuilt)
 
-    searcher = Searcher(store, embedder)
-    observations: list[tuple[set[str], int, int]] = []
-    errors: list[BaseException] = []
-    stop = threading.Event()
-
-    def reader() -> None:
-        try:
-            while not stop.is_set():
-                results = searcher.search("generation document paragraph", spec.name, k=400, mode="hybrid")
-                observations.append(
-                    ({r.text.split()[1] for r in results}, len(results), results[0].index_version)
-                )
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-
-    thread = threading.Thread(target=reader)
-    thread.start()
-    time.sleep(0.3)
-    report = indexing.publish(store, rebuilt)
-    time.sleep(0.3)
-    stop.set()
-    thread.join(timeout=30)
-    assert not errors, errors
+    report = publish_under_readers(
+        Searcher(store, embedder), spec.name, lambda: indexing.publish(store, rebuilt)
+    )
     assert report.version == 2 and report.chunks_inserted == report.chunks_deleted == 400
-    assert all(len(gens) == 1 and count == 400 for gens, count, _ in observations), observations
-    seen = [(next(iter(gens)), version) for gens, _, version in observations]
-    assert ("alpha", 1) in seen and ("beta", 2) in seen
-    first_beta = next(i for i, (gen, _) in enumerate(seen) if gen == "beta")
-    assert all(gen == "beta" for gen, _ in seen[first_beta:])
