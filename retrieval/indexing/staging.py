@@ -16,6 +16,7 @@ from psycopg.types.json import Jsonb
 
 from retrieval.indexing.stage_reports import IndexingError
 from retrieval.migrations import STAGING_TABLES
+from retrieval.store.partitions import drop_next_tables
 
 
 def merge_stage_report(conn: Connection, index_name: str, values: dict[str, Any]) -> None:
@@ -39,7 +40,10 @@ def analyze_staged(conn: Connection, rows_staged: int, *tables: str) -> None:
 
 
 def clear_staging(conn: Connection, index_name: str, tables: tuple[str, ...] | None = None) -> None:
-    """Empty the index's staging area (all of it unless `tables` names some), in one round trip."""
+    """Empty the index's staging area (all of it, postings prepared for a swap included, unless `tables`
+    names some), in one round trip."""
+    if tables is None:
+        drop_next_tables(conn, index_name)
     with conn.pipeline():
         for table in tables or STAGING_TABLES:
             conn.execute(

@@ -29,6 +29,13 @@ def next_name(live: str) -> str:
     return f"{live}_next"
 
 
+def drop_next_tables(conn: psycopg.Connection, index_name: str) -> None:
+    """Drop the tables a full build makes beside the live partitions (a killed build's, or postings
+    prepared for a swap that will not come)."""
+    for part in (partition_names(index_name)["chunks"], partition_names(index_name)["postings"]):
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(next_name(part))))
+
+
 def create_partitions(conn: psycopg.Connection, index_name: str) -> None:
     """The index's chunk and postings partitions (list partitions keyed on its name), if absent."""
     parts = partition_names(index_name)
@@ -43,9 +50,9 @@ def create_partitions(conn: psycopg.Connection, index_name: str) -> None:
 def drop_index_in(conn: psycopg.Connection, index_name: str) -> None:
     """`Indexes.drop` inside the caller's transaction (alias snapshots drop with their last target)."""
     parts = partition_names(index_name)
-    for part in (parts["chunks"], parts["postings"]):  # with any table a killed full build left beside it
-        for table in (part, next_name(part)):
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+    drop_next_tables(conn, index_name)
+    for part in (parts["chunks"], parts["postings"]):
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(part)))
     for table in ("bm25_terms", "bm25_stats", "index_documents", *STAGING_TABLES):
         conn.execute(
             sql.SQL("DELETE FROM {} WHERE index_name = %s").format(sql.Identifier(table)), (index_name,)
