@@ -22,13 +22,7 @@ from retrieval.indexing.staging import (
     insert_staged_chunks,
     insert_staged_postings,
 )
-from retrieval.indexing.swap import (
-    NextPostings,
-    build_next,
-    clear_staging_for_swap,
-    swap_in,
-    swap_min_chunks,
-)
+from retrieval.indexing.swap import POSTINGS_PREPARED, build_next, clear_staging_for_swap, swap_in
 from retrieval.languages import published_config
 from retrieval.migrations import STAGING_TABLES
 from retrieval.store import Store
@@ -69,12 +63,7 @@ def publish(
         postgres_version=features.postgres_version,
         pgvector_version=features.pgvector_version,
     )
-    # next_postings: a swap's postings, built on a second connection; dropped if the publish fails
-    with (
-        store.connection() as conn,
-        NextPostings(store.connection, index_name) as next_postings,
-        conn.transaction(),
-    ):
+    with store.connection() as conn, conn.transaction():
         row = conn.execute(
             "SELECT version, dim FROM indexes WHERE name = %s FOR UPDATE", (index_name,)
         ).fetchone()
@@ -156,10 +145,14 @@ def publish(
             "SELECT n_docs, total_length FROM bm25_stats WHERE index_name = %s", (index_name,)
         ).fetchone()
 
-        swapping = report.full_rebuild and int(staged_chunks) >= swap_min_chunks()
-        if swapping:  # a large full build: new partitions beside the live ones, swapped in at the end
+        # a large full build (the BM25 stage decided, and prepared its postings): new partitions beside
+        # the live ones, swapped in at the end
+        swapping = bool(report.staged.get(POSTINGS_PREPARED))
+        if swapping and not report.full_rebuild:
+            raise IndexingError(f"publish: {index_name!r} is no longer a full build; re-run stage_bm25")
+        if swapping:
             old = int(sizes[0]) if sizes else None
-            build = build_next(conn, index_name, int(new_dim), storage, old, next_postings)
+            build = build_next(conn, index_name, int(new_dim), storage, old)
             report.chunks_deleted, report.chunks_inserted, stats = build.deleted, build.inserted, build.stats
             if build.hnsw_seconds is not None:
                 report.hnsw_built, report.hnsw_seconds = True, build.hnsw_seconds
@@ -265,7 +258,7 @@ def _apply_in_place(
         insert_staged_postings(conn, parts["postings"], index_name)
         conn.execute(
             "INSERT INTO bm25_terms (index_name, term, df)"
-            " SELECT index_name, term, count(*) FROM staged_bm25 WHERE index_name = %s GROUP BY index_name, term"
+            " SELECT index_name, term, df FROM staged_bm25_terms WHERE index_name = %s"
             " ON CONFLICT (index_name, term) DO UPDATE SET df = bm25_terms.df + excluded.df",
             (index_name,),
         )

@@ -81,6 +81,7 @@ class Bm25StageReport:
     chunks_analyzed: int = 0
     postings_staged: int = 0
     distinct_terms_staged: int = 0
+    postings_keys_seconds: float = 0.0  # a swap's postings keyed in this stage (retrieval.indexing.swap)
     seconds: float = 0.0
     bm25_stage_seconds: float = 0.0
 

@@ -2,24 +2,21 @@
 
 Moving a million staged rows into the live partition row by row (`publishing._apply_in_place`) deletes
 every old row and keeps the partition's B-trees up to date one row at a time. A first build or a full
-rebuild of at least `swap_min_chunks()` chunks instead loads two new tables with no index, builds
-their keys and the HNSW graph once the rows are in (by sort), and at the end of the publish
-transaction drops the old partitions and attaches the new ones under the same names. Readers keep
-the old version until the publish commits (see `retrieval.read_lock` for REPEATABLE READ readers),
-and a failure before the commit leaves the old version as it was, new tables included. The chunks
-and their graph are built in the publish's transaction; the postings, independent of them until the
-swap, are built meanwhile on a second connection (`NextPostings`). Incremental publishes keep the
-in-place path.
+rebuild of at least `swap_min_chunks()` chunks instead fills new tables with no index, builds their
+keys once the rows are in (by sort), and at the end of the publish transaction drops the old
+partitions and attaches the new ones under the same names. The postings, which need nothing the
+embeddings make, are prepared by the BM25 stage (`create_next_postings`, `index_next_postings`): its
+transaction commits them, keyed and analyzed, as a table no reader knows of, so the publish builds
+only the chunk rows and their graph. Readers keep the old version until the publish commits (see
+`retrieval.read_lock` for REPEATABLE READ readers), and a failed publish leaves the old version as it
+was and the staging, prepared postings included, ready for a retry. Re-staging the index drops them
+(`staging.clear_staging`). Incremental publishes keep the in-place path.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
-from types import TracebackType
 
 import psycopg
 from psycopg import Connection, sql
@@ -27,7 +24,8 @@ from psycopg import Connection, sql
 from chunking.environment import env_int
 from retrieval.bm25 import CorpusStats, refresh_stats
 from retrieval.indexing.hnsw import create_hnsw, has_graph, maintenance_work_mem
-from retrieval.indexing.staging import insert_staged_chunks, insert_staged_postings
+from retrieval.indexing.stage_reports import IndexingError
+from retrieval.indexing.staging import insert_staged_chunks
 from retrieval.migrations import STAGING_TABLES
 from retrieval.store.partitions import next_name, partition_names
 
@@ -61,12 +59,24 @@ _TABLES = (
 )
 
 
-Connect = Callable[[], AbstractContextManager[Connection]]
+# the BM25 stage's report says it prepared the postings for a swap (the publish swaps exactly then)
+POSTINGS_PREPARED = "postings_prepared_for_swap"
 
 
 def swap_min_chunks() -> int:
     """The smallest full build published by a swap (CHUNKYARD_PUBLISH_SWAP_MIN_CHUNKS)."""
     return int(env_int(SWAP_MIN_CHUNKS_ENV, SWAP_MIN_CHUNKS))
+
+
+def swaps(conn: Connection, index_name: str, full_rebuild: bool, staged_chunks: int) -> bool:
+    """Whether the staged build is published by a swap: a full build (a rebuild or the index's first
+    version) of at least `swap_min_chunks()` chunks. Decided once, by the BM25 stage."""
+    if staged_chunks < swap_min_chunks():
+        return False
+    if full_rebuild:
+        return True
+    row = conn.execute("SELECT version FROM indexes WHERE name = %s", (index_name,)).fetchone()
+    return row is not None and int(row[0]) == 0
 
 
 @dataclass
@@ -80,44 +90,28 @@ class SwapBuild:
 
 
 def build_next(
-    conn: Connection,
-    index_name: str,
-    dim: int,
-    storage: str,
-    old_chunks: int | None,
-    postings: NextPostings,
+    conn: Connection, index_name: str, dim: int, storage: str, old_chunks: int | None
 ) -> SwapBuild:
-    """The new version's partitions, beside the live ones, with the index's BM25 terms, documents and
-    statistics replaced (caller's transaction, which also swaps them in: `swap_in`).
+    """The new version's chunks partition and graph, beside the live one, with the index's BM25 terms,
+    documents and statistics replaced (caller's transaction, which also swaps them in: `swap_in`).
 
-    `old_chunks` is the live version's size from its BM25 statistics (None: counted). `postings` builds
-    the new postings partition on its own connection meanwhile; this waits for it before returning.
+    `old_chunks` is the live version's size from its BM25 statistics (None: counted). The postings
+    partition must have been prepared by the BM25 stage.
     """
     parts = partition_names(index_name)
+    postings_next = next_name(parts["postings"])
+    if conn.execute("SELECT to_regclass(%s)", (postings_next,)).fetchone()[0] is None:
+        raise IndexingError(
+            f"publish: the postings stage_bm25 prepared for {index_name!r} are gone; re-run stage_bm25"
+        )
+    # held to the commit: re-staging the index (which drops them) waits for this publish
+    conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(postings_next)))
     if old_chunks is None:
         old_chunks = int(
             conn.execute(
                 sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(parts["chunks"]))
             ).fetchone()[0]
         )
-    postings.start(conn)
-    try:
-        build = _build_chunks_next(conn, index_name, dim, storage, int(old_chunks), postings)
-    except psycopg.Error as exc:
-        cause = postings.stop()
-        if cause is not None:  # the postings' build failed first (and cancelled this one): the cause
-            raise cause from exc
-        raise
-    postings.wait()
-    return build
-
-
-def _build_chunks_next(
-    conn: Connection, index_name: str, dim: int, storage: str, old_chunks: int, postings: NextPostings
-) -> SwapBuild:
-    """`build_next`'s part in the publish transaction: the chunks' table, keys and graph, the terms'
-    document frequencies, the documents and the statistics."""
-    parts = partition_names(index_name)
     chunks_next = next_name(parts["chunks"])
     _create_next(conn, index_name, "chunks")
     # the same rows, in the same order, as the in-place path inserts
@@ -126,7 +120,7 @@ def _build_chunks_next(
     conn.execute("DELETE FROM bm25_terms WHERE index_name = %s", (index_name,))
     conn.execute(
         "INSERT INTO bm25_terms (index_name, term, df)"
-        " SELECT index_name, term, count(*) FROM staged_bm25 WHERE index_name = %s GROUP BY index_name, term",
+        " SELECT index_name, term, df FROM staged_bm25_terms WHERE index_name = %s",
         (index_name,),
     )
     conn.execute("DELETE FROM index_documents WHERE index_name = %s", (index_name,))
@@ -136,13 +130,27 @@ def _build_chunks_next(
         (index_name,),
     )
     stats = refresh_stats(conn, index_name, chunks_next, (int(inserted), int(inserted_length)))
-    build = SwapBuild(inserted=int(inserted), deleted=old_chunks, stats=stats)
-    postings.check()  # a failed postings build stops the publish before its longest step
+    build = SwapBuild(inserted=int(inserted), deleted=int(old_chunks), stats=stats)
     if stats.n_docs > 0 and has_graph(dim, storage):
         started = time.perf_counter()
         create_hnsw(conn, index_name, dim, storage, table=chunks_next, name=next_name(parts["hnsw"]))
         build.hnsw_seconds = round(time.perf_counter() - started, 3)
     return build
+
+
+def create_next_postings(conn: Connection, index_name: str) -> str:
+    """An empty table for the next version's postings beside the live partition (the BM25 stage's
+    transaction, which fills it and then calls `index_next_postings`); returns its name."""
+    _create_next(conn, index_name, "postings")
+    return next_name(partition_names(index_name)["postings"])
+
+
+def index_next_postings(conn: Connection, index_name: str) -> None:
+    """The filled next postings table's keys, by sort, and its planner statistics (which stay with the
+    table when the publish attaches it)."""
+    _build_keys(conn, index_name, "postings")
+    part = next_name(partition_names(index_name)["postings"])
+    conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(part)))
 
 
 def _create_next(conn: Connection, index_name: str, kind: str) -> None:
@@ -179,96 +187,6 @@ def _build_keys(conn: Connection, index_name: str, kind: str) -> None:
             )
         else:
             conn.execute(sql.SQL("CREATE INDEX {} ON {} ({})").format(name, table, listed))
-
-
-class NextPostings:
-    """The new postings partition, loaded, indexed and analyzed on a second connection in a transaction
-    of its own, while the publish transaction builds the chunks and their graph.
-
-    Its transaction commits a table no reader knows of (`<postings partition>_next`, attached by the
-    publish's `swap_in`), since the publish's transaction cannot see another's uncommitted table.
-    Leaving the `with` block after a failure stops the build and drops that table, so the old version
-    is all that remains; a table left by a killed process is dropped by the index's next swap build or
-    by dropping the index. Either side's failure stops the other: this build's cancels the publish's
-    statement, and the publish's cancels this build. While both run, each index build may use
-    `maintenance_work_mem`.
-    """
-
-    def __init__(self, connect: Connect, index_name: str) -> None:
-        self._connect = connect
-        self._index_name = index_name
-        self._thread: threading.Thread | None = None
-        self._side: Connection | None = None
-        self._error: BaseException | None = None
-        self._committed = False
-        self.seconds: float | None = None
-
-    def start(self, main: Connection) -> None:
-        """Start the build; a failure cancels `main`'s running statement."""
-        self._thread = threading.Thread(target=self._run, args=(main,), name="next-postings", daemon=True)
-        self._thread.start()
-
-    def _run(self, main: Connection) -> None:
-        started = time.perf_counter()
-        try:
-            with self._connect() as side:
-                self._side = side
-                try:
-                    with side.transaction():
-                        _create_next(side, self._index_name, "postings")
-                        insert_staged_postings(
-                            side, next_name(partition_names(self._index_name)["postings"]), self._index_name
-                        )
-                        _build_keys(side, self._index_name, "postings")
-                        # planner statistics before the swap: they stay with the table when it is attached
-                        part = next_name(partition_names(self._index_name)["postings"])
-                        side.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(part)))
-                    self._committed = True
-                finally:
-                    self._side = None
-        except BaseException as exc:  # re-raised by wait() in the publish's thread
-            self._error = exc
-            main.cancel_safe()
-        self.seconds = round(time.perf_counter() - started, 3)
-
-    def stop(self) -> BaseException | None:
-        """Cancel the build if it still runs and wait for it; its own error, if it failed by itself."""
-        if self._thread is not None and self._thread.is_alive():
-            side = self._side
-            if side is not None:
-                side.cancel_safe()
-            self._thread.join()
-        if isinstance(self._error, psycopg.errors.QueryCanceled):
-            return None  # cancelled by the publish
-        return self._error
-
-    def check(self) -> None:
-        """Raise the build's error if it has already failed."""
-        if self._error is not None:
-            raise self._error
-
-    def wait(self) -> None:
-        """Wait for the build to finish; raise its error."""
-        if self._thread is not None:
-            self._thread.join()
-        self.check()
-
-    def __enter__(self) -> NextPostings:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._thread is None:
-            return
-        self.stop()  # the publish failed first: the build is of no use
-        if exc is not None and self._committed:
-            part = next_name(partition_names(self._index_name)["postings"])
-            with (
-                suppress(psycopg.Error),
-                self._connect() as conn,
-            ):  # the publish's own error is the one to see
-                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(part)))
 
 
 def clear_staging_for_swap(conn: Connection, index_name: str) -> None:

@@ -6,11 +6,15 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from psycopg import sql
+
 from retrieval.config import IndexSpec
 from retrieval.indexing.stage_reports import Bm25StageReport, IndexingError
 from retrieval.indexing.staging import analyze_staged, clear_staging, merge_stage_report, staged_run
+from retrieval.indexing.swap import POSTINGS_PREPARED, create_next_postings, index_next_postings, swaps
 from retrieval.languages import METADATA_KEY, index_analysis
 from retrieval.store import Store
+from retrieval.store.partitions import drop_next_tables
 
 PROGRESS_EVERY = 500  # chunks between progress calls
 
@@ -31,7 +35,7 @@ def stage_bm25(
     started = time.perf_counter()
     index_name = spec.name
     report = Bm25StageReport(index=index_name)
-    terms_seen: set[str] = set()
+    df: Counter[str] = Counter()
     with store.connection() as conn, conn.transaction():
         config_hash, full_rebuild, _ = staged_run(conn, index_name, "stage_bm25", owner)
         if config_hash != spec.config.config_hash:
@@ -41,26 +45,40 @@ def stage_bm25(
         analysis = index_analysis(conn, index_name, spec.config.bm25, full_rebuild=full_rebuild)
         report.analyzer, report.analyzer_setting = analysis.analyzer.name, analysis.setting
         report.languages = " ".join(f"{lang}={share:.2f}" for lang, share in analysis.languages.items())
-        clear_staging(conn, index_name, ("staged_bm25", "staged_bm25_lengths"))
+        clear_staging(conn, index_name, ("staged_bm25", "staged_bm25_lengths", "staged_bm25_terms"))
+        drop_next_tables(conn, index_name)
         # each chunk in its document's language (code chunks, with a `language`, in the main analyzer's)
         rows = conn.execute(
             "SELECT chunk_id, embed_text, CASE WHEN metadata ? 'language' THEN NULL ELSE metadata->>%s END"
             " FROM staged_chunks WHERE index_name = %s",
             (METADATA_KEY, index_name),
         ).fetchall()
+        # a large full build's postings go straight into the next version's table, keyed here, so its
+        # publish builds only the chunk rows and the graph (retrieval.indexing.swap)
+        swapping = swaps(conn, index_name, full_rebuild, len(rows))
+        if swapping:
+            target = sql.SQL("COPY {} (index_name, term, chunk_id, tf, doc_len) FROM STDIN (FORMAT BINARY)")
+            copy_sql = target.format(sql.Identifier(create_next_postings(conn, index_name)))
+        else:
+            copy_sql = sql.SQL("COPY staged_bm25 (index_name, term, chunk_id, tf) FROM STDIN (FORMAT BINARY)")
         with conn.cursor() as cur:
-            with cur.copy(
-                "COPY staged_bm25 (index_name, chunk_id, term, tf) FROM STDIN (FORMAT BINARY)"
-            ) as copy:
-                copy.set_types(["text", "text", "text", "int4"])
+            with cur.copy(copy_sql) as copy:
+                copy.set_types(
+                    ["text", "text", "text", "int4", "int4"] if swapping else ["text"] * 3 + ["int4"]
+                )
                 lengths = []
                 for done, (chunk_id, embed_text, language) in enumerate(rows, 1):
                     terms = analysis.for_language(language).analyze(embed_text)
                     lengths.append((index_name, chunk_id, len(terms)))
-                    for term, tf in Counter(terms).items():
-                        copy.write_row((index_name, chunk_id, term, tf))
-                        report.postings_staged += 1
-                        terms_seen.add(term)
+                    counts = Counter(terms)
+                    df.update(counts.keys())
+                    for term, tf in counts.items():
+                        copy.write_row(
+                            (index_name, term, chunk_id, tf, len(terms))
+                            if swapping
+                            else (index_name, term, chunk_id, tf)
+                        )
+                    report.postings_staged += len(counts)
                     if progress and (done % PROGRESS_EVERY == 0 or done == len(rows)):
                         progress(done, len(rows))
             with cur.copy(
@@ -69,9 +87,21 @@ def stage_bm25(
                 copy.set_types(["text", "text", "int4"])
                 for row in lengths:
                     copy.write_row(row)
-        analyze_staged(conn, len(rows), "staged_bm25", "staged_bm25_lengths")
+            with cur.copy("COPY staged_bm25_terms (index_name, term, df) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["text", "text", "int4"])
+                for term, count in df.items():
+                    copy.write_row((index_name, term, count))
+        if swapping:
+            keyed = time.perf_counter()
+            index_next_postings(conn, index_name)
+            report.postings_keys_seconds = round(time.perf_counter() - keyed, 3)
+        analyze_staged(conn, len(rows), "staged_bm25", "staged_bm25_lengths", "staged_bm25_terms")
         report.chunks_analyzed = len(rows)
-        report.distinct_terms_staged = len(terms_seen)
+        report.distinct_terms_staged = len(df)
         report.seconds = report.bm25_stage_seconds = round(time.perf_counter() - started, 3)
-        merge_stage_report(conn, index_name, {**report.as_metadata(), "bm25_analysis": analysis.as_staged()})
+        merge_stage_report(
+            conn,
+            index_name,
+            {**report.as_metadata(), "bm25_analysis": analysis.as_staged(), POSTINGS_PREPARED: swapping},
+        )
     return report
