@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_endpoint import WORDS_PER_CHUNK, corpus, fake_server, uptime
-from benchmarks.bench_scale import RESULTS, save_section
+from benchmarks.scale_report import RESULTS, save_section
 from retrieval.config import IndexConfig, IndexSpec
 from retrieval.db import embedded_database_url, stop_embedded_servers
 from retrieval.endpoint_embedder import EndpointEmbedder
@@ -85,6 +85,7 @@ def one_size(store: Store, chunks: int) -> dict[str, Any]:
                 "cache_write_wait_seconds",
                 "stage_write_seconds",
             ),
+            "stage_bm25": _pick(results["stage_bm25"], "postings_keys_seconds"),
             "publish": _pick(published, "hnsw_seconds"),
         },
         "load_before": load_before,
