@@ -275,15 +275,19 @@ def markdown_publish(report: dict[str, Any]) -> str:
         f"Machine: {report['machine']}. Measured {report['measured_at']} by "
         f"`python -m benchmarks.bench_publish{report['args']}`.",
         "",
-        "| chunks | postings | path | publish s | HNSW build s (in publish) | publish / HNSW |"
-        " graph alone s | publish / graph alone | load before | load after |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| chunks | postings | path | postings prepared s (before publish) | publish s |"
+        " HNSW build s (in publish) | publish / HNSW | graph alone s | publish / graph alone | load before |"
+        " load after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in report["runs"]:
         alone = run.get("hnsw_alone_seconds")
         alone_cells = f"{alone:.1f} | {run['ratio_alone']:.2f}x" if alone else "- | -"
+        # the swap's postings are prepared by the BM25 stage (in place: staged_bm25 filled), not in publish
+        prepared = f"{run['postings_prepared_seconds']:.1f}" if "postings_prepared_seconds" in run else "-"
         lines.append(
-            f"| {run['chunks']:,} | {run['postings']:,} | {run.get('label', run['path'])} | {run['publish_seconds']:.1f} | "
+            f"| {run['chunks']:,} | {run['postings']:,} | {run.get('label', run['path'])} | {prepared} | "
+            f"{run['publish_seconds']:.1f} | "
             f"{run['hnsw_seconds']:.1f} | {run['ratio']:.2f}x | "
             f"{alone_cells} | "
             f"{run['load_before'].split('load average:')[-1].strip()} | "
@@ -329,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}",
         "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "args": f" --chunks {args.chunks} --terms {args.terms} --vectors {args.vectors}"
+        + ("" if args.paths == ["in_place", "swap"] else " --paths " + " ".join(args.paths))
         + (" --graph-alone" if args.graph_alone else ""),
         "terms": args.terms,
         "vectors": args.vectors,
