@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from benchmarks.bench_scale import server_versions, uptime
 from benchmarks.scale_report import RESULTS, save_section
@@ -99,22 +100,37 @@ _POSTINGS = (
 )
 
 
+def _postings_values(name: str, chunks: int, terms: int) -> dict[str, Any]:
+    """`_POSTINGS`'s parameters for `chunks` chunks of `terms` terms of the index `name`."""
+    return {"name": name, "v": VOCABULARY, "n": chunks, "terms": terms, "length": terms + (terms + 2) // 3}
+
+
 def prepare_postings(store: Store, spec: IndexSpec, chunks: int, terms: int) -> float:
     """What stage_bm25 does for a swap, from the synthetic terms: the next postings table filled, keyed
     and analyzed, and the staging marked prepared; the seconds it took."""
     started = time.perf_counter()
-    values = {
-        "name": spec.name,
-        "v": VOCABULARY,
-        "n": chunks,
-        "terms": terms,
-        "length": terms + (terms + 2) // 3,
-    }
     with store.connection() as conn, conn.transaction():
         table = create_next_postings(conn, spec.name)
-        conn.execute(f"INSERT INTO {table} (index_name, chunk_id, term, tf, doc_len) {_POSTINGS}", values)
+        insert = sql.SQL("INSERT INTO {} (index_name, chunk_id, term, tf, doc_len) ").format(
+            sql.Identifier(table)
+        )
+        conn.execute(insert + sql.SQL(_POSTINGS), _postings_values(spec.name, chunks, terms))
         index_next_postings(conn, spec.name)
         merge_stage_report(conn, spec.name, {POSTINGS_PREPARED: True})
+    return round(time.perf_counter() - started, 1)
+
+
+def stage_postings(store: Store, spec: IndexSpec, chunks: int, terms: int) -> float:
+    """What stage_bm25 does for an in-place publish, from the synthetic terms: staged_bm25 filled and
+    analyzed; the seconds it took."""
+    started = time.perf_counter()
+    with store.connection() as conn:
+        conn.execute(
+            "INSERT INTO staged_bm25 (index_name, chunk_id, term, tf)"
+            f" SELECT name, chunk, term, tf FROM ({_POSTINGS}) p(name, chunk, term, tf, length)",
+            _postings_values(spec.name, chunks, terms),
+        )
+        conn.execute("ANALYZE staged_bm25")
     return round(time.perf_counter() - started, 1)
 
 
@@ -203,25 +219,8 @@ def one_path(
     os.environ[SWAP_MIN_CHUNKS_ENV] = PATHS[path]
     staged_seconds = stage(store, spec, chunks, terms, vectors)
     print(f"  {path}: staged {chunks} chunks in {staged_seconds} s ({uptime()})", flush=True)
-    values = {
-        "name": spec.name,
-        "v": VOCABULARY,
-        "n": chunks,
-        "terms": terms,
-        "length": terms + (terms + 2) // 3,
-    }
-    if path == "swap":
-        prepared_seconds = prepare_postings(store, spec, chunks, terms)
-    else:
-        started = time.perf_counter()
-        with store.connection() as conn:
-            conn.execute(
-                "INSERT INTO staged_bm25 (index_name, chunk_id, term, tf)"
-                f" SELECT name, chunk, term, tf FROM ({_POSTINGS}) p(name, chunk, term, tf, length)",
-                values,
-            )
-            conn.execute("ANALYZE staged_bm25")
-        prepared_seconds = round(time.perf_counter() - started, 1)
+    prepare = prepare_postings if path == "swap" else stage_postings
+    prepared_seconds = prepare(store, spec, chunks, terms)
     with store.connection() as conn:
         conn.execute("CHECKPOINT")  # the load's dirty pages are written before publish is timed
     print(f"  {path}: postings staged or prepared in {prepared_seconds} s ({uptime()})", flush=True)
