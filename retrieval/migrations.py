@@ -248,6 +248,10 @@ CREATE TABLE IF NOT EXISTS staged_bm25_terms (
     df         integer NOT NULL,
     PRIMARY KEY (index_name, term)
 );
+-- a staging written before this migration publishes with its terms counted here once
+INSERT INTO staged_bm25_terms (index_name, term, df)
+SELECT index_name, term, count(*) FROM staged_bm25 GROUP BY index_name, term
+ON CONFLICT (index_name, term) DO NOTHING;
 """,
     ),
 ]

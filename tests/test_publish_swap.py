@@ -297,3 +297,23 @@ def test_readers_see_the_old_or_the_new_version_across_a_swap(store, embedder, m
         Searcher(store, embedder), spec.name, lambda: indexing.publish(store, rebuilt)
     )
     assert report.version == 2 and report.chunks_inserted == report.chunks_deleted == 400
+
+
+def test_a_staging_written_before_the_terms_table_publishes_the_same_terms(
+    store, embedder, monkeypatch
+) -> None:
+    """Migration 8 counts the document frequencies of a staging that an older release wrote (postings in
+    staged_bm25, no staged_bm25_terms), so publishing it after the upgrade loses no term."""
+    spec = make_spec()
+    build(store, embedder, spec, corpus("alpha"), IN_PLACE, monkeypatch)
+    rebuilt = stage_rebuild(store, embedder, spec)  # IN_PLACE: its postings are in staged_bm25
+    with store.connection() as conn:
+        conn.execute("DELETE FROM staged_bm25_terms WHERE index_name = %s", (spec.name,))
+        conn.execute("DELETE FROM schema_migrations WHERE version = 8")
+    assert store.migrate() == [8]
+    indexing.publish(store, rebuilt)
+
+    reference = make_spec(bm25={"analyzer": "english"})
+    build(store, embedder, reference, corpus("beta"), IN_PLACE, monkeypatch)
+    mine, theirs = published(store, spec.name), published(store, reference.name)
+    assert mine["terms"] == theirs["terms"] and len(mine["terms"]) > 0
