@@ -15,6 +15,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chunkyard.assets.documents import build_documents_asset
+from chunkyard.assets.evaluation import build_evaluation_asset, build_leaderboard_asset, build_promotion_asset
+from chunkyard.assets.executors import build_executor
+from chunkyard.assets.indexes import build_index_assets, part_kinds
+from chunkyard.assets.keys import check_spellings, index_job_name, index_key
+from chunkyard.assets.resources import EmbedderResource, PostgresResource
+from chunkyard.assets.schedules import build_nightly_evaluation_schedule
+from chunkyard.assets.sensors import build_document_sensor, build_janitor_sensor
+from chunkyard.chunking.environment import env_int
+from chunkyard.pipeline.graph import INDEX_KINDS
+from chunkyard.retrieval.config import Collection, IndexSpec, load_collections
+from chunkyard.retrieval.config_checks import load_index_specs
+from chunkyard.retrieval.project import automation_enabled
 from dagster import (
     AssetKey,
     AssetsDefinition,
@@ -26,20 +39,6 @@ from dagster import (
     define_asset_job,
     definitions,
 )
-
-from assets.documents import build_documents_asset
-from assets.evaluation import build_evaluation_asset, build_leaderboard_asset, build_promotion_asset
-from assets.executors import build_executor
-from assets.indexes import build_index_assets, part_kinds
-from assets.keys import check_spellings, index_job_name, index_key
-from assets.resources import EmbedderResource, PostgresResource
-from assets.schedules import build_nightly_evaluation_schedule
-from assets.sensors import build_document_sensor, build_janitor_sensor
-from chunking.environment import env_int
-from pipeline.graph import INDEX_KINDS
-from retrieval.config import Collection, IndexSpec, load_collections
-from retrieval.config_checks import load_index_specs
-from retrieval.project import automation_enabled
 
 # Seconds between declarative-automation ticks (evaluations and leaderboards after a publish).
 AUTOMATION_INTERVAL_ENV = "CHUNKYARD_AUTOMATION_INTERVAL"

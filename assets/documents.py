@@ -1,13 +1,12 @@
 """The documents asset of a collection: its folder or dataset, hashed and synced into Postgres."""
 
+from chunkyard.assets.keys import collection_prefix, documents_key
+from chunkyard.assets.progress import step_progress
+from chunkyard.assets.resources import PostgresResource
+from chunkyard.assets.results import materialize_result
+from chunkyard.pipeline.versions import code_version
+from chunkyard.retrieval.config import Collection
 from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, asset
-
-from assets.keys import collection_prefix, documents_key
-from assets.progress import step_progress
-from assets.resources import PostgresResource
-from assets.results import materialize_result
-from pipeline.versions import code_version
-from retrieval.config import Collection
 
 
 def build_documents_asset(collection: Collection) -> AssetsDefinition:
@@ -37,7 +36,7 @@ def build_documents_asset(collection: Collection) -> AssetsDefinition:
         metadata={"collection": name, "source": source},
     )
     def documents(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
-        from pipeline.steps.documents import sync_documents
+        from chunkyard.pipeline.steps.documents import sync_documents
 
         progress = step_progress(context.log, "files", "read")
         return materialize_result(context, sync_documents(postgres.store(), collection, progress))

@@ -7,6 +7,15 @@ within budget, blocked by a regression. All three catch up with parents updated 
 
 from collections.abc import Sequence
 
+from chunkyard.assets.indexes import index_asset_options, part_kinds
+from chunkyard.assets.keys import collection_prefix, index_key, leaderboard_key, promotion_key
+from chunkyard.assets.progress import step_progress
+from chunkyard.assets.resources import EmbedderResource, PostgresResource
+from chunkyard.assets.results import check_specs, materialize_result
+from chunkyard.evaluation.reports import ENDPOINT_COST_COLUMNS
+from chunkyard.pipeline.steps.evaluation import EVALUATION_K, evaluation_variants
+from chunkyard.pipeline.versions import code_version, index_settings
+from chunkyard.retrieval.config import Collection, IndexSpec
 from dagster import (
     AssetExecutionContext,
     AssetsDefinition,
@@ -14,16 +23,6 @@ from dagster import (
     MaterializeResult,
     asset,
 )
-
-from assets.indexes import index_asset_options, part_kinds
-from assets.keys import collection_prefix, index_key, leaderboard_key, promotion_key
-from assets.progress import step_progress
-from assets.resources import EmbedderResource, PostgresResource
-from assets.results import check_specs, materialize_result
-from evaluation.reports import ENDPOINT_COST_COLUMNS
-from pipeline.steps.evaluation import EVALUATION_K, evaluation_variants
-from pipeline.versions import code_version, index_settings
-from retrieval.config import Collection, IndexSpec
 
 
 def catches_up() -> AutomationCondition:
@@ -68,7 +67,7 @@ def build_evaluation_asset(collection: Collection, spec: IndexSpec) -> AssetsDef
     def evaluation(
         context: AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
     ) -> MaterializeResult:
-        from pipeline.steps.evaluation import evaluate_collection_index
+        from chunkyard.pipeline.steps.evaluation import evaluate_collection_index
 
         # an embedding server's usage by the latest embedding step (and its parts) joins the report's cost
         cost: dict[str, float] = {}
@@ -105,7 +104,7 @@ def build_leaderboard_asset(collection: Collection, specs: Sequence[IndexSpec]) 
         metadata={"collection": name, "indexes": ", ".join(names)},
     )
     def leaderboard(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
-        from pipeline.steps.leaderboard import write_leaderboard
+        from chunkyard.pipeline.steps.leaderboard import write_leaderboard
 
         return materialize_result(context, write_leaderboard(postgres.store(), name, names))
 
@@ -131,7 +130,7 @@ def build_promotion_asset(collection: Collection, specs: Sequence[IndexSpec]) ->
         metadata={"collection": name, "alias": policy.alias},
     )
     def promotion(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
-        from pipeline.steps.promotion import promote
+        from chunkyard.pipeline.steps.promotion import promote
 
         return materialize_result(context, promote(postgres.store(), name, names, policy))
 

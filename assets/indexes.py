@@ -12,6 +12,16 @@ Nothing heavy is imported here: the code location loads without torch.
 
 import os
 
+from chunkyard.assets.keys import documents_key, group_name, index_key
+from chunkyard.assets.progress import step_progress
+from chunkyard.assets.resources import EmbedderResource, PostgresResource
+from chunkyard.assets.results import check_specs, materialize_result
+from chunkyard.chunking.environment import env_int
+from chunkyard.chunking.registry import needs_embedding_model
+from chunkyard.pipeline.graph import step
+from chunkyard.pipeline.steps.evaluation import EVALUATION_K
+from chunkyard.pipeline.versions import code_version, index_settings
+from chunkyard.retrieval.config import IndexConfig, IndexSpec
 from dagster import (
     AssetExecutionContext,
     AssetKey,
@@ -20,17 +30,6 @@ from dagster import (
     MaterializeResult,
     asset,
 )
-
-from assets.keys import documents_key, group_name, index_key
-from assets.progress import step_progress
-from assets.resources import EmbedderResource, PostgresResource
-from assets.results import check_specs, materialize_result
-from chunking.environment import env_int
-from chunking.registry import needs_embedding_model
-from pipeline.graph import step
-from pipeline.steps.evaluation import EVALUATION_K
-from pipeline.versions import code_version, index_settings
-from retrieval.config import IndexConfig, IndexSpec
 
 # CHUNKYARD_EMBED_SHARDS=n (n > 1, where the code location and the workers load): each index's
 # embedding work is split into n `embeddings_part<k>` assets that fill the embedding cache at once on
@@ -131,7 +130,7 @@ def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
         def chunks(
             context: AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
         ) -> MaterializeResult:
-            from pipeline.steps.chunks import chunk
+            from chunkyard.pipeline.steps.chunks import chunk
 
             model = embedder.for_config(config)
             progress = step_progress(context.log, "documents", "chunked")
@@ -143,7 +142,7 @@ def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
 
         @asset(**chunk_options)
         def chunks(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
-            from pipeline.steps.chunks import chunk
+            from chunkyard.pipeline.steps.chunks import chunk
 
             progress = step_progress(context.log, "documents", "chunked")
             report = chunk(postgres.store(), spec, owner=context.run.run_id, progress=progress)
@@ -157,7 +156,7 @@ def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
     def embeddings(
         context: AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
     ) -> MaterializeResult:
-        from pipeline.steps.embeddings import embed
+        from chunkyard.pipeline.steps.embeddings import embed
 
         progress = step_progress(context.log, "chunks", "embedded")  # counts, rate, time left in the step log
         return materialize_result(
@@ -169,7 +168,7 @@ def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
     # start them at once and bm25 follows one of them (sent first, it delayed a part by its own time)
     @asset(**step_options(spec, "bm25"), kinds={"python", "postgres"}, op_tags={CELERY_PRIORITY_TAG: "4"})
     def bm25(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
-        from pipeline.steps.bm25 import index_terms
+        from chunkyard.pipeline.steps.bm25 import index_terms
 
         progress = step_progress(context.log, "chunks", "analysed")
         report = index_terms(postgres.store(), spec, owner=context.run.run_id, progress=progress)
@@ -177,7 +176,7 @@ def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
 
     @asset(**step_options(spec, "index"), kinds={"postgres"})
     def index(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
-        from pipeline.steps.index import publish_index
+        from chunkyard.pipeline.steps.index import publish_index
 
         progress = step_progress(context.log, "phases", "published")
         report = publish_index(postgres.store(), spec, owner=context.run.run_id, progress=progress)
@@ -207,7 +206,7 @@ def embedding_part(spec: IndexSpec, k: int, n: int) -> AssetsDefinition:
     def part(
         context: AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
     ) -> MaterializeResult:
-        from pipeline.steps.embeddings import embed_part
+        from chunkyard.pipeline.steps.embeddings import embed_part
 
         model = embedder.for_config(spec.config)
         report = embed_part(postgres.store(), spec, model, k, n, owner=context.run.run_id)

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from chunkyard.retrieval.config import SettingsError
+from chunkyard.retrieval.names import IndexName
 from dagster import AssetKey
-
-from retrieval.config import SettingsError
-from retrieval.names import IndexName
 
 
 def safe_name(name: str) -> str:

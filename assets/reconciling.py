@@ -13,13 +13,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from chunkyard.assets.keys import index_job_name
+from chunkyard.assets.resources import PostgresResource
+from chunkyard.assets.runs import host_tags
+from chunkyard.pipeline.reconcile import Attempt, Gap, RetryPolicy, collection_gap, decide
+from chunkyard.retrieval.config import Collection
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunRequest, RunsFilter
-
-from assets.keys import index_job_name
-from assets.resources import PostgresResource
-from assets.runs import host_tags
-from pipeline.reconcile import Attempt, Gap, RetryPolicy, collection_gap, decide
-from retrieval.config import Collection
 
 COLLECTIONS_TAG = "chunkyard/collections"
 # One run at a time per value (instance.py's tag concurrency limit): runs of one collection queue.

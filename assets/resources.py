@@ -14,9 +14,9 @@ from dagster import ConfigurableResource, InitResourceContext
 from pydantic import PrivateAttr
 
 if TYPE_CHECKING:
-    from retrieval.config import IndexConfig
-    from retrieval.embedder import Embedder
-    from retrieval.store import Store
+    from chunkyard.retrieval.config import IndexConfig
+    from chunkyard.retrieval.embedder import Embedder
+    from chunkyard.retrieval.store import Store
 
 
 class PostgresResource(ConfigurableResource):
@@ -26,7 +26,7 @@ class PostgresResource(ConfigurableResource):
     _store: Store | None = PrivateAttr(default=None)
 
     def database_url(self) -> str:
-        from retrieval.db import database_url
+        from chunkyard.retrieval.db import database_url
 
         return self.url or database_url()
 
@@ -34,7 +34,7 @@ class PostgresResource(ConfigurableResource):
         """This execution's migrated `retrieval.store.Store`, opened on first use (a sensor tick
         that needs no database opens none) and closed in `teardown_after_execution`."""
         if self._store is None:
-            from retrieval.store import Store
+            from chunkyard.retrieval.store import Store
 
             store = Store(self.database_url())
             store.migrate()
@@ -74,7 +74,7 @@ class EmbedderResource(ConfigurableResource):
         asset and a search of one config load one model and agree on its options. `model` is
         positional: an embedding server's options (`backend: openai`) have a `model` of their own.
         """
-        from retrieval.embedder import shared_embedder
+        from chunkyard.retrieval.embedder import shared_embedder
 
         settings = {"backend": self.backend, "batch_size": self.batch_size, "device": self.device}
         settings.update(overrides)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from chunkyard.pipeline.checks import CHECKS, Check
+from chunkyard.pipeline.graph import blocks
+from chunkyard.pipeline.step_report import StepReport
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -13,10 +16,6 @@ from dagster import (
     MaterializeResult,
     MetadataValue,
 )
-
-from pipeline.checks import CHECKS, Check
-from pipeline.graph import blocks
-from pipeline.step_report import StepReport
 
 ID_LIST_LIMIT = 50
 _SEVERITY = {"error": AssetCheckSeverity.ERROR, "warn": AssetCheckSeverity.WARN}

@@ -41,6 +41,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from chunkyard.assets.keys import index_job_name
+from chunkyard.assets.reconciling import (
+    Reconciled,
+    busy_collections,
+    collection_tags,
+    recently_requested,
+    reconcile,
+)
+from chunkyard.assets.resources import PostgresResource
+from chunkyard.assets.runs import host_tags, sweep_dead_runs
+from chunkyard.chunking.environment import env_int
+from chunkyard.pipeline.documents import FolderHashes, hash_folder
+from chunkyard.pipeline.reconcile import RetryPolicy
+from chunkyard.retrieval.config import Collection
 from dagster import (
     AssetKey,
     DefaultSensorStatus,
@@ -51,21 +65,6 @@ from dagster import (
     SkipReason,
     sensor,
 )
-
-from assets.keys import index_job_name
-from assets.reconciling import (
-    Reconciled,
-    busy_collections,
-    collection_tags,
-    recently_requested,
-    reconcile,
-)
-from assets.resources import PostgresResource
-from assets.runs import host_tags, sweep_dead_runs
-from chunking.environment import env_int
-from pipeline.documents import FolderHashes, hash_folder
-from pipeline.reconcile import RetryPolicy
-from retrieval.config import Collection
 
 SENSOR_NAME = "document_update_sensor"
 JANITOR_NAME = "dead_run_janitor"

@@ -23,18 +23,17 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-from evaluation.datasets import load_dataset
+from chunkyard.evaluation.datasets import load_dataset
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main(argv: list[str] | None = None) -> int:
-    from retrieval.config import load_index_configs
-    from retrieval.embedder import embedder_for_config
-    from retrieval.query import Searcher
-    from retrieval.query import searcher as searcher_module
-    from retrieval.store import Store
+    from chunkyard.retrieval.config import load_index_configs
+    from chunkyard.retrieval.embedder import embedder_for_config
+    from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.query import searcher as searcher_module
+    from chunkyard.retrieval.store import Store
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("config", nargs="?", default="eval-recursive-150-adaptive")

@@ -37,7 +37,7 @@ _THAI_RUN = regex.compile(r"[\u0e00-\u0e7f]+")
 
 def thai_ngrams(n: int) -> Callable[[str], list[str]]:
     """`standard`'s words, with every Thai run turned into its character n-grams (a short run stays whole)."""
-    from retrieval.analysis import Analyzer
+    from chunkyard.retrieval.analysis import Analyzer
 
     standard = Analyzer("standard")
 
@@ -53,8 +53,7 @@ def thai_ngrams(n: int) -> Callable[[str], list[str]]:
 def pymorphy_lemmas() -> Callable[[str], list[str]]:
     """The `ukrainian` analyzer's words and stop words, each word replaced by pymorphy3's first lemma."""
     import pymorphy3
-
-    from retrieval.analysis import Analyzer
+    from chunkyard.retrieval.analysis import Analyzer
 
     words = Analyzer("ukrainian", stem=False)
     morph = pymorphy3.MorphAnalyzer(lang="uk")
@@ -68,8 +67,7 @@ def pymorphy_lemmas() -> Callable[[str], list[str]]:
 
 def candidates(script: str) -> dict[str, Callable[[str], list[str]]]:
     import snowballstemmer
-
-    from retrieval.analysis import Analyzer
+    from chunkyard.retrieval.analysis import Analyzer
 
     if script == "thai":
         return {
@@ -92,9 +90,9 @@ def candidates(script: str) -> dict[str, Callable[[str], list[str]]]:
 
 def datasets() -> list[tuple[str, str, list, list]]:
     """(set, script, documents, questions) of every set measured."""
-    from chunking.types import Document
-    from evaluation.datasets.evalset import read_eval_set
-    from evaluation.datasets.squad import load_squad
+    from chunkyard.chunking.types import Document
+    from chunkyard.evaluation.datasets.evalset import read_eval_set
+    from chunkyard.evaluation.datasets.squad import load_squad
 
     sets = []
     for language, script in (("th", "thai"), ("uk", "ukrainian")):
@@ -118,10 +116,9 @@ def unlp_set(repo: Path) -> tuple[list, list]:
     import subprocess
     import zipfile
 
+    from chunkyard.chunking.types import Document
+    from chunkyard.evaluation.datasets.types import Question, Span
     from pypdf import PdfReader
-
-    from chunking.types import Document
-    from evaluation.datasets.types import Question, Span
 
     def show(path: str) -> bytes:
         return subprocess.run(
@@ -148,11 +145,10 @@ def unlp_set(repo: Path) -> tuple[list, list]:
 
 
 def measure(unlp: Path | None = None) -> list[dict[str, object]]:
+    from chunkyard.chunking.registry import build_chunker
+    from chunkyard.evaluation.datasets.types import Span
+    from chunkyard.evaluation.metrics import first_relevant_rank
     from rank_bm25 import BM25Okapi
-
-    from chunking.registry import build_chunker
-    from evaluation.datasets.types import Span
-    from evaluation.metrics import first_relevant_rank
 
     chunker = build_chunker({"strategy": "recursive", "size": 400, "overlap": 0, "tokenizer": "chars"})
     rows = []

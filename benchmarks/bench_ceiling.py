@@ -21,14 +21,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from chunkyard.retrieval.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.db import embedded_database_url, stop_embedded_servers
+from chunkyard.retrieval.endpoint_embedder import EndpointEmbedder
+from chunkyard.retrieval.endpoint_settings import EndpointSettings
+from chunkyard.retrieval.indexing import publish, stage_bm25, stage_chunks, stage_embeddings
+from chunkyard.retrieval.store import Store
+
 from benchmarks.bench_endpoint import WORDS_PER_CHUNK, corpus, fake_server, uptime
 from benchmarks.scale_report import RESULTS, save_section
-from retrieval.config import IndexConfig, IndexSpec
-from retrieval.db import embedded_database_url, stop_embedded_servers
-from retrieval.endpoint_embedder import EndpointEmbedder
-from retrieval.endpoint_settings import EndpointSettings
-from retrieval.indexing import publish, stage_bm25, stage_chunks, stage_embeddings
-from retrieval.store import Store
 
 PHASES = ("sync_documents", "stage_chunks", "stage_embeddings", "stage_bm25", "publish")
 

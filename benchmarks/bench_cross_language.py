@@ -29,15 +29,15 @@ VARIANTS = ("dense", "bm25", "hybrid", "auto_before", "served")
 
 def measure(sizes: tuple[int, ...]) -> list[dict[str, object]]:
     """Each model x size x language: build the index once, evaluate every variant on both question sets."""
-    import retrieval.query.searcher as searcher_module
-    from chunking.types import Document
-    from evaluation.runner import SERVED_VARIANT, EvaluationRequest, evaluate_index
-    from retrieval.config import IndexSpec, load_index_configs
-    from retrieval.db import embedded_database_url
-    from retrieval.embedder import load_embedder
-    from retrieval.indexing import build_index
-    from retrieval.query import Searcher
-    from retrieval.store import Store
+    import chunkyard.retrieval.query.searcher as searcher_module
+    from chunkyard.chunking.types import Document
+    from chunkyard.evaluation.runner import SERVED_VARIANT, EvaluationRequest, evaluate_index
+    from chunkyard.retrieval.config import IndexSpec, load_index_configs
+    from chunkyard.retrieval.db import embedded_database_url
+    from chunkyard.retrieval.embedder import load_embedder
+    from chunkyard.retrieval.indexing import build_index
+    from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.store import Store
 
     store = Store(embedded_database_url(tempfile.mkdtemp(prefix="chunkyard-cross-")))
     store.migrate()

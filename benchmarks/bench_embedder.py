@@ -75,8 +75,8 @@ def load_demo_set() -> tuple[object | None, str]:
     """
     import tempfile
 
-    from evaluation.datasets import DatasetError, load_dataset, load_documents_folder
-    from retrieval.config import load_collections
+    from chunkyard.evaluation.datasets import DatasetError, load_dataset, load_documents_folder
+    from chunkyard.retrieval.config import load_collections
 
     collection = load_collections()["demo"]
     documents = load_documents_folder(REPO_ROOT / "docs", collection.include, collection.exclude)
@@ -122,17 +122,17 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
-    from chunking import build_chunker
-    from evaluation.datasets import load_dataset
-    from evaluation.runner import EvaluationRequest, evaluate_index
-    from evaluation.tuning import suggest_fusion_weight
-    from retrieval.config import IndexSpec, load_index_configs
-    from retrieval.db import chunkyard_home, embedded_database_url
-    from retrieval.embedder import load_embedder
-    from retrieval.indexing import build_index
-    from retrieval.names import DEFAULT_CONFIG
-    from retrieval.query import Searcher
-    from retrieval.store import Store
+    from chunkyard.chunking import build_chunker
+    from chunkyard.evaluation.datasets import load_dataset
+    from chunkyard.evaluation.runner import EvaluationRequest, evaluate_index
+    from chunkyard.evaluation.tuning import suggest_fusion_weight
+    from chunkyard.retrieval.config import IndexSpec, load_index_configs
+    from chunkyard.retrieval.db import chunkyard_home, embedded_database_url
+    from chunkyard.retrieval.embedder import load_embedder
+    from chunkyard.retrieval.indexing import build_index
+    from chunkyard.retrieval.names import DEFAULT_CONFIG
+    from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.store import Store
 
     url = os.environ.get("CHUNKYARD_BENCH_DATABASE_URL") or embedded_database_url(
         chunkyard_home() / "bench-pg"
@@ -349,7 +349,7 @@ MODELS_SECTION = "## Embedding models"
 # ru_maxrss would count the forking parent's pages (Linux keeps it across exec); VmHWM is this image's own.
 PEAK = """
 import json, sys
-from retrieval.embedder import load_embedder
+from chunkyard.retrieval.embedder import load_embedder
 def high_water_mb():
     line = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:"))
     return int(line.split()[1]) / 1024
@@ -366,9 +366,9 @@ def compare_models(args: argparse.Namespace) -> int:
     import sys
     import tempfile
 
-    from chunking import build_chunker
-    from evaluation.datasets import load_dataset
-    from retrieval.embedder import load_embedder
+    from chunkyard.chunking import build_chunker
+    from chunkyard.evaluation.datasets import load_dataset
+    from chunkyard.retrieval.embedder import load_embedder
 
     documents = load_dataset("chroma_general").documents
     # Each model on its own chunks: 256 tokens of its own tokenizer, as an index with that model cuts

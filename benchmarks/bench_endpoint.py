@@ -25,13 +25,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chunking.types import Document
-from retrieval.config import IndexConfig, IndexSpec
-from retrieval.db import embedded_database_url
-from retrieval.endpoint_embedder import EndpointEmbedder
-from retrieval.endpoint_settings import EndpointSettings
-from retrieval.indexing import stage_chunks, stage_embeddings
-from retrieval.store import Store
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.db import embedded_database_url
+from chunkyard.retrieval.endpoint_embedder import EndpointEmbedder
+from chunkyard.retrieval.endpoint_settings import EndpointSettings
+from chunkyard.retrieval.indexing import stage_chunks, stage_embeddings
+from chunkyard.retrieval.store import Store
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = REPO_ROOT / "benchmarks" / "results"

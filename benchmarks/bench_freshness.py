@@ -43,9 +43,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from retrieval.db import postgres_bin
-from retrieval.names import DEFAULT_CONFIG
+from chunkyard.retrieval.db import postgres_bin
+from chunkyard.retrieval.names import DEFAULT_CONFIG
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = REPO_ROOT / "benchmarks" / "results"
@@ -127,7 +126,15 @@ class StackProcess:
             if k not in ("DATABASE_URL", "CHUNKYARD_HOME", "DAGSTER_HOME", "CHUNKYARD_CONFIGS")
         }
         env["CHUNKYARD_PROJECT"] = str(project)
-        command = [sys.executable, "-m", "orchestration.cli", "stack", "up", "--pg-port", str(self.ports[0])]
+        command = [
+            sys.executable,
+            "-m",
+            "chunkyard.orchestration.cli",
+            "stack",
+            "up",
+            "--pg-port",
+            str(self.ports[0]),
+        ]
         command += ["--webserver-port", str(self.ports[1]), "--query-port", str(self.ports[2])]
         command += ["--code-server-port", str(self.ports[3]), "--sensor-interval", str(sensor_interval)]
         self.log = WORK / "stack-up.log"
@@ -562,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
         "busy": args.busy,
         "label": args.label,
         "sensor_interval": args.sensor_interval,
-        "dequeue_interval": __import__("orchestration.instance").instance.DEQUEUE_INTERVAL_SECONDS,
+        "dequeue_interval": __import__("chunkyard.orchestration.instance").instance.DEQUEUE_INTERVAL_SECONDS,
         "ready_s": ready_s,
         "first_index": first,
         "uptime_before": before,

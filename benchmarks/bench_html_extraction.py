@@ -151,7 +151,7 @@ def _bs4(html: str) -> str:
 
 
 def _chunkyard(html: str) -> str:
-    from chunking.documents.webpage import parse_html
+    from chunkyard.chunking.documents.webpage import parse_html
 
     return parse_html(html)[0]
 

@@ -31,8 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from retrieval.names import DEFAULT_CONFIG
+from chunkyard.retrieval.names import DEFAULT_CONFIG
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = REPO_ROOT / "benchmarks" / "results"
@@ -46,7 +45,7 @@ def build_corpus(target_docs: int, out_dir: Path) -> list[Path]:
     Text is split into lines (long lines at sentence ends), then consecutive pieces are grouped
     so document i ends once the running total passes (i + 1) / target_docs of the characters.
     """
-    from evaluation.datasets.chroma import datasets_dir
+    from chunkyard.evaluation.datasets.chroma import datasets_dir
 
     source = datasets_dir() / "chroma_general"
     missing = [name for name in CORPORA if not (source / name).is_file()]
@@ -81,7 +80,7 @@ def build_corpus(target_docs: int, out_dir: Path) -> list[Path]:
 
 
 def write_configs(root: Path, docs_dir: Path, config_name: str) -> tuple[Path, Path]:
-    from retrieval.config import load_index_configs
+    from chunkyard.retrieval.config import load_index_configs
 
     config = load_index_configs(REPO_ROOT / "configs" / "indexes.yaml")[config_name]
     entry = {k: v for k, v in config.as_dict().items() if k != "name"}
@@ -122,9 +121,8 @@ def step_seconds(result) -> dict[str, float]:
 
 def indexing_job():
     """The asset job of the code location as configured by CHUNKYARD_CONFIGS (for run subprocesses)."""
+    from chunkyard.assets.definitions import build_definitions
     from dagster import AssetSelection, Definitions, define_asset_job
-
-    from assets.definitions import build_definitions
 
     job = define_asset_job("bench_indexing", selection=AssetSelection.all())
     return Definitions.merge(build_definitions(), Definitions(jobs=[job])).resolve_job_def("bench_indexing")
@@ -134,9 +132,8 @@ def sensor_run(
     defs, instance, cursor: str | None, executor: str = "in_process"
 ) -> tuple[dict[str, Any], str]:
     """Tick the document sensor and execute the run it requests; returns timings and the new cursor."""
+    from chunkyard.retrieval.embedder import forget_shared_embedders
     from dagster import AssetSelection, build_sensor_context, execute_job, materialize, reconstructable
-
-    from retrieval.embedder import forget_shared_embedders
 
     forget_shared_embedders()  # a new run process loads the model again
     sensor = defs.resolve_sensor_def("document_update_sensor")
@@ -192,9 +189,8 @@ def sensor_run(
 
 def rebuild_warm(defs, instance, store, index_name: str) -> dict[str, Any]:
     """Drop the index (the cache stays) and rebuild every asset: re-chunk all, reuse all vectors."""
+    from chunkyard.retrieval.embedder import forget_shared_embedders
     from dagster import AssetSelection, materialize
-
-    from retrieval.embedder import forget_shared_embedders
 
     forget_shared_embedders()
     store.indexes.drop(index_name)
@@ -291,7 +287,7 @@ def measure(executor: str, args: argparse.Namespace) -> dict[str, Any]:
     """Full index, then one changed document, on a fresh database and corpus."""
     with tempfile.TemporaryDirectory(prefix="chunkyard-bench-") as tmp:
         root = Path(tmp)
-        from retrieval.db import embedded_database_url
+        from chunkyard.retrieval.db import embedded_database_url
 
         url = embedded_database_url(root / "pg")
         os.environ["DATABASE_URL"] = url
@@ -302,9 +298,9 @@ def measure(executor: str, args: argparse.Namespace) -> dict[str, Any]:
         corpus_chars = sum(len(p.read_text(encoding="utf-8")) for p in docs)
         indexes_path, collections_path = write_configs(root, root / "docs", args.config)
 
-        from assets.definitions import build_definitions
-        from orchestration.instance import get_instance
-        from retrieval.store import Store
+        from chunkyard.assets.definitions import build_definitions
+        from chunkyard.orchestration.instance import get_instance
+        from chunkyard.retrieval.store import Store
 
         defs = build_definitions(indexes_path, collections_path, database_url=url)
         instance = get_instance(url)

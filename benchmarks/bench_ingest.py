@@ -30,8 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from chunkyard.retrieval.names import DEFAULT_CONFIG
+
 from benchmarks.ingest_peers import ROUNDS, TOP_K
-from retrieval.names import DEFAULT_CONFIG
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = REPO_ROOT / "benchmarks" / "results"
@@ -64,8 +65,7 @@ def peak_rss_mb() -> float:
 def write_configs(root: Path, docs_dir: Path, embedder: dict[str, Any]) -> tuple[Path, Path]:
     """bench_incremental's configs with the embedder backend of this run."""
     import yaml
-
-    from retrieval.config import load_index_configs
+    from chunkyard.retrieval.config import load_index_configs
 
     config = load_index_configs(REPO_ROOT / "configs" / "indexes.yaml")[CONFIG]
     entry = json.loads(json.dumps({k: v for k, v in config.as_dict().items() if k != "name"}, default=dict))
@@ -78,7 +78,7 @@ def write_configs(root: Path, docs_dir: Path, embedder: dict[str, Any]) -> tuple
 
 
 def expected_chunks(spec, docs_dir: Path) -> int:
-    from chunking import Document, build_chunker
+    from chunkyard.chunking import Document, build_chunker
 
     chunker = build_chunker(spec.config.chunker, config_key=spec.config.config_hash)
     return sum(
@@ -89,17 +89,18 @@ def expected_chunks(spec, docs_dir: Path) -> int:
 
 def run_chunkyard_library(system: str, url: str, docs_dir: Path, root: Path) -> dict[str, Any]:
     """The pipeline steps in one warm process (what `build_index` runs, plus document sync and checks)."""
+    from chunkyard.pipeline.steps.bm25 import index_terms
+    from chunkyard.pipeline.steps.chunks import chunk
+    from chunkyard.pipeline.steps.documents import sync_documents
+    from chunkyard.pipeline.steps.embeddings import embed
+    from chunkyard.pipeline.steps.index import publish_index
+    from chunkyard.retrieval.config import load_collections
+    from chunkyard.retrieval.config_checks import load_index_specs
+    from chunkyard.retrieval.embedder import load_embedder
+    from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.store import Store
+
     from benchmarks.ingest_peers import exercise
-    from pipeline.steps.bm25 import index_terms
-    from pipeline.steps.chunks import chunk
-    from pipeline.steps.documents import sync_documents
-    from pipeline.steps.embeddings import embed
-    from pipeline.steps.index import publish_index
-    from retrieval.config import load_collections
-    from retrieval.config_checks import load_index_specs
-    from retrieval.embedder import load_embedder
-    from retrieval.query import Searcher
-    from retrieval.store import Store
 
     indexes_path, collections_path = write_configs(root, docs_dir, BACKENDS[system])
     spec = load_index_specs(indexes_path, collections_path)[0]
@@ -150,11 +151,12 @@ def run_chunkyard_library(system: str, url: str, docs_dir: Path, root: Path) -> 
 
 def run_chunkyard_dagster(system: str, url: str, docs_dir: Path, root: Path) -> dict[str, Any]:
     """The deployed path: the document sensor, then `execute_job` with the multiprocess executor."""
-    from assets.definitions import build_definitions
+    from chunkyard.assets.definitions import build_definitions
+    from chunkyard.orchestration.instance import get_instance
+    from chunkyard.retrieval.config_checks import load_index_specs
+    from chunkyard.retrieval.store import Store
+
     from benchmarks.bench_incremental import sensor_run
-    from orchestration.instance import get_instance
-    from retrieval.config_checks import load_index_specs
-    from retrieval.store import Store
 
     indexes_path, collections_path = write_configs(root, docs_dir, BACKENDS[system])
     os.environ["DAGSTER_HOME"] = str(root / "dagster")
@@ -176,8 +178,8 @@ def run_chunkyard_dagster(system: str, url: str, docs_dir: Path, root: Path) -> 
         return int(runs[-1]["chunks_total"])
 
     def query_finds(needle: str) -> bool:
-        from retrieval.embedder import shared_embedder
-        from retrieval.query import Searcher
+        from chunkyard.retrieval.embedder import shared_embedder
+        from chunkyard.retrieval.query import Searcher
 
         embedder = shared_embedder(spec.config.embedding_model, **BACKENDS[system])
         hits = Searcher(store, embedder_for=lambda _c: embedder).search(
@@ -220,8 +222,9 @@ def database(server_url: str, name: str) -> str:
 
 
 def run_system(system: str, args: argparse.Namespace, server_url: str, tmp: Path) -> dict[str, Any]:
+    from chunkyard.chunking.models import resolve_model_path
+
     from benchmarks.bench_incremental import build_corpus
-    from chunking.models import resolve_model_path
 
     root = tmp / system
     docs_dir = root / "docs"
@@ -387,9 +390,10 @@ def padding(documents: int, batch: int = 32) -> dict[str, float]:
     """Padded / real model tokens when chunkyard's chunks of the collection are embedded in batches of
     `batch`: in document order (what a caller sending `batch` texts per encode call gets) and sorted by
     length (what one encode call over all texts, or chunkyard's sorted batches, gets)."""
+    from chunkyard.chunking import Document, build_chunker
+    from chunkyard.chunking.tokenizers import get_tokenizer
+
     from benchmarks.bench_incremental import build_corpus
-    from chunking import Document, build_chunker
-    from chunking.tokenizers import get_tokenizer
 
     with tempfile.TemporaryDirectory() as tmp:
         paths = build_corpus(1000, Path(tmp))[:documents]
@@ -573,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker(args)
         return 0
-    from retrieval.db import embedded_database_url
+    from chunkyard.retrieval.db import embedded_database_url
 
     load_start = [round(x, 2) for x in os.getloadavg()]
     results = []

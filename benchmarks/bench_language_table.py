@@ -7,15 +7,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from chunking.types import Document
-from evaluation.datasets.evalset import read_eval_set
-from evaluation.runner import SERVED_VARIANT, EvaluationRequest, evaluate_index
-from retrieval.config import IndexConfig, IndexSpec
-from retrieval.db import embedded_database_url
-from retrieval.embedder import load_embedder
-from retrieval.indexing import build_index
-from retrieval.query import Searcher
-from retrieval.store import Store
+from chunkyard.chunking.types import Document
+from chunkyard.evaluation.datasets.evalset import read_eval_set
+from chunkyard.evaluation.runner import SERVED_VARIANT, EvaluationRequest, evaluate_index
+from chunkyard.retrieval.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.db import embedded_database_url
+from chunkyard.retrieval.embedder import load_embedder
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.store import Store
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "multilingual"
 OUT = Path(__file__).resolve().parent / "results" / "languages_table.md"

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from retrieval.names import DEFAULT_CONFIG
+from chunkyard.retrieval.names import DEFAULT_CONFIG
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
@@ -186,7 +186,7 @@ def _lingua(restrict: bool) -> Callable[[str], str]:
 
 
 def _current_detector(restrict: bool) -> Callable[[str], str]:
-    from retrieval.languages import detect_language
+    from chunkyard.retrieval.languages import detect_language
 
     # chunkyard maps Malay to the Indonesian analyzer, so `ms` counts as `id` here
     def detect(text: str) -> str:
@@ -240,8 +240,7 @@ def measure_detectors() -> list[dict[str, object]]:
 
 def measure_ukrainian_stemmers() -> list[dict[str, object]]:
     import snowballstemmer
-
-    from retrieval.analysis import Analyzer
+    from chunkyard.retrieval.analysis import Analyzer
 
     candidates: dict[str, Callable[[str], str]] = {
         "none (stop words only)": lambda w: w,
@@ -285,7 +284,7 @@ def _question_sets(language: str, documents: list) -> list[tuple[str, list]]:
     """The language's questions, and (not for English) the English questions over its documents."""
     from dataclasses import replace
 
-    from evaluation.datasets.evalset import read_eval_set
+    from chunkyard.evaluation.datasets.evalset import read_eval_set
 
     own = read_eval_set(DATA / f"{language}_questions.jsonl", documents, on_missing="error").questions
     english_documents = sorted(p.name for p in (DATA / "en").glob("*.md"))
@@ -305,16 +304,17 @@ def measure_retrieval(sizes: tuple[int, ...]) -> list[dict[str, object]]:
     import tempfile
     from dataclasses import replace
 
+    from chunkyard.chunking.types import Document
+    from chunkyard.evaluation.datasets.squad import load_squad
+    from chunkyard.evaluation.runner import SERVED_VARIANT, EvaluationRequest, evaluate_index
+    from chunkyard.retrieval.config import IndexSpec, load_index_configs
+    from chunkyard.retrieval.db import embedded_database_url
+    from chunkyard.retrieval.embedder import load_embedder
+    from chunkyard.retrieval.indexing import build_index
+    from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.store import Store
+
     from benchmarks.bench_embedder import load_demo_set
-    from chunking.types import Document
-    from evaluation.datasets.squad import load_squad
-    from evaluation.runner import SERVED_VARIANT, EvaluationRequest, evaluate_index
-    from retrieval.config import IndexSpec, load_index_configs
-    from retrieval.db import embedded_database_url
-    from retrieval.embedder import load_embedder
-    from retrieval.indexing import build_index
-    from retrieval.query import Searcher
-    from retrieval.store import Store
 
     store = Store(embedded_database_url(tempfile.mkdtemp(prefix="chunkyard-languages-")))
     store.migrate()

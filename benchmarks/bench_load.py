@@ -22,14 +22,14 @@ import time
 from pathlib import Path
 
 import httpx
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.db import embedded_database_url
+from chunkyard.retrieval.embedder import shared_embedder
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.names import DEFAULT_CONFIG
+from chunkyard.retrieval.store import Store
 
-from chunking.types import Document
-from retrieval.config import IndexConfig, IndexSpec
-from retrieval.db import embedded_database_url
-from retrieval.embedder import shared_embedder
-from retrieval.indexing import build_index
-from retrieval.names import DEFAULT_CONFIG
-from retrieval.store import Store
 from tests.service_process import rss_kib, service
 
 REPO = Path(__file__).resolve().parent.parent

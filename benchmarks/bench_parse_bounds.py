@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import chunking.documents.files as document_files
-import chunking.documents.folder as document_folder
-from chunking.documents import parse_bounds
+import chunkyard.chunking.documents.files as document_files
+import chunkyard.chunking.documents.folder as document_folder
+from chunkyard.chunking.documents import parse_bounds
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PDFS = [

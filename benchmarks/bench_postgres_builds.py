@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 import psycopg
+from chunkyard.retrieval.db import postgres_bin
+from chunkyard.retrieval.selfcheck import DatabaseSelfCheckError, self_check
 
-from retrieval.db import postgres_bin
-from retrieval.selfcheck import DatabaseSelfCheckError, self_check
 from tests.portability import NO_AVX512_CPU, X86_64_V2_CPU, EmulatedServer, avx512_outside_dispatch, qemu
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -36,23 +36,23 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
-
-from benchmarks.bench_scale import server_versions, uptime
-from benchmarks.scale_report import RESULTS, save_section
-from retrieval.config import IndexConfig, IndexSpec
-from retrieval.db import embedded_database_url, stop_embedded_servers
-from retrieval.indexing import publish
-from retrieval.indexing.hnsw import create_hnsw
-from retrieval.indexing.staging import merge_stage_report
-from retrieval.indexing.swap import (
+from chunkyard.retrieval.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.db import embedded_database_url, stop_embedded_servers
+from chunkyard.retrieval.indexing import publish
+from chunkyard.retrieval.indexing.hnsw import create_hnsw
+from chunkyard.retrieval.indexing.staging import merge_stage_report
+from chunkyard.retrieval.indexing.swap import (
     POSTINGS_PREPARED,
     SWAP_MIN_CHUNKS_ENV,
     create_next_postings,
     index_next_postings,
 )
-from retrieval.store import Store
-from retrieval.store.partitions import partition_names
+from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.partitions import partition_names
+from psycopg import sql
+
+from benchmarks.bench_scale import server_versions, uptime
+from benchmarks.scale_report import RESULTS, save_section
 
 VOCABULARY = 50_000
 CHUNKS_PER_DOCUMENT = 10

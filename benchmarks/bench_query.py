@@ -74,8 +74,8 @@ def load_questions(n: int, seed: int) -> tuple[list[str], list[str]]:
 
 def base_chunks(size: int, overlap: int) -> list[tuple[str, str]]:
     """(corpus, text) of real windows of `size` model tokens over the five corpora."""
-    from chunking import build_chunker
-    from chunking.types import Document
+    from chunkyard.chunking import build_chunker
+    from chunkyard.chunking.types import Document
 
     chunker = build_chunker({"strategy": "token", "size": size, "overlap": overlap, "tokenizer": "model"})
     out = []
@@ -89,7 +89,7 @@ def base_chunks(size: int, overlap: int) -> list[tuple[str, str]]:
 
 def embed_base(store: Any, embedder: Any, texts: list[str]) -> np.ndarray:
     """Real MiniLM vectors of the base chunks, from the embedding cache or computed (and cached)."""
-    from chunking.types import sha256_text
+    from chunkyard.chunking.types import sha256_text
 
     hashes = [sha256_text(t) for t in texts]
     cached = store.embedding_cache.lookup(embedder.model_id, hashes)
@@ -158,7 +158,7 @@ class ExpandedCorpus:
 
     def documents_and_chunks(self, config_key: str) -> tuple[list[Any], dict[str, list[Any]], np.ndarray]:
         """Documents (one per corpus copy), their chunks (vectors precomputed), all vectors in chunk order."""
-        from chunking.types import Chunk, Document
+        from chunkyard.chunking.types import Chunk, Document
 
         rng = np.random.default_rng(self.seed)
         copy_cosines: list[float] = []
@@ -216,8 +216,8 @@ class PrecomputedChunker:
 def build(
     store: Any, embedder: Any, corpus: ExpandedCorpus, name: str
 ) -> tuple[Any, dict[str, float], np.ndarray]:
-    from retrieval import indexing
-    from retrieval.config import IndexConfig, IndexSpec
+    from chunkyard.retrieval import indexing
+    from chunkyard.retrieval.config import IndexConfig, IndexSpec
 
     spec = IndexSpec(
         f"bench-{name}",
@@ -281,14 +281,14 @@ def run_size(
     questions: list[str],
     warmup: list[str],
 ) -> dict[str, Any]:
-    from retrieval import bm25 as bm25_lib
-    from retrieval.query import Searcher
+    from chunkyard.retrieval import bm25 as bm25_lib
+    from chunkyard.retrieval.query import Searcher
 
     name = variant_name(n, expansion, args)
     log(f"== {name}: build")
     existing = store.indexes.info(f"bench-{name}/{name}")
     if args.reuse and existing and existing["chunk_count"] == n and name in args.previous_builds:
-        from retrieval.config import IndexConfig, IndexSpec
+        from chunkyard.retrieval.config import IndexConfig, IndexSpec
 
         log("  reusing the index built by a previous run (build times from that run)")
         spec = IndexSpec(f"bench-{name}", IndexConfig(**{k: v for k, v in existing["config"].items()}))
@@ -327,10 +327,9 @@ def run_size(
 
     # recall@10 of HNSW vs exact cosine (numpy over the stored vectors, in corpus order)
     with store.connection() as conn, conn.cursor(binary=True) as cur:
+        from chunkyard.retrieval.store.partitions import partition_names
+        from chunkyard.retrieval.store.vectors import as_array
         from psycopg import sql
-
-        from retrieval.store.partitions import partition_names
-        from retrieval.store.vectors import as_array
 
         cur.execute(
             sql.SQL("SELECT chunk_id, embedding FROM {}").format(
@@ -383,9 +382,8 @@ def run_size(
     memory = memory_searcher.lexical.loaded(spec.name)
     texts_by_id = {}
     with store.connection() as conn:
+        from chunkyard.retrieval.store.partitions import partition_names
         from psycopg import sql
-
-        from retrieval.store.partitions import partition_names
 
         for cid, text in conn.execute(
             sql.SQL("SELECT chunk_id, embed_text FROM {}").format(
@@ -555,9 +553,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("CHUNKYARD_PG_SHARED_BUFFERS", "6GB")
     os.environ["CHUNKYARD_HNSW_M"] = str(args.hnsw_m)
     os.environ["CHUNKYARD_HNSW_EF_CONSTRUCTION"] = str(args.hnsw_ef_construction)
-    from retrieval.db import chunkyard_home, embedded_database_url
-    from retrieval.embedder import load_embedder
-    from retrieval.store import Store
+    from chunkyard.retrieval.db import chunkyard_home, embedded_database_url
+    from chunkyard.retrieval.embedder import load_embedder
+    from chunkyard.retrieval.store import Store
 
     url = os.environ.get("CHUNKYARD_BENCH_DATABASE_URL") or embedded_database_url(
         chunkyard_home() / "bench-pg"

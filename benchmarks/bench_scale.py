@@ -33,6 +33,15 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
+from chunkyard.orchestration.celery_local import (
+    celery_run_config,
+    celery_workers,
+    materialize_all,
+    redis_server,
+    step_spans,
+    worker_names,
+)
+from chunkyard.retrieval.names import DEFAULT_CONFIG
 
 from benchmarks.bench_incremental import build_corpus
 from benchmarks.scale_report import (
@@ -44,15 +53,6 @@ from benchmarks.scale_report import (
     reading,
     save_section,
 )
-from orchestration.celery_local import (
-    celery_run_config,
-    celery_workers,
-    materialize_all,
-    redis_server,
-    step_spans,
-    worker_names,
-)
-from retrieval.names import DEFAULT_CONFIG
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,7 +60,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 def write_configs(root: Path, docs_dir: Path, config_name: str, embedder: dict | None = None) -> None:
     """indexes.yaml (the one config, from configs/indexes.yaml, its `embedder:` replaced when given) and
     collections.yaml (`bench`) under root."""
-    from retrieval.config import load_index_configs
+    from chunkyard.retrieval.config import load_index_configs
 
     config = load_index_configs(REPO_ROOT / "configs" / "indexes.yaml")[config_name]
     # plain YAML types (the config's sections are read-only mappings)
@@ -107,9 +107,8 @@ def measure(
     workers: int, root: Path, server_url: str, configs: Path, broker: str, extra_env: dict[str, str]
 ) -> dict[str, Any]:
     """One full index on `workers` Celery workers, in its own database and DAGSTER_HOME."""
+    from chunkyard.orchestration.instance import create_dagster_schema, write_instance_yaml
     from dagster import DagsterInstance
-
-    from orchestration.instance import create_dagster_schema, write_instance_yaml
 
     url = new_database(server_url, f"scale_{workers}")
     home = root / f"dagster-{workers}"
@@ -217,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.with_suffix(".json").write_text(json.dumps(sections, indent=2, sort_keys=True))
         print(compose(sections))
         return 0
-    from retrieval.db import embedded_database_url
+    from chunkyard.retrieval.db import embedded_database_url
 
     extra_env: dict[str, str] = {}
     embedder = None

@@ -50,8 +50,8 @@ SECTION = "## vector vs halfvec storage, iterative scans (bench_vector_storage)"
 
 def build(store: Any, corpus: ExpandedCorpus, storage: str, embedder: Any) -> tuple[Any, dict[str, Any]]:
     """The index of `corpus` with this storage type, through stage_chunks, stage_bm25 and publish."""
-    from retrieval import indexing
-    from retrieval.config import IndexConfig, IndexSpec
+    from chunkyard.retrieval import indexing
+    from chunkyard.retrieval.config import IndexConfig, IndexSpec
 
     name = f"n{corpus.n}-{storage}"
     spec = IndexSpec(
@@ -92,10 +92,9 @@ def build(store: Any, corpus: ExpandedCorpus, storage: str, embedder: Any) -> tu
 
 
 def stored_vectors(store: Any, spec: Any) -> tuple[list[str], np.ndarray, list[dict[str, Any]]]:
+    from chunkyard.retrieval.store.partitions import partition_names
+    from chunkyard.retrieval.store.vectors import as_array
     from psycopg import sql
-
-    from retrieval.store.partitions import partition_names
-    from retrieval.store.vectors import as_array
 
     ids, vectors, metadata = [], [], []
     with store.connection() as conn, conn.cursor(binary=True) as cur:
@@ -119,10 +118,9 @@ def exact_top(qvecs: np.ndarray, matrix: np.ndarray, ids: list[str], rows: np.nd
 
 def plan_of(store: Any, spec: Any, qvec: np.ndarray, filters: dict[str, Any], storage: str) -> str:
     """The scan node Postgres picks for the filtered dense query (`Index Scan` or `Seq Scan`)."""
+    from chunkyard.retrieval.store.partitions import partition_names
     from psycopg import sql
     from psycopg.types.json import Jsonb
-
-    from retrieval.store.partitions import partition_names
 
     cast = sql.SQL("{}({})").format(sql.SQL(storage), sql.Literal(int(qvec.shape[0])))
     query = sql.SQL(
@@ -139,10 +137,10 @@ def plan_of(store: Any, spec: Any, qvec: np.ndarray, filters: dict[str, Any], st
 def measure_storage(
     store: Any, spec: Any, storage: str, qvecs: np.ndarray, questions: list[str], args: Any, embedder: Any
 ) -> dict[str, Any]:
-    from retrieval.query import Searcher
-    from retrieval.query.dense import ITERATIVE_SCAN_ENV, index_candidates
-    from retrieval.query.handles import IndexHandles
-    from retrieval.store.partitions import partition_names
+    from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.query.dense import ITERATIVE_SCAN_ENV, index_candidates
+    from chunkyard.retrieval.query.handles import IndexHandles
+    from chunkyard.retrieval.store.partitions import partition_names
 
     out: dict[str, Any] = {}
     with store.connection() as conn:
@@ -334,9 +332,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"Chroma data not found in {data_dir()}; set CHUNKYARD_DATA")
     os.environ.setdefault("CHUNKYARD_MAINTENANCE_WORK_MEM", "2GB" if args.n <= 200000 else "8GB")
     os.environ.setdefault("CHUNKYARD_PG_SHARED_BUFFERS", "1GB" if args.n <= 200000 else "6GB")
-    from retrieval.db import chunkyard_home, embedded_database_url
-    from retrieval.embedder import load_embedder
-    from retrieval.store import Store
+    from chunkyard.retrieval.db import chunkyard_home, embedded_database_url
+    from chunkyard.retrieval.embedder import load_embedder
+    from chunkyard.retrieval.store import Store
 
     started, uptime_before = time.strftime("%Y-%m-%d %H:%M", time.gmtime()), _uptime()
     url = os.environ.get("CHUNKYARD_BENCH_DATABASE_URL") or embedded_database_url(

@@ -17,10 +17,9 @@ import sys
 from typing import Any
 
 import numpy as np
-
-from evaluation.datasets import load_dataset
-from evaluation.estimates import Estimate, bootstrap_ci
-from evaluation.metrics import score_question
+from chunkyard.evaluation.datasets import load_dataset
+from chunkyard.evaluation.estimates import Estimate, bootstrap_ci
+from chunkyard.evaluation.metrics import score_question
 
 METRICS = ("chroma_recall_at_5", "chroma_iou_at_5", "hit_at_5", "mrr_at_5")
 
@@ -40,10 +39,10 @@ def _pct(est: Estimate) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from retrieval.config import load_index_configs
-    from retrieval.embedder import embedder_for_config
-    from retrieval.query import Searcher
-    from retrieval.store import Store
+    from chunkyard.retrieval.config import load_index_configs
+    from chunkyard.retrieval.embedder import embedder_for_config
+    from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.store import Store
 
     index, base, levers = argv[0], json.loads(argv[1]), json.loads(argv[2])
     duplicates = argv[3] if len(argv) > 3 else "first"

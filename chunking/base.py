@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from chunking.tokenizers import Tokenizer, TokenUnits, special_token_overhead, token_units
-from chunking.types import LOCATION_KEYS, Chunk, Document, as_document
+from chunkyard.chunking.tokenizers import Tokenizer, TokenUnits, special_token_overhead, token_units
+from chunkyard.chunking.types import LOCATION_KEYS, Chunk, Document, as_document
 
 # The character cap of a chunk: `max(MIN_CHUNK_CHARS, size * chars per token)`, e.g. 4,096
 # characters at size 256. Sub-word tokens average about 4.5 characters in English prose and up to

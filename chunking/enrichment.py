@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from chunking.base import ChunkerConfigError, ContextStep
-from chunking.types import Chunk, Document
+from chunkyard.chunking.base import ChunkerConfigError, ContextStep
+from chunkyard.chunking.types import Chunk, Document
 
 CONTEXT_FIELDS = ("headers", "neighbours", "llm", "llm_max_doc_chars")
 

@@ -6,7 +6,7 @@ import logging
 import os
 from pathlib import Path
 
-from chunking.model_cache import READY, build_once, model_cache_dir
+from chunkyard.chunking.model_cache import READY, build_once, model_cache_dir
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
@@ -25,7 +25,7 @@ log = logging.getLogger("chunkyard.models")
 
 def built_model_path(name: str) -> Path:
     """The folder of a model in BUILT_MODELS, built first if this machine has none yet."""
-    from chunking.e5_model import MODEL_NAME, build_e5_model, check_e5_folder
+    from chunkyard.chunking.e5_model import MODEL_NAME, build_e5_model, check_e5_folder
 
     if name != MODEL_NAME:
         raise ValueError(f"embedding model {name!r}: not one of the built models {list(BUILT_MODELS)}")

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from chunking.base import BaseChunker, ChunkerConfigError
-from chunking.models import DEFAULT_MODEL
-from chunking.tokenizers import get_tokenizer
+from chunkyard.chunking.base import BaseChunker, ChunkerConfigError
+from chunkyard.chunking.models import DEFAULT_MODEL
+from chunkyard.chunking.tokenizers import get_tokenizer
 
 COMMON_FIELDS = {"strategy", "size", "overlap", "tokenizer", "model", "context", "endpoint"}
 ENDPOINT_FIELDS = {"base_url", "model", "api_key_env", "timeout"}
@@ -113,7 +113,7 @@ def build_chunker(
             f"chunker.size: {size} leaves too few tokens after overlap and special tokens"
         )
 
-    from chunking.enrichment import build_context_steps
+    from chunkyard.chunking.enrichment import build_context_steps
 
     if llm is None and spec.get("endpoint") is not None:
         llm = client_from_endpoint(spec["endpoint"])
@@ -135,7 +135,7 @@ def build_chunker(
 
 def client_from_endpoint(endpoint: Any) -> Any:
     """`endpoint: {base_url, model, api_key_env, timeout}` -> an OpenAI-compatible client."""
-    from chunking.llm_client import OpenAICompatibleClient
+    from chunkyard.chunking.llm_client import OpenAICompatibleClient
 
     if not isinstance(endpoint, dict):
         raise ChunkerConfigError(
@@ -177,7 +177,7 @@ class Strategy:
 
     @property
     def module(self) -> str:
-        return f"chunking.chunkers.{self.name}"
+        return f"chunkyard.chunking.chunkers.{self.name}"
 
     def build(self, common: dict, options: dict, spec: dict, embedding_model: Any, llm: Any) -> BaseChunker:
         """`build(common, options, spec, embedding_model, llm)` of the strategy's module."""

@@ -7,12 +7,11 @@ from bisect import bisect_right
 from itertools import chain
 
 import numpy as np
-
-from chunking.base import (
+from chunkyard.chunking.base import (
     trim_span,
     window_pieces,
 )
-from chunking.tokenizers import TokenUnits
+from chunkyard.chunking.tokenizers import TokenUnits
 
 _ABBREVIATIONS = frozenset(
     [

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-
-from chunking.models import DEFAULT_MODEL, resolve_model_path
+from chunkyard.chunking.models import DEFAULT_MODEL, resolve_model_path
 
 
 @dataclass(frozen=True)

@@ -1,1 +1,1 @@
-"""The bundled configs (indexes.yaml, collections.yaml): package data, installed as `retrieval.bundled`."""
+"""The bundled configs (indexes.yaml, collections.yaml): package data, installed as `chunkyard.bundled`."""

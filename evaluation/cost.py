@@ -5,16 +5,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+from chunkyard.chunking.models import model_token_limit
+from chunkyard.chunking.tokenizers import get_tokenizer
+from chunkyard.evaluation.metrics import merge_intervals
+from chunkyard.retrieval.store.partitions import partition_names
 from psycopg import sql
 
-from chunking.models import model_token_limit
-from chunking.tokenizers import get_tokenizer
-from evaluation.metrics import merge_intervals
-from retrieval.store.partitions import partition_names
-
 if TYPE_CHECKING:
-    from retrieval.config import IndexSpec
-    from retrieval.store import Store
+    from chunkyard.retrieval.config import IndexSpec
+    from chunkyard.retrieval.store import Store
 
 
 def index_cost(store: Store | None, index_name: str, spec: IndexSpec | str | None = None) -> dict[str, float]:

@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
-from chunking.types import Chunk, Document
-from evaluation.datasets.locate import locate_answer
+from chunkyard.chunking.types import Chunk, Document
+from chunkyard.evaluation.datasets.locate import locate_answer
 
 API_KEY_ENV = "CHUNKYARD_LLM_API_KEY"
 MIN_QUESTION_WORDS = 4

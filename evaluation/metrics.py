@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-
-from evaluation.datasets.types import Question, Span
-from evaluation.estimates import Estimate, bootstrap_ci, float_or_nan, json_float
+from chunkyard.evaluation.datasets.types import Question, Span
+from chunkyard.evaluation.estimates import Estimate, bootstrap_ci, float_or_nan, json_float
 
 DEFAULT_K = 5
 FAILURE_K = 20

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from chunking.types import Document
-from evaluation.datasets.types import Question
-from evaluation.metrics import MetricSummary
-from retrieval.names import IndexName
+from chunkyard.chunking.types import Document
+from chunkyard.evaluation.datasets.types import Question
+from chunkyard.evaluation.metrics import MetricSummary
+from chunkyard.retrieval.names import IndexName
 
 SNIPPET_CHARS = 160  # characters of each retrieved or reference text kept per miss
 MISSES_KEPT = 100  # misses kept per variant in a report (the count is always exact)

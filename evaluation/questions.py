@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evaluation.datasets import load_dataset, read_records, resolve_records
-from evaluation.datasets.types import Question
-from retrieval.config import Collection
-from retrieval.project import project_root
-from retrieval.store import Store
+from chunkyard.evaluation.datasets import load_dataset, read_records, resolve_records
+from chunkyard.evaluation.datasets.types import Question
+from chunkyard.retrieval.config import Collection
+from chunkyard.retrieval.project import project_root
+from chunkyard.retrieval.store import Store
 
 _DOC_KEYS = ("doc", "doc_id", "document")
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evaluation.estimates import Estimate
-from evaluation.metrics import TABLE_METRICS
-from evaluation.runner import EvaluationReport, format_estimate
+from chunkyard.evaluation.estimates import Estimate
+from chunkyard.evaluation.metrics import TABLE_METRICS
+from chunkyard.evaluation.runner import EvaluationReport, format_estimate
 
 # The runner's headline metrics, then the failure rate and the context the top k costs.
 LEADERBOARD_METRICS = (*TABLE_METRICS, "failure_rate_at_20", "context_tokens_at_{k}")

@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-
-from evaluation.cost import index_cost
-from evaluation.datasets.types import Question
-from evaluation.estimates import Estimate, float_or_nan, json_float
-from evaluation.metrics import (
+from chunkyard.evaluation.cost import index_cost
+from chunkyard.evaluation.datasets.types import Question
+from chunkyard.evaluation.estimates import Estimate, float_or_nan, json_float
+from chunkyard.evaluation.metrics import (
     DEFAULT_BUDGETS,
     FAILURE_K,
     HEADLINE_COST,
@@ -33,14 +32,14 @@ from evaluation.metrics import (
     MetricSummary,
     score_questions,
 )
-from evaluation.misses import collect_misses, misses_markdown
-from retrieval.names import IndexName
-from retrieval.options import DEFAULT_MODE, SearchOptions
+from chunkyard.evaluation.misses import collect_misses, misses_markdown
+from chunkyard.retrieval.names import IndexName
+from chunkyard.retrieval.options import DEFAULT_MODE, SearchOptions
 
 if TYPE_CHECKING:
-    from retrieval.config import IndexSpec
-    from retrieval.query import Searcher, SearchResult
-    from retrieval.store import Store
+    from chunkyard.retrieval.config import IndexSpec
+    from chunkyard.retrieval.query import Searcher, SearchResult
+    from chunkyard.retrieval.store import Store
 
 DEFAULT_VARIANTS = ("dense", "bm25", "hybrid", "served")
 DEFAULT_DEPTH = 50  # results fetched per question for recall@20 and the context-budget recall
@@ -275,7 +274,7 @@ class _TokenCounter:
     """cl100k tokens of a result's text (the LLM's context cost), memoised per chunk id."""
 
     def __init__(self) -> None:
-        from chunking.tokenizers import get_tokenizer
+        from chunkyard.chunking.tokenizers import get_tokenizer
 
         self._tokenizer = get_tokenizer("cl100k")
         self._cache: dict[str, int] = {}

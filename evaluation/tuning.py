@@ -16,13 +16,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-
-from evaluation.datasets.types import Question
-from evaluation.estimates import Estimate, bootstrap_ci
-from evaluation.metrics import score_question
+from chunkyard.evaluation.datasets.types import Question
+from chunkyard.evaluation.estimates import Estimate, bootstrap_ci
+from chunkyard.evaluation.metrics import score_question
 
 if TYPE_CHECKING:
-    from retrieval.query import Searcher
+    from chunkyard.retrieval.query import Searcher
 
 DEFAULT_WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0)
 

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-
-from orchestration.instance import DEFINITIONS_MODULE
+from chunkyard.orchestration.instance import DEFINITIONS_MODULE
 
 REDIS_BINARY = "redis-server"
 WORKER_APP = "dagster_celery.app"

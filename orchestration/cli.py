@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from orchestration import (
+from chunkyard.orchestration import (
     cli_alias,
     cli_check,
     cli_help,
@@ -34,7 +34,7 @@ from orchestration import (
     cli_stack,
     cli_ui,
 )
-from orchestration.cli_errors import Stopped, UsageError, report, stops_embedded_postgres
+from chunkyard.orchestration.cli_errors import Stopped, UsageError, report, stops_embedded_postgres
 
 PROJECT_COMMANDS = {"add", "index", "demo", "search", "serve", "ui", "eval", "questions", "alias", "check"}
 
@@ -44,7 +44,7 @@ def _print(message: str = "", end: str = "\n") -> None:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from orchestration.project_file import init_project
+    from chunkyard.orchestration.project_file import init_project
 
     path = init_project(Path(args.dir))
     _print(f"Initialised chunkyard project {path.parent} ({path.name}; state in .chunkyard/)")
@@ -53,8 +53,8 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    from orchestration.project_file import add_collection
-    from retrieval.project import PROJECT_FILE, project_root
+    from chunkyard.orchestration.project_file import add_collection
+    from chunkyard.retrieval.project import PROJECT_FILE, project_root
 
     root = project_root()
     entry = add_collection(
@@ -77,13 +77,13 @@ def cmd_add(args: argparse.Namespace) -> int:
 def cmd_instance(args: argparse.Namespace) -> int:
     """Write $DAGSTER_HOME/dagster.yaml for this database and create Dagster's tables in it, once,
     before the webserver and the daemon start (both would otherwise race to create them)."""
-    from orchestration.instance import get_instance
+    from chunkyard.orchestration.instance import get_instance
 
     instance = get_instance()
-    from orchestration.stack_stop import STACK_ENV
+    from chunkyard.orchestration.stack_stop import STACK_ENV
 
     if os.environ.get(STACK_ENV):  # a local stack starting: no process of an earlier one is left
-        from assets.runs import fail_runs_of_a_gone_stack
+        from chunkyard.assets.runs import fail_runs_of_a_gone_stack
 
         left = fail_runs_of_a_gone_stack(instance)
         if left:
@@ -92,11 +92,11 @@ def cmd_instance(args: argparse.Namespace) -> int:
             )
     instance.dispose()
     _print(f"Dagster instance: {os.environ['DAGSTER_HOME']}/dagster.yaml")
-    from retrieval.store import Store
+    from chunkyard.retrieval.store import Store
 
     store = Store()  # the versions Dagster and the indexes run on (Postgres, pgvector)
     try:
-        from retrieval.db import verify_server
+        from chunkyard.retrieval.db import verify_server
 
         _print(f"Database: {store.vector_features().describe()}; {verify_server(store.url).describe()}")
     finally:
@@ -106,10 +106,9 @@ def cmd_instance(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
-
-    from retrieval import service_file
-    from retrieval.db import chunkyard_home, database_url
-    from retrieval.http_guards import exposure_error
+    from chunkyard.retrieval import service_file
+    from chunkyard.retrieval.db import chunkyard_home, database_url
+    from chunkyard.retrieval.http_guards import exposure_error
 
     refused = exposure_error(args.host, os.environ.get("CHUNKYARD_API_KEY"))
     if refused:  # an open API on a network interface: refuse before anything starts
@@ -120,14 +119,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"Query service for project {os.environ.get('CHUNKYARD_PROJECT')} on {record['url']} (docs at /docs)"
     )
     try:
-        uvicorn.run("retrieval.service:app", host=args.host, port=args.port, log_level="info")
+        uvicorn.run("chunkyard.retrieval.service:app", host=args.host, port=args.port, log_level="info")
     finally:
         service_file.remove(chunkyard_home(), os.getpid())
     return 0
 
 
 def cmd_eval(args: argparse.Namespace, rest: Sequence[str]) -> int:
-    from pipeline.benchmark import main as benchmark_main
+    from chunkyard.pipeline.benchmark import main as benchmark_main
 
     return int(benchmark_main(list(rest)) or 0)
 
@@ -324,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _enter_project(args: argparse.Namespace, command: str) -> None:
     """Resolve the project once and name it in the environment, so the processes a command starts
     (dagster dev, run workers) find the same project wherever they run."""
-    from retrieval.project import BENCHMARKS_ENV, PROJECT_ENV, project_root
+    from chunkyard.retrieval.project import BENCHMARKS_ENV, PROJECT_ENV, project_root
 
     if getattr(args, "project", None):
         os.environ[PROJECT_ENV] = str(Path(args.project).expanduser().resolve())

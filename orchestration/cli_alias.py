@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from orchestration.cli_errors import UsageError
+from chunkyard.orchestration.cli_errors import UsageError
 
 
 def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """`alias set|show|rollback` under the command's subparsers."""
-    from retrieval.options import SearchOptions
+    from chunkyard.retrieval.options import SearchOptions
 
     alias = sub.add_parser("alias", help="serving aliases: set, show, roll back", parents=[common])
     actions = alias.add_subparsers(dest="alias_command", required=True, metavar="ACTION")
@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
 
 
 def _line(target: object) -> str:
-    from retrieval.aliases import AliasTarget
+    from chunkyard.retrieval.aliases import AliasTarget
 
     assert isinstance(target, AliasTarget)
     options = " ".join(f"{key}={value}" for key, value in sorted(target.options.given().items()))
@@ -45,11 +45,11 @@ def _line(target: object) -> str:
 
 
 def cmd_alias(args: argparse.Namespace) -> int:
-    from retrieval import aliases
-    from retrieval.config import default_collection
-    from retrieval.names import IndexName
-    from retrieval.options import SearchOptions
-    from retrieval.store import Store
+    from chunkyard.retrieval import aliases
+    from chunkyard.retrieval.config import default_collection
+    from chunkyard.retrieval.names import IndexName
+    from chunkyard.retrieval.options import SearchOptions
+    from chunkyard.retrieval.store import Store
 
     store = Store()
     store.migrate()
@@ -84,10 +84,9 @@ def cmd_alias(args: argparse.Namespace) -> int:
 def index_or_alias(text: str, default_collection: str) -> str:
     """`text` unchanged when it names an alias, else the index it means."""
     import psycopg
-
-    from retrieval import aliases
-    from retrieval.names import IndexName
-    from retrieval.store import Store
+    from chunkyard.retrieval import aliases
+    from chunkyard.retrieval.names import IndexName
+    from chunkyard.retrieval.store import Store
 
     if aliases.could_be_alias(text):
         store = Store()

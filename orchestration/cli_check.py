@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from retrieval.config_checks import PlannedCollection, check_project
+from chunkyard.retrieval.config_checks import PlannedCollection, check_project
 
 DESCRIPTION = (
     "Check every field of chunkyard.yaml and the index configs (each problem with file:line and the "
@@ -29,9 +29,9 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
 
 def chosen_collections(name: str | None) -> list[str]:
     """The collections a command names (default: all of the project's); UsageError for an unknown one."""
-    from orchestration.cli_errors import UsageError
-    from retrieval.config import load_collections
-    from retrieval.project import PROJECT_FILE, project_root
+    from chunkyard.orchestration.cli_errors import UsageError
+    from chunkyard.retrieval.config import load_collections
+    from chunkyard.retrieval.project import PROJECT_FILE, project_root
 
     collections = load_collections()
     if not collections:
@@ -54,7 +54,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def print_plan(planned: list[PlannedCollection]) -> None:
     """The collections, their folders and evaluation sets, and the index configs each would build."""
-    from retrieval.project import PROJECT_FILE, project_root
+    from chunkyard.retrieval.project import PROJECT_FILE, project_root
 
     print(f"Configuration OK ({project_root() / PROJECT_FILE}). `chunkyard index` would build:", flush=True)
     for plan in planned:

@@ -7,10 +7,10 @@ import os
 import sys
 import time
 
-from orchestration import cli_check, cli_search, run_report
-from orchestration.cli_errors import RuntimeFailure
-from orchestration.cli_session import in_own_session, run_in_own_session
-from orchestration.progress import RunProgress
+from chunkyard.orchestration import cli_check, cli_search, run_report
+from chunkyard.orchestration.cli_errors import RuntimeFailure
+from chunkyard.orchestration.cli_session import in_own_session, run_in_own_session
+from chunkyard.orchestration.progress import RunProgress
 
 
 def _print(message: str = "", end: str = "\n") -> None:
@@ -28,11 +28,11 @@ def cmd_index(args: argparse.Namespace) -> int:
     if not in_own_session():  # the run in a child of its own session: Ctrl-C reaches only that child
         return run_in_own_session(args.argv)
     started = time.perf_counter()
-    from assets.definitions import build_definitions, index_job
-    from assets.keys import collection_keys, collection_prefix
-    from assets.runs import host_tags, sweep_dead_runs
-    from orchestration.index_writers import WriterBusy, run_tags, sole_writer
-    from orchestration.instance import get_instance
+    from chunkyard.assets.definitions import build_definitions, index_job
+    from chunkyard.assets.keys import collection_keys, collection_prefix
+    from chunkyard.assets.runs import host_tags, sweep_dead_runs
+    from chunkyard.orchestration.index_writers import WriterBusy, run_tags, sole_writer
+    from chunkyard.orchestration.instance import get_instance
 
     instance = get_instance()
     swept = sweep_dead_runs(instance)

@@ -15,9 +15,9 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
 
 
 def cmd_lag(args: argparse.Namespace) -> int:
-    from retrieval.db import database_url
-    from retrieval.lag import index_lags
-    from retrieval.store import Store
+    from chunkyard.retrieval.db import database_url
+    from chunkyard.retrieval.lag import index_lags
+    from chunkyard.retrieval.store import Store
 
     store = Store(database_url())
     try:

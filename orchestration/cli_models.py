@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from chunking.models import BUILT_MODELS, DEFAULT_MODEL
+from chunkyard.chunking.models import BUILT_MODELS, DEFAULT_MODEL
 
 
 def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from chunking.model_cache import READY, model_cache_dir
+    from chunkyard.chunking.model_cache import READY, model_cache_dir
 
     if args.models_command == "list":
         root = model_cache_dir()
@@ -36,7 +36,7 @@ def cmd_models(args: argparse.Namespace) -> int:
             size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
             print(f"  {folder.relative_to(root)}  {size / 1e6:.0f} MB")
         return 0
-    from retrieval.embedder import load_embedder
+    from chunkyard.retrieval.embedder import load_embedder
 
     for name in args.names or [DEFAULT_MODEL, *BUILT_MODELS]:
         started = time.perf_counter()

@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from orchestration.cli_errors import RuntimeFailure, UsageError
+from chunkyard.orchestration.cli_errors import RuntimeFailure, UsageError
 
 MODEL_ENV = "CHUNKYARD_LLM_MODEL"
 LLM_HINT = (
@@ -45,13 +45,13 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
 
 
 def cmd_questions(args: argparse.Namespace) -> int:
-    from chunking import build_chunker
-    from evaluation.generate import ChatClient, LLMEndpointError, generate_questions, write_eval_set
-    from orchestration.project_file import set_eval_set
-    from pipeline.documents import load_collection_documents
-    from retrieval.config import load_collections, load_index_configs
-    from retrieval.names import DEFAULT_CONFIG
-    from retrieval.project import PROJECT_FILE, project_root
+    from chunkyard.chunking import build_chunker
+    from chunkyard.evaluation.generate import ChatClient, LLMEndpointError, generate_questions, write_eval_set
+    from chunkyard.orchestration.project_file import set_eval_set
+    from chunkyard.pipeline.documents import load_collection_documents
+    from chunkyard.retrieval.config import load_collections, load_index_configs
+    from chunkyard.retrieval.names import DEFAULT_CONFIG
+    from chunkyard.retrieval.project import PROJECT_FILE, project_root
 
     root = project_root()
     collections = load_collections()

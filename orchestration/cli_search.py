@@ -9,14 +9,14 @@ import json
 import time
 from typing import Any
 
-from retrieval.names import DEFAULT_CONFIG
-from retrieval.query.results import SearchResult
+from chunkyard.retrieval.names import DEFAULT_CONFIG
+from chunkyard.retrieval.query.results import SearchResult
 
 TEXT_CHARS = 300
 
 
 def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
-    from retrieval.options import SearchOptions
+    from chunkyard.retrieval.options import SearchOptions
 
     search = sub.add_parser("search", help="query an index", parents=parents)
     search.add_argument("query", help="the question or keywords")
@@ -35,25 +35,25 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from orchestration.cli_alias import index_or_alias
-    from retrieval import service_file
-    from retrieval.config import default_collection
-    from retrieval.db import chunkyard_home
-    from retrieval.options import SearchOptions
+    from chunkyard.orchestration.cli_alias import index_or_alias
+    from chunkyard.retrieval import service_file
+    from chunkyard.retrieval.config import default_collection
+    from chunkyard.retrieval.db import chunkyard_home
+    from chunkyard.retrieval.options import SearchOptions
 
     options = SearchOptions.from_arguments(args)
     index = index_or_alias(args.index, default_collection())  # the one rule for a bare config name
     started = time.perf_counter()
     running = None if args.no_service else service_file.running(chunkyard_home())
     if running is not None:
-        from retrieval.client import Client
+        from chunkyard.retrieval.client import Client
 
         with Client(running["url"]) as client:
             body = client.search_response(args.query, index=index, options=options)
         results = [SearchResult.from_dict(item) for item in body["results"]]
         path = f"via the running service {running['url']} (pid {running['pid']})"
     else:
-        from retrieval.query import Searcher
+        from chunkyard.retrieval.query import Searcher
 
         # one query: BM25 from the postings in Postgres (loading the in-memory copy would cost more)
         results, plan = Searcher(bm25_backend="sql").search_with_plan(args.query, index, options)
@@ -108,9 +108,9 @@ def scores(values: dict[str, float]) -> str:
 def suggestion(collection: str, best: tuple[str | None, str | None] | None) -> str:
     """What to type next after `chunkyard index`: the leaderboard's best (index, variant) when there is
     one, else the collection's first index config."""
-    from evaluation.runner import SERVED_VARIANT, configured_reranker, parse_variant
-    from retrieval.config import load_collections, load_index_configs
-    from retrieval.options import DEFAULT_MODE
+    from chunkyard.evaluation.runner import SERVED_VARIANT, configured_reranker, parse_variant
+    from chunkyard.retrieval.config import load_collections, load_index_configs
+    from chunkyard.retrieval.options import DEFAULT_MODE
 
     index, variant = best or (None, None)
     if not index or not index.startswith(f"{collection}/"):

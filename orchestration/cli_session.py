@@ -32,7 +32,7 @@ def run_in_own_session(argv: Sequence[str]) -> int:
     """`chunkyard ARGV` in a child process of a new session, with this process's terminal and
     environment; SIGINT and SIGTERM are passed on to the child alone. Its exit status."""
     child = subprocess.Popen(
-        [sys.executable, "-m", "orchestration.cli", *argv],
+        [sys.executable, "-m", "chunkyard.orchestration.cli", *argv],
         env={**os.environ, SESSION_ENV: "1"},
         start_new_session=True,
         preexec_fn=_terminate_with_parent if sys.platform.startswith("linux") else None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from orchestration import stack_local
+from chunkyard.orchestration import stack_local
 
 
 def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -57,14 +57,14 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
 
 def cmd_stack(args: argparse.Namespace) -> int:
     if args.stack_command == "compose":
-        from orchestration.stack import compose_yaml
+        from chunkyard.orchestration.stack import compose_yaml
 
         sys.stdout.write(compose_yaml())
         return 0
-    from chunking.environment import env_int
-    from orchestration.stack import AUTOMATION_INTERVAL_ENV, SENSOR_INTERVAL_ENV
-    from retrieval.db import chunkyard_home
-    from retrieval.project import project_root
+    from chunkyard.chunking.environment import env_int
+    from chunkyard.orchestration.stack import AUTOMATION_INTERVAL_ENV, SENSOR_INTERVAL_ENV
+    from chunkyard.retrieval.db import chunkyard_home
+    from chunkyard.retrieval.project import project_root
 
     root = project_root()  # `up` and `down` work on a project (`compose` needs none)
     home = chunkyard_home()
@@ -74,14 +74,14 @@ def cmd_stack(args: argparse.Namespace) -> int:
     for name in ("sensor_interval", "automation_interval"):
         value = getattr(args, name)
         if value is not None and value < 1:
-            from orchestration.cli_errors import UsageError
+            from chunkyard.orchestration.cli_errors import UsageError
 
             raise UsageError(f"--{name.replace('_', '-')}: at least 1 second, got {value}")
-    from orchestration.stack_stop import running_stack
+    from chunkyard.orchestration.stack_stop import running_stack
 
     running = running_stack(stack_local.state_dir(home))  # by stack.json, or by the services' marker
     if running is not None:
-        from orchestration.cli_errors import UsageError
+        from chunkyard.orchestration.cli_errors import UsageError
 
         raise UsageError(running)
     target = stack_local.local_target(

@@ -18,8 +18,8 @@ def _print(message: str = "") -> None:
 
 def cmd_ui(args: argparse.Namespace) -> int:
     """`dagster dev` on the code location `chunkyard` with DAGSTER_HOME and DATABASE_URL set."""
-    from orchestration.instance import WORKSPACE_FILE, ensure_instance
-    from retrieval.project import AUTOMATION_ENV, read_project, ui_automation
+    from chunkyard.orchestration.instance import WORKSPACE_FILE, ensure_instance
+    from chunkyard.retrieval.project import AUTOMATION_ENV, read_project, ui_automation
 
     automation = ui_automation(read_project())
     home = ensure_instance()
@@ -81,8 +81,7 @@ def add_proxy_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentP
 
 def cmd_ui_proxy(args: argparse.Namespace) -> int:
     import uvicorn
-
-    from orchestration.ui_proxy import KEY_ENV, build_app
+    from chunkyard.orchestration.ui_proxy import KEY_ENV, build_app
 
     key = os.environ.get(KEY_ENV, "")
     if not key:

@@ -19,10 +19,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import psycopg
+from chunkyard.assets.reconciling import COLLECTIONS_TAG, IN_FLIGHT, WRITER_TAG
+from chunkyard.assets.runs import sweep_dead_runs
 from dagster import DagsterInstance, RunsFilter
-
-from assets.reconciling import COLLECTIONS_TAG, IN_FLIGHT, WRITER_TAG
-from assets.runs import sweep_dead_runs
 
 POLL_SECONDS = 2.0
 

@@ -8,8 +8,8 @@ import time
 import uuid
 from typing import TextIO
 
-from assets.progress import PROGRESS_PREFIX
-from orchestration.run_report import interrupted
+from chunkyard.assets.progress import PROGRESS_PREFIX
+from chunkyard.orchestration.run_report import interrupted
 
 POLL_S = 1.0
 TAG = "chunkyard/invocation"

@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from retrieval.config import SettingsError, is_valid_name, load_collections, load_index_configs
-from retrieval.names import DEFAULT_CONFIG
-from retrieval.project import PROJECT_FILE, STATE_DIR, read_project
+from chunkyard.retrieval.config import SettingsError, is_valid_name, load_collections, load_index_configs
+from chunkyard.retrieval.names import DEFAULT_CONFIG
+from chunkyard.retrieval.project import PROJECT_FILE, STATE_DIR, read_project
 
 DEFAULT_INDEX = DEFAULT_CONFIG
 # A folder that is not English only gets the multilingual model instead (benchmarks/results/languages.md).
@@ -97,8 +96,8 @@ def folder_languages(
     folders: list[Path], include: list[str] | None, exclude: list[str] | None
 ) -> dict[str, float]:
     """Each detected language's share of the folders' text (py3langid per document, as `analyzer: auto`)."""
-    from chunking.documents.folder import load_folder
-    from retrieval.languages import choose_analyzer, document_language
+    from chunkyard.chunking.documents.folder import load_folder
+    from chunkyard.retrieval.languages import choose_analyzer, document_language
 
     text_by_language: dict[str, int] = {}
     for folder in folders:

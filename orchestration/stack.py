@@ -22,8 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from orchestration.instance import CODE_LOCATION, CODE_SERVER_ENV, DEFINITIONS_MODULE, WORKSPACE_FILE
+from chunkyard.orchestration.instance import (
+    CODE_LOCATION,
+    CODE_SERVER_ENV,
+    DEFINITIONS_MODULE,
+    WORKSPACE_FILE,
+)
 
 UI_PROXY_HEALTH = "/__chunkyard/healthz"  # orchestration.ui_proxy.HEALTH_PATH (answered without the key)
 
@@ -304,7 +308,7 @@ def _compose_healthcheck(service: Service) -> dict[str, Any] | None:
         probe = f"import urllib.request as u; u.urlopen('http://127.0.0.1:{service.port}{health.path}', timeout=25)"
         test: list[str] = ["CMD", "python", "-c", probe]
     elif health.kind == "command":  # through secret_env too: it reaches the database
-        test = ["CMD", "python", "-m", "orchestration.secret_env", *health.command]
+        test = ["CMD", "python", "-m", "chunkyard.orchestration.secret_env", *health.command]
     else:
         return None
     return {"test": test, "interval": "15s", "timeout": HEALTH_TIMEOUT, "retries": 20, "start_period": "60s"}
@@ -356,7 +360,7 @@ def compose_services(target: Target | None = None) -> dict[str, dict[str, Any]]:
             "build": {"context": "..", "dockerfile": "docker/Dockerfile"},
             "image": "chunkyard:latest",
             # reads the secrets into DATABASE_URL (URL-encoded) and the API key, then runs the command
-            "entrypoint": ["python", "-m", "orchestration.secret_env"],
+            "entrypoint": ["python", "-m", "chunkyard.orchestration.secret_env"],
             "command": list(service.command),
             "environment": dict(service.environment),
             "secrets": [],

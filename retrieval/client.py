@@ -6,10 +6,9 @@ import os
 from typing import Any
 
 import httpx
-
-from retrieval.names import DEFAULT_CONFIG
-from retrieval.options import SearchOptions, SearchRequest
-from retrieval.query.results import IndexNotFoundError, SearchError, SearchResult
+from chunkyard.retrieval.names import DEFAULT_CONFIG
+from chunkyard.retrieval.options import SearchOptions, SearchRequest
+from chunkyard.retrieval.query.results import IndexNotFoundError, SearchError, SearchResult
 
 
 class ServiceError(RuntimeError):
@@ -125,8 +124,8 @@ def _sent(options: SearchOptions) -> dict[str, Any]:
 
 def _project_service() -> str:
     """The URL of the current project's running `chunkyard serve` (its `.chunkyard/service.json`)."""
-    from retrieval import service_file
-    from retrieval.db import chunkyard_home
+    from chunkyard.retrieval import service_file
+    from chunkyard.retrieval.db import chunkyard_home
 
     home = chunkyard_home()
     running = service_file.running(home)

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chunking.models import DEFAULT_MODEL
-from retrieval.config_fields import (
+from chunkyard.chunking.models import DEFAULT_MODEL
+from chunkyard.retrieval.config_fields import (
     checked_coarse,
     checked_vector_storage,
     optional_text,
@@ -22,10 +22,14 @@ from retrieval.config_fields import (
     validate_bm25,
     where_field,
 )
-from retrieval.endpoint_settings import EndpointConfigError, check_endpoint_options, endpoint_identity
-from retrieval.index_defaults import ContextConfigError, ContextScoring
-from retrieval.names import IndexName
-from retrieval.project import (
+from chunkyard.retrieval.endpoint_settings import (
+    EndpointConfigError,
+    check_endpoint_options,
+    endpoint_identity,
+)
+from chunkyard.retrieval.index_defaults import ContextConfigError, ContextScoring
+from chunkyard.retrieval.names import IndexName
+from chunkyard.retrieval.project import (
     PROJECT_FILE,
     SettingsError,
     as_bool,
@@ -357,8 +361,8 @@ def with_coarse_companions(names: list[str], configs: dict[str, IndexConfig]) ->
 def default_collection() -> str:
     """The collection a bare index config name means, in the CLI, the HTTP API and Python alike: the
     project's only collection; else (several, or no project) `demo`."""
-    from retrieval.names import DEFAULT_COLLECTION
-    from retrieval.project import ProjectError
+    from chunkyard.retrieval.names import DEFAULT_COLLECTION
+    from chunkyard.retrieval.project import ProjectError
 
     try:
         names = list(load_collections())

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from retrieval.config import (
+from chunkyard.retrieval.config import (
     Collection,
     IndexConfig,
     IndexSpec,
@@ -22,7 +22,7 @@ from retrieval.config import (
     load_index_configs,
     with_coarse_companions,
 )
-from retrieval.project import SettingsError, project_root, read_yaml
+from chunkyard.retrieval.project import SettingsError, project_root, read_yaml
 
 
 class SettingsErrors(SettingsError):
@@ -85,13 +85,13 @@ def index_config_problems(
 ) -> list[str]:
     """The problems of one index config: its chunker, embedder and hybrid settings, and (when it is
     to be `built`) whether its embedding model is on this machine."""
-    from chunking.base import ChunkerConfigError
-    from chunking.models import resolve_model_path
-    from chunking.registry import build_chunker, needs_embedding_model
-    from retrieval.embedder import check_options
-    from retrieval.embedders.base import EmbedderConfigError
-    from retrieval.endpoint_settings import ENDPOINT_BACKEND
-    from retrieval.options import SearchError, option_schemas
+    from chunkyard.chunking.base import ChunkerConfigError
+    from chunkyard.chunking.models import resolve_model_path
+    from chunkyard.chunking.registry import build_chunker, needs_embedding_model
+    from chunkyard.retrieval.embedder import check_options
+    from chunkyard.retrieval.embedders.base import EmbedderConfigError
+    from chunkyard.retrieval.endpoint_settings import ENDPOINT_BACKEND
+    from chunkyard.retrieval.options import SearchError, option_schemas
 
     lines = lines or _Lines()
     problems: list[str] = []

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from retrieval.analysis import AnalyzerConfigError, analyzer_setting, validate_analyzer
-from retrieval.bm25 import Bm25Params
-from retrieval.capabilities import VECTOR_STORAGES
-from retrieval.index_defaults import COARSE_DEFAULT_RANK
-from retrieval.project import SettingsError
+from chunkyard.retrieval.analysis import AnalyzerConfigError, analyzer_setting, validate_analyzer
+from chunkyard.retrieval.bm25 import Bm25Params
+from chunkyard.retrieval.capabilities import VECTOR_STORAGES
+from chunkyard.retrieval.index_defaults import COARSE_DEFAULT_RANK
+from chunkyard.retrieval.project import SettingsError
 
 
 def field_at(path: Path, entry: Any, key: str, fallback: str) -> str:

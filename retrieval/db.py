@@ -12,10 +12,9 @@ import time
 from pathlib import Path
 
 import psycopg
+from chunkyard.retrieval.project import ProjectError
+from chunkyard.retrieval.selfcheck import LOST_CONNECTION, SelfCheck, log_excerpt, self_check
 from pgvector.psycopg import register_vector
-
-from retrieval.project import ProjectError
-from retrieval.selfcheck import LOST_CONNECTION, SelfCheck, log_excerpt, self_check
 
 
 def chunkyard_home() -> Path:
@@ -24,7 +23,7 @@ def chunkyard_home() -> Path:
     env = os.environ.get("CHUNKYARD_HOME")
     if env:
         return Path(env).expanduser().resolve()
-    from retrieval.project import STATE_DIR, project_root
+    from chunkyard.retrieval.project import STATE_DIR, project_root
 
     return project_root() / STATE_DIR
 

@@ -15,13 +15,12 @@ import threading
 from typing import Any, Protocol
 
 import numpy as np
-
-from chunking.models import DEFAULT_MODEL
-from retrieval.embedders.base import EmbedderConfigError, LocalEmbedder
-from retrieval.embedders.onnx_backend import QUANTIZATIONS, OnnxEmbedder
-from retrieval.embedders.static_backend import StaticEmbedder
-from retrieval.embedders.torch_backend import TorchEmbedder
-from retrieval.endpoint_settings import ENDPOINT_BACKEND
+from chunkyard.chunking.models import DEFAULT_MODEL
+from chunkyard.retrieval.embedders.base import EmbedderConfigError, LocalEmbedder
+from chunkyard.retrieval.embedders.onnx_backend import QUANTIZATIONS, OnnxEmbedder
+from chunkyard.retrieval.embedders.static_backend import StaticEmbedder
+from chunkyard.retrieval.embedders.torch_backend import TorchEmbedder
+from chunkyard.retrieval.endpoint_settings import ENDPOINT_BACKEND
 
 BACKENDS = ("torch", "onnx", "static")
 
@@ -88,7 +87,7 @@ def shared_embedder(model: str = DEFAULT_MODEL, /, *, queries: bool = False, **o
     query-time twin (own timeout). A local model serves queries and documents alike.
     """
     if options.get("backend") == ENDPOINT_BACKEND:
-        from retrieval.endpoint_embedder import shared_endpoint_embedder
+        from chunkyard.retrieval.endpoint_embedder import shared_endpoint_embedder
 
         return shared_endpoint_embedder(model, options, queries=queries)
     defaults = _option_defaults()
@@ -104,7 +103,7 @@ def check_options(options: dict[str, Any]) -> None:
     """The `embedder:` options of an index config, checked without loading anything (the names,
     then each value against its backend); EmbedderConfigError names the option and what is allowed."""
     if options.get("backend") == ENDPOINT_BACKEND:  # an embedding server: its own options
-        from retrieval.endpoint_settings import EndpointConfigError, check_endpoint_options
+        from chunkyard.retrieval.endpoint_settings import EndpointConfigError, check_endpoint_options
 
         try:
             check_endpoint_options(options)

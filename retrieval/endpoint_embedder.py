@@ -20,10 +20,9 @@ from typing import Any
 import httpx
 import numpy as np
 import tenacity
-
-from chunking.models import DEFAULT_MODEL
-from retrieval.batching import budget_batches
-from retrieval.endpoint_settings import (
+from chunkyard.chunking.models import DEFAULT_MODEL
+from chunkyard.retrieval.batching import budget_batches
+from chunkyard.retrieval.endpoint_settings import (
     ENDPOINT_BACKEND,
     EndpointConfigError,
     EndpointError,
@@ -144,7 +143,7 @@ class EndpointEmbedder:
     def tokenizer(self) -> Any:
         """Counts tokens for `batch_tokens`: cl100k (OpenAI's models), the index's local model, or chars."""
         if self._tokenizer is None:
-            from chunking.tokenizers import get_tokenizer
+            from chunkyard.chunking.tokenizers import get_tokenizer
 
             name = self.settings.tokenizer
             tokenizer = get_tokenizer(name, self.model_name if name == "model" else DEFAULT_MODEL)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from retrieval.store import Store
+from chunkyard.retrieval.store import Store
 
 
 @dataclass(frozen=True)

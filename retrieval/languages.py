@@ -19,10 +19,8 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from psycopg import Connection
-
-from chunking.types import Document
-from retrieval.analysis import (
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval.analysis import (
     AUTO,
     DEFAULT_ANALYZER,
     LANGUAGES_KEY,
@@ -32,7 +30,8 @@ from retrieval.analysis import (
     build_analyzer,
     shared_analyzer,
 )
-from retrieval.index_defaults import MODEL_LANGUAGES
+from chunkyard.retrieval.index_defaults import MODEL_LANGUAGES
+from psycopg import Connection
 
 METADATA_KEY = "text_language"
 # Detected language -> analyzer. Malay is written like Indonesian (and short Indonesian texts are
@@ -63,7 +62,7 @@ def _py3langid() -> Any:
     global _identifier
     with _identifier_lock:
         if _identifier is None:
-            from retrieval.language_identifier import load_identifier
+            from chunkyard.retrieval.language_identifier import load_identifier
 
             _identifier = load_identifier()
     return _identifier

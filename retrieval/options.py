@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from retrieval.index_defaults import (
+from chunkyard.retrieval.index_defaults import (
     AUTO_WEIGHT,
     MAX_FOCUS_SIZE,
     MAX_NEIGHBOURS,
@@ -30,10 +30,10 @@ from retrieval.index_defaults import (
     ContextScoring,
     IndexDefaults,
 )
-from retrieval.names import IndexRef
+from chunkyard.retrieval.names import IndexRef
 
 if TYPE_CHECKING:
-    from retrieval.rerankers import Reranker
+    from chunkyard.retrieval.rerankers import Reranker
 
 MODES = ("dense", "bm25", "hybrid", "hybrid_weighted", "hybrid_auto")
 # What a request that names no mode gets: `hybrid_auto`, the fusion that calibrates its dense weight

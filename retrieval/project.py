@@ -66,11 +66,11 @@ def project_root() -> Path:
 
 def bundled_configs_dir() -> Path:
     """The settings files shipped with the package (`configs/` of the repository, installed as the package
-    `retrieval.bundled`): the index configs every project starts from, and the bundled collections."""
+    `chunkyard.bundled`): the index configs every project starts from, and the bundled collections."""
     from importlib import resources
 
     try:
-        return Path(str(resources.files("retrieval.bundled")))
+        return Path(str(resources.files("chunkyard.bundled")))
     except ModuleNotFoundError:  # a source tree on sys.path without an install
         return Path(__file__).resolve().parent.parent / "configs"
 

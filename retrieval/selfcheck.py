@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+from chunkyard.retrieval.project import ProjectError
 from psycopg import sql
-
-from retrieval.project import ProjectError
 
 DEFAULT_DIM = 384  # all-MiniLM-L6-v2 and multilingual-e5-small
 SELF_CHECK_TIMEOUT = "30s"

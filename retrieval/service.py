@@ -18,22 +18,21 @@ import threading
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from fastapi import FastAPI
-
-from retrieval.api.alias_routes import add_alias_routes
-from retrieval.api.common import (
+from chunkyard.retrieval.api.alias_routes import add_alias_routes
+from chunkyard.retrieval.api.common import (
     ENDPOINT_UNAVAILABLE,
     UNAVAILABLE,
     ServiceContext,
     add_docs_routes,
     add_error_handlers,
 )
-from retrieval.api.limits import RequestLimits
-from retrieval.api.models import DEFAULT_MAX_K, SearchBody, SearchResponse, request_model
-from retrieval.api.search_routes import add_search_routes
-from retrieval.api.status_routes import Readiness, add_status_routes, headline
-from retrieval.http_guards import BodyLimit
-from retrieval.query import Searcher
+from chunkyard.retrieval.api.limits import RequestLimits
+from chunkyard.retrieval.api.models import DEFAULT_MAX_K, SearchBody, SearchResponse, request_model
+from chunkyard.retrieval.api.search_routes import add_search_routes
+from chunkyard.retrieval.api.status_routes import Readiness, add_status_routes, headline
+from chunkyard.retrieval.http_guards import BodyLimit
+from chunkyard.retrieval.query import Searcher
+from fastapi import FastAPI
 
 DEFAULT_MAX_QUERY_CHARS = 4000
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
@@ -112,7 +111,7 @@ def __getattr__(name: str) -> Any:
         if _app is None:
             _app = create_app(warm=True)
         return _app
-    raise AttributeError(f"module 'retrieval.service' has no attribute {name!r}")
+    raise AttributeError(f"module 'chunkyard.retrieval.service' has no attribute {name!r}")
 
 
 _app: FastAPI | None = None

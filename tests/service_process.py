@@ -119,9 +119,8 @@ def main() -> None:
     parser.add_argument("--api-key")
     args = parser.parse_args()
     import uvicorn
-
-    from retrieval.db import embedded_database_url
-    from retrieval.service import create_app
+    from chunkyard.retrieval.db import embedded_database_url
+    from chunkyard.retrieval.service import create_app
 
     os.environ["DATABASE_URL"] = args.database_url or embedded_database_url(args.pg_data)
     app = create_app(api_key=args.api_key, warm=not args.cold)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval import aliases
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.store.partitions import partition_names
 
-from chunking.types import Document
-from retrieval import aliases
-from retrieval.indexing import build_index
-from retrieval.query import Searcher
-from retrieval.store.partitions import partition_names
 from tests.test_indexing_support import ParagraphChunker, make_spec
 
 QUERY = "lighthouse keeper painted the tower"

@@ -7,13 +7,13 @@ import time
 import uuid
 
 import pytest
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval import aliases
+from chunkyard.retrieval.aliases import AliasError
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.options import SearchOptions
+from chunkyard.retrieval.query import Searcher
 
-from chunking.types import Document
-from retrieval import aliases
-from retrieval.aliases import AliasError
-from retrieval.indexing import build_index
-from retrieval.options import SearchOptions
-from retrieval.query import Searcher
 from tests.test_indexing_support import ParagraphChunker, make_spec
 from tests.test_search import TOPICS
 
@@ -187,7 +187,7 @@ def test_alias_swap_is_atomic_for_readers(store, two_indexes, searcher) -> None:
 def test_cli_alias_set_show_rollback_and_search(
     store, two_indexes, pg_url, tmp_path, monkeypatch, capsys
 ) -> None:
-    from orchestration.cli import main
+    from chunkyard.orchestration.cli import main
 
     a, b = two_indexes
     monkeypatch.setenv("DATABASE_URL", pg_url)
@@ -215,7 +215,8 @@ def test_cli_alias_set_show_rollback_and_search(
 @pytest.fixture
 def service_url(searcher):
     """The app (API key `s3cret`) under uvicorn on a loopback socket."""
-    from retrieval.service import create_app
+    from chunkyard.retrieval.service import create_app
+
     from tests.service_process import serve_in_thread
 
     with serve_in_thread(create_app(searcher, api_key="s3cret")) as url:
@@ -226,9 +227,8 @@ def test_the_api_and_client_pin_show_roll_back_and_search_an_alias(
     two_indexes, searcher, service_url
 ) -> None:
     import httpx
-
-    from retrieval.client import AuthenticationError, Client
-    from retrieval.query.results import SearchError
+    from chunkyard.retrieval.client import AuthenticationError, Client
+    from chunkyard.retrieval.query.results import SearchError
 
     a, b = two_indexes
     name = _name()
@@ -283,9 +283,9 @@ def test_a_bare_config_name_means_the_projects_collection_in_cli_http_and_python
 ) -> None:
     """One rule for a bare name: the project's only collection (not `demo`), on every surface."""
     import httpx
+    from chunkyard.orchestration.cli import main
+    from chunkyard.retrieval.service import create_app
 
-    from orchestration.cli import main
-    from retrieval.service import create_app
     from tests.service_process import serve_in_thread
 
     a, _ = two_indexes

@@ -6,9 +6,9 @@ import time
 from pathlib import Path
 
 import pytest
+from chunkyard.assets.resources import PostgresResource
 from dagster import AssetCheckSeverity, AssetSelection, DagsterEventType, instance_for_test, materialize
 
-from assets.resources import PostgresResource
 from tests.dagster_helpers import DOCS, check_results, ids, materializations, unique_name, write_project
 
 QUESTIONS = [
@@ -54,7 +54,7 @@ def _materialize_all(defs, instance, keys=None, *, raise_on_error: bool = True):
 
 
 def test_full_graph_materialises_with_checks_evaluation_and_leaderboard(tmp_path: Path, env: str) -> None:
-    from assets.definitions import build_definitions
+    from chunkyard.assets.definitions import build_definitions
 
     collection = unique_name("a")
     _, indexes_path, collections_path = write_project(tmp_path, collection, eval_set=QUESTIONS)
@@ -97,7 +97,7 @@ def test_full_graph_materialises_with_checks_evaluation_and_leaderboard(tmp_path
 
 
 def test_regression_check_flags_drops_beyond_tolerance() -> None:
-    from pipeline.checks import regression
+    from chunkyard.pipeline.checks import regression
 
     previous = {"dense/hit_at_5": 0.90, "bm25/mrr_at_5": 0.60, "hybrid/recall_at_5": 0.70}
     check = regression({**previous, "bm25/mrr_at_5": 0.595}, previous, tolerance=0.01)
@@ -109,7 +109,7 @@ def test_regression_check_flags_drops_beyond_tolerance() -> None:
 
 
 def test_bad_files_are_reported_and_the_rest_is_indexed(tmp_path: Path, env: str) -> None:
-    from assets.definitions import build_definitions
+    from chunkyard.assets.definitions import build_definitions
 
     collection = unique_name("b")
     docs = {**DOCS, "empty.md": "", "latin1.txt": "caf\xe9 cr\xe8me".encode("latin-1")}
@@ -135,7 +135,7 @@ def test_bad_files_are_reported_and_the_rest_is_indexed(tmp_path: Path, env: str
 
 
 def test_missing_folder_is_reported_and_keeps_the_index(tmp_path: Path, env: str) -> None:
-    from assets.definitions import build_definitions
+    from chunkyard.assets.definitions import build_definitions
 
     collection = unique_name("m")
     docs_dir, indexes_path, collections_path = write_project(tmp_path, collection, configs=["token-48"])
@@ -157,7 +157,7 @@ def test_missing_folder_is_reported_and_keeps_the_index(tmp_path: Path, env: str
 
 
 def test_two_folders_one_missing_indexes_the_other(tmp_path: Path, env: str) -> None:
-    from assets.definitions import build_definitions
+    from chunkyard.assets.definitions import build_definitions
 
     collection = unique_name("f")
     other = tmp_path / "notes"
@@ -179,10 +179,10 @@ def test_two_folders_one_missing_indexes_the_other(tmp_path: Path, env: str) -> 
 
 
 def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: str) -> None:
-    from assets.definitions import build_definitions
-    from chunking.tokenizers import get_tokenizer
-    from pipeline.checks import check_token_limit
-    from retrieval.store import Store
+    from chunkyard.assets.definitions import build_definitions
+    from chunkyard.chunking.tokenizers import get_tokenizer
+    from chunkyard.pipeline.checks import check_token_limit
+    from chunkyard.retrieval.store import Store
 
     collection = unique_name("l")
     words = " ".join(f"word{i} alpha beta gamma" for i in range(200))  # ~800 words, far over 256 tokens
@@ -220,10 +220,9 @@ def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: s
 def test_a_failed_blocking_check_leaves_the_previous_version_published(tmp_path: Path, env: str) -> None:
     """A staged error-level check that fails stops the publish in the same run, and automation
     requests nothing below it while it stands failed: readers keep the previous version."""
+    from chunkyard.assets.definitions import build_definitions
+    from chunkyard.retrieval.store import Store
     from dagster import evaluate_automation_conditions
-
-    from assets.definitions import build_definitions
-    from retrieval.store import Store
 
     collection = unique_name("b")
     indexes = {
@@ -260,7 +259,7 @@ def test_a_failed_blocking_check_leaves_the_previous_version_published(tmp_path:
 
 
 def test_evaluation_skips_questions_about_deleted_documents(tmp_path: Path, env: str) -> None:
-    from assets.definitions import build_definitions
+    from chunkyard.assets.definitions import build_definitions
 
     collection = unique_name("q")
     docs_dir, indexes_path, collections_path = write_project(

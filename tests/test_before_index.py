@@ -15,7 +15,7 @@ import httpx
 from tests.service_process import free_port
 from tests.test_cli import STATE_VARIABLES
 
-CLI = [sys.executable, "-m", "orchestration.cli"]
+CLI = [sys.executable, "-m", "chunkyard.orchestration.cli"]
 NOTHING = "nothing is indexed yet: `chunkyard index` builds the project's collections"
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval import bm25 as bm25_lib
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.partitions import partition_names
 from rank_bm25 import BM25Okapi
 
-from chunking.types import Document
-from retrieval import bm25 as bm25_lib
-from retrieval.indexing import build_index
-from retrieval.store import Store
-from retrieval.store.partitions import partition_names
 from tests.test_indexing_support import ParagraphChunker, make_spec, random_unit_vector_for
 
 CORPUS = [

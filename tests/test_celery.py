@@ -16,8 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 import pytest
 import yaml
-
-from orchestration.celery_local import (
+from chunkyard.orchestration.celery_local import (
     celery_run_config,
     celery_workers,
     materialize_all,
@@ -26,6 +25,7 @@ from orchestration.celery_local import (
     step_spans,
     worker_names,
 )
+
 from tests.dagster_helpers import DOCS, INDEXES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -92,7 +92,7 @@ def database(pg_url: str, name: str) -> str:
 
 def run_environment(root: Path, url: str, configs_dir: Path) -> dict[str, str]:
     """DAGSTER_HOME (dagster.yaml on `url`), DATABASE_URL and the configs folder: what every process of a run reads."""
-    from orchestration.instance import create_dagster_schema, write_instance_yaml
+    from chunkyard.orchestration.instance import create_dagster_schema, write_instance_yaml
 
     home = root / "dagster"
     create_dagster_schema(url)
@@ -119,7 +119,7 @@ def latest_run(home: str):
 
 
 def index_rows(url: str, index: str) -> tuple[list[str], np.ndarray]:
-    from retrieval.db import connect
+    from chunkyard.retrieval.db import connect
 
     with connect(url) as conn:
         rows = conn.execute(
@@ -182,8 +182,8 @@ def test_celery_run_succeeds_with_every_step_in_a_worker_process(runs: dict) -> 
 
 
 def test_celery_and_multiprocess_runs_build_the_same_index(runs: dict) -> None:
-    from evaluation.runner import latest_reports
-    from retrieval.store import Store
+    from chunkyard.evaluation.runner import latest_reports
+    from chunkyard.retrieval.store import Store
 
     assert runs["multiprocess"]["rc"] == 0 and runs["multiprocess"]["run"].is_success
     mp_pids = {span.pid for span in runs["multiprocess"]["spans"].values()}

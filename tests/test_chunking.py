@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from chunkyard.chunking import STRATEGIES, Chunk, ChunkerConfigError, Document, build_chunker, get_tokenizer
+from chunkyard.chunking.llm_client import LLMError, OpenAICompatibleClient
 
-from chunking import STRATEGIES, Chunk, ChunkerConfigError, Document, build_chunker, get_tokenizer
-from chunking.llm_client import LLMError, OpenAICompatibleClient
 from tests.conftest import CHROMA_DIR, requires_chroma
 from tests.test_chunking_fakes import FakeEmbeddingModel
 
@@ -30,7 +30,7 @@ def check_spans(doc: Document, chunks: list[Chunk]) -> None:
 
 
 def test_strategy_table_says_which_strategies_need_the_model():
-    from chunking.registry import STRATEGY_TABLE, needs_embedding_model
+    from chunkyard.chunking.registry import STRATEGY_TABLE, needs_embedding_model
 
     assert {name for name, entry in STRATEGY_TABLE.items() if entry.needs_model} == {
         "semantic",
@@ -210,7 +210,7 @@ def test_recursive_cjk_preset():
     ],
 )
 def test_sentence_boundaries(text, expected):
-    from chunking.sentences import sentence_spans
+    from chunkyard.chunking.sentences import sentence_spans
 
     assert [text[s:e] for s, e in sentence_spans(text)] == expected
 
@@ -408,8 +408,8 @@ def test_semantic_breakpoints_follow_the_embedding_model():
 
 
 def test_cluster_dynamic_programming_respects_limits():
-    from chunking.chunkers.cluster import banded_similarity, optimal_segmentation
-    from chunking.tokenizers import TokenUnits
+    from chunkyard.chunking.chunkers.cluster import banded_similarity, optimal_segmentation
+    from chunkyard.chunking.tokenizers import TokenUnits
 
     # two topics: pieces 0-1 point one way, 2-3 another
     vectors = np.array([[1, 0], [1, 0.1], [0, 1], [0.1, 1]], dtype=np.float32)
@@ -629,7 +629,7 @@ def chroma_specs() -> dict[str, dict]:
 
 
 def test_chroma_configs_build():
-    from pipeline.benchmark.results import PUBLISHED_MINILM
+    from chunkyard.pipeline.benchmark.results import PUBLISHED_MINILM
 
     specs = chroma_specs()
     assert set(PUBLISHED_MINILM) <= set(specs)  # the report's eight chunkings, plus any of ours

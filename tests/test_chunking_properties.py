@@ -8,10 +8,10 @@ are deterministic; repeated passages get their true offsets.
 from __future__ import annotations
 
 import pytest
+from chunkyard.chunking import Document, build_chunker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chunking import Document, build_chunker
 from tests.test_chunking_fakes import FakeEmbeddingModel
 
 FRAGMENTS = [

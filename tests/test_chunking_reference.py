@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from chunkyard.chunking import Document, build_chunker
 
-from chunking import Document, build_chunker
 from tests.conftest import CHROMA_DIR
 
 REPO = Path(__file__).resolve().parent.parent

@@ -17,12 +17,12 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from chunkyard.orchestration.cli import main
 
-from orchestration.cli import main
 from tests.conftest import REPO_ROOT
 from tests.test_formats import _corrupt_files, make_docx, make_pdf, make_pptx
 
-CLI = [sys.executable, "-m", "orchestration.cli"]
+CLI = [sys.executable, "-m", "chunkyard.orchestration.cli"]
 STATE_VARIABLES = (
     "CHUNKYARD_PROJECT",
     "CHUNKYARD_PROJECT_DIR",

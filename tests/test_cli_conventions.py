@@ -8,9 +8,8 @@ import argparse
 from pathlib import Path
 
 import pytest
-
-from orchestration.cli import build_parser, main
-from orchestration.cli_help import commands
+from chunkyard.orchestration.cli import build_parser, main
+from chunkyard.orchestration.cli_help import commands
 
 STATE_VARIABLES = ("CHUNKYARD_PROJECT", "CHUNKYARD_PROJECT_DIR", "CHUNKYARD_HOME", "CHUNKYARD_CONFIGS")
 # the commands that read the project's collections (benchmark collections are collections)
@@ -119,7 +118,7 @@ def test_ctrl_c_during_index_is_one_line_and_the_next_run_resumes(tmp_path: Path
         f"collections:\n  mine:\n    folders: [{tmp_path / 'docs'}]\n    indexes: [recursive-256]\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in (*STATE_VARIABLES, "DATABASE_URL", "DAGSTER_HOME")}
-    cli = [sys.executable, "-m", "orchestration.cli", "index"]
+    cli = [sys.executable, "-m", "chunkyard.orchestration.cli", "index"]
     process = subprocess.Popen(  # a group of its own, as a terminal's foreground job
         cli,
         cwd=tmp_path,

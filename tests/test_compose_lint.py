@@ -44,7 +44,7 @@ def test_ports_are_published_on_loopback_only(compose: dict) -> None:
 
 def test_the_dagster_ui_is_reached_only_through_the_authenticating_proxy(compose: dict) -> None:
     """The webserver (no authentication, can launch runs) is not published; `ui-proxy` is, with the key."""
-    from orchestration.ui_proxy import HEALTH_PATH
+    from chunkyard.orchestration.ui_proxy import HEALTH_PATH
 
     web = compose["services"]["dagster-webserver"]
     assert "ports" not in web
@@ -53,7 +53,7 @@ def test_the_dagster_ui_is_reached_only_through_the_authenticating_proxy(compose
     upstream = proxy["command"][proxy["command"].index("--upstream") + 1]
     web_port = web["command"][web["command"].index("-p") + 1]
     assert upstream == f"http://dagster-webserver:{web_port}"  # the service name is its host
-    assert proxy["entrypoint"] == ["python", "-m", "orchestration.secret_env"]
+    assert proxy["entrypoint"] == ["python", "-m", "chunkyard.orchestration.secret_env"]
     assert proxy["environment"] == {"CHUNKYARD_API_KEY_FILE": "/run/secrets/api_key"}
     assert proxy["secrets"] == ["api_key"]  # the key, and no database password
     assert proxy["depends_on"] == {"dagster-webserver": {"condition": "service_healthy"}}
@@ -76,7 +76,7 @@ def test_no_default_password_or_key_only_secret_files(compose: dict) -> None:
         if name not in ("postgres", "ui-proxy"):
             url = psycopg.conninfo.conninfo_to_dict(env["DATABASE_URL"])
             assert "password" not in url, name  # added from the secret at start (secret_env)
-            assert service["entrypoint"] == ["python", "-m", "orchestration.secret_env"], name
+            assert service["entrypoint"] == ["python", "-m", "chunkyard.orchestration.secret_env"], name
             assert "db_password" in service["secrets"], name
     for name in ("query", "ui-proxy"):
         service = compose["services"][name]
@@ -94,7 +94,7 @@ def test_health_checks_probe_tcp_and_wait_long_enough(compose: dict) -> None:
         assert _seconds(check["timeout"]) >= 20, name  # liveness-check took 5.2-6.7 s at load 12
         assert _seconds(check["interval"]) <= _seconds(check["timeout"]) + 60, name
         if "liveness-check" in check["test"]:  # reaches the database: needs the secret too
-            assert check["test"][1:4] == ["python", "-m", "orchestration.secret_env"]
+            assert check["test"][1:4] == ["python", "-m", "chunkyard.orchestration.secret_env"]
     assert compose["services"]["instance"]["restart"] == "on-failure"
 
 
@@ -106,8 +106,8 @@ def test_the_pgvector_image_is_an_exact_version(compose: dict) -> None:
 def test_the_password_is_url_encoded_into_database_url(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestration.secret_env import PASSWORD_FILE_ENV, apply_secrets
-    from orchestration.stack_local import local_target
+    from chunkyard.orchestration.secret_env import PASSWORD_FILE_ENV, apply_secrets
+    from chunkyard.orchestration.stack_local import local_target
 
     secret = tmp_path / "db_password"
     secret.write_text("p@ss/w:rd%#?\n", encoding="utf-8")
@@ -121,7 +121,7 @@ def test_the_password_is_url_encoded_into_database_url(
 
 
 def test_the_query_service_refuses_to_listen_beyond_loopback_without_a_key(tmp_path: Path) -> None:
-    from retrieval.http_guards import exposure_error
+    from chunkyard.retrieval.http_guards import exposure_error
 
     assert exposure_error("127.0.0.1", None) is None and exposure_error("::1", None) is None
     assert exposure_error("0.0.0.0", "k") is None
@@ -130,7 +130,7 @@ def test_the_query_service_refuses_to_listen_beyond_loopback_without_a_key(tmp_p
     env = {k: v for k, v in __import__("os").environ.items() if k != "CHUNKYARD_API_KEY"}
     env["PYTHONPATH"] = str(REPO_ROOT)
     done = subprocess.run(
-        [sys.executable, "-m", "orchestration.cli", "serve", "--host", "0.0.0.0", "--port", "1"],
+        [sys.executable, "-m", "chunkyard.orchestration.cli", "serve", "--host", "0.0.0.0", "--port", "1"],
         capture_output=True,
         text=True,
         cwd=REPO_ROOT,
@@ -146,7 +146,7 @@ def test_instance_waits_for_a_database_that_is_not_up_yet(monkeypatch: pytest.Mo
     import socket
     import time
 
-    from orchestration.instance import CONNECT_WAIT_ENV, create_dagster_schema
+    from chunkyard.orchestration.instance import CONNECT_WAIT_ENV, create_dagster_schema
 
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
@@ -225,7 +225,7 @@ def test_the_tests_run_the_locked_versions() -> None:
 def test_the_model_is_exported_at_image_build() -> None:
     """`chunkyard models build` runs in the image, into a model folder outside every volume, so the
     stack is searchable when it says up (no minutes-long export on first use)."""
-    from chunking.model_cache import MODEL_DIR_ENV
+    from chunkyard.chunking.model_cache import MODEL_DIR_ENV
 
     text = (REPO_ROOT / "docker" / "Dockerfile").read_text(encoding="utf-8")
     model_dir = re.search(rf"{MODEL_DIR_ENV}=(\S+)", text)

@@ -3,9 +3,8 @@
 from pathlib import Path
 
 import pytest
-
-from retrieval.config import SettingsError, load_index_configs
-from retrieval.config_checks import load_index_specs
+from chunkyard.retrieval.config import SettingsError, load_index_configs
+from chunkyard.retrieval.config_checks import load_index_specs
 
 
 def test_shipped_configs_load_and_pair_up(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from orchestration.cli import main
-from retrieval.config_checks import SettingsErrors, load_index_specs
+from chunkyard.orchestration.cli import main
+from chunkyard.retrieval.config_checks import SettingsErrors, load_index_specs
 
 STATE_VARIABLES = (
     "CHUNKYARD_PROJECT",
@@ -189,7 +188,7 @@ def test_a_failed_check_fails_index_and_stays_failed_on_an_unchanged_rerun(tmp_p
     env = {k: v for k, v in __import__("os").environ.items() if k not in STATE_VARIABLES}
     for attempt in ("first", "unchanged"):
         done = subprocess.run(
-            [sys.executable, "-m", "orchestration.cli", "index"],
+            [sys.executable, "-m", "chunkyard.orchestration.cli", "index"],
             cwd=project,
             env=env,
             capture_output=True,

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from chunkyard.retrieval.db import postgres_bin
+from chunkyard.retrieval.selfcheck import DatabaseSelfCheckError, self_check
 
-from retrieval.db import postgres_bin
-from retrieval.selfcheck import DatabaseSelfCheckError, self_check
 from tests.portability import NO_AVX512_CPU, EmulatedServer, qemu
 
 pytestmark = [

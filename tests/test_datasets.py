@@ -6,9 +6,8 @@ import csv
 import json
 
 import pytest
-
-from chunking.types import Document
-from evaluation.datasets import (
+from chunkyard.chunking.types import Document
+from chunkyard.evaluation.datasets import (
     CHROMA_CORPORA,
     DatasetError,
     Span,
@@ -18,6 +17,7 @@ from evaluation.datasets import (
     load_squad,
     read_eval_set,
 )
+
 from tests.conftest import CHROMA_DIR, requires_chroma
 
 DOCS = [

@@ -19,7 +19,7 @@ SLOW_JOB = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from dagster import DagsterInstance, asset, materialize
-    from assets.runs import host_tags
+    from chunkyard.assets.runs import host_tags
 
     marker = Path(sys.argv[1])
 
@@ -45,16 +45,15 @@ def _quick_embeddings():
 
 @pytest.fixture()
 def instance_home(pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    from orchestration.instance import ensure_instance
+    from chunkyard.orchestration.instance import ensure_instance
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     return ensure_instance(pg_url)
 
 
 def test_kill_9_mid_step_then_sweep_frees_the_pool_and_a_rerun_finishes(instance_home, tmp_path) -> None:
+    from chunkyard.assets.runs import host_tags, sweep_dead_runs
     from dagster import DagsterInstance, DagsterRunStatus, materialize
-
-    from assets.runs import host_tags, sweep_dead_runs
 
     marker = tmp_path / "started"
     script = tmp_path / "slow_job.py"
@@ -89,9 +88,8 @@ def test_kill_9_mid_step_then_sweep_frees_the_pool_and_a_rerun_finishes(instance
 
 def test_the_sweep_leaves_live_runs_and_other_hosts_alone(instance_home) -> None:
     """A run of another host is never judged by a pid looked up here; a live run is kept."""
+    from chunkyard.assets.runs import RUN_HOST_TAG, host_tags, sweep_dead_runs
     from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
-
-    from assets.runs import RUN_HOST_TAG, host_tags, sweep_dead_runs
 
     instance = DagsterInstance.get()
     run = instance.add_run(
@@ -115,8 +113,8 @@ MULTIPROCESS_JOB = textwrap.dedent(
     import os, sys, time
     from pathlib import Path
     from dagster import DagsterInstance, Definitions, asset, define_asset_job, execute_job, reconstructable
-    from assets.executors import build_executor
-    from assets.runs import host_tags
+    from chunkyard.assets.executors import build_executor
+    from chunkyard.assets.runs import host_tags
 
     @asset
     def slow_step() -> None:
@@ -168,9 +166,8 @@ def test_a_killed_multiprocess_run_takes_its_step_process_with_it(instance_home,
         while _running(step_pid) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not _running(step_pid), "the step process outlived its run's process"
+        from chunkyard.assets.runs import sweep_dead_runs
         from dagster import DagsterInstance
-
-        from assets.runs import sweep_dead_runs
 
         instance = DagsterInstance.get()
         swept = [instance.get_run_by_id(run_id).job_name for run_id in sweep_dead_runs(instance)]
@@ -195,9 +192,8 @@ def test_the_sweep_kills_a_step_process_its_dead_run_left(instance_home) -> None
     """A step process still alive after its run's process died (its STEP_START pid) is killed by the sweep."""
     import uuid
 
+    from chunkyard.assets.runs import host_tags, sweep_dead_runs
     from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus
-
-    from assets.runs import host_tags, sweep_dead_runs
 
     instance = DagsterInstance.get()
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -230,9 +226,8 @@ def test_a_starting_run_whose_launch_died_is_failed_after_the_grace(instance_hom
     monitoring's start timeout (180 s + its poll), and the change behind it with it."""
     import uuid
 
+    from chunkyard.assets.runs import host_tags, sweep_dead_runs
     from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
-
-    from assets.runs import host_tags, sweep_dead_runs
 
     instance = DagsterInstance.get()
 
@@ -259,9 +254,8 @@ def test_a_starting_stack_fails_the_runs_its_predecessor_left_and_spares_live_on
     change is retried now, not after the 180 s start timeout); a run whose process lives is left alone."""
     import uuid
 
+    from chunkyard.assets.runs import fail_runs_of_a_gone_stack, host_tags
     from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus
-
-    from assets.runs import fail_runs_of_a_gone_stack, host_tags
 
     instance = DagsterInstance.get()
     left = instance.add_run(

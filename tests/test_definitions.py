@@ -34,7 +34,7 @@ def test_code_location_loads_without_torch() -> None:
 
 
 def test_project_graph_names_groups_and_descriptions(monkeypatch: pytest.MonkeyPatch) -> None:
-    from assets.definitions import build_definitions
+    from chunkyard.assets.definitions import build_definitions
 
     defs = build_definitions()
     graph = defs.resolve_asset_graph()
@@ -93,7 +93,7 @@ def test_project_graph_names_groups_and_descriptions(monkeypatch: pytest.MonkeyP
 
 
 def _versions(indexes_path: Path, collections_path: Path) -> dict[str, str]:
-    from assets.definitions import build_all
+    from chunkyard.assets.definitions import build_all
 
     built = build_all(indexes_path, collections_path)
     return {
@@ -134,9 +134,8 @@ def test_editing_one_config_changes_only_its_code_versions(tmp_path: Path) -> No
 def test_generated_instance_uses_postgres_storage(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str
 ) -> None:
+    from chunkyard.orchestration.instance import ensure_instance
     from dagster import DagsterInstance, asset, materialize
-
-    from orchestration.instance import ensure_instance
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     monkeypatch.setenv("DATABASE_URL", pg_url)
@@ -174,8 +173,8 @@ def test_generated_instance_uses_postgres_storage(
 
 def test_docker_compose_parses_and_wires_the_services() -> None:
     """No Docker engine here: check the compose file's structure and that its commands exist."""
-    from orchestration.cli import build_parser
-    from orchestration.stack import POSTGRES_IMAGE
+    from chunkyard.orchestration.cli import build_parser
+    from chunkyard.orchestration.stack import POSTGRES_IMAGE
 
     compose = yaml.safe_load((REPO_ROOT / "docker" / "docker-compose.yml").read_text())
     services = compose["services"]
@@ -209,7 +208,7 @@ def test_docker_compose_parses_and_wires_the_services() -> None:
         service = services[name]
         assert service["build"]["dockerfile"] == "docker/Dockerfile"
         # dagster.yaml names the password by DAGSTER_PG_PASSWORD: secret_env sets it from the secret
-        assert service["entrypoint"][-1] == "orchestration.secret_env"
+        assert service["entrypoint"][-1] == "chunkyard.orchestration.secret_env"
     assert "ports" not in services["dagster-webserver"]  # the UI is published through ui-proxy only
     assert services["ui-proxy"]["ports"] == ["${CHUNKYARD_BIND:-127.0.0.1}:3000:3000"]
     assert services["query"]["ports"] == ["${CHUNKYARD_BIND:-127.0.0.1}:8000:8000"]

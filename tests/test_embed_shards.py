@@ -15,16 +15,17 @@ import sys
 import time
 import uuid
 
-from chunking.types import Document
-from retrieval.config import IndexConfig, IndexSpec
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval.config import IndexConfig, IndexSpec
+
 from tests.conftest import REPO_ROOT
 from tests.fake_embedding_server import FakeEmbeddingServer
 
 CHILD = """
 import sys
-from retrieval.embedder import embedder_for_config
-from retrieval.indexing import embed_shard
-from retrieval.store import Store
+from chunkyard.retrieval.embedder import embedder_for_config
+from chunkyard.retrieval.indexing import embed_shard
+from chunkyard.retrieval.store import Store
 from tests.test_embed_shards import spec
 
 s = spec(sys.argv[2], sys.argv[3], sys.argv[4])
@@ -71,9 +72,9 @@ def _published(store, target: IndexSpec) -> dict[str, str]:
 
 
 def test_two_shard_processes_publish_one_processs_vectors_and_a_killed_shard_resumes(store, pg_url) -> None:
-    from retrieval.embedder import embedder_for_config
-    from retrieval.endpoint_embedder import forget_shared_endpoint_embedders
-    from retrieval.indexing import (
+    from chunkyard.retrieval.embedder import embedder_for_config
+    from chunkyard.retrieval.endpoint_embedder import forget_shared_endpoint_embedders
+    from chunkyard.retrieval.indexing import (
         build_index,
         embed_shard,
         publish,
@@ -81,7 +82,7 @@ def test_two_shard_processes_publish_one_processs_vectors_and_a_killed_shard_res
         stage_chunks,
         stage_embeddings,
     )
-    from retrieval.indexing.embed_shards import shard_of
+    from chunkyard.retrieval.indexing.embed_shards import shard_of
 
     run = uuid.uuid4().hex[:8]
     docs = [
@@ -154,9 +155,9 @@ def test_two_shard_processes_publish_one_processs_vectors_and_a_killed_shard_res
 
 
 def test_dagster_runs_the_shards_as_assets_before_embeddings(tmp_path, monkeypatch, store, pg_url) -> None:
+    from chunkyard.assets.definitions import build_definitions
     from dagster import instance_for_test, materialize
 
-    from assets.definitions import build_definitions
     from tests.dagster_helpers import INDEXES, materializations, unique_name, write_project
 
     monkeypatch.setenv("DATABASE_URL", pg_url)
@@ -197,9 +198,8 @@ def test_dagster_runs_the_shards_as_assets_before_embeddings(tmp_path, monkeypat
 def test_celery_sends_the_embedding_parts_before_bm25(monkeypatch) -> None:
     """dagster-celery sends ready steps in order of their priority tag (highest first, default 5): the
     parts go out before bm25, so two idle workers start both parts and bm25 follows one of them."""
+    from chunkyard.assets.indexes import CELERY_PRIORITY_TAG, build_index_assets
     from dagster_celery.defaults import task_default_priority
-
-    from assets.indexes import CELERY_PRIORITY_TAG, build_index_assets
 
     monkeypatch.setenv("CHUNKYARD_EMBED_SHARDS", "2")
     remote = {"backend": "openai", "url": "http://127.0.0.1:9/v1", "model": "m"}

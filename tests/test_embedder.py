@@ -6,13 +6,12 @@ import shutil
 
 import numpy as np
 import pytest
-
-from chunking.model_cache import READY, model_cache_dir
-from chunking.models import DEFAULT_MODEL, resolve_model_path
-from retrieval.embedder import load_embedder
-from retrieval.embedders.base import EmbedderConfigError
-from retrieval.embedders.onnx_backend import OnnxEmbedder, onnx_cache_dir
-from retrieval.embedders.torch_backend import TorchEmbedder
+from chunkyard.chunking.model_cache import READY, model_cache_dir
+from chunkyard.chunking.models import DEFAULT_MODEL, resolve_model_path
+from chunkyard.retrieval.embedder import load_embedder
+from chunkyard.retrieval.embedders.base import EmbedderConfigError
+from chunkyard.retrieval.embedders.onnx_backend import OnnxEmbedder, onnx_cache_dir
+from chunkyard.retrieval.embedders.torch_backend import TorchEmbedder
 
 
 def test_embed_returns_normalised_float32_vectors(embedder) -> None:
@@ -153,7 +152,7 @@ def test_length_groups_keep_each_model_call_within_the_token_budget() -> None:
     """Positions in sentence-transformers' order (longest by characters first), each exactly once;
     a group holds at most batch_size texts and texts x its longest <= the budget, unless one text
     alone exceeds it; within the budget the groups are plain batches of batch_size."""
-    from retrieval.onnx_encoder import length_groups
+    from chunkyard.retrieval.onnx_encoder import length_groups
 
     rng = np.random.default_rng(7)
     lengths = [int(n) for n in rng.integers(3, 257, size=200)]

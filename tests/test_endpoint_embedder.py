@@ -14,10 +14,10 @@ import uuid
 
 import numpy as np
 import pytest
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval.endpoint_embedder import EndpointEmbedder
+from chunkyard.retrieval.endpoint_settings import EndpointConfigError, EndpointError, EndpointSettings
 
-from chunking.types import Document
-from retrieval.endpoint_embedder import EndpointEmbedder
-from retrieval.endpoint_settings import EndpointConfigError, EndpointError, EndpointSettings
 from tests.fake_embedding_server import FakeEmbeddingServer, fake_vector
 
 
@@ -42,7 +42,7 @@ def _drop_endpoint_indexes(request):
     yield
     if "store" not in request.fixturenames:
         return
-    from retrieval.endpoint_embedder import forget_shared_endpoint_embedders
+    from chunkyard.retrieval.endpoint_embedder import forget_shared_endpoint_embedders
 
     store = request.getfixturevalue("store")
     for info in store.indexes.list():
@@ -189,8 +189,8 @@ def test_options_are_checked_with_the_field_named() -> None:
 
 
 def test_config_load_checks_the_endpoint_and_its_model_shapes_the_config_hash(tmp_path, monkeypatch) -> None:
-    from retrieval.config import IndexConfig, load_index_configs
-    from retrieval.project import SettingsError
+    from chunkyard.retrieval.config import IndexConfig, load_index_configs
+    from chunkyard.retrieval.project import SettingsError
 
     bad = tmp_path / "indexes.yaml"
     bad.write_text(
@@ -222,7 +222,7 @@ def test_config_load_checks_the_endpoint_and_its_model_shapes_the_config_hash(tm
 
 
 def _spec(server: FakeEmbeddingServer, collection: str, **embedder: object):
-    from retrieval.config import IndexConfig, IndexSpec
+    from chunkyard.retrieval.config import IndexConfig, IndexSpec
 
     config = IndexConfig(
         name="endpoint-token-32",
@@ -240,10 +240,10 @@ DOCS = [
 
 
 def test_a_build_records_usage_and_the_cache_keys_on_the_endpoints_model(store, server) -> None:
-    from pipeline.steps.embeddings import embed
-    from retrieval.embedder import embedder_for_config
-    from retrieval.indexing import stage_bm25, stage_chunks
-    from retrieval.indexing.publishing import publish
+    from chunkyard.pipeline.steps.embeddings import embed
+    from chunkyard.retrieval.embedder import embedder_for_config
+    from chunkyard.retrieval.indexing import stage_bm25, stage_chunks
+    from chunkyard.retrieval.indexing.publishing import publish
 
     spec = _spec(server, f"ep{uuid.uuid4().hex[:8]}")
     embedder = embedder_for_config(spec.config)
@@ -269,7 +269,7 @@ def test_a_build_records_usage_and_the_cache_keys_on_the_endpoints_model(store, 
     again = _spec(server, f"ep{uuid.uuid4().hex[:8]}")
     store.documents.sync(again.collection, DOCS, [])
     requests = server.requests
-    from retrieval.indexing import build_index
+    from chunkyard.retrieval.indexing import build_index
 
     build_index(store, again, embedder)
     assert server.requests == requests  # every vector from the cache: the endpoint is not asked
@@ -288,13 +288,12 @@ def test_a_build_records_usage_and_the_cache_keys_on_the_endpoints_model(store, 
 
 
 def test_the_service_reports_the_endpoint_in_readyz_and_503s_searches_without_it(store) -> None:
+    from chunkyard.retrieval.embedder import embedder_for_config
+    from chunkyard.retrieval.endpoint_embedder import forget_shared_endpoint_embedders
+    from chunkyard.retrieval.indexing import build_index
+    from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.service import ENDPOINT_UNAVAILABLE, create_app
     from fastapi.testclient import TestClient
-
-    from retrieval.embedder import embedder_for_config
-    from retrieval.endpoint_embedder import forget_shared_endpoint_embedders
-    from retrieval.indexing import build_index
-    from retrieval.query import Searcher
-    from retrieval.service import ENDPOINT_UNAVAILABLE, create_app
 
     with FakeEmbeddingServer() as server:
         spec = _spec(server, f"svc{uuid.uuid4().hex[:8]}", max_retries=0)
@@ -335,7 +334,7 @@ def test_the_service_reports_the_endpoint_in_readyz_and_503s_searches_without_it
 
 
 def test_the_leaderboard_shows_endpoint_usage_columns_only_when_a_row_has_them() -> None:
-    from evaluation.reports import Leaderboard, LeaderboardRow
+    from chunkyard.evaluation.reports import Leaderboard, LeaderboardRow
 
     def row(config: str, cost: dict[str, float]) -> LeaderboardRow:
         return LeaderboardRow(config, f"c/{config}", "dense", "d", 5, 3, {}, cost=cost)
@@ -356,9 +355,9 @@ def test_the_leaderboard_shows_endpoint_usage_columns_only_when_a_row_has_them()
 def test_the_dagster_assets_embed_on_the_server_and_report_its_usage(
     tmp_path, monkeypatch, store, pg_url
 ) -> None:
+    from chunkyard.assets.definitions import build_definitions
     from dagster import instance_for_test, materialize
 
-    from assets.definitions import build_definitions
     from tests.dagster_helpers import INDEXES, materializations, unique_name, write_project
 
     monkeypatch.setenv("DATABASE_URL", pg_url)

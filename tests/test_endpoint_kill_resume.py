@@ -16,16 +16,17 @@ import sys
 import time
 import uuid
 
-from chunking.types import Document
-from retrieval.config import IndexConfig, IndexSpec
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval.config import IndexConfig, IndexSpec
+
 from tests.conftest import REPO_ROOT
 from tests.fake_embedding_server import FakeEmbeddingServer
 
 CHILD = """
 import sys
-from retrieval.embedder import embedder_for_config
-from retrieval.indexing import build_index
-from retrieval.store import Store
+from chunkyard.retrieval.embedder import embedder_for_config
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.store import Store
 from tests.test_endpoint_kill_resume import spec
 
 s = spec(sys.argv[2], sys.argv[3])
@@ -56,9 +57,9 @@ def _cached(store, index_name: str) -> tuple[int, int]:
 
 
 def test_kill_9_mid_build_then_resume_embeds_no_chunk_twice(store, pg_url: str) -> None:
-    from retrieval.embedder import embedder_for_config
-    from retrieval.endpoint_embedder import forget_shared_endpoint_embedders
-    from retrieval.indexing import build_index
+    from chunkyard.retrieval.embedder import embedder_for_config
+    from chunkyard.retrieval.endpoint_embedder import forget_shared_endpoint_embedders
+    from chunkyard.retrieval.indexing import build_index
 
     run = uuid.uuid4().hex[:8]
     docs = [

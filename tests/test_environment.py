@@ -1,8 +1,7 @@
 """Whole-number settings from the environment: blank means the default, bad values name the variable."""
 
 import pytest
-
-from chunking.environment import EnvironmentSettingError, env_int
+from chunkyard.chunking.environment import EnvironmentSettingError, env_int
 
 
 def test_env_int_reads_defaults_bounds_and_names_the_variable(monkeypatch) -> None:

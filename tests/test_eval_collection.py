@@ -16,7 +16,7 @@ import pytest
 
 from tests.test_cli import STATE_VARIABLES
 
-CLI = [sys.executable, "-m", "orchestration.cli"]
+CLI = [sys.executable, "-m", "chunkyard.orchestration.cli"]
 
 
 @pytest.mark.slow

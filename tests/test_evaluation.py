@@ -6,14 +6,12 @@ import json
 import math
 
 import pytest
-from psycopg.types.json import Jsonb
-
-from chunking.types import Document
-from evaluation.datasets import Question, Span, load_dataset
-from evaluation.estimates import Estimate
-from evaluation.metrics import score_question
-from evaluation.reports import leaderboard
-from evaluation.runner import (
+from chunkyard.chunking.types import Document
+from chunkyard.evaluation.datasets import Question, Span, load_dataset
+from chunkyard.evaluation.estimates import Estimate
+from chunkyard.evaluation.metrics import score_question
+from chunkyard.evaluation.reports import leaderboard
+from chunkyard.evaluation.runner import (
     EvaluationReport,
     EvaluationRequest,
     ReportFormatError,
@@ -21,7 +19,9 @@ from evaluation.runner import (
     latest_reports,
     parse_variant,
 )
-from pipeline.benchmark import main as eval_main
+from chunkyard.pipeline.benchmark import main as eval_main
+from psycopg.types.json import Jsonb
+
 from tests.conftest import CHROMA_DIR, requires_chroma
 
 PASSAGES = {
@@ -71,10 +71,10 @@ QUESTIONS = [
 
 @pytest.fixture(scope="module")
 def built_index(pg_url, embedder):
-    from retrieval.config import IndexConfig, IndexSpec
-    from retrieval.indexing import build_index
-    from retrieval.query import Searcher
-    from retrieval.store import Store
+    from chunkyard.retrieval.config import IndexConfig, IndexSpec
+    from chunkyard.retrieval.indexing import build_index
+    from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.store import Store
 
     store = Store(pg_url)
     store.migrate()
@@ -228,7 +228,7 @@ def test_a_report_stored_before_variants_were_named_still_loads(built_index):
 
 def test_eval_variant_flag_keeps_mode_as_its_alias():
     """`chunkyard eval --variant` is the flag; `--mode`, which older commands use, still means the same."""
-    from pipeline.benchmark.cli import build_parser
+    from chunkyard.pipeline.benchmark.cli import build_parser
 
     args = build_parser().parse_args(["--mode", "dense", "--variant", "hybrid+rerank", "--mode", "served"])
     assert args.variants == ["dense", "hybrid+rerank", "served"]
@@ -334,7 +334,7 @@ def test_chroma_general_metric_sanity_on_real_references(monkeypatch):
 
 
 def test_suggest_fusion_weight_uses_the_searcher(built_index):
-    from evaluation.tuning import suggest_fusion_weight
+    from chunkyard.evaluation.tuning import suggest_fusion_weight
 
     _, spec, searcher = built_index
     suggestion = suggest_fusion_weight(searcher, spec.name, QUESTIONS, weights=(0.0, 0.5, 1.0), k=2)
@@ -350,9 +350,9 @@ def test_suggest_fusion_weight_uses_the_searcher(built_index):
 
 
 def test_interrupted_benchmark_resumes_from_cached_embeddings(pg_url, tmp_path, monkeypatch, embedder):
-    import retrieval.embedder
-    import retrieval.indexing.embeddings
-    from pipeline.benchmark import BenchmarkRequest, run_benchmark
+    import chunkyard.retrieval.embedder as embedder_module
+    import chunkyard.retrieval.indexing.embeddings as embeddings_module
+    from chunkyard.pipeline.benchmark import BenchmarkRequest, run_benchmark
 
     configs = tmp_path / "configs"
     configs.mkdir()
@@ -376,8 +376,8 @@ def test_interrupted_benchmark_resumes_from_cached_embeddings(pg_url, tmp_path, 
         encoding="utf-8",
     )
     monkeypatch.setenv("CHUNKYARD_CONFIGS", str(configs))
-    monkeypatch.setattr(retrieval.indexing.embeddings, "EMBED_BATCH", 4)
-    monkeypatch.setattr(retrieval.embedder, "embedder_for_config", lambda config: embedder)
+    monkeypatch.setattr(embeddings_module, "EMBED_BATCH", 4)
+    monkeypatch.setattr(embedder_module, "embedder_for_config", lambda config: embedder)
 
     class Interrupted(RuntimeError):
         pass
@@ -417,7 +417,7 @@ def test_interrupted_benchmark_resumes_from_cached_embeddings(pg_url, tmp_path, 
 
 
 def test_suggest_search_settings_chooses_on_one_half_and_scores_the_other(built_index):
-    from evaluation.tuning import suggest_search_settings
+    from chunkyard.evaluation.tuning import suggest_search_settings
 
     _, spec, searcher = built_index
     grid = {"weight": [0.0, 1.0], "context_weight": [0.0, 0.5]}
@@ -487,10 +487,10 @@ def test_eval_cli_tune_flag(pg_url, tmp_path, capsys):
 def test_eval_stops_before_the_publish_when_an_error_check_fails(pg_url, tmp_path, monkeypatch, embedder):
     """`chunkyard eval` runs the steps of `pipeline.graph`: a failed staged error-level check stops
     it with an error naming the check, and the previous version stays published."""
-    import retrieval.embedder
-    from pipeline.benchmark import BenchmarkRequest, run_benchmark
-    from pipeline.benchmark.run import BenchmarkError
-    from retrieval.store import Store
+    import chunkyard.retrieval.embedder as embedder_module
+    from chunkyard.pipeline.benchmark import BenchmarkRequest, run_benchmark
+    from chunkyard.pipeline.benchmark.run import BenchmarkError
+    from chunkyard.retrieval.store import Store
 
     configs = tmp_path / "configs"
     configs.mkdir()
@@ -510,7 +510,7 @@ def test_eval_stops_before_the_publish_when_an_error_check_fails(pg_url, tmp_pat
         encoding="utf-8",
     )
     monkeypatch.setenv("CHUNKYARD_CONFIGS", str(configs))
-    monkeypatch.setattr(retrieval.embedder, "embedder_for_config", lambda config: embedder)
+    monkeypatch.setattr(embedder_module, "embedder_for_config", lambda config: embedder)
     arguments = {
         "configs": ["words-300"],
         "variants": ["dense"],

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from chunkyard.assets.executors import BACKEND_ENV, BROKER_ENV, build_executor, default_executor_config
 from dagster import AssetSelection, Definitions, asset, define_asset_job, validate_run_config
 
-from assets.executors import BACKEND_ENV, BROKER_ENV, build_executor, default_executor_config
 from tests.conftest import REPO_ROOT
 
 
@@ -56,7 +56,7 @@ from pathlib import Path
 
 from dagster import Definitions, asset
 
-from assets.executors import build_executor
+from chunkyard.assets.executors import build_executor
 
 OUT = Path(os.environ["PROBE_OUT"])
 

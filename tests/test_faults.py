@@ -219,7 +219,7 @@ def faulted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Faulted]:
         yield faulted
     finally:
         faulted.stack.stop()
-        from orchestration.stack_stop import down
+        from chunkyard.orchestration.stack_stop import down
 
         down(faulted.state, timeout=60)  # whatever a failed case left
         target = os.environ.get(RESULTS_ENV)
@@ -261,7 +261,7 @@ def test_stack_down_during_a_run(faulted: Faulted) -> None:
     for name in ("DATABASE_URL", "CHUNKYARD_HOME", "DAGSTER_HOME", "CHUNKYARD_CONFIGS"):
         env.pop(name, None)
     down = subprocess.run(
-        [sys.executable, "-m", "orchestration.cli", "stack", "down"],
+        [sys.executable, "-m", "chunkyard.orchestration.cli", "stack", "down"],
         cwd=faulted.project,
         env=env,
         capture_output=True,
@@ -275,7 +275,7 @@ def test_stack_down_during_a_run(faulted: Faulted) -> None:
 
 
 def test_sighup_to_the_supervisor(faulted: Faulted) -> None:
-    from orchestration.stack_stop import postmaster_pid, stack_processes
+    from chunkyard.orchestration.stack_stop import postmaster_pid, stack_processes
 
     since = time.time()
     word, edited = edit(faulted, "sighup")

@@ -7,14 +7,13 @@ import os
 import shutil
 from pathlib import Path
 
+import chunkyard.chunking.documents.folder as folder
 import pytest
-
-import chunking.documents.folder as folder
-from chunking.documents.folder import scan_folder
-from chunking.documents.safe_open import PathChanged, open_resolved
-from chunking.types import sha256_text
-from pipeline.documents import FAILED_PREFIX, hash_folder
-from retrieval.config import Collection
+from chunkyard.chunking.documents.folder import scan_folder
+from chunkyard.chunking.documents.safe_open import PathChanged, open_resolved
+from chunkyard.chunking.types import sha256_text
+from chunkyard.pipeline.documents import FAILED_PREFIX, hash_folder
+from chunkyard.retrieval.config import Collection
 
 SECRET = "TOPSECRET outside the documents folder"
 

@@ -12,11 +12,11 @@ import io
 import zipfile
 from pathlib import Path
 
-import chunking.documents.binary as binary
-import chunking.documents.files as files
-from chunking import build_chunker
-from chunking.documents.binary import BINARY_FORMATS
-from chunking.documents.folder import load_folder
+import chunkyard.chunking.documents.binary as binary
+import chunkyard.chunking.documents.files as files
+from chunkyard.chunking import build_chunker
+from chunkyard.chunking.documents.binary import BINARY_FORMATS
+from chunkyard.chunking.documents.folder import load_folder
 
 DOCX_MIME = BINARY_FORMATS[".docx"][0]
 PPTX_MIME = BINARY_FORMATS[".pptx"][0]
@@ -189,9 +189,9 @@ def test_office_zip_bombs_are_refused_before_parsing(tmp_path: Path, monkeypatch
 def test_every_format_is_indexed_and_searchable_and_bad_files_reported(
     tmp_path: Path, store, embedder
 ) -> None:
-    from retrieval import indexing
-    from retrieval.config import IndexConfig, IndexSpec
-    from retrieval.query import Searcher
+    from chunkyard.retrieval import indexing
+    from chunkyard.retrieval.config import IndexConfig, IndexSpec
+    from chunkyard.retrieval.query import Searcher
 
     expected_failures = _corrupt_files(tmp_path)
     (tmp_path / "notes.md").write_text("# Notes\n\nThe glacier survey measured crevasse depth.", "utf-8")
@@ -242,8 +242,9 @@ def test_every_format_is_indexed_and_searchable_and_bad_files_reported(
 
 def test_html_keeps_the_main_text_and_drops_navigation_and_footers() -> None:
     """The issue's page: a menu bar "Inicio | Blog | Herramientas" is not content; the article is."""
+    from chunkyard.chunking.documents.webpage import parse_html
+
     from benchmarks.bench_html_extraction import PAGES
-    from chunking.documents.webpage import parse_html
 
     blog = PAGES[0]
     text, title = parse_html(blog.html)

@@ -6,17 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from chunkyard.chunking.types import Document
+from chunkyard.evaluation.datasets.evalset import read_eval_set
+from chunkyard.evaluation.runner import SERVED_VARIANT, EvaluationReport, EvaluationRequest, evaluate_index
+from chunkyard.retrieval.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.index_defaults import AUTO_WEIGHT, auto_weight
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.options import DEFAULT_MODE, SearchOptions, default_of, option_schemas
+from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.query.fusion import calibrated_weight, corroboration, fuse
+from chunkyard.retrieval.store import Store
 
-from chunking.types import Document
-from evaluation.datasets.evalset import read_eval_set
-from evaluation.runner import SERVED_VARIANT, EvaluationReport, EvaluationRequest, evaluate_index
-from retrieval.config import IndexConfig, IndexSpec
-from retrieval.index_defaults import AUTO_WEIGHT, auto_weight
-from retrieval.indexing import build_index
-from retrieval.options import DEFAULT_MODE, SearchOptions, default_of, option_schemas
-from retrieval.query import Searcher
-from retrieval.query.fusion import calibrated_weight, corroboration, fuse
-from retrieval.store import Store
 from tests.test_indexing_support import ParagraphChunker, make_spec
 
 DATA = Path(__file__).parent / "data" / "multilingual"
@@ -88,7 +88,7 @@ def test_auto_weight_follows_the_models_languages() -> None:
 
 
 def test_the_default_mode_is_hybrid_auto_everywhere() -> None:
-    from retrieval.service import request_model
+    from chunkyard.retrieval.service import request_model
 
     assert default_of("mode") == DEFAULT_MODE == "hybrid_auto" and SearchOptions().mode is None
     assert next(s for s in option_schemas() if s.name == "mode").default == DEFAULT_MODE
@@ -138,7 +138,7 @@ def test_variant_served_scores_exactly_the_service_default(store: Store, embedde
 
 
 def _questions(store: Store, spec: IndexSpec):
-    from evaluation.datasets.evalset import resolve_records
+    from chunkyard.evaluation.datasets.evalset import resolve_records
 
     records = [
         {"id": "q1", "question": "how fast does a kettle boil water", "references": [

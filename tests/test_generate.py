@@ -13,10 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
-
-from chunking import build_chunker
-from chunking.types import Document
-from evaluation.generate import (
+from chunkyard.chunking import build_chunker
+from chunkyard.chunking.types import Document
+from chunkyard.evaluation.generate import (
     ChatClient,
     LLMEndpointError,
     chat_completions_url,
@@ -169,13 +168,13 @@ def test_keeps_verbatim_distinct_specific_questions_with_exact_spans(fake_llm, m
 
 
 def test_written_set_loads_and_evaluates_like_a_hand_written_one(fake_llm, store, embedder, tmp_path) -> None:
-    from evaluation.datasets import read_eval_set
-    from evaluation.questions import collection_questions
-    from evaluation.reports import leaderboard
-    from evaluation.runner import EvaluationRequest, evaluate_index, latest_reports
-    from retrieval.config import Collection, IndexConfig, IndexSpec
-    from retrieval.indexing import build_index
-    from retrieval.query import Searcher
+    from chunkyard.evaluation.datasets import read_eval_set
+    from chunkyard.evaluation.questions import collection_questions
+    from chunkyard.evaluation.reports import leaderboard
+    from chunkyard.evaluation.runner import EvaluationRequest, evaluate_index, latest_reports
+    from chunkyard.retrieval.config import Collection, IndexConfig, IndexSpec
+    from chunkyard.retrieval.indexing import build_index
+    from chunkyard.retrieval.query import Searcher
 
     documents = _documents()
     client = ChatClient(fake_llm, "fake-model", timeout=0.5)
@@ -244,8 +243,8 @@ def test_url_rule_and_proposal_parsing() -> None:
 
 
 def test_cli_generate_writes_the_set_and_sets_eval(fake_llm, tmp_path, monkeypatch, capsys) -> None:
-    from orchestration.cli import main
-    from retrieval.config import load_collections
+    from chunkyard.orchestration.cli import main
+    from chunkyard.retrieval.config import load_collections
 
     for name in (
         "CHUNKYARD_HOME",

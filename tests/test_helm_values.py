@@ -10,8 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-
-from orchestration.instance import DEFAULT_POOL_LIMIT, MAX_CONCURRENT_RUNS, PASSWORD_ENV, instance_config
+from chunkyard.orchestration.instance import (
+    DEFAULT_POOL_LIMIT,
+    MAX_CONCURRENT_RUNS,
+    PASSWORD_ENV,
+    instance_config,
+)
 
 VALUES = Path(__file__).resolve().parent.parent / "docker" / "helm" / "values.yaml"
 # Top-level keys of the chart's DagsterHelmValues (a values file may set any subset).
@@ -70,7 +74,7 @@ def test_helm_values_use_the_charts_keys_and_chunkyards_settings() -> None:
     (deployment,) = users["deployments"]
     assert {"name", "image", "dagsterApiGrpcArgs", "port"} <= set(deployment)
     assert {"repository", "tag", "pullPolicy"} <= set(deployment["image"])
-    assert deployment["dagsterApiGrpcArgs"] == ["-m", "assets.definitions"]
+    assert deployment["dagsterApiGrpcArgs"] == ["-m", "chunkyard.assets.definitions"]
     assert {"name": "chunkyard-env"} in deployment["envSecrets"]
 
     # Same run queue and pools as the dagster.yaml `chunkyard instance` writes.

@@ -11,16 +11,15 @@ import os
 import tempfile
 from pathlib import Path
 
+import chunkyard.chunking.documents.files as files
+import chunkyard.chunking.documents.walk as walk
 import pytest
+from chunkyard.chunking import Document, build_chunker
+from chunkyard.chunking.documents.folder import load_folder
+from chunkyard.chunking.documents.walk import list_files
+from chunkyard.retrieval.analysis import MAX_TERM_BYTES, Analyzer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import chunking.documents.files as files
-import chunking.documents.walk as walk
-from chunking import Document, build_chunker
-from chunking.documents.folder import load_folder
-from chunking.documents.walk import list_files
-from retrieval.analysis import MAX_TERM_BYTES, Analyzer
 
 HEX_LINE = bytes(range(256)).hex() * 40  # 20,480 characters, no whitespace
 GOOD = {
@@ -241,9 +240,9 @@ def test_bm25_terms_are_capped_in_bytes() -> None:
 def test_collection_with_an_overlong_word_publishes_and_the_rest_is_searchable(
     tmp_path: Path, store, embedder
 ) -> None:
-    from retrieval import indexing
-    from retrieval.config import IndexConfig, IndexSpec
-    from retrieval.query import Searcher
+    from chunkyard.retrieval import indexing
+    from chunkyard.retrieval.config import IndexConfig, IndexSpec
+    from chunkyard.retrieval.query import Searcher
 
     for rel, text in GOOD.items():
         _write(tmp_path, rel, text)

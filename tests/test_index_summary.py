@@ -13,8 +13,8 @@ from tests.dagster_helpers import unique_name, write_project
 def test_the_run_summary_keeps_every_collections_documents_line(
     tmp_path: Path, pg_url: str, monkeypatch
 ) -> None:
-    from assets.definitions import build_definitions
-    from orchestration.cli_index import run_summary
+    from chunkyard.assets.definitions import build_definitions
+    from chunkyard.orchestration.cli_index import run_summary
 
     monkeypatch.setenv("CHUNKYARD_HOME", str(tmp_path / "home"))
     first, second = unique_name("a"), unique_name("b")

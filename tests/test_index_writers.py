@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+from chunkyard.orchestration.cli_session import SESSION_ENV
+from chunkyard.orchestration.index_writers import WriterBusy, run_tags, sole_writer
 from dagster import DagsterInstance, asset, materialize
 
-from orchestration.cli_session import SESSION_ENV
-from orchestration.index_writers import WriterBusy, run_tags, sole_writer
 from tests.conftest import REPO_ROOT
 
-CLI = [sys.executable, "-m", "orchestration.cli"]
+CLI = [sys.executable, "-m", "chunkyard.orchestration.cli"]
 STATE_VARIABLES = ("CHUNKYARD_PROJECT", "CHUNKYARD_HOME", "CHUNKYARD_CONFIGS", "DATABASE_URL", "DAGSTER_HOME")
 
 

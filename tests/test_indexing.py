@@ -6,13 +6,13 @@ import time
 
 import numpy as np
 import pytest
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval import indexing
+from chunkyard.retrieval.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.vectors import as_array
 
-from chunking.types import Document
-from retrieval import indexing
-from retrieval.config import IndexConfig, IndexSpec
-from retrieval.query import Searcher
-from retrieval.store import Store
-from retrieval.store.vectors import as_array
 from tests.test_indexing_support import (
     ParagraphChunker,
     make_spec,
@@ -259,8 +259,8 @@ def test_vectors_wider_than_hnsw_allows_are_published_without_a_graph(store, emb
 def test_a_publish_vacuums_the_tables_whose_dead_rows_autovacuum_has_not_cleared(
     store, embedder, monkeypatch
 ) -> None:
-    from retrieval.indexing import publishing
-    from retrieval.store.partitions import partition_names
+    from chunkyard.retrieval.indexing import publishing
+    from chunkyard.retrieval.store.partitions import partition_names
 
     spec = make_spec()
     chunker = ParagraphChunker(spec.config.config_hash)
@@ -302,8 +302,8 @@ def test_a_publish_vacuums_the_tables_whose_dead_rows_autovacuum_has_not_cleared
 def test_a_bulk_publish_vacuums_the_staging_tables_and_a_small_one_does_not(
     store, embedder, monkeypatch
 ) -> None:
-    from retrieval.indexing import publishing
-    from retrieval.migrations import STAGING_TABLES
+    from chunkyard.retrieval.indexing import publishing
+    from chunkyard.retrieval.migrations import STAGING_TABLES
 
     def vacuum_counts() -> dict[str, int]:
         with store.connection() as conn:

@@ -9,9 +9,8 @@ import uuid
 from collections.abc import Callable, Iterable
 
 import numpy as np
-
-from chunking.types import Chunk, Document
-from retrieval.config import IndexConfig, IndexSpec
+from chunkyard.chunking.types import Chunk, Document
+from chunkyard.retrieval.config import IndexConfig, IndexSpec
 
 _PARAGRAPH = re.compile(r"[^\n]+(?:\n(?!\n)[^\n]*)*")
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from retrieval.indexing import embeddings
-from retrieval.indexing.stage_reports import STAGES, stage_timings
+from chunkyard.retrieval.indexing import embeddings
+from chunkyard.retrieval.indexing.stage_reports import STAGES, stage_timings
 
 
 def test_token_batches_sort_longest_first_and_respect_both_limits(monkeypatch):

@@ -6,8 +6,7 @@ import stat
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
-
-from orchestration.instance import PASSWORD_ENV, ensure_instance
+from chunkyard.orchestration.instance import PASSWORD_ENV, ensure_instance
 
 
 def _with_password(url: str, password: str) -> str:
@@ -47,8 +46,12 @@ def test_a_url_without_password_is_written_whole_and_owner_only(pg_url, tmp_path
 def test_the_workspace_names_the_stack_code_server_when_one_is_set(monkeypatch) -> None:
     """Under the stack (CHUNKYARD_CODE_SERVER), the webserver and daemon load no code themselves."""
     import pytest
-
-    from orchestration.instance import CODE_LOCATION, CODE_SERVER_ENV, DEFINITIONS_MODULE, workspace_config
+    from chunkyard.orchestration.instance import (
+        CODE_LOCATION,
+        CODE_SERVER_ENV,
+        DEFINITIONS_MODULE,
+        workspace_config,
+    )
 
     monkeypatch.delenv(CODE_SERVER_ENV, raising=False)
     (entry,) = workspace_config()["load_from"]

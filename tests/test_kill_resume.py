@@ -18,9 +18,10 @@ import sys
 import time
 import uuid
 
-from chunking.types import Document
-from retrieval.config import IndexConfig, IndexSpec
-from retrieval.migrations import STAGING_TABLES
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.migrations import STAGING_TABLES
+
 from tests.conftest import REPO_ROOT
 
 CONFIG = IndexConfig(
@@ -32,11 +33,11 @@ N_DOCS, WORDS_PER_DOC = 24, 1000
 
 CHILD = """
 import sys
-from retrieval.embedder import load_embedder
-from retrieval.indexing import build_index
-from retrieval.store import Store
+from chunkyard.retrieval.embedder import load_embedder
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.store import Store
 from tests.test_kill_resume import CONFIG
-from retrieval.config import IndexSpec
+from chunkyard.retrieval.config import IndexSpec
 
 build_index(Store(sys.argv[1]), IndexSpec(sys.argv[2], CONFIG), load_embedder("all-MiniLM-L6-v2"))
 print("finished", flush=True)
@@ -77,7 +78,7 @@ def _rows(store, sql: str, index_name: str) -> list[tuple]:
 
 
 def test_kill_9_mid_embedding_then_resume_publishes_a_consistent_index(store, embedder, pg_url: str) -> None:
-    from retrieval import indexing
+    from chunkyard.retrieval import indexing
 
     collection = f"kill{uuid.uuid4().hex[:8]}"
     spec = IndexSpec(collection, CONFIG)

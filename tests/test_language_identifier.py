@@ -7,13 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval.indexing import stage_chunks
+from chunkyard.retrieval.language_identifier import WINDOW, WindowedIdentifier, load_identifier
+from chunkyard.retrieval.languages import METADATA_KEY, SAMPLE_CHARS
+from chunkyard.retrieval.store import Store
 from py3langid.langid import MODEL_FILE, LanguageIdentifier, visit_counts
 
-from chunking.types import Document
-from retrieval.indexing import stage_chunks
-from retrieval.language_identifier import WINDOW, WindowedIdentifier, load_identifier
-from retrieval.languages import METADATA_KEY, SAMPLE_CHARS
-from retrieval.store import Store
 from tests.test_indexing_support import ParagraphChunker, make_spec, random_unit_vector_for
 
 DATA = Path(__file__).parent / "data" / "multilingual"

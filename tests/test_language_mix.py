@@ -5,16 +5,17 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from chunking.types import Document
-from evaluation.datasets.evalset import read_eval_set
-from evaluation.datasets.types import Question, Span
-from evaluation.metrics import hit_at_k
-from retrieval.analysis import Analyzer, MultiAnalyzer, build_analyzer, shared_analyzer
-from retrieval.indexing import build_index
-from retrieval.languages import crosses_languages, language_analyzers
-from retrieval.query import Searcher
-from retrieval.query.fusion import fuse
-from retrieval.store import Store
+from chunkyard.chunking.types import Document
+from chunkyard.evaluation.datasets.evalset import read_eval_set
+from chunkyard.evaluation.datasets.types import Question, Span
+from chunkyard.evaluation.metrics import hit_at_k
+from chunkyard.retrieval.analysis import Analyzer, MultiAnalyzer, build_analyzer, shared_analyzer
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.languages import crosses_languages, language_analyzers
+from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.query.fusion import fuse
+from chunkyard.retrieval.store import Store
+
 from tests.test_indexing_support import ParagraphChunker, make_spec, random_unit_vector_for
 
 DATA = Path(__file__).parent / "data" / "multilingual"

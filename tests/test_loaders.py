@@ -7,10 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
-
-from chunking.documents.files import load_file
-from chunking.documents.folder import DocumentFailure, load_folder
-from chunking.types import sha256_text
+from chunkyard.chunking.documents.files import load_file
+from chunkyard.chunking.documents.folder import DocumentFailure, load_folder
+from chunkyard.chunking.types import sha256_text
 
 
 def _write(root: Path, rel: str, content: str | bytes) -> Path:

@@ -6,12 +6,9 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from evaluation.datasets import Question, Span
-from evaluation.estimates import bootstrap_ci
-from evaluation.metrics import (
+from chunkyard.evaluation.datasets import Question, Span
+from chunkyard.evaluation.estimates import bootstrap_ci
+from chunkyard.evaluation.metrics import (
     average_precision_at_k,
     chroma_scores,
     hit_at_k,
@@ -25,6 +22,8 @@ from evaluation.metrics import (
     take_within_budget,
     union_precision_iou,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 # Document "a" holds two references: [10, 20) and [30, 40) (20 characters).
 REFS = [Span("a", 10, 20), Span("a", 30, 40)]

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from chunking.model_cache import READY, build_once, model_cache_dir
+from chunkyard.chunking.model_cache import READY, build_once, model_cache_dir
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # What an export used to print into the user's terminal (issue 23).
@@ -22,7 +21,7 @@ EXPORT_NOISE = ("model.onnx", "TracerWarning", "torch_dtype", "save_pretrained",
 LOAD_INT8 = """
 import json, sys, time
 started = time.perf_counter()
-from retrieval.embedder import load_embedder
+from chunkyard.retrieval.embedder import load_embedder
 embedder = load_embedder(backend="onnx", quantize="int8")
 vector = embedder.embed(["a second project"])[0]
 print(json.dumps({"seconds": time.perf_counter() - started, "torch": "torch" in sys.modules,

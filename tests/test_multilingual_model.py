@@ -11,14 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from chunking.e5_model import MODEL_NAME, TOKENIZER, WEIGHTS, E5ModelError, source_file
-from chunking.model_cache import READY
-from chunking.types import Document
-from retrieval import indexing
-from retrieval.config import IndexConfig, IndexSpec
-from retrieval.embedder import Embedder, load_embedder
-from retrieval.query import Searcher
+from chunkyard.chunking.e5_model import MODEL_NAME, TOKENIZER, WEIGHTS, E5ModelError, source_file
+from chunkyard.chunking.model_cache import READY
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval import indexing
+from chunkyard.retrieval.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.embedder import Embedder, load_embedder
+from chunkyard.retrieval.query import Searcher
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DATA = REPO_ROOT / "tests" / "data" / "multilingual"

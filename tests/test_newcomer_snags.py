@@ -7,12 +7,11 @@ import ast
 from pathlib import Path
 
 import pytest
+from chunkyard.evaluation.estimates import Estimate
+from chunkyard.evaluation.metrics import MetricSummary
+from chunkyard.evaluation.reports import leaderboard
+from chunkyard.evaluation.runner import EvaluationReport
 from dagster import AssetKey
-
-from evaluation.estimates import Estimate
-from evaluation.metrics import MetricSummary
-from evaluation.reports import leaderboard
-from evaluation.runner import EvaluationReport
 
 TESTS = Path(__file__).resolve().parent
 
@@ -90,7 +89,7 @@ def test_every_snag_names_tests_that_exist() -> None:
 def test_snag_9_the_ui_hint_only_when_no_error_names_the_cause() -> None:
     """A failed run whose step error names the cause says to fix it; only an unexplained failure
     sends the user to `chunkyard ui` for the step logs."""
-    from orchestration.run_report import failure_hint
+    from chunkyard.orchestration.run_report import failure_hint
 
     named = failure_hint(["mine__recursive_256__chunks: chunker.size: must be > 0, got -5"])
     assert named.startswith("fix the cause above") and "chunkyard ui" not in named
@@ -126,8 +125,8 @@ def test_snag_13_runs_are_named_per_collection_and_the_embeddings_kind_is_the_ba
 ) -> None:
     """`chunkyard index demo` runs job `index_demo` (not `__ephemeral_asset_job__`), over exactly the
     collection's assets; the UI's kind tag on an embeddings asset names the backend that embeds it."""
-    from assets.definitions import INDEX_ALL_JOB, build_definitions, index_job
-    from retrieval.config import load_index_configs
+    from chunkyard.assets.definitions import INDEX_ALL_JOB, build_definitions, index_job
+    from chunkyard.retrieval.config import load_index_configs
 
     monkeypatch.delenv("CHUNKYARD_EMBEDDER_BACKEND", raising=False)
     defs = build_definitions()
@@ -147,7 +146,7 @@ def test_snag_13_runs_are_named_per_collection_and_the_embeddings_kind_is_the_ba
 
 def test_snag_13_the_counts_say_what_was_rechunked_and_what_was_embedded() -> None:
     """A one-sentence edit re-chunks its document whole, but embeds only the chunks with new text."""
-    from orchestration.run_report import count_lines
+    from chunkyard.orchestration.run_report import count_lines
 
     lines = count_lines({"staged": 96, "rechunked": [1], "kept": 400, "computed": 3, "reused": 93})
     assert lines == [
@@ -171,11 +170,10 @@ def test_snag_7_the_ui_runs_no_automation_unless_the_project_says_so(
     """`chunkyard ui` loads the code location with CHUNKYARD_AUTOMATION=0 unless chunkyard.yaml says
     `ui_automation: true`: the document sensor and automation then start stopped, and the UI's first
     lines say which it is. Elsewhere (the stack's daemon) both start running, as before."""
+    from chunkyard.assets.definitions import build_definitions
+    from chunkyard.orchestration.cli_ui import what_it_runs
+    from chunkyard.retrieval.project import AUTOMATION_ENV, SettingsError, read_project, ui_automation
     from dagster import DefaultSensorStatus
-
-    from assets.definitions import build_definitions
-    from orchestration.cli_ui import what_it_runs
-    from retrieval.project import AUTOMATION_ENV, SettingsError, read_project, ui_automation
 
     def statuses() -> set[DefaultSensorStatus]:
         defs = build_definitions()
@@ -201,7 +199,7 @@ def test_snag_7_the_ui_runs_no_automation_unless_the_project_says_so(
 def test_the_suggested_search_runs_the_leaderboards_best_variant() -> None:
     """The leaderboard's best row is a variant: `served` needs no flag, `<mode>+rerank` is a mode and a
     reranker (`--mode served` or `--mode hybrid+rerank` would be refused by `chunkyard search`)."""
-    from orchestration.cli_search import suggestion
+    from chunkyard.orchestration.cli_search import suggestion
 
     best = "(the leaderboard's best)"
     assert suggestion("mine", ("mine/a", "served")).endswith(f"--index mine/a {best}")
@@ -213,7 +211,7 @@ def test_the_suggested_search_runs_the_leaderboards_best_variant() -> None:
 
 def test_the_suggested_rerank_is_the_one_the_index_config_names(tmp_path, monkeypatch) -> None:
     """`<mode>+rerank` ran the index config's reranker, so the suggestion names that one, not maxsim."""
-    from orchestration.cli_search import suggestion
+    from chunkyard.orchestration.cli_search import suggestion
 
     (tmp_path / "indexes.yaml").write_text(
         "indexes:\n  a:\n    chunker: {strategy: token, size: 64}\n"

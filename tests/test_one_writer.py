@@ -13,12 +13,11 @@ import uuid
 
 import numpy as np
 import pytest
-
-from chunking.types import Document
-from retrieval.config import IndexConfig, IndexSpec
-from retrieval.indexing import publish, stage_bm25, stage_chunks, stage_embeddings
-from retrieval.indexing.stage_reports import IndexingError
-from retrieval.indexing.staging import StagingTakenOver
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.indexing import publish, stage_bm25, stage_chunks, stage_embeddings
+from chunkyard.retrieval.indexing.stage_reports import IndexingError
+from chunkyard.retrieval.indexing.staging import StagingTakenOver
 
 CONFIG = IndexConfig(
     name="writer-token-48",

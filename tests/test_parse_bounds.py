@@ -9,9 +9,9 @@ import zlib
 from pathlib import Path
 
 import pytest
+from chunkyard.chunking.documents import parse_bounds
+from chunkyard.chunking.documents.folder import load_folder
 
-from chunking.documents import parse_bounds
-from chunking.documents.folder import load_folder
 from tests.test_formats import make_docx, make_pdf
 
 

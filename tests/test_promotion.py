@@ -8,22 +8,22 @@ import time
 import uuid
 
 import pytest
+from chunkyard.assets.evaluation import build_promotion_asset
+from chunkyard.assets.keys import promotion_key
+from chunkyard.assets.resources import PostgresResource
+from chunkyard.chunking.types import Document
+from chunkyard.evaluation.estimates import Estimate
+from chunkyard.evaluation.reports import Leaderboard, LeaderboardRow
+from chunkyard.evaluation.runner import EvaluationRequest, evaluate_index
+from chunkyard.pipeline.steps.promotion import decide, promote
+from chunkyard.retrieval import aliases
+from chunkyard.retrieval.config import Collection, PromotionPolicy, SettingsError, _promotion_policy
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.names import IndexName
+from chunkyard.retrieval.options import DEFAULT_MODE, SearchOptions
+from chunkyard.retrieval.query import Searcher
 from dagster import DagsterInstance, materialize
 
-from assets.evaluation import build_promotion_asset
-from assets.keys import promotion_key
-from assets.resources import PostgresResource
-from chunking.types import Document
-from evaluation.estimates import Estimate
-from evaluation.reports import Leaderboard, LeaderboardRow
-from evaluation.runner import EvaluationRequest, evaluate_index
-from pipeline.steps.promotion import decide, promote
-from retrieval import aliases
-from retrieval.config import Collection, PromotionPolicy, SettingsError, _promotion_policy
-from retrieval.indexing import build_index
-from retrieval.names import IndexName
-from retrieval.options import DEFAULT_MODE, SearchOptions
-from retrieval.query import Searcher
 from tests.test_evaluation import PASSAGES, QUESTIONS
 from tests.test_indexing_support import ParagraphChunker, make_spec
 
@@ -204,9 +204,9 @@ def test_readers_see_no_error_while_promotions_swap_the_alias(store, evaluated) 
 
 
 def test_a_collection_with_serve_gets_a_promotion_asset(tmp_path) -> None:
-    from assets.definitions import build_collection_assets
-    from retrieval.config import load_collections
-    from retrieval.config_checks import load_index_specs
+    from chunkyard.assets.definitions import build_collection_assets
+    from chunkyard.retrieval.config import load_collections
+    from chunkyard.retrieval.config_checks import load_index_specs
 
     path = tmp_path / "collections.yaml"
     path.write_text(

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chunking.documents.folder import load_folder
-from pipeline import checks
-from pipeline.steps.index import publish_index
-from retrieval.indexing import stage_bm25, stage_chunks, stage_embeddings
+from chunkyard.chunking.documents.folder import load_folder
+from chunkyard.pipeline import checks
+from chunkyard.pipeline.steps.index import publish_index
+from chunkyard.retrieval.indexing import stage_bm25, stage_chunks, stage_embeddings
+
 from tests.test_indexing_support import ParagraphChunker, make_spec
 
 TEXTS = {

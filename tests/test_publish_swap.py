@@ -8,14 +8,14 @@ import threading
 import time
 
 import pytest
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval import indexing
+from chunkyard.retrieval.indexing.swap import SWAP_MIN_CHUNKS_ENV
+from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.query.handles import IndexHandles
+from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.partitions import next_name, partition_names
 
-from chunking.types import Document
-from retrieval import indexing
-from retrieval.indexing.swap import SWAP_MIN_CHUNKS_ENV
-from retrieval.query import Searcher
-from retrieval.query.handles import IndexHandles
-from retrieval.store import Store
-from retrieval.store.partitions import next_name, partition_names
 from tests.test_indexing_support import (
     ParagraphChunker,
     make_spec,

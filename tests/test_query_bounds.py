@@ -86,7 +86,7 @@ class _Trace:
 def bounded_store(pg_url: str, monkeypatch: pytest.MonkeyPatch):
     """A store whose sessions have a 20 s statement_timeout: far above a linear check, far below a
     quadratic one on a 4 MB document."""
-    from retrieval.store import Store
+    from chunkyard.retrieval.store import Store
 
     monkeypatch.setenv("CHUNKYARD_STATEMENT_TIMEOUT", "20s")
     store = Store(pg_url, pool_size=1)
@@ -96,7 +96,7 @@ def bounded_store(pg_url: str, monkeypatch: pytest.MonkeyPatch):
 
 
 def test_span_check_is_linear_on_a_large_document(bounded_store, tmp_path: Path) -> None:
-    from pipeline.checks import SPAN_BATCH, check_spans
+    from chunkyard.pipeline.checks import SPAN_BATCH, check_spans
 
     collection, index_name = f"spans{uuid.uuid4().hex[:8]}", f"spans{uuid.uuid4().hex[:8]}/big"
     text = _large_document()
@@ -116,7 +116,7 @@ def test_span_check_is_linear_on_a_large_document(bounded_store, tmp_path: Path)
 
 
 def test_span_check_names_a_mismatched_chunk(bounded_store) -> None:
-    from pipeline.checks import check_spans
+    from chunkyard.pipeline.checks import check_spans
 
     collection, index_name = f"spans{uuid.uuid4().hex[:8]}", f"spans{uuid.uuid4().hex[:8]}/bad"
     text = _large_document(seed=3)[:50_000]
@@ -137,7 +137,7 @@ def test_span_check_names_a_mismatched_chunk(bounded_store) -> None:
 def test_a_query_past_the_statement_timeout_is_cancelled(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from retrieval.db import STATEMENT_TIMEOUT_ENV, connect, session_options
+    from chunkyard.retrieval.db import STATEMENT_TIMEOUT_ENV, connect, session_options
 
     monkeypatch.setenv(STATEMENT_TIMEOUT_ENV, "1s")
     with connect(pg_url, autocommit=True) as conn:

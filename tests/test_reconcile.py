@@ -14,6 +14,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from chunkyard.pipeline.reconcile import Attempt, RetryPolicy, decide
+from chunkyard.retrieval.lag import index_lag
+from chunkyard.retrieval.store import Store
 from dagster import (
     AssetSelection,
     DagsterInstance,
@@ -23,9 +26,6 @@ from dagster import (
     materialize,
 )
 
-from pipeline.reconcile import Attempt, RetryPolicy, decide
-from retrieval.lag import index_lag
-from retrieval.store import Store
 from tests.conftest import REPO_ROOT
 from tests.dagster_helpers import unique_name, write_project
 
@@ -33,7 +33,7 @@ RUN_SCRIPT = textwrap.dedent(
     """
     import json, sys
     from dagster import AssetKey, AssetSelection, DagsterInstance, materialize
-    from assets.definitions import build_definitions
+    from chunkyard.assets.definitions import build_definitions
 
     spec = json.loads(open(sys.argv[1]).read())
     defs = build_definitions(spec["indexes"], spec["collections"], database_url=spec["url"])
@@ -47,7 +47,7 @@ WORD = "quixoticmarmalade"
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str):
-    from orchestration.instance import ensure_instance
+    from chunkyard.orchestration.instance import ensure_instance
 
     monkeypatch.setenv("DATABASE_URL", pg_url)
     monkeypatch.setenv("CHUNKYARD_HOME", str(tmp_path / "home"))
@@ -56,7 +56,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str):
     ensure_instance(pg_url)
     collection = unique_name("r")
     docs_dir, indexes_path, collections_path = write_project(tmp_path, collection, configs=["recursive-48"])
-    from assets.definitions import build_definitions
+    from chunkyard.assets.definitions import build_definitions
 
     defs = build_definitions(indexes_path, collections_path, database_url=pg_url)
     return collection, docs_dir, indexes_path, collections_path, defs
@@ -91,8 +91,8 @@ def _run(defs, instance, request) -> bool:
 
 
 def _searchable(pg_url: str, index: str, word: str) -> bool:
-    from retrieval.query.searcher import Searcher
-    from retrieval.store import Store
+    from chunkyard.retrieval.query.searcher import Searcher
+    from chunkyard.retrieval.store import Store
 
     store = Store(pg_url)
     try:
@@ -218,12 +218,11 @@ def test_a_gap_that_runs_keep_failing_to_close_is_given_up_and_reported(project,
     import argparse
     import uuid
 
+    from chunkyard.assets.reconciling import COLLECTIONS_TAG, GAP_TAG
+    from chunkyard.orchestration.cli_lag import cmd_lag
+    from chunkyard.pipeline.reconcile import collection_gap
+    from chunkyard.retrieval.config import load_collections
     from dagster import DagsterRun
-
-    from assets.reconciling import COLLECTIONS_TAG, GAP_TAG
-    from orchestration.cli_lag import cmd_lag
-    from pipeline.reconcile import collection_gap
-    from retrieval.config import load_collections
 
     collection, docs_dir, indexes_path, collections_path, defs = project
     instance = DagsterInstance.get()

@@ -8,14 +8,13 @@ import pytest
 
 
 def test_instance_loads_run_monitoring(pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dagster import DagsterInstance
-
-    from orchestration.instance import (
+    from chunkyard.orchestration.instance import (
         FREE_SLOTS_AFTER_RUN_END_SECONDS,
         MAX_RUN_SECONDS_ENV,
         RUN_START_TIMEOUT_SECONDS,
         ensure_instance,
     )
+    from dagster import DagsterInstance
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     monkeypatch.setenv(MAX_RUN_SECONDS_ENV, "7200")
@@ -34,7 +33,7 @@ def test_instance_loads_run_monitoring(pg_url: str, tmp_path: Path, monkeypatch:
 
 
 def test_max_run_seconds_must_be_whole_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestration.instance import MAX_RUN_SECONDS_ENV, run_monitoring_config
+    from chunkyard.orchestration.instance import MAX_RUN_SECONDS_ENV, run_monitoring_config
 
     monkeypatch.delenv(MAX_RUN_SECONDS_ENV, raising=False)
     assert "max_runtime_seconds" not in run_monitoring_config()  # a first build may take hours

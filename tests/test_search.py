@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.query import IndexNotFoundError, Searcher, SearchError
+from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.partitions import partition_names
+from chunkyard.retrieval.store.vectors import as_array
 
-from chunking.types import Document
-from retrieval.indexing import build_index
-from retrieval.query import IndexNotFoundError, Searcher, SearchError
-from retrieval.store import Store
-from retrieval.store.partitions import partition_names
-from retrieval.store.vectors import as_array
 from tests.test_indexing_support import ParagraphChunker, make_spec, random_unit_vector_for
 
 TOPICS = [
@@ -214,21 +214,22 @@ def test_hnsw_recall_on_a_600_vector_partition(
 
 
 def test_module_level_search_uses_the_default_searcher(monkeypatch, pg_url, text_index, embedder) -> None:
-    import retrieval
-    import retrieval.query.searcher as searcher_module
+    import chunkyard.retrieval.query.searcher as searcher_module
+
+    import chunkyard
 
     monkeypatch.setenv("DATABASE_URL", pg_url)
     monkeypatch.setattr(searcher_module, "_default", Searcher(Store(pg_url), embedder))
-    results = retrieval.search("XQ_frobnicate_77", index=text_index.name, k=2, mode="bm25")
+    results = chunkyard.search("XQ_frobnicate_77", index=text_index.name, k=2, mode="bm25")
     assert results and "XQ_frobnicate_77" in results[0].text
-    options = retrieval.SearchOptions(k=2, mode="bm25")
-    again = retrieval.search("XQ_frobnicate_77", index=text_index.name, options=options)
+    options = chunkyard.SearchOptions(k=2, mode="bm25")
+    again = chunkyard.search("XQ_frobnicate_77", index=text_index.name, options=options)
     assert [(r.chunk_id, r.scores) for r in again] == [(r.chunk_id, r.scores) for r in results]
-    assert retrieval.Searcher is Searcher
+    assert chunkyard.Searcher is Searcher
 
 
 def test_include_parent_returns_the_hierarchical_parent_span(store, embedder) -> None:
-    from retrieval.config import IndexConfig, IndexSpec
+    from chunkyard.retrieval.config import IndexConfig, IndexSpec
 
     spec = IndexSpec(
         "hier-test",

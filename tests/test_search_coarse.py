@@ -11,13 +11,13 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from chunkyard.chunking.types import Chunk, Document
+from chunkyard.retrieval.config import IndexConfig, IndexSpec, SettingsError, load_index_configs
+from chunkyard.retrieval.config_checks import load_index_specs
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.query import IndexNotFoundError, Searcher, SearchError
+from chunkyard.retrieval.store import Store
 
-from chunking.types import Chunk, Document
-from retrieval.config import IndexConfig, IndexSpec, SettingsError, load_index_configs
-from retrieval.config_checks import load_index_specs
-from retrieval.indexing import build_index
-from retrieval.query import IndexNotFoundError, Searcher, SearchError
-from retrieval.store import Store
 from tests.test_indexing_support import ParagraphChunker
 from tests.test_search_context import BM25, DOCUMENTS  # four documents of three paragraphs
 
@@ -136,9 +136,8 @@ def test_errors_are_clear(store, embedder, indexes, searcher) -> None:
 
 
 def test_the_http_service_passes_the_override(indexes, searcher) -> None:
+    from chunkyard.retrieval.service import create_app
     from fastapi.testclient import TestClient
-
-    from retrieval.service import create_app
 
     fine, coarse, _ = indexes
     http = TestClient(create_app(searcher), raise_server_exceptions=False)
@@ -190,9 +189,9 @@ def test_a_collection_listing_the_fine_config_builds_the_coarse_one_first(tmp_pa
 
 
 def test_evaluation_scores_the_answers_served_and_counts_both_indexes(store, indexes, searcher) -> None:
-    from evaluation.datasets import Question, Span
-    from evaluation.metrics import score_question
-    from evaluation.runner import EvaluationRequest, evaluate_index
+    from chunkyard.evaluation.datasets import Question, Span
+    from chunkyard.evaluation.metrics import score_question
+    from chunkyard.evaluation.runner import EvaluationRequest, evaluate_index
 
     fine, coarse, _ = indexes
     text = "\n\n".join(DOCUMENTS["volcano.md"])
@@ -231,7 +230,7 @@ def test_searching_the_coarse_index_beside_the_fine_ranking_answers_the_same(
     indexes, searcher, monkeypatch
 ) -> None:
     """The side-by-side path (off by default: slower on 2 cores) gives the same answers as afterwards."""
-    from retrieval.query import searcher as searcher_module
+    from chunkyard.retrieval.query import searcher as searcher_module
 
     fine, _, _ = indexes
     queries = [QUERY, "which documents mention lava", "glaciers"]

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval.bm25 import Analyzer
+from chunkyard.retrieval.config import IndexConfig, IndexSpec, SettingsError, load_index_configs
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.query import Searcher, SearchError
+from chunkyard.retrieval.store import Store
 
-from chunking.types import Document
-from retrieval.bm25 import Analyzer
-from retrieval.config import IndexConfig, IndexSpec, SettingsError, load_index_configs
-from retrieval.indexing import build_index
-from retrieval.query import Searcher, SearchError
-from retrieval.store import Store
 from tests.test_indexing_support import ParagraphChunker
 
 DOCUMENTS = {
@@ -343,9 +343,8 @@ def test_collapse_duplicates_config_must_be_a_boolean(tmp_path: Path) -> None:
 
 
 def test_the_http_service_ranks_with_the_same_code_path(plain_index, context_index, searcher) -> None:
+    from chunkyard.retrieval.service import create_app
     from fastapi.testclient import TestClient
-
-    from retrieval.service import create_app
 
     http = TestClient(create_app(searcher), raise_server_exceptions=False)
     query = "where is the magma of a volcano"
@@ -447,7 +446,7 @@ def test_context_scoring_sends_no_query_of_its_own(store, embedder, plain_index,
 
 def test_window_scoring_at_hits_equals_scoring_every_window() -> None:
     """Only windows starting at a query term's hit are scored, with bit-identical best scores."""
-    from retrieval.query.context.windows import _best_windows, _best_windows_at_hits
+    from chunkyard.retrieval.query.context.windows import _best_windows, _best_windows_at_hits
 
     rng = np.random.default_rng(7)
     for _ in range(400):

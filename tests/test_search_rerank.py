@@ -6,13 +6,18 @@ import shutil
 from pathlib import Path
 
 import pytest
+from chunkyard.chunking.models import resolve_model_path
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.rerankers import (
+    CrossEncoderReranker,
+    MaxSimReranker,
+    RerankerConfigError,
+    build_reranker,
+)
+from chunkyard.retrieval.store import Store
 
-from chunking.models import resolve_model_path
-from chunking.types import Document
-from retrieval.indexing import build_index
-from retrieval.query import Searcher
-from retrieval.rerankers import CrossEncoderReranker, MaxSimReranker, RerankerConfigError, build_reranker
-from retrieval.store import Store
 from tests.test_indexing_support import ParagraphChunker, make_spec
 
 PARAGRAPHS = [

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval.client import AuthenticationError, Client
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.query import IndexNotFoundError, Searcher, SearchError
+from chunkyard.retrieval.service import create_app
+from chunkyard.retrieval.store import Store
 from fastapi.testclient import TestClient
 
-from chunking.types import Document
-from retrieval.client import AuthenticationError, Client
-from retrieval.indexing import build_index
-from retrieval.query import IndexNotFoundError, Searcher, SearchError
-from retrieval.service import create_app
-from retrieval.store import Store
 from tests.service_process import serve_in_thread
 from tests.test_indexing_support import ParagraphChunker, make_spec
 
@@ -200,10 +200,9 @@ def test_service_client_and_cli_take_exactly_the_search_options() -> None:
     import json
 
     import httpx
-
-    from orchestration.cli import build_parser
-    from retrieval.options import SearchOptions, option_schemas
-    from retrieval.service import SearchBody
+    from chunkyard.orchestration.cli import build_parser
+    from chunkyard.retrieval.options import SearchOptions, option_schemas
+    from chunkyard.retrieval.service import SearchBody
 
     fields = {f.name for f in dataclasses.fields(SearchOptions)}
     assert {spec.name for spec in option_schemas()} == fields
@@ -242,7 +241,7 @@ def test_service_client_and_cli_take_exactly_the_search_options() -> None:
 
 
 def test_search_options_validate_and_name_the_field() -> None:
-    from retrieval.options import MODES, SearchOptions, default_of
+    from chunkyard.retrieval.options import MODES, SearchOptions, default_of
 
     # unset is explicit: nothing is filled in until the index's and the built-in defaults are
     assert SearchOptions().k is None and SearchOptions().given() == {}

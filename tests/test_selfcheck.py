@@ -12,9 +12,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-
-from retrieval.db import _servers, embedded_database_url, postgres_bin, verify_server
-from retrieval.selfcheck import DatabaseSelfCheckError, SelfCheck, last_result
+from chunkyard.retrieval.db import _servers, embedded_database_url, postgres_bin, verify_server
+from chunkyard.retrieval.selfcheck import DatabaseSelfCheckError, SelfCheck, last_result
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TRAP_C = """
@@ -95,7 +94,7 @@ def test_chunkyard_instance_stops_with_the_cause_and_the_server_log(trapped_serv
     env = {**os.environ, "CHUNKYARD_HOME": str(folder.parent), "PYTHONPATH": str(REPO_ROOT)}
     env.pop("DATABASE_URL", None)
     done = subprocess.run(
-        [sys.executable, "-m", "orchestration.cli", "--project", str(project), "instance"],
+        [sys.executable, "-m", "chunkyard.orchestration.cli", "--project", str(project), "instance"],
         env=env,
         capture_output=True,
         text=True,
@@ -112,7 +111,7 @@ def test_chunkyard_instance_stops_with_the_cause_and_the_server_log(trapped_serv
 
 def test_a_lost_connection_is_reported_with_the_servers_own_words(trapped_server, capsys) -> None:
     """A step that failed on a lost connection prints what the embedded server logged about it."""
-    from orchestration.cli_errors import report
+    from chunkyard.orchestration.cli_errors import report
 
     folder, url = trapped_server
     with pytest.raises(DatabaseSelfCheckError):

@@ -39,7 +39,7 @@ def _write(path: Path, text: str) -> None:
 @pytest.fixture()
 def daemon_home(pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A DAGSTER_HOME whose instance lives in its own schema and launches no run (queue limit 0)."""
-    from orchestration.instance import create_dagster_schema, dagster_postgres_url, instance_config
+    from chunkyard.orchestration.instance import create_dagster_schema, dagster_postgres_url, instance_config
 
     schema = unique_name("dagster_daemon_")
     create_dagster_schema(pg_url, schema)
@@ -82,9 +82,8 @@ def _runs(instance, collection: str) -> list:
 
 
 def test_daemon_runs_every_observed_change_once(daemon_home: Path, pg_url: str, tmp_path: Path) -> None:
+    from chunkyard.assets.runs import RUN_HOST_TAG, this_host
     from dagster import DagsterInstance, DagsterRunStatus
-
-    from assets.runs import RUN_HOST_TAG, this_host
 
     collection = unique_name("d")
     docs_dir, _, _ = write_project(tmp_path, collection, configs=["recursive-48"])
@@ -103,7 +102,7 @@ def test_daemon_runs_every_observed_change_once(daemon_home: Path, pg_url: str, 
     daemon_bin = Path(sys.executable).parent / "dagster-daemon"
     with open(log, "wb") as out:
         daemon = subprocess.Popen(
-            [str(daemon_bin), "run", "-m", "assets.definitions"],
+            [str(daemon_bin), "run", "-m", "chunkyard.assets.definitions"],
             env=env,
             cwd=REPO_ROOT,
             stdout=out,

@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
+from chunkyard.assets.keys import index_job_name
 from dagster import AssetSelection, SensorResult, build_sensor_context, instance_for_test, materialize
 
-from assets.keys import index_job_name
 from tests.dagster_helpers import DOCS, check_results, ids, materializations, unique_name, write_project
 
 
@@ -20,7 +20,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str):
     monkeypatch.setenv("CHUNKYARD_HOME", str(tmp_path / "home"))
     collection = unique_name("s")
     docs_dir, indexes_path, collections_path = write_project(tmp_path, collection, configs=["recursive-48"])
-    from assets.definitions import build_definitions
+    from chunkyard.assets.definitions import build_definitions
 
     defs = build_definitions(indexes_path, collections_path, database_url=pg_url)
     return collection, docs_dir, defs
@@ -166,7 +166,7 @@ def _write(path: Path, text: str) -> None:
 def test_a_change_seen_again_gets_a_new_run_key(project) -> None:
     """A->B, B->A, A->B and delete -> re-add -> delete: every observed change is its own run key,
     and re-evaluating a tick from the same cursor keeps its key (Dagster runs it once)."""
-    from assets.runs import RUN_HOST_TAG, this_host
+    from chunkyard.assets.runs import RUN_HOST_TAG, this_host
 
     collection, docs_dir, defs = project
     beta = docs_dir / "beta.md"
@@ -232,7 +232,7 @@ def test_a_cursor_of_an_earlier_version_reads_as_a_first_tick(project) -> None:
     every file would look changed. They read as no cursor: a first tick, which compares with the store."""
     import hashlib
 
-    from assets.sensors import CURSOR_VERSION, parse_cursor
+    from chunkyard.assets.sensors import CURSOR_VERSION, parse_cursor
 
     collection, docs_dir, defs = project
     # a plain UTF-8 file's bytes are its text; with a BOM (or any markup) the two hashes differ
@@ -270,10 +270,10 @@ def test_a_tick_loads_only_the_files_whose_stat_signature_changed(tmp_path: Path
     """The sensor trusts a file's stat signature as the documents step does: an unchanged file is
     not read again, a rewritten or touched one is, and its hash is the step's content hash
     (`Document.sha256`), so a touch or a rewrite with the same text changes no hash."""
-    from chunking.documents.folder import RACY_SECONDS
-    from chunking.types import sha256_text
-    from pipeline.documents import hash_folder
-    from retrieval.config import load_collections
+    from chunkyard.chunking.documents.folder import RACY_SECONDS
+    from chunkyard.chunking.types import sha256_text
+    from chunkyard.pipeline.documents import hash_folder
+    from chunkyard.retrieval.config import load_collections
 
     collection = unique_name("h")
     docs_dir, _, collections_path = write_project(tmp_path, collection)
@@ -301,10 +301,10 @@ def test_a_tick_loads_only_the_files_whose_stat_signature_changed(tmp_path: Path
 def test_a_failing_file_has_a_fingerprint_that_changes_with_it(tmp_path: Path) -> None:
     """A file that gives no document is fingerprinted by its failure and its stat: unchanged, it is
     neither read again nor changed; rewritten (still failing, or fixed), its hash changes."""
-    from chunking.documents.folder import RACY_SECONDS
-    from chunking.types import sha256_text
-    from pipeline.documents import FAILED_PREFIX, hash_folder
-    from retrieval.config import load_collections
+    from chunkyard.chunking.documents.folder import RACY_SECONDS
+    from chunkyard.chunking.types import sha256_text
+    from chunkyard.pipeline.documents import FAILED_PREFIX, hash_folder
+    from chunkyard.retrieval.config import load_collections
 
     collection = unique_name("f")
     docs = {**DOCS, "broken.md": b"\xff\xfe not UTF-8 \xff"}
@@ -334,8 +334,8 @@ def test_a_failing_file_has_a_fingerprint_that_changes_with_it(tmp_path: Path) -
 def test_a_folder_that_cannot_be_read_has_a_fingerprint_too(tmp_path: Path) -> None:
     """A folder that gives no documents (missing here; unreadable goes the same way) is fingerprinted
     under its id prefix like a failing file: stable while it stays so, gone when it is back."""
-    from pipeline.documents import FAILED_PREFIX, hash_folder
-    from retrieval.config import Collection
+    from chunkyard.pipeline.documents import FAILED_PREFIX, hash_folder
+    from chunkyard.retrieval.config import Collection
 
     docs, later = tmp_path / "docs", tmp_path / "later"
     docs.mkdir()
@@ -351,7 +351,7 @@ def test_a_folder_that_cannot_be_read_has_a_fingerprint_too(tmp_path: Path) -> N
 
 
 def test_sensor_interval_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
-    from assets.sensors import INTERVAL_ENV, MINIMUM_INTERVAL_SECONDS, sensor_interval
+    from chunkyard.assets.sensors import INTERVAL_ENV, MINIMUM_INTERVAL_SECONDS, sensor_interval
 
     monkeypatch.delenv(INTERVAL_ENV, raising=False)
     assert sensor_interval() == MINIMUM_INTERVAL_SECONDS
@@ -372,10 +372,9 @@ def test_a_tick_sweeps_a_dead_run_and_frees_its_pool_slot(
     import sys
     import uuid
 
+    from chunkyard.assets.runs import host_tags
+    from chunkyard.orchestration.instance import ensure_instance
     from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus
-
-    from assets.runs import host_tags
-    from orchestration.instance import ensure_instance
 
     collection, docs_dir, defs = project
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))

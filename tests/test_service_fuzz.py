@@ -9,15 +9,15 @@ from __future__ import annotations
 import pytest
 import requests
 import schemathesis
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.service import create_app
+from chunkyard.retrieval.store import Store
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis.generation import GenerationMode
 
-from chunking.types import Document
-from retrieval.indexing import build_index
-from retrieval.query import Searcher
-from retrieval.service import create_app
-from retrieval.store import Store
 from tests.service_process import serve_in_thread
 from tests.test_indexing_support import ParagraphChunker, make_spec
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import httpx
 import pytest
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.options import REQUEST_MAX_K
+from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.service import UNAVAILABLE, create_app
+from chunkyard.retrieval.store import Store
 
-from chunking.types import Document
-from retrieval.indexing import build_index
-from retrieval.options import REQUEST_MAX_K
-from retrieval.query import Searcher
-from retrieval.service import UNAVAILABLE, create_app
-from retrieval.store import Store
 from tests.service_process import rss_kib, serve_in_thread, service
 from tests.test_indexing_support import ParagraphChunker, make_spec
 
@@ -177,7 +177,7 @@ def test_openapi_declares_errors_security_and_the_k_limit(base_url: str) -> None
 def test_the_cli_shows_and_enforces_the_same_k_limit(capsys: pytest.CaptureFixture[str]) -> None:
     import argparse
 
-    from orchestration.cli import build_parser
+    from chunkyard.orchestration.cli import build_parser
 
     search = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices[
         "search"

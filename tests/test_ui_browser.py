@@ -209,7 +209,7 @@ def test_dagster_ui_shows_graph_leaderboard_and_plots(tmp_path: Path, ui_env: di
     shots_dir = (
         Path(os.environ[SCREENSHOTS_ENV]).resolve() if os.environ.get(SCREENSHOTS_ENV) else tmp_path / "ui"
     )
-    cli = [sys.executable, "-m", "orchestration.cli"]
+    cli = [sys.executable, "-m", "chunkyard.orchestration.cli"]
     demo = subprocess.run(
         [*cli, "demo"], cwd=REPO_ROOT, env=ui_env, capture_output=True, text=True, timeout=600
     )

@@ -59,7 +59,14 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]
         web = subprocess.Popen(web_command, env=web_env, stdout=web_log, stderr=subprocess.STDOUT)
         proxy_env = {**env, "CHUNKYARD_API_KEY": KEY, "PYTHONPATH": str(REPO_ROOT)}
         upstream = f"http://127.0.0.1:{web_port}"
-        proxy_command = [sys.executable, "-m", "orchestration.cli", "ui-proxy", "--upstream", upstream]
+        proxy_command = [
+            sys.executable,
+            "-m",
+            "chunkyard.orchestration.cli",
+            "ui-proxy",
+            "--upstream",
+            upstream,
+        ]
         proxy_command += ["--port", str(proxy_port)]
         proxy = subprocess.Popen(
             proxy_command, env=proxy_env, cwd=folder, stdout=proxy_log, stderr=subprocess.STDOUT
@@ -146,7 +153,7 @@ def test_the_key_is_never_logged_or_forwarded(proxy: tuple[str, Path]) -> None:
 def test_the_proxy_refuses_to_start_without_a_key(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "CHUNKYARD_API_KEY"}
     done = subprocess.run(
-        [sys.executable, "-m", "orchestration.cli", "ui-proxy", "--port", str(free_port())],
+        [sys.executable, "-m", "chunkyard.orchestration.cli", "ui-proxy", "--port", str(free_port())],
         capture_output=True,
         text=True,
         env={**env, "PYTHONPATH": str(REPO_ROOT)},

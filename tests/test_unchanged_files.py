@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import chunkyard.chunking.documents.folder as folder_scan
 import pytest
-
-import chunking.documents.folder as folder_scan
-from chunking.documents.folder import file_signature, scan_folder
-from pipeline.steps.documents import sync_documents
-from retrieval.config import Collection
-from retrieval.store.documents import StaleSignatures
+from chunkyard.chunking.documents.folder import file_signature, scan_folder
+from chunkyard.pipeline.steps.documents import sync_documents
+from chunkyard.retrieval.config import Collection
+from chunkyard.retrieval.store.documents import StaleSignatures
 
 
 @pytest.fixture

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chunking.registry import build_chunker
-from chunking.tokenizers import UNKNOWN_LETTERS, get_tokenizer
-from chunking.types import Document
+from chunkyard.chunking.registry import build_chunker
+from chunkyard.chunking.tokenizers import UNKNOWN_LETTERS, get_tokenizer
+from chunkyard.chunking.types import Document
 
 DATA = Path(__file__).parent / "data" / "multilingual"
 

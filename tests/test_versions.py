@@ -9,8 +9,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from chunkyard.pipeline.versions import (
+    KINDS,
+    PACKAGES,
+    code_version,
+    import_closure,
+    module_path,
+    step_module,
+)
 
-from pipeline.versions import KINDS, PACKAGES, code_version, import_closure, module_path, step_module
 from tests.conftest import REPO_ROOT
 
 
@@ -79,11 +86,15 @@ def test_the_closure_holds_every_project_module_the_step_loads(kind: str) -> Non
 
 def test_function_level_imports_are_followed() -> None:
     # the step reaches the registry and the model's tokenizer through function-level imports ...
-    assert {"chunking.registry", "chunking.tokenizers"} <= import_closure(step_module("chunks"))
+    assert {"chunkyard.chunking.registry", "chunkyard.chunking.tokenizers"} <= import_closure(
+        step_module("chunks")
+    )
     # ... but the query modules behind the lazy `retrieval.search()` do not run when building indexes,
     # and no strategy's module is in the step's own closure: the settings name the one that runs
-    assert not any(m.startswith("retrieval.query") for m in import_closure(step_module("chunks")))
-    assert not any(m.startswith("chunking.chunkers.") for m in import_closure(step_module("chunks")))
+    assert not any(m.startswith("chunkyard.retrieval.query") for m in import_closure(step_module("chunks")))
+    assert not any(
+        m.startswith("chunkyard.chunking.chunkers.") for m in import_closure(step_module("chunks"))
+    )
 
 
 def _strategy_versions(root: Path) -> dict[str, str]:

@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from chunking.base import BaseChunker, DocText, Piece, extend_overlap, trim_span
-from chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
-from chunking.sentences import pack_spans
+from chunkyard.chunking.base import BaseChunker, DocText, Piece, extend_overlap, trim_span
+from chunkyard.chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
+from chunkyard.chunking.sentences import pack_spans
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n|$)")
 

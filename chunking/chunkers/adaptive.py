@@ -17,12 +17,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from chunking.base import BaseChunker, DocText, Piece, extend_overlap, trim_span
-from chunking.chunkers.code import CodeChunker, detect_language
-from chunking.chunkers.html import HtmlChunker
-from chunking.chunkers.markdown import MarkdownChunker
-from chunking.chunkers.sentence import SentenceChunker
-from chunking.sentences import pack_spans, sentence_spans
+from chunkyard.chunking.base import BaseChunker, DocText, Piece, extend_overlap, trim_span
+from chunkyard.chunking.chunkers.code import CodeChunker, detect_language
+from chunkyard.chunking.chunkers.html import HtmlChunker
+from chunkyard.chunking.chunkers.markdown import MarkdownChunker
+from chunkyard.chunking.chunkers.sentence import SentenceChunker
+from chunkyard.chunking.sentences import pack_spans, sentence_spans
 
 _HTML_START = re.compile(r"\s*(?:<!doctype html|<html\b|<body\b|<div\b|<p\b|<h[1-6]\b)", re.IGNORECASE)
 _MD_SIGNS = re.compile(r"^(?:#{1,6} \S|```|~~~|\s*[-*+] \S|\|.+\|\s*$)", re.MULTILINE)
@@ -85,7 +85,7 @@ class AdaptiveChunker(BaseChunker):
     def finish(self, dt: DocText, pieces: list[Piece]):
         chunks = super().finish(dt, pieces)
         if chunks and chunks[0].metadata.get("routed_to") == "html":
-            from chunking.chunkers.html import strip_tags
+            from chunkyard.chunking.chunkers.html import strip_tags
 
             for c in chunks:
                 c.embed_text = strip_tags(c.text) or c.text

@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
-from chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece, extend_overlap
-from chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
-from chunking.registry import require_int
+from chunkyard.chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece, extend_overlap
+from chunkyard.chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
+from chunkyard.chunking.registry import require_int
 
 
 class ClusterChunker(BaseChunker):

@@ -12,10 +12,10 @@ import ast
 import re
 from typing import Any
 
-from chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece, extend_overlap, trim_span
-from chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
-from chunking.sentences import pack_spans
-from chunking.types import Document
+from chunkyard.chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece, extend_overlap, trim_span
+from chunkyard.chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
+from chunkyard.chunking.sentences import pack_spans
+from chunkyard.chunking.types import Document
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 

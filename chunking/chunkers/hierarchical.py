@@ -11,11 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece, extend_overlap, window_pieces
-from chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
-from chunking.registry import require_int
-from chunking.sentences import pack_spans, sentence_spans
-from chunking.types import make_chunk_id
+from chunkyard.chunking.base import (
+    BaseChunker,
+    ChunkerConfigError,
+    DocText,
+    Piece,
+    extend_overlap,
+    window_pieces,
+)
+from chunkyard.chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
+from chunkyard.chunking.registry import require_int
+from chunkyard.chunking.sentences import pack_spans, sentence_spans
+from chunkyard.chunking.types import make_chunk_id
 
 
 class HierarchicalChunker(BaseChunker):

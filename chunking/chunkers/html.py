@@ -7,8 +7,8 @@ import re
 from html.parser import HTMLParser
 from typing import Any
 
-from chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece
-from chunking.chunkers._structured import Block, Section, _StructuredChunker
+from chunkyard.chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece
+from chunkyard.chunking.chunkers._structured import Block, Section, _StructuredChunker
 
 _BLOCK_TAGS = frozenset(
     [

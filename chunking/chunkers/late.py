@@ -18,13 +18,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
-from chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece
-from chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
-from chunking.chunkers.sentence import SentenceChunker
-from chunking.chunkers.token import TokenChunker
-from chunking.registry import require_int
-from chunking.types import Chunk
+from chunkyard.chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece
+from chunkyard.chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
+from chunkyard.chunking.chunkers.sentence import SentenceChunker
+from chunkyard.chunking.chunkers.token import TokenChunker
+from chunkyard.chunking.registry import require_int
+from chunkyard.chunking.types import Chunk
 
 
 class LateChunker(BaseChunker):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece, extend_overlap
-from chunking.registry import require_int
-from chunking.sentences import pack_spans, sentence_spans
+from chunkyard.chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece, extend_overlap
+from chunkyard.chunking.registry import require_int
+from chunkyard.chunking.sentences import pack_spans, sentence_spans
 
 SYSTEM_PROMPT = (
     "You split documents into topically coherent sections for a search index. "

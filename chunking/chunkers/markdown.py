@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from chunking.base import BaseChunker, DocText
-from chunking.chunkers._structured import Block, Section, _StructuredChunker, iter_lines
+from chunkyard.chunking.base import BaseChunker, DocText
+from chunkyard.chunking.chunkers._structured import Block, Section, _StructuredChunker, iter_lines
 
 # Inside a long markdown paragraph or list: list items first, then lines, sentences, words.
 _MARKDOWN_TEXT = {

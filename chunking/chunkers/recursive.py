@@ -8,8 +8,7 @@ from itertools import accumulate
 from typing import Any
 
 import numpy as np
-
-from chunking.base import (
+from chunkyard.chunking.base import (
     BaseChunker,
     ChunkerConfigError,
     DocText,
@@ -17,7 +16,7 @@ from chunking.base import (
     refined_counts,
     trim_span,
 )
-from chunking.tokenizers import TokenUnits
+from chunkyard.chunking.tokenizers import TokenUnits
 
 RECURSIVE_PRESETS: dict[str, dict[str, Any]] = {
     # paragraph, line, sentence ends, clause, word, token

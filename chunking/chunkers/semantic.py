@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
-from chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece, extend_overlap
-from chunking.registry import require_int
-from chunking.sentences import pack_spans, sentence_spans
+from chunkyard.chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece, extend_overlap
+from chunkyard.chunking.registry import require_int
+from chunkyard.chunking.sentences import pack_spans, sentence_spans
 
 
 def breakpoint_threshold(distances: np.ndarray, kind: str, amount: float) -> tuple[np.ndarray, float]:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from chunking.base import (
+from chunkyard.chunking.base import (
     BaseChunker,
     DocText,
     Piece,
     extend_overlap,
 )
-from chunking.sentences import pack_spans, sentence_spans
+from chunkyard.chunking.sentences import pack_spans, sentence_spans
 
 
 class SentenceChunker(BaseChunker):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chunking.base import (
+from chunkyard.chunking.base import (
     BaseChunker,
     DocText,
     Piece,

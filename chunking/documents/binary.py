@@ -16,7 +16,7 @@ import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from chunking.documents.errors import UnusableFile
+from chunkyard.chunking.documents.errors import UnusableFile
 
 Parsed = tuple[str, str, dict[str, Any]]  # (text, title, extra metadata)
 

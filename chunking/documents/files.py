@@ -17,15 +17,15 @@ import re
 import stat
 from pathlib import Path
 
-from chunking.documents.binary import BINARY_FORMATS
-from chunking.documents.errors import UnusableFile
-from chunking.documents.parse_bounds import run_bounded
-from chunking.documents.safe_open import PathChanged, open_resolved
-from chunking.documents.text import decode_text, has_visible_text, settled_text, validate_json
-from chunking.documents.walk import file_kind
-from chunking.documents.webpage import parse_html
-from chunking.environment import env_int
-from chunking.types import Document
+from chunkyard.chunking.documents.binary import BINARY_FORMATS
+from chunkyard.chunking.documents.errors import UnusableFile
+from chunkyard.chunking.documents.parse_bounds import run_bounded
+from chunkyard.chunking.documents.safe_open import PathChanged, open_resolved
+from chunkyard.chunking.documents.text import decode_text, has_visible_text, settled_text, validate_json
+from chunkyard.chunking.documents.walk import file_kind
+from chunkyard.chunking.documents.webpage import parse_html
+from chunkyard.chunking.environment import env_int
+from chunkyard.chunking.types import Document
 
 # Extension -> MIME type of plain-text files kept exactly as decoded.
 TEXT_TYPES: dict[str, str] = {

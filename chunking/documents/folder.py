@@ -23,10 +23,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chunking.documents.errors import UnusableFile
-from chunking.documents.files import max_document_bytes, read_document
-from chunking.documents.walk import display_path, plain_file_stat, resolve_entry, selected, walk_entries
-from chunking.types import Document
+from chunkyard.chunking.documents.errors import UnusableFile
+from chunkyard.chunking.documents.files import max_document_bytes, read_document
+from chunkyard.chunking.documents.walk import (
+    display_path,
+    plain_file_stat,
+    resolve_entry,
+    selected,
+    walk_entries,
+)
+from chunkyard.chunking.types import Document
 
 
 @dataclass(frozen=True)

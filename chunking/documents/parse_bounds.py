@@ -27,8 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from chunking.documents.errors import UnusableFile
-from chunking.environment import env_int
+from chunkyard.chunking.documents.errors import UnusableFile
+from chunkyard.chunking.environment import env_int
 
 TIMEOUT_ENV = "CHUNKYARD_PARSE_TIMEOUT"
 MEMORY_ENV = "CHUNKYARD_PARSE_MEMORY_MB"
@@ -59,7 +59,14 @@ class _Worker:
         package_root = str(Path(__file__).resolve().parents[2])
         path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "chunking.documents.parse_bounds", module, str(memory_mb), warm_up],
+            [
+                sys.executable,
+                "-m",
+                "chunkyard.chunking.documents.parse_bounds",
+                module,
+                str(memory_mb),
+                warm_up,
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": path},

@@ -7,7 +7,7 @@ import re
 import time
 from collections.abc import Callable
 
-from chunking.documents.errors import UnusableFile
+from chunkyard.chunking.documents.errors import UnusableFile
 
 # Characters that never appear in text: C0/C1 controls except tab, newlines, form feed and ESC.
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f-\x9f]")

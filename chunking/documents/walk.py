@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
 
-from chunking.documents.errors import UnusableFile
+from chunkyard.chunking.documents.errors import UnusableFile
 
 
 def list_files(

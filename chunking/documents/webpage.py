@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from chunking.documents.errors import UnusableFile
+from chunkyard.chunking.documents.errors import UnusableFile
 
 
 def parse_html(html: str) -> tuple[str, str]:

@@ -9,18 +9,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from chunking.types import Document
-from evaluation.datasets.chroma import CHROMA_CORPORA, CHROMA_GENERAL, datasets_dir, load_chroma_general
-from evaluation.datasets.evalset import (
+from chunkyard.chunking.types import Document
+from chunkyard.evaluation.datasets.chroma import (
+    CHROMA_CORPORA,
+    CHROMA_GENERAL,
+    datasets_dir,
+    load_chroma_general,
+)
+from chunkyard.evaluation.datasets.evalset import (
     EvalSetLoad,
     load_eval_set,
     read_eval_set,
     read_records,
     resolve_records,
 )
-from evaluation.datasets.locate import Located, locate_answer
-from evaluation.datasets.squad import load_squad
-from evaluation.datasets.types import Dataset, DatasetError, Question, Span
+from chunkyard.evaluation.datasets.locate import Located, locate_answer
+from chunkyard.evaluation.datasets.squad import load_squad
+from chunkyard.evaluation.datasets.types import Dataset, DatasetError, Question, Span
 
 __all__ = [
     "CHROMA_CORPORA",
@@ -112,7 +117,7 @@ def load_documents_folder(
     if not folder.is_dir():
         raise DatasetError(f"documents folder not found: {folder}")
     try:
-        from chunking.documents.folder import load_folder
+        from chunkyard.chunking.documents.folder import load_folder
     except ImportError:
         load_folder = None
     if load_folder is not None:

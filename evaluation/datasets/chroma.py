@@ -8,9 +8,9 @@ import json
 import os
 from pathlib import Path
 
-from chunking.types import Document
-from evaluation.datasets.locate import occurrences_of_span_text
-from evaluation.datasets.types import Dataset, DatasetError, Question, Span, validate_spans
+from chunkyard.chunking.types import Document
+from chunkyard.evaluation.datasets.locate import occurrences_of_span_text
+from chunkyard.evaluation.datasets.types import Dataset, DatasetError, Question, Span, validate_spans
 
 CHROMA_GENERAL = "chroma_general"
 CHROMA_CORPORA = ("state_of_the_union", "wikitexts", "chatlogs", "finance", "pubmed")
@@ -24,7 +24,7 @@ def datasets_dir() -> Path:
     env = os.environ.get("CHUNKYARD_DATA")
     if env:
         return Path(env).expanduser().resolve()
-    from retrieval.project import project_root
+    from chunkyard.retrieval.project import project_root
 
     candidates = [project_root().parent / "shared" / "datasets"]
     package_root = Path(__file__).resolve().parents[2]

@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from chunking.types import Document
-from evaluation.datasets.locate import locate_answer
-from evaluation.datasets.types import DatasetError, Question, Span, validate_spans
+from chunkyard.chunking.types import Document
+from chunkyard.evaluation.datasets.locate import locate_answer
+from chunkyard.evaluation.datasets.types import DatasetError, Question, Span, validate_spans
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from chunking.types import Document
-from evaluation.datasets.types import Span
+from chunkyard.chunking.types import Document
+from chunkyard.evaluation.datasets.types import Span
 
 
 @dataclass(frozen=True)

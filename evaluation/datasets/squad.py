@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from chunking.types import Document
-from evaluation.datasets.types import Dataset, DatasetError, Question, Span, validate_spans
+from chunkyard.chunking.types import Document
+from chunkyard.evaluation.datasets.types import Dataset, DatasetError, Question, Span, validate_spans
 
 PARAGRAPH_SEPARATOR = "\n\n"
 SQUAD_DOCUMENT_MODES = ("paragraphs", "articles")

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chunking.types import Document
+from chunkyard.chunking.types import Document
 
 
 class DatasetError(ValueError):

@@ -7,8 +7,8 @@
 
 from __future__ import annotations
 
-from pipeline.benchmark.cli import build_parser, main
-from pipeline.benchmark.results import BenchmarkResult
-from pipeline.benchmark.run import BenchmarkError, BenchmarkRequest, run_benchmark
+from chunkyard.pipeline.benchmark.cli import build_parser, main
+from chunkyard.pipeline.benchmark.results import BenchmarkResult
+from chunkyard.pipeline.benchmark.run import BenchmarkError, BenchmarkRequest, run_benchmark
 
 __all__ = ["BenchmarkError", "BenchmarkRequest", "BenchmarkResult", "build_parser", "main", "run_benchmark"]

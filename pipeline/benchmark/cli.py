@@ -9,9 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from evaluation.datasets import CHROMA_GENERAL, DatasetError
-from pipeline.benchmark.results import PROTOCOLS
-from pipeline.benchmark.run import BenchmarkError, BenchmarkRequest, collection_eval_set, run_benchmark
+from chunkyard.evaluation.datasets import CHROMA_GENERAL, DatasetError
+from chunkyard.pipeline.benchmark.results import PROTOCOLS
+from chunkyard.pipeline.benchmark.run import (
+    BenchmarkError,
+    BenchmarkRequest,
+    collection_eval_set,
+    run_benchmark,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _default_output(dataset: str, protocol: str) -> Path:
-    from retrieval.project import project_root
+    from chunkyard.retrieval.project import project_root
 
     name = "chroma" if dataset == CHROMA_GENERAL and protocol == "chroma" else Path(dataset).stem
     suffix = "" if protocol == "chroma" else f"_{protocol}"
@@ -118,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         output = args.output
         if output is None and documents is not None:  # a project's own collection: its reports folder
-            from retrieval.db import chunkyard_home
+            from chunkyard.retrieval.db import chunkyard_home
 
             output = chunkyard_home() / "reports" / args.collection / f"eval_{args.protocol}"
         elif output is None and not args.json and not args.configs and not args.limit_questions:

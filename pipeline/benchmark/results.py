@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evaluation.estimates import Estimate
-from evaluation.reports import Leaderboard
-from evaluation.runner import EvaluationReport
-from evaluation.tuning import SettingsSuggestion, WeightSuggestion
+from chunkyard.evaluation.estimates import Estimate
+from chunkyard.evaluation.reports import Leaderboard
+from chunkyard.evaluation.runner import EvaluationReport
+from chunkyard.evaluation.tuning import SettingsSuggestion, WeightSuggestion
 
 PROTOCOLS = ("chroma", "full")
 # What `--json` reports for protocol chroma: output key -> metric name (k substituted).

@@ -22,23 +22,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import retrieval.embedder
-from chunking.types import Document
-from evaluation.datasets import CHROMA_GENERAL, Dataset, load_dataset
-from evaluation.reports import ENDPOINT_COST_COLUMNS, leaderboard
-from evaluation.runner import DEFAULT_VARIANTS, EvaluationReport
-from evaluation.tuning import (
+from chunkyard.chunking.types import Document
+from chunkyard.evaluation.datasets import CHROMA_GENERAL, Dataset, load_dataset
+from chunkyard.evaluation.reports import ENDPOINT_COST_COLUMNS, leaderboard
+from chunkyard.evaluation.runner import DEFAULT_VARIANTS, EvaluationReport
+from chunkyard.evaluation.tuning import (
     SettingsSuggestion,
     WeightSuggestion,
     suggest_fusion_weight,
     suggest_search_settings,
 )
-from pipeline.benchmark.results import PROTOCOLS, BenchmarkResult
-from pipeline.graph import PUBLISH, ChecksFailed, IndexStep, run_index_steps
-from pipeline.step_report import StepReport
-from pipeline.steps.evaluation import evaluate, searcher_for
-from retrieval.config import IndexSpec, load_index_configs, with_coarse_companions
-from retrieval.store import Store
+from chunkyard.pipeline.benchmark.results import PROTOCOLS, BenchmarkResult
+from chunkyard.pipeline.graph import PUBLISH, ChecksFailed, IndexStep, run_index_steps
+from chunkyard.pipeline.step_report import StepReport
+from chunkyard.pipeline.steps.evaluation import evaluate, searcher_for
+from chunkyard.retrieval import embedder as embedder_module
+from chunkyard.retrieval.config import IndexSpec, load_index_configs, with_coarse_companions
+from chunkyard.retrieval.store import Store
 
 
 class BenchmarkError(RuntimeError):
@@ -47,7 +47,7 @@ class BenchmarkError(RuntimeError):
 
 def _collection_for(dataset_arg: str, collection: str | None) -> tuple[str, tuple[str, ...]]:
     """The collection a dataset is indexed as, and the configs collections.yaml lists for it."""
-    from retrieval.config import SettingsError, load_collections
+    from chunkyard.retrieval.config import SettingsError, load_collections
 
     try:
         collections = load_collections(include_benchmarks=True)  # chroma_general, enabled or not
@@ -96,9 +96,9 @@ def _evaluating(bar: Any, name: str, variant: str, say: Callable[[str], None] | 
 def collection_eval_set(name: str) -> tuple[str, list[Document] | None]:
     """`chunkyard eval --collection NAME`: the collection's dataset, or its `eval_set` with the documents
     of its folders read as indexing reads them (the same ids the eval set's `doc` names)."""
-    from pipeline.documents import load_collection_documents
-    from retrieval.config import load_collections
-    from retrieval.project import PROJECT_FILE, project_root
+    from chunkyard.pipeline.documents import load_collection_documents
+    from chunkyard.retrieval.config import load_collections
+    from chunkyard.retrieval.project import PROJECT_FILE, project_root
 
     collections = load_collections(include_benchmarks=True)
     if name not in collections:
@@ -199,7 +199,7 @@ def run_benchmark(request: BenchmarkRequest) -> BenchmarkResult:
     for config_name in bar:
         config = all_configs[config_name]
         spec = IndexSpec(collection_name, config)
-        embedder = retrieval.embedder.embedder_for_config(config)
+        embedder = embedder_module.embedder_for_config(config)
         started = time.perf_counter()
         steps = tqdm(
             total=5,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pipeline.step_report import StepReport
-from retrieval.config import IndexSpec
-from retrieval.indexing.terms import stage_bm25
-from retrieval.store import Store
+from chunkyard.pipeline.step_report import StepReport
+from chunkyard.retrieval.config import IndexSpec
+from chunkyard.retrieval.indexing.terms import stage_bm25
+from chunkyard.retrieval.store import Store
 
 
 def index_terms(

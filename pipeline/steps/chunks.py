@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from chunking.models import model_token_limit
-from chunking.registry import needs_embedding_model
-from chunking.tokenizers import get_tokenizer
-from pipeline import checks
-from pipeline.step_report import StepReport
-from retrieval.config import IndexConfig, IndexSpec
-from retrieval.embedder import Embedder
-from retrieval.indexing.chunks import stage_chunks
-from retrieval.store import Store
+from chunkyard.chunking.models import model_token_limit
+from chunkyard.chunking.registry import needs_embedding_model
+from chunkyard.chunking.tokenizers import get_tokenizer
+from chunkyard.pipeline import checks
+from chunkyard.pipeline.step_report import StepReport
+from chunkyard.retrieval.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.embedder import Embedder
+from chunkyard.retrieval.indexing.chunks import stage_chunks
+from chunkyard.retrieval.store import Store
 
 
 def needs_model(config: IndexConfig) -> bool:

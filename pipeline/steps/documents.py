@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from chunking.documents.folder import DocumentFailure
-from pipeline.documents import CollectionDocuments, load_collection_documents
-from pipeline.step_report import StepReport
-from retrieval.config import Collection
-from retrieval.store import Store
-from retrieval.store.documents import DocumentSync, StaleSignatures
+from chunkyard.chunking.documents.folder import DocumentFailure
+from chunkyard.pipeline.documents import CollectionDocuments, load_collection_documents
+from chunkyard.pipeline.step_report import StepReport
+from chunkyard.retrieval.config import Collection
+from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.documents import DocumentSync, StaleSignatures
 
 FAILURE_TABLE_ROWS = 200
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pipeline import checks
-from pipeline.step_report import StepReport
-from retrieval.config import IndexSpec
-from retrieval.embedder import Embedder
-from retrieval.indexing.embed_shards import embed_shard
-from retrieval.indexing.embeddings import stage_embeddings
-from retrieval.store import Store
+from chunkyard.pipeline import checks
+from chunkyard.pipeline.step_report import StepReport
+from chunkyard.retrieval.config import IndexSpec
+from chunkyard.retrieval.embedder import Embedder
+from chunkyard.retrieval.indexing.embed_shards import embed_shard
+from chunkyard.retrieval.indexing.embeddings import stage_embeddings
+from chunkyard.retrieval.store import Store
 
 
 def embed(

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from evaluation.datasets.types import Question
-from evaluation.questions import collection_questions
-from evaluation.runner import EvaluationReport, EvaluationRequest, evaluate_index, latest_reports
-from pipeline import checks
-from pipeline.step_report import StepReport
-from retrieval.config import Collection, IndexConfig, IndexSpec
-from retrieval.embedder import Embedder
-from retrieval.query.searcher import Searcher
-from retrieval.store import Store
+from chunkyard.evaluation.datasets.types import Question
+from chunkyard.evaluation.questions import collection_questions
+from chunkyard.evaluation.runner import EvaluationReport, EvaluationRequest, evaluate_index, latest_reports
+from chunkyard.pipeline import checks
+from chunkyard.pipeline.step_report import StepReport
+from chunkyard.retrieval.config import Collection, IndexConfig, IndexSpec
+from chunkyard.retrieval.embedder import Embedder
+from chunkyard.retrieval.query.searcher import Searcher
+from chunkyard.retrieval.store import Store
 
 EVALUATION_VARIANTS = ("dense", "bm25", "hybrid", "served")  # served: what /v1/search runs
 EVALUATION_K = 5

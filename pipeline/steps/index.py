@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pipeline import checks
-from pipeline.step_report import StepReport
-from retrieval.config import IndexSpec
-from retrieval.indexing.publishing import publish
-from retrieval.lag import index_lag
-from retrieval.store import Store
+from chunkyard.pipeline import checks
+from chunkyard.pipeline.step_report import StepReport
+from chunkyard.retrieval.config import IndexSpec
+from chunkyard.retrieval.indexing.publishing import publish
+from chunkyard.retrieval.lag import index_lag
+from chunkyard.retrieval.store import Store
 
 
 def publish_index(

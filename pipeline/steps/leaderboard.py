@@ -5,12 +5,12 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 
-from evaluation.reports import SUMMARY_METRICS, leaderboard
-from evaluation.runner import latest_reports
-from pipeline.step_report import StepReport
-from retrieval.db import chunkyard_home
-from retrieval.names import IndexName
-from retrieval.store import Store
+from chunkyard.evaluation.reports import SUMMARY_METRICS, leaderboard
+from chunkyard.evaluation.runner import latest_reports
+from chunkyard.pipeline.step_report import StepReport
+from chunkyard.retrieval.db import chunkyard_home
+from chunkyard.retrieval.names import IndexName
+from chunkyard.retrieval.store import Store
 
 
 def write_leaderboard(store: Store, collection: str, index_names: Sequence[IndexName]) -> StepReport:

@@ -13,14 +13,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evaluation.reports import Leaderboard, LeaderboardRow, leaderboard
-from evaluation.runner import configured_reranker, latest_reports, variant_options
-from pipeline.checks import Check
-from pipeline.step_report import StepReport
-from retrieval import aliases
-from retrieval.config import PromotionPolicy
-from retrieval.names import IndexName
-from retrieval.store import Store
+from chunkyard.evaluation.reports import Leaderboard, LeaderboardRow, leaderboard
+from chunkyard.evaluation.runner import configured_reranker, latest_reports, variant_options
+from chunkyard.pipeline.checks import Check
+from chunkyard.pipeline.step_report import StepReport
+from chunkyard.retrieval import aliases
+from chunkyard.retrieval.config import PromotionPolicy
+from chunkyard.retrieval.names import IndexName
+from chunkyard.retrieval.store import Store
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from chunkyard.retrieval import aliases
+from chunkyard.retrieval.api.common import ServiceContext
+from chunkyard.retrieval.api.models import StrictBody, picked
+from chunkyard.retrieval.options import SearchError
+from chunkyard.retrieval.store import Store
 from fastapi import Depends, FastAPI, HTTPException
 from pydantic import Field
-
-from retrieval import aliases
-from retrieval.api.common import ServiceContext
-from retrieval.api.models import StrictBody, picked
-from retrieval.options import SearchError
-from retrieval.store import Store
 
 
 class AliasBody(StrictBody):

@@ -10,18 +10,17 @@ from dataclasses import dataclass, field
 from importlib.resources import files
 
 import psycopg
+from chunkyard.retrieval.api.limits import RequestLimits
+from chunkyard.retrieval.endpoint_settings import EndpointError
+from chunkyard.retrieval.http_guards import validation_error_body
+from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.store import Store
 from fastapi import FastAPI, HTTPException, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
-
-from retrieval.api.limits import RequestLimits
-from retrieval.endpoint_settings import EndpointError
-from retrieval.http_guards import validation_error_body
-from retrieval.query import Searcher
-from retrieval.store import Store
 
 log = logging.getLogger("chunkyard.service")
 

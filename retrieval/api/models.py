@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from chunkyard.retrieval.http_guards import check_json_values
+from chunkyard.retrieval.names import DEFAULT_CONFIG, IndexRef
+from chunkyard.retrieval.options import (
+    SERVICE_MAX_K,
+    OptionSchema,
+    SearchOptions,
+    SearchRequest,
+    option_schemas,
+)
+from chunkyard.retrieval.query import SearchResult
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
-
-from retrieval.http_guards import check_json_values
-from retrieval.names import DEFAULT_CONFIG, IndexRef
-from retrieval.options import SERVICE_MAX_K, OptionSchema, SearchOptions, SearchRequest, option_schemas
-from retrieval.query import SearchResult
 
 DEFAULT_MAX_K = SERVICE_MAX_K
 

@@ -6,14 +6,13 @@ import logging
 import time
 from collections.abc import Callable
 
+from chunkyard.retrieval.api.common import OUTAGE_ERRORS, ServiceContext
+from chunkyard.retrieval.api.models import ERRORS, SearchResponse, search_request
+from chunkyard.retrieval.names import IndexNameError
+from chunkyard.retrieval.query import IndexNotFoundError, SearchError
+from chunkyard.retrieval.rerankers import RerankerConfigError
 from fastapi import Depends, FastAPI, HTTPException
 from pydantic import BaseModel
-
-from retrieval.api.common import OUTAGE_ERRORS, ServiceContext
-from retrieval.api.models import ERRORS, SearchResponse, search_request
-from retrieval.names import IndexNameError
-from retrieval.query import IndexNotFoundError, SearchError
-from retrieval.rerankers import RerankerConfigError
 
 log = logging.getLogger("chunkyard.service")
 

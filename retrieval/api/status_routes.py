@@ -9,18 +9,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
+from chunkyard.retrieval.api.common import ENDPOINT_UNAVAILABLE, UNAVAILABLE, ServiceContext
+from chunkyard.retrieval.api.models import error, picked
+from chunkyard.retrieval.db import verify_server
+from chunkyard.retrieval.endpoint_settings import EndpointError, endpoint_identity
+from chunkyard.retrieval.lag import index_lag
+from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.query.results import NOTHING_INDEXED
+from chunkyard.retrieval.selfcheck import DatabaseSelfCheckError
+from chunkyard.retrieval.store import Store
 from fastapi import Depends, FastAPI, Query
 from fastapi.responses import JSONResponse
-
-from retrieval.api.common import ENDPOINT_UNAVAILABLE, UNAVAILABLE, ServiceContext
-from retrieval.api.models import error, picked
-from retrieval.db import verify_server
-from retrieval.endpoint_settings import EndpointError, endpoint_identity
-from retrieval.lag import index_lag
-from retrieval.query import Searcher
-from retrieval.query.results import NOTHING_INDEXED
-from retrieval.selfcheck import DatabaseSelfCheckError
-from retrieval.store import Store
 
 log = logging.getLogger("chunkyard.service")
 # The per-variant metric means `/v1/indexes` shows by default (`?full=true` gives the whole report).

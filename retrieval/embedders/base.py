@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from chunking.models import resolve_model_path
+from chunkyard.chunking.models import resolve_model_path
 
 # What a text is to the model: models such as e5 prefix each with its own prompt ("query: ", "passage: ").
 ROLES = ("document", "query")
@@ -58,7 +57,7 @@ class LocalEmbedder(ABC):
     def tokenizer(self):
         """The model's tokenizer as a `chunking.tokenizers.ModelTokenizer` (counts incl. specials)."""
         if self._tokenizer is None:
-            from chunking.tokenizers import get_tokenizer
+            from chunkyard.chunking.tokenizers import get_tokenizer
 
             self._tokenizer = get_tokenizer("model", self.model_name)
         return self._tokenizer

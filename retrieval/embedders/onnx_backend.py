@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from chunking.model_cache import build_once, folder_digest, library_output_to_log, model_cache_dir
-from retrieval.embedders.base import LocalEmbedder
-from retrieval.onnx_encoder import OnnxEncoder
+from chunkyard.chunking.model_cache import build_once, folder_digest, library_output_to_log, model_cache_dir
+from chunkyard.retrieval.embedders.base import LocalEmbedder
+from chunkyard.retrieval.onnx_encoder import OnnxEncoder
 
 QUANTIZATIONS = (None, "int8")
 ONNX_FP32_FILE = "onnx/model.onnx"

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
-from retrieval.embedders.base import EmbedderConfigError, LocalEmbedder
+from chunkyard.retrieval.embedders.base import EmbedderConfigError, LocalEmbedder
 
 
 class StaticEmbedder(LocalEmbedder):
@@ -17,7 +16,7 @@ class StaticEmbedder(LocalEmbedder):
     def __init__(
         self, model: str, *, batch_size: int, device: str, pca_dims: int | None, vocabulary_size: int | None
     ) -> None:
-        from retrieval.static_model import (
+        from chunkyard.retrieval.static_model import (
             DEFAULT_PCA_DIMS,
             STATIC_MAX_TOKENS,
             StaticModelError,
@@ -38,7 +37,7 @@ class StaticEmbedder(LocalEmbedder):
         self.model_id = f"{model}@{self.static_settings.suffix}"
 
     def _encode(self, texts: list[str]) -> np.ndarray:
-        from retrieval.static_model import encode_static
+        from chunkyard.retrieval.static_model import encode_static
 
         return encode_static(self._model, texts, self.batch_size, self.max_seq_length)
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
-from retrieval.embedders.base import LocalEmbedder
-from retrieval.onnx_encoder import BATCH_TOKENS, length_groups
+from chunkyard.retrieval.embedders.base import LocalEmbedder
+from chunkyard.retrieval.onnx_encoder import BATCH_TOKENS, length_groups
 
 
 class TorchEmbedder(LocalEmbedder):

@@ -15,17 +15,17 @@ import importlib
 from typing import Any
 
 _LAZY = {
-    "build_index": "retrieval.indexing.build",
-    "stage_chunks": "retrieval.indexing.chunks",
-    "stage_embeddings": "retrieval.indexing.embeddings",
-    "embed_shard": "retrieval.indexing.embed_shards",
-    "stage_bm25": "retrieval.indexing.terms",
-    "publish": "retrieval.indexing.publishing",
-    "IndexingError": "retrieval.indexing.stage_reports",
-    "ChunkStageReport": "retrieval.indexing.stage_reports",
-    "EmbeddingStageReport": "retrieval.indexing.stage_reports",
-    "Bm25StageReport": "retrieval.indexing.stage_reports",
-    "PublishReport": "retrieval.indexing.stage_reports",
+    "build_index": "chunkyard.retrieval.indexing.build",
+    "stage_chunks": "chunkyard.retrieval.indexing.chunks",
+    "stage_embeddings": "chunkyard.retrieval.indexing.embeddings",
+    "embed_shard": "chunkyard.retrieval.indexing.embed_shards",
+    "stage_bm25": "chunkyard.retrieval.indexing.terms",
+    "publish": "chunkyard.retrieval.indexing.publishing",
+    "IndexingError": "chunkyard.retrieval.indexing.stage_reports",
+    "ChunkStageReport": "chunkyard.retrieval.indexing.stage_reports",
+    "EmbeddingStageReport": "chunkyard.retrieval.indexing.stage_reports",
+    "Bm25StageReport": "chunkyard.retrieval.indexing.stage_reports",
+    "PublishReport": "chunkyard.retrieval.indexing.stage_reports",
 }
 
 __all__ = sorted(_LAZY)
@@ -34,4 +34,4 @@ __all__ = sorted(_LAZY)
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'retrieval.indexing' has no attribute {name!r}")
+    raise AttributeError(f"module 'chunkyard.retrieval.indexing' has no attribute {name!r}")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from chunking.base import BaseChunker
-from retrieval.config import IndexSpec
-from retrieval.embedder import Embedder
-from retrieval.indexing.graph import INDEX_GRAPH, PUBLISH
-from retrieval.indexing.stage_reports import PublishReport
-from retrieval.store import Store
+from chunkyard.chunking.base import BaseChunker
+from chunkyard.retrieval.config import IndexSpec
+from chunkyard.retrieval.embedder import Embedder
+from chunkyard.retrieval.indexing.graph import INDEX_GRAPH, PUBLISH
+from chunkyard.retrieval.indexing.stage_reports import PublishReport
+from chunkyard.retrieval.store import Store
 
 
 def build_index(

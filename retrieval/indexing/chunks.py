@@ -7,20 +7,19 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
+from chunkyard.chunking.base import BaseChunker
+from chunkyard.chunking.types import Chunk, Document, without_locations
+from chunkyard.retrieval.config import IndexSpec
+from chunkyard.retrieval.indexing.stage_reports import ChunkStageReport, IndexingError
+from chunkyard.retrieval.indexing.staging import analyze_staged, clear_staging, merge_stage_report
+from chunkyard.retrieval.languages import METADATA_KEY, document_language
+from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.partitions import partition_names
 from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
 
-from chunking.base import BaseChunker
-from chunking.types import Chunk, Document, without_locations
-from retrieval.config import IndexSpec
-from retrieval.indexing.stage_reports import ChunkStageReport, IndexingError
-from retrieval.indexing.staging import analyze_staged, clear_staging, merge_stage_report
-from retrieval.languages import METADATA_KEY, document_language
-from retrieval.store import Store
-from retrieval.store.partitions import partition_names
-
 if TYPE_CHECKING:
-    from retrieval.embedder import Embedder
+    from chunkyard.retrieval.embedder import Embedder
 
 CHUNK_DOC_BATCH = 64  # documents per chunker call
 
@@ -113,7 +112,7 @@ def _stage(
     report.documents_unchanged = len(unchanged)
 
     if chunker is None and (added or changed):
-        from chunking import build_chunker
+        from chunkyard.chunking import build_chunker
 
         # sizes in `tokenizer: model` count the index's own embedding model's tokens, unless it names another
         chunker = build_chunker(

@@ -9,15 +9,14 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
-
-from retrieval.batching import budget_batches
-from retrieval.config import IndexSpec
-from retrieval.indexing.stage_reports import EmbeddingStageReport, IndexingError
-from retrieval.indexing.staging import analyze_staged, merge_stage_report, staged_run
-from retrieval.store import Store
+from chunkyard.retrieval.batching import budget_batches
+from chunkyard.retrieval.config import IndexSpec
+from chunkyard.retrieval.indexing.stage_reports import EmbeddingStageReport, IndexingError
+from chunkyard.retrieval.indexing.staging import analyze_staged, merge_stage_report, staged_run
+from chunkyard.retrieval.store import Store
 
 if TYPE_CHECKING:
-    from retrieval.embedder import Embedder
+    from chunkyard.retrieval.embedder import Embedder
 
 EMBED_BATCH = 256  # at most this many texts per embedding + cache round trip (a crash loses one batch)
 EMBED_BATCH_TOKENS = 32768  # and at most this many model tokens: short texts go in bigger batches
@@ -143,7 +142,7 @@ def stage_embeddings(
     The vectors are written only while `owner` still owns the staging (checked under the row lock in
     the writing transaction): a run that re-staged meanwhile staged other texts for the same chunk ids.
     """
-    from chunking.models import resolve_model_path
+    from chunkyard.chunking.models import resolve_model_path
 
     started = time.perf_counter()
     index_name = spec.name

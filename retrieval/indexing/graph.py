@@ -24,7 +24,7 @@ class IndexStage:
     takes_embedder: bool  # passed the index's Embedder (chunks: only strategies that embed)
 
     def load(self) -> Callable[..., Any]:
-        return getattr(importlib.import_module(f"retrieval.indexing.{self.module}"), self.function)
+        return getattr(importlib.import_module(f"chunkyard.retrieval.indexing.{self.module}"), self.function)
 
 
 INDEX_GRAPH: tuple[IndexStage, ...] = (

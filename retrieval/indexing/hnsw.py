@@ -5,12 +5,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from chunkyard.chunking.environment import env_int
+from chunkyard.retrieval.capabilities import HNSW_MAX_DIMS, VectorFeatureError, detect_features
+from chunkyard.retrieval.indexing.stage_reports import IndexingError
+from chunkyard.retrieval.store.partitions import partition_names
 from psycopg import Connection, sql
-
-from chunking.environment import env_int
-from retrieval.capabilities import HNSW_MAX_DIMS, VectorFeatureError, detect_features
-from retrieval.indexing.stage_reports import IndexingError
-from retrieval.store.partitions import partition_names
 
 
 def maintenance_work_mem() -> str:

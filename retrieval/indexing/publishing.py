@@ -9,24 +9,23 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from psycopg import Connection, sql
-from psycopg.types.json import Jsonb
-
-from retrieval.bm25 import CorpusStats, refresh_stats
-from retrieval.config import IndexSpec
-from retrieval.indexing.hnsw import check_storage, create_hnsw, has_graph
-from retrieval.indexing.stage_reports import IndexingError, PublishReport, stage_timings
-from retrieval.indexing.staging import (
+from chunkyard.retrieval.bm25 import CorpusStats, refresh_stats
+from chunkyard.retrieval.config import IndexSpec
+from chunkyard.retrieval.indexing.hnsw import check_storage, create_hnsw, has_graph
+from chunkyard.retrieval.indexing.stage_reports import IndexingError, PublishReport, stage_timings
+from chunkyard.retrieval.indexing.staging import (
     check_owner,
     clear_staging,
     insert_staged_chunks,
     insert_staged_postings,
 )
-from retrieval.indexing.swap import POSTINGS_PREPARED, build_next, clear_staging_for_swap, swap_in
-from retrieval.languages import published_config
-from retrieval.migrations import STAGING_TABLES
-from retrieval.store import Store
-from retrieval.store.partitions import partition_names
+from chunkyard.retrieval.indexing.swap import POSTINGS_PREPARED, build_next, clear_staging_for_swap, swap_in
+from chunkyard.retrieval.languages import published_config
+from chunkyard.retrieval.migrations import STAGING_TABLES
+from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.partitions import partition_names
+from psycopg import Connection, sql
+from psycopg.types.json import Jsonb
 
 ANALYZE_SHARE = 0.1  # a publish changing at least this share of a partition's rows re-analyzes it
 VACUUM_STAGING_CHUNKS = 1000  # a publish of at least this many chunks vacuums the staging tables

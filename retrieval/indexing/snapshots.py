@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from chunkyard.retrieval.indexing.hnsw import create_hnsw, has_graph, vector_storage
+from chunkyard.retrieval.names import IndexName
+from chunkyard.retrieval.store.partitions import create_partitions, drop_index_in, partition_names
 from psycopg import Connection, sql
-
-from retrieval.indexing.hnsw import create_hnsw, has_graph, vector_storage
-from retrieval.names import IndexName
-from retrieval.store.partitions import create_partitions, drop_index_in, partition_names
 
 _CHUNK_COLUMNS = (
     "chunk_id",

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from chunkyard.retrieval.indexing.stage_reports import IndexingError
+from chunkyard.retrieval.migrations import STAGING_TABLES
+from chunkyard.retrieval.store.partitions import drop_next_tables
 from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
-
-from retrieval.indexing.stage_reports import IndexingError
-from retrieval.migrations import STAGING_TABLES
-from retrieval.store.partitions import drop_next_tables
 
 
 def merge_stage_report(conn: Connection, index_name: str, values: dict[str, Any]) -> None:

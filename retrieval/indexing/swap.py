@@ -19,15 +19,14 @@ import time
 from dataclasses import dataclass
 
 import psycopg
+from chunkyard.chunking.environment import env_int
+from chunkyard.retrieval.bm25 import CorpusStats, refresh_stats
+from chunkyard.retrieval.indexing.hnsw import create_hnsw, has_graph, maintenance_work_mem
+from chunkyard.retrieval.indexing.stage_reports import IndexingError
+from chunkyard.retrieval.indexing.staging import insert_staged_chunks
+from chunkyard.retrieval.migrations import STAGING_TABLES
+from chunkyard.retrieval.store.partitions import next_name, partition_names
 from psycopg import Connection, sql
-
-from chunking.environment import env_int
-from retrieval.bm25 import CorpusStats, refresh_stats
-from retrieval.indexing.hnsw import create_hnsw, has_graph, maintenance_work_mem
-from retrieval.indexing.stage_reports import IndexingError
-from retrieval.indexing.staging import insert_staged_chunks
-from retrieval.migrations import STAGING_TABLES
-from retrieval.store.partitions import next_name, partition_names
 
 SWAP_MIN_CHUNKS_ENV = "CHUNKYARD_PUBLISH_SWAP_MIN_CHUNKS"
 # below this many staged chunks a full build is applied in place: a few thousand rows cost

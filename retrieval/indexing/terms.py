@@ -6,15 +6,19 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from chunkyard.retrieval.config import IndexSpec
+from chunkyard.retrieval.indexing.stage_reports import Bm25StageReport, IndexingError
+from chunkyard.retrieval.indexing.staging import analyze_staged, clear_staging, merge_stage_report, staged_run
+from chunkyard.retrieval.indexing.swap import (
+    POSTINGS_PREPARED,
+    create_next_postings,
+    index_next_postings,
+    swaps,
+)
+from chunkyard.retrieval.languages import METADATA_KEY, index_analysis
+from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.partitions import drop_next_tables
 from psycopg import sql
-
-from retrieval.config import IndexSpec
-from retrieval.indexing.stage_reports import Bm25StageReport, IndexingError
-from retrieval.indexing.staging import analyze_staged, clear_staging, merge_stage_report, staged_run
-from retrieval.indexing.swap import POSTINGS_PREPARED, create_next_postings, index_next_postings, swaps
-from retrieval.languages import METADATA_KEY, index_analysis
-from retrieval.store import Store
-from retrieval.store.partitions import drop_next_tables
 
 PROGRESS_EVERY = 500  # chunks between progress calls
 

@@ -4,7 +4,7 @@ Stages: dense and lexical candidates, fusion, context scoring, collapse, coarse 
 MMR and rerank; `options` (`retrieval.options`) says what each does for one request.
 """
 
-from retrieval.query.results import IndexNotFoundError, SearchError, SearchResult
-from retrieval.query.searcher import Searcher, default_searcher
+from chunkyard.retrieval.query.results import IndexNotFoundError, SearchError, SearchResult
+from chunkyard.retrieval.query.searcher import Searcher, default_searcher
 
 __all__ = ["IndexNotFoundError", "SearchError", "SearchResult", "Searcher", "default_searcher"]

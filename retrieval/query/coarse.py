@@ -22,12 +22,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
 import numpy as np
-
-from retrieval.index_defaults import CoarseFallback
-from retrieval.options import SearchOptions
-from retrieval.query.fusion import RANKING_KEYS, Ranked
-from retrieval.query.handles import IndexHandle
-from retrieval.query.results import IndexNotFoundError, SearchResult
+from chunkyard.retrieval.index_defaults import CoarseFallback
+from chunkyard.retrieval.options import SearchOptions
+from chunkyard.retrieval.query.fusion import RANKING_KEYS, Ranked
+from chunkyard.retrieval.query.handles import IndexHandle
+from chunkyard.retrieval.query.results import IndexNotFoundError, SearchResult
 
 BatchSearch = Callable[[list[str], str, SearchOptions, np.ndarray | None], list[list[SearchResult]]]
 

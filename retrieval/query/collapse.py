@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from retrieval.query.context import ChunkLayout
-from retrieval.query.fusion import Ranked
+from chunkyard.retrieval.query.context import ChunkLayout
+from chunkyard.retrieval.query.fusion import Ranked
 
 
 def collapse_identical_texts(ranked: Ranked, layout: ChunkLayout, limit: int | None = None) -> Ranked:

@@ -13,14 +13,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import psycopg
+from chunkyard.chunking.environment import env_int
+from chunkyard.retrieval.capabilities import VECTOR_STORAGES, VectorFeatures
+from chunkyard.retrieval.options import HNSW_MAX_EF, SearchError
+from chunkyard.retrieval.query.fusion import Candidates
+from chunkyard.retrieval.query.handles import IndexHandle
 from psycopg import sql
 from psycopg.types.json import Jsonb
-
-from chunking.environment import env_int
-from retrieval.capabilities import VECTOR_STORAGES, VectorFeatures
-from retrieval.options import HNSW_MAX_EF, SearchError
-from retrieval.query.fusion import Candidates
-from retrieval.query.handles import IndexHandle
 
 # Iterative HNSW scans (pgvector 0.8): strict_order keeps rows in distance order; relaxed_order may
 # return them slightly out of order (re-sorted here); off is the pre-0.8 behaviour.

@@ -14,15 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-
-from retrieval import bm25 as bm25_lib
-from retrieval.index_defaults import ContextConfigError, IndexDefaults
-from retrieval.names import IndexName
-from retrieval.options import SearchError
-from retrieval.query.results import NOTHING_INDEXED, IndexNotFoundError
-from retrieval.read_lock import lock_for_read
-from retrieval.store.indexes import split_index_name
-from retrieval.store.partitions import partition_names
+from chunkyard.retrieval import bm25 as bm25_lib
+from chunkyard.retrieval.index_defaults import ContextConfigError, IndexDefaults
+from chunkyard.retrieval.names import IndexName
+from chunkyard.retrieval.options import SearchError
+from chunkyard.retrieval.query.results import NOTHING_INDEXED, IndexNotFoundError
+from chunkyard.retrieval.read_lock import lock_for_read
+from chunkyard.retrieval.store.indexes import split_index_name
+from chunkyard.retrieval.store.partitions import partition_names
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,12 @@ import time
 from typing import Any
 
 import psycopg
-
-from retrieval import bm25 as bm25_lib
-from retrieval.options import SearchError
-from retrieval.query.fusion import Candidates
-from retrieval.query.handles import IndexHandle, IndexHandles
-from retrieval.store import Store
-from retrieval.store.indexes import split_index_name
+from chunkyard.retrieval import bm25 as bm25_lib
+from chunkyard.retrieval.options import SearchError
+from chunkyard.retrieval.query.fusion import Candidates
+from chunkyard.retrieval.query.handles import IndexHandle, IndexHandles
+from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.indexes import split_index_name
 
 BACKENDS = ("sql", "memory")
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-
-from retrieval.query.fusion import Ranked
-from retrieval.query.rows import ChunkRow
+from chunkyard.retrieval.query.fusion import Ranked
+from chunkyard.retrieval.query.rows import ChunkRow
 
 
 def mmr(hits: Ranked, rows: dict[str, ChunkRow], query_vector: np.ndarray, lam: float, k: int) -> Ranked:

@@ -8,9 +8,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
-
-from retrieval.options import MAX_K, ResolvedSearch
-from retrieval.rerankers import Reranker
+from chunkyard.retrieval.options import MAX_K, ResolvedSearch
+from chunkyard.retrieval.rerankers import Reranker
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import threading
 
-from retrieval.query.dense import QueryEmbedder
-from retrieval.query.fusion import Ranked
-from retrieval.query.rows import ChunkRow
-from retrieval.rerankers import Reranker
+from chunkyard.retrieval.query.dense import QueryEmbedder
+from chunkyard.retrieval.query.fusion import Ranked
+from chunkyard.retrieval.query.rows import ChunkRow
+from chunkyard.retrieval.rerankers import Reranker
 
 
 class Rerankers:
@@ -25,7 +25,7 @@ class Rerankers:
             return rerank
         with self._lock:
             if rerank not in self._built:
-                from retrieval.rerankers import build_reranker
+                from chunkyard.retrieval.rerankers import build_reranker
 
                 self._built[rerank] = build_reranker(rerank, embedder=self._embedder)
             return self._built[rerank]

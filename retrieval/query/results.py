@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from retrieval.options import SearchError
+from chunkyard.retrieval.options import SearchError
 
 __all__ = ["NOTHING_INDEXED", "IndexNotFoundError", "SearchError", "SearchResult"]
 

@@ -7,13 +7,12 @@ from typing import Any
 
 import numpy as np
 import psycopg
+from chunkyard.retrieval.query.fusion import Ranked
+from chunkyard.retrieval.query.handles import IndexHandle
+from chunkyard.retrieval.query.results import SearchResult
+from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.vectors import as_array
 from psycopg import sql
-
-from retrieval.query.fusion import Ranked
-from retrieval.query.handles import IndexHandle
-from retrieval.query.results import SearchResult
-from retrieval.store import Store
-from retrieval.store.vectors import as_array
 
 
 @dataclass

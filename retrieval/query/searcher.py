@@ -22,28 +22,27 @@ from typing import Any
 
 import numpy as np
 import psycopg
-
-from retrieval.aliases import resolve as resolve_alias
-from retrieval.capabilities import VectorFeatures
-from retrieval.config import default_collection
-from retrieval.index_defaults import COARSE_DEFAULT_RANK
-from retrieval.languages import crosses_languages
-from retrieval.names import DEFAULT_CONFIG, IndexName, IndexRef
-from retrieval.options import HNSW_MAX_EF, ResolvedSearch, SearchError, SearchOptions, SearchRequest
-from retrieval.query import coarse as coarse_stage
-from retrieval.query.collapse import collapse_identical_texts
-from retrieval.query.context import Layouts, rank_with_context
-from retrieval.query.dense import QueryEmbedder, checked_vectors, dense_candidates, embed_queries
-from retrieval.query.fusion import Candidates, Ranked, fuse
-from retrieval.query.handles import IndexHandle, IndexHandles, read_transaction
-from retrieval.query.lexical import LexicalCandidates
-from retrieval.query.mmr import mmr
-from retrieval.query.plan import Query, Shape, rounded, timed
-from retrieval.query.reranking import Rerankers, rerank
-from retrieval.query.results import IndexNotFoundError, SearchResult
-from retrieval.query.rows import attach_parents, fetch_rows, to_results
-from retrieval.read_lock import lock_for_read
-from retrieval.store import Store
+from chunkyard.retrieval.aliases import resolve as resolve_alias
+from chunkyard.retrieval.capabilities import VectorFeatures
+from chunkyard.retrieval.config import default_collection
+from chunkyard.retrieval.index_defaults import COARSE_DEFAULT_RANK
+from chunkyard.retrieval.languages import crosses_languages
+from chunkyard.retrieval.names import DEFAULT_CONFIG, IndexName, IndexRef
+from chunkyard.retrieval.options import HNSW_MAX_EF, ResolvedSearch, SearchError, SearchOptions, SearchRequest
+from chunkyard.retrieval.query import coarse as coarse_stage
+from chunkyard.retrieval.query.collapse import collapse_identical_texts
+from chunkyard.retrieval.query.context import Layouts, rank_with_context
+from chunkyard.retrieval.query.dense import QueryEmbedder, checked_vectors, dense_candidates, embed_queries
+from chunkyard.retrieval.query.fusion import Candidates, Ranked, fuse
+from chunkyard.retrieval.query.handles import IndexHandle, IndexHandles, read_transaction
+from chunkyard.retrieval.query.lexical import LexicalCandidates
+from chunkyard.retrieval.query.mmr import mmr
+from chunkyard.retrieval.query.plan import Query, Shape, rounded, timed
+from chunkyard.retrieval.query.reranking import Rerankers, rerank
+from chunkyard.retrieval.query.results import IndexNotFoundError, SearchResult
+from chunkyard.retrieval.query.rows import attach_parents, fetch_rows, to_results
+from chunkyard.retrieval.read_lock import lock_for_read
+from chunkyard.retrieval.store import Store
 
 DEFAULT_INDEX = DEFAULT_CONFIG
 CONTEXT_BACKENDS = ("sql", "memory")
@@ -109,7 +108,7 @@ class Searcher:
         """The embedder for `index_name`'s queries (the index config's model when none was given; an
         embedding server's with its query timeout)."""
         if self._embedder_for is None:
-            from retrieval.embedder import embedder_for_config
+            from chunkyard.retrieval.embedder import embedder_for_config
 
             return embedder_for_config(config or {}, queries=True)
         if isinstance(self._embedder_for, QueryEmbedder):

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import psycopg
-
-from retrieval.migrations import MIGRATIONS
-from retrieval.store.documents import Documents
-from retrieval.store.embedding_cache import EmbeddingCache
-from retrieval.store.evaluations import Evaluations
-from retrieval.store.indexes import Indexes
-from retrieval.store.pool import Pool
+from chunkyard.retrieval.migrations import MIGRATIONS
+from chunkyard.retrieval.store.documents import Documents
+from chunkyard.retrieval.store.embedding_cache import EmbeddingCache
+from chunkyard.retrieval.store.evaluations import Evaluations
+from chunkyard.retrieval.store.indexes import Indexes
+from chunkyard.retrieval.store.pool import Pool
 
 _MIGRATION_LOCK_KEY = 0x63686B79  # "chky": serialises concurrent migrate() calls
 

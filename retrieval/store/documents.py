@@ -6,10 +6,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from chunkyard.chunking.types import Document
+from chunkyard.retrieval.store.pool import Pool
 from psycopg.types.json import Jsonb
-
-from chunking.types import Document
-from retrieval.store.pool import Pool
 
 
 class StaleSignatures(RuntimeError):

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
-
-from retrieval.store.pool import Pool
-from retrieval.store.vectors import as_array
+from chunkyard.retrieval.store.pool import Pool
+from chunkyard.retrieval.store.vectors import as_array
 
 
 class EmbeddingCache:

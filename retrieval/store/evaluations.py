@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from chunkyard.retrieval.store.pool import Pool
 from psycopg.types.json import Jsonb
-
-from retrieval.store.pool import Pool
 
 
 class RecordableReport(Protocol):

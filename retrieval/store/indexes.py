@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from chunkyard.retrieval.analysis import analyzer_name, analyzer_names
+from chunkyard.retrieval.names import IndexName
+from chunkyard.retrieval.store.evaluations import Evaluations
+from chunkyard.retrieval.store.partitions import create_partitions, drop_index_in, partition_names
+from chunkyard.retrieval.store.pool import Pool
 from psycopg.types.json import Jsonb
-
-from retrieval.analysis import analyzer_name, analyzer_names
-from retrieval.names import IndexName
-from retrieval.store.evaluations import Evaluations
-from retrieval.store.partitions import create_partitions, drop_index_in, partition_names
-from retrieval.store.pool import Pool
 
 
 def split_index_name(index: str, default_collection: str = "demo") -> IndexName:

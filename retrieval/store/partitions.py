@@ -9,9 +9,8 @@ from __future__ import annotations
 import hashlib
 
 import psycopg
+from chunkyard.retrieval.migrations import STAGING_TABLES
 from psycopg import sql
-
-from retrieval.migrations import STAGING_TABLES
 
 
 def partition_names(index_name: str) -> dict[str, str]:

@@ -7,9 +7,8 @@ import queue
 from collections.abc import Iterator
 
 import psycopg
-
-from retrieval.capabilities import VectorFeatures, detect_features
-from retrieval.db import connect, database_url, is_alive, revive_embedded
+from chunkyard.retrieval.capabilities import VectorFeatures, detect_features
+from chunkyard.retrieval.db import connect, database_url, is_alive, revive_embedded
 
 
 class Pool:

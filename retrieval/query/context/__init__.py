@@ -23,8 +23,8 @@ copy), so a query sends no statement of its own; `score_contexts` is the per-que
 (`Searcher(context_backend="sql")`), kept for indexes too large to hold in memory.
 """
 
-from retrieval.query.context.layout import ChunkLayout
-from retrieval.query.context.loaded import Layouts
-from retrieval.query.context.ranking import rank_with_context
+from chunkyard.retrieval.query.context.layout import ChunkLayout
+from chunkyard.retrieval.query.context.loaded import Layouts
+from chunkyard.retrieval.query.context.ranking import rank_with_context
 
 __all__ = ["ChunkLayout", "Layouts", "rank_with_context"]

@@ -7,14 +7,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import psycopg
+from chunkyard.retrieval import bm25 as bm25_lib
+from chunkyard.retrieval.index_defaults import ContextScoring
+from chunkyard.retrieval.query.context.layout import ChunkLayout
+from chunkyard.retrieval.query.context.statistics import ContextStatistics
+from chunkyard.retrieval.query.context.windows import _best_windows, _best_windows_at_hits, best_window_score
+from chunkyard.retrieval.query.handles import IndexHandle
 from psycopg import sql
-
-from retrieval import bm25 as bm25_lib
-from retrieval.index_defaults import ContextScoring
-from retrieval.query.context.layout import ChunkLayout
-from retrieval.query.context.statistics import ContextStatistics
-from retrieval.query.context.windows import _best_windows, _best_windows_at_hits, best_window_score
-from retrieval.query.handles import IndexHandle
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import psycopg
+from chunkyard.retrieval.index_defaults import ContextScoring
 from psycopg import sql
-
-from retrieval.index_defaults import ContextScoring
 
 
 class ChunkLayout:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import threading
 
 import psycopg
-
-from retrieval.index_defaults import ContextScoring
-from retrieval.query.context.layout import ChunkLayout
-from retrieval.query.context.statistics import ContextStatistics
-from retrieval.query.handles import IndexHandle
+from chunkyard.retrieval.index_defaults import ContextScoring
+from chunkyard.retrieval.query.context.layout import ChunkLayout
+from chunkyard.retrieval.query.context.statistics import ContextStatistics
+from chunkyard.retrieval.query.handles import IndexHandle
 
 
 class Layouts:

@@ -6,19 +6,18 @@ import math
 
 import numpy as np
 import psycopg
-
-from retrieval.index_defaults import ContextScoring
-from retrieval.query.context.evidence import (
+from chunkyard.retrieval.index_defaults import ContextScoring
+from chunkyard.retrieval.query.context.evidence import (
     ContextEvidence,
     ContextQuery,
     score_contexts,
     score_contexts_in_memory,
 )
-from retrieval.query.context.layout import ChunkLayout
-from retrieval.query.context.statistics import ContextStatistics
-from retrieval.query.fusion import Ranked
-from retrieval.query.handles import IndexHandle
-from retrieval.query.plan import Query
+from chunkyard.retrieval.query.context.layout import ChunkLayout
+from chunkyard.retrieval.query.context.statistics import ContextStatistics
+from chunkyard.retrieval.query.fusion import Ranked
+from chunkyard.retrieval.query.handles import IndexHandle
+from chunkyard.retrieval.query.plan import Query
 
 
 def fuse_with_context(

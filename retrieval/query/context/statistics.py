@@ -6,13 +6,12 @@ import threading
 
 import numpy as np
 import psycopg
+from chunkyard.retrieval import bm25 as bm25_lib
+from chunkyard.retrieval.index_defaults import ContextScoring
+from chunkyard.retrieval.query.context.layout import ChunkLayout
+from chunkyard.retrieval.query.context.windows import _window_means
+from chunkyard.retrieval.query.handles import IndexHandle
 from psycopg import sql
-
-from retrieval import bm25 as bm25_lib
-from retrieval.index_defaults import ContextScoring
-from retrieval.query.context.layout import ChunkLayout
-from retrieval.query.context.windows import _window_means
-from retrieval.query.handles import IndexHandle
 
 # Context means are computed this many chunks at a time (bounds the temporaries on a large index).
 MEANS_BLOCK = 4096
