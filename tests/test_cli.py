@@ -233,7 +233,7 @@ def test_own_documents_walkthrough_then_serve_and_sigterm(tmp_path: Path) -> Non
             [
                 sys.executable,
                 "-c",
-                "from retrieval import Client; print(Client().search('llama eats hay', index='mine/recursive-256')[0].doc_id)",
+                "from chunkyard import Client; print(Client().search('llama eats hay', index='mine/recursive-256')[0].doc_id)",
             ],
             cwd=project,
             env=_env(),

@@ -18,7 +18,7 @@ def test_code_location_loads_without_torch() -> None:
     code = (
         "import sys\n"
         "import dagster\n"
-        "import assets.definitions as d\n"
+        "import chunkyard.assets.definitions as d\n"
         "assert not isinstance(d.defs, dagster.Definitions)  # built when Dagster loads it, not on import\n"
         "heavy = sorted(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules)\n"
         "assert not heavy, heavy\n"

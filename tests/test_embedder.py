@@ -140,7 +140,7 @@ def test_the_onnx_backend_matches_sentence_transformers_onnx_without_importing_t
             np.testing.assert_allclose(mine, reference.numpy(), atol=1e-5)
         assert ours.max_seq_length == theirs.max_seq_length == 256
     probe = (
-        "import sys; from retrieval.embedder import load_embedder; "
+        "import sys; from chunkyard.retrieval.embedder import load_embedder; "
         "e = load_embedder(backend='onnx', quantize='int8'); e.embed(['x']); e.embed_tokens('x'); "
         "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules))"
     )

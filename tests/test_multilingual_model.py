@@ -127,7 +127,7 @@ def test_the_sources_are_checked_against_their_pins() -> None:
         source_file("no_such_package_here", "x.bin", "0" * 64)
 
 
-BUILD = "from chunking.models import resolve_model_path; print(resolve_model_path('multilingual-e5-small'))"
+BUILD = "from chunkyard.chunking.models import resolve_model_path; print(resolve_model_path('multilingual-e5-small'))"
 
 
 def test_a_machine_without_the_model_builds_it_on_first_use_and_says_so(tmp_path: Path) -> None:

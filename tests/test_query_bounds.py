@@ -156,7 +156,7 @@ def test_a_killed_clients_query_dies_with_it(pg_url: str) -> None:
     """kill -9 a client mid-query: the server notices the dead socket and ends the query itself."""
     tag = f"chunkyard-kill-{uuid.uuid4().hex[:8]}"
     script = (
-        "import sys\nfrom retrieval.db import connect\n"
+        "import sys\nfrom chunkyard.retrieval.db import connect\n"
         "conn = connect(sys.argv[1], autocommit=True)\n"
         "conn.execute(\"SELECT set_config('application_name', %s, false)\", (sys.argv[2],))\n"
         "conn.execute('SELECT pg_sleep(600)')\n"
