@@ -3,7 +3,7 @@
 Per collection: `[collection, "documents"]` (folder or dataset -> Postgres) and, if it has
 questions, `[collection, "leaderboard"]` (and `promotion` with a `serve:` section). Per index (the
 specs of `load_index_specs`, coarse companions included), in group `collection__config`: `chunks`
--> `embeddings` + `bm25` -> `index` (atomic publish) -> `evaluation` (for the configs the
+-> `embeddings` + `bm25` -> `publish` (atomic) -> `evaluation` (for the configs the
 collection lists). Built from configs/indexes.yaml and configs/collections.yaml when Dagster
 loads the code location (`defs`, a `@definitions` function), never on import. Loading imports no
 torch: models load inside runs (see assets.resources).
@@ -24,7 +24,7 @@ from chunkyard.assets.resources import EmbedderResource, PostgresResource
 from chunkyard.assets.schedules import build_nightly_evaluation_schedule
 from chunkyard.assets.sensors import build_document_sensor, build_janitor_sensor
 from chunkyard.chunking.environment import env_int
-from chunkyard.pipeline.graph import INDEX_KINDS
+from chunkyard.pipeline.graph import STEP_NAMES
 from chunkyard.retrieval.config import Collection, IndexSpec, load_collections
 from chunkyard.retrieval.config_checks import load_index_specs
 from chunkyard.retrieval.project import automation_enabled
@@ -52,7 +52,7 @@ class CollectionAssets:
     collection: Collection
     assets: list[AssetsDefinition] = field(default_factory=list)
     documents_key: AssetKey | None = None
-    # documents + chunks/embeddings/bm25/index of every index: what a document change re-runs.
+    # documents + every index step of every index: what a document change re-runs.
     indexing_keys: list[AssetKey] = field(default_factory=list)
     index_names: list[str] = field(default_factory=list)  # what those runs publish (the reconciler's)
     evaluation_keys: list[AssetKey] = field(default_factory=list)
@@ -74,7 +74,7 @@ def build_collection_assets(collection: Collection, specs: Sequence[IndexSpec]) 
     listed = [spec for spec in specs if spec.config.name in collection.indexes]
     for spec in specs:
         built.assets.extend(build_index_assets(spec))
-        built.indexing_keys.extend(index_key(spec.name, k) for k in (*INDEX_KINDS, *part_kinds()))
+        built.indexing_keys.extend(index_key(spec.name, k) for k in (*STEP_NAMES, *part_kinds()))
         built.index_names.append(str(spec.name))
         if has_questions and spec in listed:
             built.assets.append(build_evaluation_asset(collection, spec))

@@ -4,6 +4,7 @@ from chunkyard.assets.keys import collection_prefix, documents_key
 from chunkyard.assets.progress import step_progress
 from chunkyard.assets.resources import PostgresResource
 from chunkyard.assets.results import materialize_result
+from chunkyard.pipeline.steps.documents import CODE_VERSION, sync_documents
 from chunkyard.pipeline.versions import code_version
 from chunkyard.retrieval.config import Collection
 from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, asset
@@ -31,13 +32,11 @@ def build_documents_asset(collection: Collection) -> AssetsDefinition:
             f"Documents of collection `{name}` from {source}, hashed (sha256) and synced into Postgres."
             f"\n\n{collection.description}"
         ),
-        code_version=code_version("documents", settings),
+        code_version=code_version("documents", CODE_VERSION, settings),
         kinds={"python", "postgres"},
         metadata={"collection": name, "source": source},
     )
     def documents(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
-        from chunkyard.pipeline.steps.documents import sync_documents
-
         progress = step_progress(context.log, "files", "read")
         return materialize_result(context, sync_documents(postgres.store(), collection, progress))
 

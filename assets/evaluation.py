@@ -13,8 +13,13 @@ from chunkyard.assets.progress import step_progress
 from chunkyard.assets.resources import EmbedderResource, PostgresResource
 from chunkyard.assets.results import check_specs, materialize_result
 from chunkyard.evaluation.reports import ENDPOINT_COST_COLUMNS
+from chunkyard.pipeline.checks import CHECKS
+from chunkyard.pipeline.graph import PUBLISH
+from chunkyard.pipeline.steps import evaluation as evaluation_step
+from chunkyard.pipeline.steps import leaderboard as leaderboard_step
+from chunkyard.pipeline.steps import promotion as promotion_step
 from chunkyard.pipeline.steps.evaluation import EVALUATION_K, evaluation_variants
-from chunkyard.pipeline.versions import code_version, index_settings
+from chunkyard.pipeline.versions import code_version, config_settings
 from chunkyard.retrieval.config import Collection, IndexSpec
 from dagster import (
     AssetExecutionContext,
@@ -50,14 +55,26 @@ def build_evaluation_asset(collection: Collection, spec: IndexSpec) -> AssetsDef
     settings = {
         "variants": evaluation_variants(config),
         "k": EVALUATION_K,
-        **index_settings(config, "evaluation"),
+        **config_settings(config, evaluation_step.SETTINGS),
     }
     # an index with `coarse` answers ambiguous queries from its coarse index: evaluate after both
-    coarse = [index_key(spec.name.sibling(config.coarse["config"]), "index")] if config.coarse else []
+    coarse = [index_key(spec.name.sibling(config.coarse["config"]), PUBLISH)] if config.coarse else []
+    key = index_key(spec.name, "evaluation")
+    what = (
+        f"hit@{EVALUATION_K}, MRR@{EVALUATION_K} and span metrics per variant (search mode, reranked, served)"
+    )
+    declared = evaluation_step.CODE_VERSION
 
     @asset(
-        **index_asset_options(spec, "evaluation", settings),
-        deps=[index_key(spec.name, "index"), *coarse],
+        **index_asset_options(
+            spec,
+            "evaluation",
+            what,
+            declared,
+            settings,
+            check_specs(CHECKS["evaluation"], key, blocking=False),
+        ),
+        deps=[index_key(spec.name, PUBLISH), *coarse],
         # Re-evaluate when the index is republished, or when never evaluated; never one whose
         # published checks failed.
         automation_condition=(catches_up() | AutomationCondition.on_missing())
@@ -97,7 +114,9 @@ def build_leaderboard_asset(collection: Collection, specs: Sequence[IndexSpec]) 
         key=leaderboard_key(name),
         group_name=collection_prefix(name),
         description=f"Every index config of `{name}` compared on the same questions (table + chart).",
-        code_version=code_version("leaderboard", {"collection": name, "indexes": names}),
+        code_version=code_version(
+            "leaderboard", leaderboard_step.CODE_VERSION, {"collection": name, "indexes": names}
+        ),
         deps=[index_key(n, "evaluation") for n in names],
         automation_condition=catches_up(),
         kinds={"python"},
@@ -122,10 +141,14 @@ def build_promotion_asset(collection: Collection, specs: Sequence[IndexSpec]) ->
         key=key,
         group_name=collection_prefix(name),
         description=f"Points alias `{policy.alias}` at the best (config, variant) of `{name}` within its budget.",
-        code_version=code_version("promotion", {"collection": name, "indexes": names, "serve": repr(policy)}),
+        code_version=code_version(
+            "promotion",
+            promotion_step.CODE_VERSION,
+            {"collection": name, "indexes": names, "serve": repr(policy)},
+        ),
         deps=[leaderboard_key(name)],
         automation_condition=catches_up(),
-        check_specs=check_specs("promotion", key),
+        check_specs=check_specs(CHECKS["promotion"], key, blocking=False),
         kinds={"python"},
         metadata={"collection": name, "alias": policy.alias},
     )

@@ -1,28 +1,31 @@
-"""The assets of one index, in group `collection__config`: chunks -> embeddings + bm25 -> index.
+"""The assets of one index, in group `collection__config`, made from the step table: chunks -> embeddings + bm25 -> publish.
 
-The steps and their order are `pipeline.graph.INDEX_STEPS`: each asset depends on the kinds its
-step reads, calls that step's `pipeline.steps` function and turns its `StepReport` into metadata
-and check results. The checks run inside the asset that produced the data, so they always see
-this run's staged rows; error-level ones are blocking, so a failed one stops the later steps in
-the run, and automation requests nothing below it until it passes. `index` is the atomic
-publish: readers see the old version or the new one.
+`pipeline.graph.INDEX_STEPS` declares the steps: each asset depends on the steps its step reads,
+runs that step (`pipeline.graph.run_step`) and turns its `StepReport` into metadata and check
+results. The checks run inside the asset that produced the data, so they always see this run's
+staged rows; error-level ones are blocking, so a failed one stops the later steps in the run, and
+automation requests nothing below it until it passes. `publish` is the atomic publish: readers see
+the old version or the new one.
 
 Nothing heavy is imported here: the code location loads without torch.
 """
 
 import os
+from collections.abc import Sequence
+from typing import Any
 
 from chunkyard.assets.keys import documents_key, group_name, index_key
 from chunkyard.assets.progress import step_progress
 from chunkyard.assets.resources import EmbedderResource, PostgresResource
 from chunkyard.assets.results import check_specs, materialize_result
 from chunkyard.chunking.environment import env_int
-from chunkyard.chunking.registry import needs_embedding_model
-from chunkyard.pipeline.graph import step
-from chunkyard.pipeline.steps.evaluation import EVALUATION_K
-from chunkyard.pipeline.versions import code_version, index_settings
+from chunkyard.pipeline.graph import INDEX_STEPS, IndexStep, run_step, step
+from chunkyard.pipeline.step_report import StepRun
+from chunkyard.pipeline.versions import code_version, config_settings
 from chunkyard.retrieval.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.embedder import Embedder
 from dagster import (
+    AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
     AssetsDefinition,
@@ -44,17 +47,10 @@ def part_kinds() -> list[str]:
     return [f"embeddings_part{k}" for k in range(shards)] if shards > 1 else []
 
 
-def describe(spec: IndexSpec, kind: str) -> str:
-    """The UI description of the `kind` asset of one index."""
+def describe(spec: IndexSpec, what: str) -> str:
+    """The UI description of one asset of an index: `what` it holds, then the index config."""
     config = spec.config
     chunker = ", ".join(f"{k}={v}" for k, v in sorted(config.chunker.items()))
-    what = {
-        "chunks": "Chunk set (staged; only added/changed documents are re-chunked)",
-        "embeddings": "Embeddings of the staged chunks (content-hash cache across configs and runs)",
-        "bm25": "BM25 term frequencies of the staged chunks",
-        "index": "Atomic publish of staged chunks, vectors and postings (readers see old or new)",
-        "evaluation": f"hit@{EVALUATION_K}, MRR@{EVALUATION_K} and span metrics per variant (search mode, reranked, served)",
-    }[kind]
     return (
         f"{what} for index `{spec.name}`.\n\n{config.description or 'Index config ' + config.name}\n\n"
         f"chunker: {chunker}; model: {config.embedding_model}"
@@ -89,17 +85,17 @@ def embedding_kind(config: IndexConfig) -> str:
     return BACKEND_KINDS.get(backend, backend)
 
 
-def index_asset_options(spec: IndexSpec, kind: str, settings: dict | None = None) -> dict:
+def index_asset_options(
+    spec: IndexSpec, name: str, what: str, declared: str, settings: dict, checks: list[AssetCheckSpec]
+) -> dict:
     """What every asset of an index declares: key, group, description, code version, checks."""
-    settings = settings or index_settings(spec.config, kind)
-    key = index_key(spec.name, kind)
     return {
-        "key": key,
+        "key": index_key(spec.name, name),
         "group_name": group_name(spec.name),
-        "description": describe(spec, kind),
-        "code_version": code_version(kind, {"collection": spec.collection, **settings}),
+        "description": describe(spec, what),
+        "code_version": code_version(name, declared, {"collection": spec.collection, **settings}),
         "metadata": config_metadata(spec),
-        "check_specs": check_specs(kind, key),
+        "check_specs": checks,
     }
 
 
@@ -109,90 +105,93 @@ def after_passing_checks() -> AutomationCondition:
     return AutomationCondition.eager() & AutomationCondition.all_deps_blocking_checks_passed()
 
 
-def step_options(spec: IndexSpec, kind: str) -> dict:
-    """`index_asset_options` plus the step's parents (`pipeline.graph`) and its automation."""
-    parents = step(kind).after
-    deps = [index_key(spec.name, parent) for parent in parents] or [documents_key(spec.collection)]
+def step_options(spec: IndexSpec, declared: IndexStep) -> dict:
+    """The asset options of one step of an index, from its entry in the step table."""
+    key = index_key(spec.name, declared.name)
+    deps = [index_key(spec.name, parent) for parent in declared.reads] or [documents_key(spec.collection)]
     return {
-        **index_asset_options(spec, kind),
+        **index_asset_options(
+            spec,
+            declared.name,
+            declared.description,
+            declared.code_version,
+            config_settings(spec.config, declared.settings),
+            check_specs(declared.checks, key, blocking=True),
+        ),
         "deps": deps,
         "automation_condition": after_passing_checks(),
+        "kinds": set(declared.kinds),
     }
 
 
-def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
-    """chunks -> embeddings + bm25 -> index for one index."""
-    config = spec.config
-    chunk_options = {**step_options(spec, "chunks"), "kinds": {"python", "postgres"}}
-    if needs_embedding_model(config.chunker):
+def step_asset(
+    spec: IndexSpec, declared: IndexStep, more_deps: Sequence[AssetKey] = (), **extra: Any
+) -> AssetsDefinition:
+    """One step of one index as an asset (`extra`: asset options over the table's); it asks for the
+    embedder resource only where the step uses the model (an index whose chunker embeds nothing
+    chunks without torch)."""
+    options = {**step_options(spec, declared), **extra}
+    options["deps"] = [*options["deps"], *more_deps]
+    unit, done_what = declared.progress
 
-        @asset(**chunk_options)
-        def chunks(
+    def run(
+        context: AssetExecutionContext, postgres: PostgresResource, embedder: Embedder | None
+    ) -> MaterializeResult:
+        progress = step_progress(context.log, unit, done_what)  # counts, rate, time left in the step log
+        report = run_step(declared, postgres.store(), spec, embedder, StepRun(context.run.run_id, progress))
+        return materialize_result(context, report)
+
+    if declared.embedder_for(spec.config):
+
+        @asset(**options)
+        def with_model(
             context: AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
         ) -> MaterializeResult:
-            from chunkyard.pipeline.steps.chunks import chunk
+            return run(context, postgres, embedder.for_config(spec.config))
 
-            model = embedder.for_config(config)
-            progress = step_progress(context.log, "documents", "chunked")
-            return materialize_result(
-                context, chunk(postgres.store(), spec, model, owner=context.run.run_id, progress=progress)
-            )
+        return with_model
 
-    else:
+    @asset(**options)
+    def without_model(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
+        return run(context, postgres, None)
 
-        @asset(**chunk_options)
-        def chunks(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
-            from chunkyard.pipeline.steps.chunks import chunk
+    return without_model
 
-            progress = step_progress(context.log, "documents", "chunked")
-            report = chunk(postgres.store(), spec, owner=context.run.run_id, progress=progress)
-            return materialize_result(context, report)
 
+def build_index_assets(spec: IndexSpec) -> list[AssetsDefinition]:
+    """Every step of the table as an asset of one index (and the embedding parts, when sharded)."""
     parts = [embedding_part(spec, k, len(part_kinds())) for k in range(len(part_kinds()))]
-    embedding_options = step_options(spec, "embeddings")
-    embedding_options["deps"] = [*embedding_options["deps"], *(part.key for part in parts)]
-
-    @asset(**embedding_options, kinds={embedding_kind(config), "pgvector"}, pool="embedding")
-    def embeddings(
-        context: AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
-    ) -> MaterializeResult:
-        from chunkyard.pipeline.steps.embeddings import embed
-
-        progress = step_progress(context.log, "chunks", "embedded")  # counts, rate, time left in the step log
-        return materialize_result(
-            context,
-            embed(postgres.store(), spec, embedder.for_config(config), progress, owner=context.run.run_id),
-        )
-
-    # below the embedding parts' default priority: on Celery the parts are sent first, so two workers
-    # start them at once and bm25 follows one of them (sent first, it delayed a part by its own time)
-    @asset(**step_options(spec, "bm25"), kinds={"python", "postgres"}, op_tags={CELERY_PRIORITY_TAG: "4"})
-    def bm25(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
-        from chunkyard.pipeline.steps.bm25 import index_terms
-
-        progress = step_progress(context.log, "chunks", "analysed")
-        report = index_terms(postgres.store(), spec, owner=context.run.run_id, progress=progress)
-        return materialize_result(context, report)
-
-    @asset(**step_options(spec, "index"), kinds={"postgres"})
-    def index(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
-        from chunkyard.pipeline.steps.index import publish_index
-
-        progress = step_progress(context.log, "phases", "published")
-        report = publish_index(postgres.store(), spec, owner=context.run.run_id, progress=progress)
-        return materialize_result(context, report)
-
-    return [chunks, *parts, embeddings, bm25, index]
+    built = []
+    for declared in INDEX_STEPS:
+        extra: dict[str, Any] = {}
+        if declared.name == "embeddings":  # after its shards; the backend's kind; one model at a time
+            extra = {
+                "more_deps": [part.key for part in parts],
+                "kinds": {*declared.kinds, embedding_kind(spec.config)},
+                "pool": "embedding",
+            }
+        elif declared.name == "bm25":
+            # below the embedding parts' default priority: on Celery the parts are sent first, so two
+            # workers start them at once and bm25 follows one of them (sent first, it delayed a part
+            # by its own time)
+            extra = {"op_tags": {CELERY_PRIORITY_TAG: "4"}}
+        built.append(step_asset(spec, declared, **extra))
+        if declared.name == "chunks":
+            built.extend(parts)
+    return built
 
 
 def embedding_part(spec: IndexSpec, k: int, n: int) -> AssetsDefinition:
     """Shard k of n of the embedding work; in the `embedding` pool only for a local model (a server's
     requests cost this machine little, so the parts against one run at once)."""
-    options = index_asset_options(spec, "embeddings")
-    options.update(
-        key=AssetKey([*options["key"].path[:-1], f"embeddings_part{k}"]),
-        description=f"Embedding cache filled for shard {k} of {n} of the staged chunks' content hashes",
-        check_specs=None,
+    declared = step("embeddings")
+    options = index_asset_options(
+        spec,
+        f"embeddings_part{k}",
+        f"Embedding cache filled for shard {k} of {n} of the staged chunks' content hashes",
+        declared.code_version,
+        config_settings(spec.config, declared.settings),
+        [],
     )
     remote = (spec.config.embedder or {}).get("backend") == "openai"
 

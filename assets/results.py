@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from chunkyard.pipeline.checks import CHECKS, Check
-from chunkyard.pipeline.graph import blocks
+from chunkyard.pipeline.checks import Check, DeclaredCheck
 from chunkyard.pipeline.step_report import StepReport
 from dagster import (
     AssetCheckResult,
@@ -15,21 +14,26 @@ from dagster import (
     AssetKey,
     MaterializeResult,
     MetadataValue,
+    TableColumn,
+    TableRecord,
+    TableSchema,
 )
 
 ID_LIST_LIMIT = 50
+FAILURE_ROWS = 200  # files that produced no document, listed in the documents asset's table
+FAILURE_SCHEMA = TableSchema(columns=[TableColumn("file", "string"), TableColumn("reason", "string")])
 _SEVERITY = {"error": AssetCheckSeverity.ERROR, "warn": AssetCheckSeverity.WARN}
 
 
-def check_specs(kind: str, key: AssetKey) -> list[AssetCheckSpec]:
-    """The checks an asset of `kind` reports, declared up front so the UI lists them; those whose
-    failure stops the later steps (`pipeline.graph.blocks`) are blocking: the run does not
-    materialize what follows, so a failed staged check leaves the previous version published."""
+def check_specs(declared: Sequence[DeclaredCheck], key: AssetKey, *, blocking: bool) -> list[AssetCheckSpec]:
+    """The checks an asset reports, declared up front so the UI lists them. An index step's
+    (`blocking`) error-level checks are blocking: the run does not materialize what follows, so a
+    failed staged check leaves the previous version published."""
     return [
         AssetCheckSpec(
-            spec.name, asset=key, description=spec.description, blocking=blocks(kind, spec.severity)
+            spec.name, asset=key, description=spec.description, blocking=blocking and spec.severity == "error"
         )
-        for spec in CHECKS.get(kind, ())
+        for spec in declared
     ]
 
 
@@ -61,6 +65,9 @@ def materialize_result(context: AssetExecutionContext, report: StepReport) -> Ma
     metadata.update({key: MetadataValue.text(_id_list(ids)) for key, ids in report.ids.items()})
     metadata.update({key: MetadataValue.md(text) for key, text in report.markdown.items()})
     metadata.update({key: MetadataValue.path(path) for key, path in report.paths.items()})
+    if report.failures or "documents_failed" in report.metadata:
+        rows = [TableRecord({"file": f.path, "reason": f.reason}) for f in report.failures[:FAILURE_ROWS]]
+        metadata["failures"] = MetadataValue.table(rows, schema=FAILURE_SCHEMA)
     return MaterializeResult(
         metadata=metadata, check_results=[check_result(context.asset_key, c) for c in report.checks]
     )

@@ -32,10 +32,10 @@ def measure(sizes: tuple[int, ...]) -> list[dict[str, object]]:
     import chunkyard.retrieval.query.searcher as searcher_module
     from chunkyard.chunking.types import Document
     from chunkyard.evaluation.runner import SERVED_VARIANT, EvaluationRequest, evaluate_index
+    from chunkyard.pipeline.graph import build_index
     from chunkyard.retrieval.config import IndexSpec, load_index_configs
     from chunkyard.retrieval.db import embedded_database_url
     from chunkyard.retrieval.embedder import load_embedder
-    from chunkyard.retrieval.indexing import build_index
     from chunkyard.retrieval.query import Searcher
     from chunkyard.retrieval.store import Store
 

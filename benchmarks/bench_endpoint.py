@@ -30,7 +30,8 @@ from chunkyard.retrieval.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.db import embedded_database_url
 from chunkyard.retrieval.endpoint_embedder import EndpointEmbedder
 from chunkyard.retrieval.endpoint_settings import EndpointSettings
-from chunkyard.retrieval.indexing import stage_chunks, stage_embeddings
+from chunkyard.retrieval.indexing.chunks import stage_chunks
+from chunkyard.retrieval.indexing.embeddings import stage_embeddings
 from chunkyard.retrieval.store import Store
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

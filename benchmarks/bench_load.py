@@ -23,10 +23,10 @@ from pathlib import Path
 
 import httpx
 from chunkyard.chunking.types import Document
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.db import embedded_database_url
 from chunkyard.retrieval.embedder import shared_embedder
-from chunkyard.retrieval.indexing import build_index
 from chunkyard.retrieval.names import DEFAULT_CONFIG
 from chunkyard.retrieval.store import Store
 

@@ -38,8 +38,8 @@ from typing import Any
 import psycopg
 from chunkyard.retrieval.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.db import embedded_database_url, stop_embedded_servers
-from chunkyard.retrieval.indexing import publish
 from chunkyard.retrieval.indexing.hnsw import create_hnsw
+from chunkyard.retrieval.indexing.publish import publish
 from chunkyard.retrieval.indexing.staging import merge_stage_report
 from chunkyard.retrieval.indexing.swap import (
     POSTINGS_PREPARED,

@@ -216,8 +216,11 @@ class PrecomputedChunker:
 def build(
     store: Any, embedder: Any, corpus: ExpandedCorpus, name: str
 ) -> tuple[Any, dict[str, float], np.ndarray]:
-    from chunkyard.retrieval import indexing
     from chunkyard.retrieval.config import IndexConfig, IndexSpec
+    from chunkyard.retrieval.indexing.bm25 import stage_bm25
+    from chunkyard.retrieval.indexing.chunks import stage_chunks
+    from chunkyard.retrieval.indexing.embeddings import stage_embeddings
+    from chunkyard.retrieval.indexing.publish import publish
 
     spec = IndexSpec(
         f"bench-{name}",
@@ -237,11 +240,11 @@ def build(
     for step, call in (
         (
             "stage_chunks_s",
-            lambda: indexing.stage_chunks(store, spec, chunker=PrecomputedChunker(chunks_by_doc)),
+            lambda: stage_chunks(store, spec, chunker=PrecomputedChunker(chunks_by_doc)),
         ),
-        ("stage_embeddings_s", lambda: indexing.stage_embeddings(store, spec, embedder)),
-        ("stage_bm25_s", lambda: indexing.stage_bm25(store, spec)),
-        ("publish_s", lambda: indexing.publish(store, spec)),
+        ("stage_embeddings_s", lambda: stage_embeddings(store, spec, embedder)),
+        ("stage_bm25_s", lambda: stage_bm25(store, spec)),
+        ("publish_s", lambda: publish(store, spec)),
     ):
         t0 = time.perf_counter()
         report = call()

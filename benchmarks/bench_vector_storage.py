@@ -50,8 +50,11 @@ SECTION = "## vector vs halfvec storage, iterative scans (bench_vector_storage)"
 
 def build(store: Any, corpus: ExpandedCorpus, storage: str, embedder: Any) -> tuple[Any, dict[str, Any]]:
     """The index of `corpus` with this storage type, through stage_chunks, stage_bm25 and publish."""
-    from chunkyard.retrieval import indexing
     from chunkyard.retrieval.config import IndexConfig, IndexSpec
+    from chunkyard.retrieval.indexing.bm25 import stage_bm25
+    from chunkyard.retrieval.indexing.chunks import stage_chunks
+    from chunkyard.retrieval.indexing.embeddings import stage_embeddings
+    from chunkyard.retrieval.indexing.publish import publish
 
     name = f"n{corpus.n}-{storage}"
     spec = IndexSpec(
@@ -72,11 +75,11 @@ def build(store: Any, corpus: ExpandedCorpus, storage: str, embedder: Any) -> tu
             position += 1
     started = time.perf_counter()
     store.documents.sync(spec.collection, documents, [])
-    indexing.stage_chunks(store, spec, chunker=PrecomputedChunker(chunks_by_doc))
-    indexing.stage_embeddings(store, spec, embedder)
-    indexing.stage_bm25(store, spec)
+    stage_chunks(store, spec, chunker=PrecomputedChunker(chunks_by_doc))
+    stage_embeddings(store, spec, embedder)
+    stage_bm25(store, spec)
     staged_s = time.perf_counter() - started
-    report = indexing.publish(store, spec)
+    report = publish(store, spec)
     build = {
         "stage_s": round(staged_s, 1),
         "publish_s": report.seconds,

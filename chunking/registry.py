@@ -1,18 +1,32 @@
 """`build_chunker(spec)`: the `chunker:` mapping of an index config -> a Chunker.
 
 One table, `STRATEGY_TABLE`, says per strategy how it is built, which fields it takes (with
-their defaults) and whether it needs the embedding model while chunking. Every field is
+their defaults), whether it needs the embedding model while chunking and its code version. Every field is
 validated here, and an error names the field and what was expected.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from chunkyard.chunking.base import BaseChunker, ChunkerConfigError
+from chunkyard.chunking.chunkers import (
+    adaptive,
+    cluster,
+    code,
+    hierarchical,
+    html,
+    late,
+    llm,
+    markdown,
+    recursive,
+    semantic,
+    sentence,
+    token,
+)
+from chunkyard.chunking.fields import require_int, resolve_overlap
 from chunkyard.chunking.models import DEFAULT_MODEL
 from chunkyard.chunking.tokenizers import get_tokenizer
 
@@ -30,10 +44,11 @@ def needs_embedding_model(chunker: Mapping[str, Any] | str) -> bool:
     return entry is not None and entry.needs_model
 
 
-def chunker_modules(chunker: Mapping[str, Any]) -> list[str]:
-    """The strategy modules a `chunker:` mapping runs (for code versions); none for an unknown strategy."""
+def strategy_versions(chunker: Mapping[str, Any]) -> dict[str, str]:
+    """The declared code versions of the strategies a `chunker:` mapping runs (its own and its base's);
+    none for an unknown strategy."""
     entry = STRATEGY_TABLE.get(str(chunker.get("strategy", "")))
-    return entry.modules(chunker) if entry is not None else []
+    return entry.code_versions(chunker) if entry is not None else {}
 
 
 def strategy_entry(name: object) -> Strategy:
@@ -43,33 +58,6 @@ def strategy_entry(name: object) -> Strategy:
             f"chunker.strategy: unknown {name!r}; expected one of {', '.join(STRATEGIES)}"
         )
     return STRATEGY_TABLE[name]
-
-
-def require_int(spec: dict, key: str, default: Any, *, minimum: int = 1) -> int:
-    value = spec.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ChunkerConfigError(f"chunker.{key}: expected an integer, got {value!r}")
-    if value < minimum:
-        raise ChunkerConfigError(f"chunker.{key}: must be >= {minimum}, got {value}")
-    return value
-
-
-def resolve_overlap(spec: dict, size: int) -> int:
-    """`overlap` is an int (tokens) or a float in [0, 1) (fraction of `size`)."""
-    value = spec.get("overlap", 0)
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ChunkerConfigError(
-            f"chunker.overlap: expected tokens (int) or a fraction (float), got {value!r}"
-        )
-    if isinstance(value, float):
-        if not 0.0 <= value < 1.0:
-            raise ChunkerConfigError(f"chunker.overlap: a fraction must be in [0, 1), got {value}")
-        return int(round(value * size))
-    if value < 0 or value >= size:
-        raise ChunkerConfigError(f"chunker.overlap: must be >= 0 and < size ({size}), got {value}")
-    return value
 
 
 def build_chunker(
@@ -165,41 +153,38 @@ def client_from_endpoint(endpoint: Any) -> Any:
         raise ChunkerConfigError(f"chunker.endpoint.base_url: {exc}") from exc
 
 
+Build = Callable[[dict, dict, dict, Any, Any], BaseChunker]
+
+
 @dataclass(frozen=True)
 class Strategy:
-    """One chunking strategy: its own fields besides the common ones (with defaults), and whether it
-    embeds while chunking. Its code is the module `chunking.chunkers.<name>`, imported only when a
-    config names it (so a strategy's code version covers that module, not every strategy's)."""
+    """One chunking strategy: its `build(common, options, spec, embedding_model, llm)` (in its module
+    `chunking.chunkers.<name>`), its own fields besides the common ones (with defaults), whether it
+    embeds while chunking, and its code version: bump `code_version` when its module (or what only it
+    runs) changes the chunks it makes; the versions of the assets of its configs follow, no other's."""
 
     name: str
+    build: Build
     fields: Mapping[str, Any] = field(default_factory=dict)
     needs_model: bool = False
+    code_version: str = "1"
 
-    @property
-    def module(self) -> str:
-        return f"chunkyard.chunking.chunkers.{self.name}"
-
-    def build(self, common: dict, options: dict, spec: dict, embedding_model: Any, llm: Any) -> BaseChunker:
-        """`build(common, options, spec, embedding_model, llm)` of the strategy's module."""
-        return importlib.import_module(self.module).build(common, options, spec, embedding_model, llm)
-
-    def modules(self, spec: Mapping[str, Any]) -> list[str]:
-        """The strategy modules a config of this strategy runs: its own, and its `base` strategy's."""
+    def code_versions(self, spec: Mapping[str, Any]) -> dict[str, str]:
+        """The declared versions a config of this strategy runs: its own, and its `base` strategy's."""
         base = spec.get("base", self.fields.get("base"))
-        own = [self.module]
-        return (
-            own + STRATEGY_TABLE[base].modules({})
-            if isinstance(base, str) and base in STRATEGY_TABLE
-            else own
-        )
+        own = {self.name: self.code_version}
+        if isinstance(base, str) and base in STRATEGY_TABLE and base != self.name:
+            return {**own, **STRATEGY_TABLE[base].code_versions({})}
+        return own
 
 
 STRATEGY_TABLE: dict[str, Strategy] = {
     s.name: s
     for s in (
-        Strategy("token"),
+        Strategy("token", token.build),
         Strategy(
             "recursive",
+            recursive.build,
             {
                 "preset": "default",
                 "separators": None,
@@ -209,20 +194,23 @@ STRATEGY_TABLE: dict[str, Strategy] = {
                 "headings": None,
             },
         ),
-        Strategy("sentence"),
-        Strategy("markdown", {"preset": "markdown"}),
-        Strategy("html", {"strip_tags": True}),
-        Strategy("code", {"language": None}),
+        Strategy("sentence", sentence.build),
+        Strategy("markdown", markdown.build, {"preset": "markdown"}),
+        Strategy("html", html.build, {"strip_tags": True}),
+        Strategy("code", code.build, {"language": None}),
         Strategy(
             "semantic",
+            semantic.build,
             {"threshold_type": "percentile", "threshold": None, "buffer": 1, "min_size": 0},
             needs_model=True,
         ),
-        Strategy("cluster", {"piece_size": 50}, needs_model=True),
-        Strategy("hierarchical", {"parent_size": 1024, "base": "recursive"}),
-        Strategy("late", {"base": "sentence", "window": None, "lookbehind": 0.25}, needs_model=True),
-        Strategy("adaptive"),
-        Strategy("llm", {"max_sentences": 60}),
+        Strategy("cluster", cluster.build, {"piece_size": 50}, needs_model=True),
+        Strategy("hierarchical", hierarchical.build, {"parent_size": 1024, "base": "recursive"}),
+        Strategy(
+            "late", late.build, {"base": "sentence", "window": None, "lookbehind": 0.25}, needs_model=True
+        ),
+        Strategy("adaptive", adaptive.build),
+        Strategy("llm", llm.build, {"max_sentences": 60}),
     )
 }
 STRATEGIES: tuple[str, ...] = tuple(STRATEGY_TABLE)

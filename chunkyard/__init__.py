@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from chunkyard.pipeline.graph import build_index
     from chunkyard.retrieval.client import Client
     from chunkyard.retrieval.embedder import Embedder, load_embedder
-    from chunkyard.retrieval.indexing import build_index
     from chunkyard.retrieval.names import IndexRef
     from chunkyard.retrieval.options import SearchOptions, SearchRequest
     from chunkyard.retrieval.query import Searcher, SearchResult
@@ -53,7 +53,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(embedder, name)
     if name == "build_index":
-        from chunkyard.retrieval.indexing import build_index
+        from chunkyard.pipeline.graph import build_index
 
         return build_index
     if name == "IndexRef":

@@ -153,7 +153,7 @@ def run_summary(result) -> dict:
                 f"{meta.get(f'documents_{k}', 0)} {k}"
                 for k in ("added", "changed", "deleted", "unchanged", "failed")
             )
-            summary["skipped_files"].extend(_failure_rows(str(meta.get("failures", ""))))
+            summary["skipped_files"].extend(_failure_rows(materialization.metadata.get("failures")))
         elif key[-1] == "leaderboard":
             summary["leaderboard"] = meta.get("summary") or meta.get("leaderboard")
             summary["best"] = (meta.get("best_index"), meta.get("best_variant"))
@@ -162,11 +162,10 @@ def run_summary(result) -> dict:
     return summary
 
 
-def _failure_rows(markdown: str) -> list[tuple[str, str]]:
-    """(file, reason) rows of the documents step's failure table."""
-    rows = []
-    for line in markdown.splitlines():
-        if line.startswith("| `"):
-            path, _, reason = line[3:].partition("` | ")
-            rows.append((path.replace("\\|", "|"), reason.rstrip(" |").replace("\\|", "|")))
-    return rows
+def _failure_rows(table: object) -> list[tuple[str, str]]:
+    """(file, reason) of each row of the documents asset's failures table (typed records, none when absent)."""
+    from dagster import TableMetadataValue
+
+    if not isinstance(table, TableMetadataValue):
+        return []
+    return [(str(row.data["file"]), str(row.data["reason"])) for row in table.records]

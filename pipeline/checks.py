@@ -3,7 +3,7 @@
 Each function returns a `Check` (name, passed, metadata); a step reports its checks and the
 Dagster assets only turn them into `AssetCheckResult`s. The staged variants check what this run
 produced (before publish); the published variants check the whole index readers see.
-`CHECKS` names and describes every check of every step, in one place.
+`CHECKS` declares the evaluation's and the promotion's; each index step declares its own.
 """
 
 from __future__ import annotations
@@ -37,27 +37,9 @@ class DeclaredCheck:
     severity: str = "error"
 
 
-# Per step kind, the checks it reports (the assets declare them up front from this table).
+# The checks of the evaluation and promotion assets (the assets declare them up front from this
+# table); each index step declares its own beside its code (`CHECKS` in `pipeline.steps.<step>`).
 CHECKS: dict[str, tuple[DeclaredCheck, ...]] = {
-    "chunks": (
-        DeclaredCheck("spans_match_documents", "Every chunk's text equals document.text[start:end]."),
-        DeclaredCheck("no_empty_chunks", "No empty chunk."),
-        DeclaredCheck(
-            "within_model_token_limit",
-            "No chunk longer than the embedding model's input limit, unless the config allows "
-            "truncation (then the share truncated is reported).",
-        ),
-    ),
-    "embeddings": (
-        DeclaredCheck("one_vector_per_chunk", "One embedding per staged chunk, with the model's dimensions."),
-    ),
-    "index": (
-        DeclaredCheck("published_spans_match", "Every published chunk's span matches its document."),
-        DeclaredCheck(
-            "published_vectors", "Every published chunk has one vector with the model's dimensions."
-        ),
-        DeclaredCheck("bm25_count_matches_chunks", "BM25 document count equals the chunk count."),
-    ),
     "evaluation": (
         DeclaredCheck("no_regression", "Warns when a metric drops vs the previous evaluation.", "warn"),
     ),

@@ -1,99 +1,187 @@
-"""The index steps declared once: their order, what each reads, and the rule that checks stop them.
+"""The index steps, declared once, and the one runner of them.
 
-chunks -> embeddings + bm25 -> index (the atomic publish), as `retrieval.indexing.graph` declares
-it (`build_index` runs the same graph). The Dagster assets take their dependencies from
-`INDEX_STEPS` and declare every error-level check of these steps blocking; `run_index_steps`
-runs the same steps in this order for `chunkyard eval`. On both paths a failed error-level check
-stops every later step of that index, so a failed staged check leaves the previous version
-published.
+chunks -> embeddings + bm25 -> publish. Each `IndexStep` says what it reads, which function runs
+it, its checks, the code version it declares and the config fields that shape it, and how it is
+described and shown. The Dagster assets (`assets.indexes`) are made from this table, and Dagster
+orders them by `reads`; `run_index_steps` runs the same table in its order for `chunkyard eval` and
+`build_index`. On every path a failed error-level check stops the steps after it, so a failed
+staged check leaves the previous version published.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from chunkyard.pipeline.checks import Check
-from chunkyard.pipeline.step_report import StepReport
-from chunkyard.retrieval.indexing.graph import INDEX_GRAPH, PUBLISH
+from chunkyard.pipeline.checks import Check, DeclaredCheck
+from chunkyard.pipeline.step_report import StepReport, StepRun
+from chunkyard.pipeline.steps import bm25, chunks, embeddings, publish
+from chunkyard.retrieval.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.embedder import Embedder
+from chunkyard.retrieval.indexing.stage_reports import PublishReport
+from chunkyard.retrieval.store import Store
 
-if TYPE_CHECKING:
-    from chunkyard.retrieval.config import IndexSpec
-    from chunkyard.retrieval.embedder import Embedder
-    from chunkyard.retrieval.store import Store
+StepFunction = Callable[[Store, IndexSpec, "Embedder | None", StepRun], StepReport]
+
+
+def _always(config: IndexConfig) -> bool:
+    return True
+
+
+def _never(config: IndexConfig) -> bool:
+    return False
 
 
 @dataclass(frozen=True)
 class IndexStep:
-    """One step of an index: its asset kind, the kinds it reads and its `pipeline.steps` function."""
+    """One step of an index: what it is called everywhere (its asset key, its module
+    `pipeline.steps.<name>`), the steps whose output it reads, its function, its checks and declared
+    code version, the index config fields that shape its output, whether it is given the index's
+    embedder, its progress unit and verb (`chunks embedded`), its kind tags and its description."""
 
-    kind: str
-    after: tuple[str, ...]
-    function: str
-    takes_embedder: bool  # passed the index's Embedder (chunks: only strategies that embed)
+    name: str
+    reads: tuple[str, ...]
+    run: StepFunction
+    checks: tuple[DeclaredCheck, ...]
+    code_version: str
+    settings: tuple[str, ...]
+    uses_embedder: Callable[[IndexConfig], bool]
+    progress: tuple[str, str]
+    kinds: frozenset[str]
+    description: str
 
-    def run(self, store: Store, spec: IndexSpec, embedder: Embedder | None) -> StepReport:
-        """This step's function on one index (its module loads now: the code location stays light)."""
-        step = getattr(importlib.import_module(f"chunkyard.pipeline.steps.{self.kind}"), self.function)
-        return step(store, spec, embedder) if self.takes_embedder else step(store, spec)
+    def embedder_for(self, config: IndexConfig) -> bool:
+        """Whether this step of an index of `config` is given the index's embedder (and so loads the model)."""
+        return self.uses_embedder(config)
 
 
-# The `pipeline.steps.<kind>` function of each stage of the graph (which adds its checks).
-STEP_FUNCTIONS = {"chunks": "chunk", "embeddings": "embed", "bm25": "index_terms", "index": "publish_index"}
-INDEX_STEPS: tuple[IndexStep, ...] = tuple(
-    IndexStep(stage.kind, stage.after, STEP_FUNCTIONS[stage.kind], stage.takes_embedder)
-    for stage in INDEX_GRAPH
+INDEX_STEPS: tuple[IndexStep, ...] = (
+    IndexStep(
+        name="chunks",
+        reads=(),
+        run=chunks.step_chunks,
+        checks=chunks.CHECKS,
+        code_version=chunks.CODE_VERSION,
+        settings=("chunker", "embedding_model"),
+        uses_embedder=chunks.needs_model,  # only strategies that embed while chunking
+        progress=("documents", "chunked"),
+        kinds=frozenset({"python", "postgres"}),
+        description="Chunk set (staged; only added/changed documents are re-chunked)",
+    ),
+    IndexStep(
+        name="embeddings",
+        reads=("chunks",),
+        run=embeddings.step_embeddings,
+        checks=embeddings.CHECKS,
+        code_version=embeddings.CODE_VERSION,
+        settings=("chunker", "embedding_model", "embedder"),
+        uses_embedder=_always,
+        progress=("chunks", "embedded"),
+        kinds=frozenset({"pgvector"}),  # and the backend that computes the vectors (`assets.indexes`)
+        description="Embeddings of the staged chunks (content-hash cache across configs and runs)",
+    ),
+    IndexStep(
+        name="bm25",
+        reads=("chunks",),
+        run=bm25.step_bm25,
+        checks=(),
+        code_version=bm25.CODE_VERSION,
+        settings=("chunker", "embedding_model", "bm25"),
+        uses_embedder=_never,
+        progress=("chunks", "analysed"),
+        kinds=frozenset({"python", "postgres"}),
+        description="BM25 term frequencies of the staged chunks",
+    ),
+    IndexStep(
+        name="publish",
+        reads=("embeddings", "bm25"),
+        run=publish.step_publish,
+        checks=publish.CHECKS,
+        code_version=publish.CODE_VERSION,
+        settings=("chunker", "embedding_model", "embedder", "bm25"),
+        uses_embedder=_never,
+        progress=("phases", "published"),
+        kinds=frozenset({"postgres"}),
+        description="Atomic publish of staged chunks, vectors and postings (readers see old or new)",
+    ),
 )
-INDEX_KINDS = tuple(step.kind for step in INDEX_STEPS)
-__all__ = ["INDEX_KINDS", "INDEX_STEPS", "PUBLISH", "ChecksFailed", "IndexStep", "run_index_steps", "step"]
+STEP_NAMES = tuple(step.name for step in INDEX_STEPS)
+PUBLISH = INDEX_STEPS[-1].name  # the last step: what readers see changes here
+__all__ = [
+    "INDEX_STEPS",
+    "PUBLISH",
+    "STEP_NAMES",
+    "ChecksFailed",
+    "IndexStep",
+    "build_index",
+    "run_index_steps",
+    "run_step",
+    "step",
+]
 
 
-def step(kind: str) -> IndexStep:
-    """The declared step of `kind`; an unknown kind is an error naming the known ones."""
+def step(name: str) -> IndexStep:
+    """The declared step called `name`; an unknown name is an error naming the known ones."""
     for declared in INDEX_STEPS:
-        if declared.kind == kind:
+        if declared.name == name:
             return declared
-    raise ValueError(f"kind: expected one of {', '.join(INDEX_KINDS)}, got {kind!r}")
+    raise ValueError(f"step: expected one of {', '.join(STEP_NAMES)}, got {name!r}")
 
 
-def blocks(kind: str, severity: str) -> bool:
-    """Whether a failed check of this severity in a step of `kind` stops the steps after it."""
-    return severity == "error" and kind in INDEX_KINDS
+def blocks(name: str, severity: str) -> bool:
+    """Whether a failed check of this severity in the step (or asset) `name` stops the steps after it."""
+    return severity == "error" and name in STEP_NAMES
 
 
-def blocking_failures(kind: str, report: StepReport) -> list[Check]:
+def blocking_failures(name: str, report: StepReport) -> list[Check]:
     """The checks of one step's report that failed and stop the steps after it."""
-    return [c for c in report.checks if not c.passed and blocks(kind, c.severity)]
+    return [c for c in report.checks if not c.passed and blocks(name, c.severity)]
 
 
 class ChecksFailed(RuntimeError):
     """An error-level check failed: the index's later steps (the publish among them) did not run."""
 
-    def __init__(self, index: str, kind: str, failed: list[Check], reports: dict[str, StepReport]) -> None:
-        self.index, self.kind, self.failed, self.reports = index, kind, failed, reports
-        stopped = "" if kind == PUBLISH else "; the previous version stays published"
-        super().__init__(f"{index}: {kind} check(s) failed: {', '.join(c.name for c in failed)}{stopped}")
+    def __init__(self, index: str, name: str, failed: list[Check], reports: dict[str, StepReport]) -> None:
+        self.index, self.step, self.failed, self.reports = index, name, failed, reports
+        stopped = "" if name == PUBLISH else "; the previous version stays published"
+        super().__init__(f"{index}: {name} check(s) failed: {', '.join(c.name for c in failed)}{stopped}")
+
+
+def run_step(
+    declared: IndexStep, store: Store, spec: IndexSpec, embedder: Embedder | None, run: StepRun
+) -> StepReport:
+    """One step on one index: its function, given the embedder only where the step uses it."""
+    return declared.run(store, spec, embedder if declared.embedder_for(spec.config) else None, run)
 
 
 def run_index_steps(
     store: Store,
     spec: IndexSpec,
-    embedder: Embedder,
+    embedder: Embedder | None,
     *,
+    run: StepRun | None = None,
     before: Callable[[IndexStep, dict[str, StepReport]], None] | None = None,
 ) -> dict[str, StepReport]:
-    """Every index step in order, each report by kind; `before` is called ahead of each step.
-
-    Raises `ChecksFailed` right after a step whose error-level check failed.
-    """
+    """Every index step in the table's order, each report by step name; `before` is called ahead of
+    each step. With checks (the default), raises `ChecksFailed` right after a step whose
+    error-level check failed."""
+    run = run or StepRun()
     reports: dict[str, StepReport] = {}
     for declared in INDEX_STEPS:
         if before is not None:
             before(declared, reports)
-        reports[declared.kind] = report = declared.run(store, spec, embedder)
-        failed = blocking_failures(declared.kind, report)
+        reports[declared.name] = report = run_step(declared, store, spec, embedder, run)
+        failed = blocking_failures(declared.name, report)
         if failed:
-            raise ChecksFailed(str(spec.name), declared.kind, failed, reports)
+            raise ChecksFailed(str(spec.name), declared.name, failed, reports)
     return reports
+
+
+def build_index(store: Store, spec: IndexSpec, embedder: Embedder | None, *, chunker=None) -> PublishReport:
+    """Every index step without their checks, for scripts, tests and the benchmarks' own indexes
+    (`chunker` in place of the config's); the publish's report."""
+    reports = run_index_steps(store, spec, embedder, run=StepRun(checks=False, chunker=chunker))
+    published = reports[PUBLISH].stage
+    if not isinstance(published, PublishReport):
+        raise TypeError(f"the {PUBLISH} step of {spec.name} returned no PublishReport")
+    return published

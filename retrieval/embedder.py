@@ -22,7 +22,13 @@ from chunkyard.retrieval.embedders.static_backend import StaticEmbedder
 from chunkyard.retrieval.embedders.torch_backend import TorchEmbedder
 from chunkyard.retrieval.endpoint_settings import ENDPOINT_BACKEND
 
-BACKENDS = ("torch", "onnx", "static")
+# The local backends by `embedder.backend`, each class declaring its `code_version`.
+BACKEND_CLASSES: dict[str, type[LocalEmbedder]] = {
+    "torch": TorchEmbedder,
+    "onnx": OnnxEmbedder,
+    "static": StaticEmbedder,
+}
+BACKENDS = tuple(BACKEND_CLASSES)
 
 
 class Embedder(Protocol):
@@ -154,6 +160,22 @@ def forget_shared_embedders() -> None:
     """Drop the shared embedders, as a new process starts without them (benchmarks of run start-up)."""
     with _shared_lock:
         _shared.clear()
+
+
+def backend_code_version(embedder: dict[str, Any] | None) -> str:
+    """The declared code version of the backend an `embedder:` mapping names (torch when none; the
+    CHUNKYARD_EMBEDDER_BACKEND override included, as `embedder_for_config` reads it)."""
+    backend = (embedder or {}).get("backend") or "torch"
+    if backend == ENDPOINT_BACKEND:
+        from chunkyard.retrieval.endpoint_embedder import EndpointEmbedder
+
+        return EndpointEmbedder.code_version
+    backend = os.environ.get("CHUNKYARD_EMBEDDER_BACKEND") or backend
+    if backend not in BACKEND_CLASSES:
+        raise EmbedderConfigError(
+            f"embedder.backend: unknown {backend!r}; expected one of {', '.join(BACKENDS)}"
+        )
+    return BACKEND_CLASSES[backend].code_version
 
 
 def embedder_for_config(config: Any, *, queries: bool = False) -> Embedder:

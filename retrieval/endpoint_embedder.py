@@ -86,6 +86,7 @@ class EndpointEmbedder:
     """
 
     backend = ENDPOINT_BACKEND
+    code_version = "1"  # bump when this class changes the vectors it asks for (their assets' versions follow)
     model_path = None  # no local files: the stage's local-model check does not apply
     quantize = None
 

@@ -6,8 +6,8 @@ import uuid
 
 import pytest
 from chunkyard.chunking.types import Document
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval import aliases
-from chunkyard.retrieval.indexing import build_index
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.store.partitions import partition_names
 

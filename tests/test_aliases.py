@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 from chunkyard.chunking.types import Document
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval import aliases
 from chunkyard.retrieval.aliases import AliasError
-from chunkyard.retrieval.indexing import build_index
 from chunkyard.retrieval.options import SearchOptions
 from chunkyard.retrieval.query import Searcher
 

@@ -67,10 +67,10 @@ def test_full_graph_materialises_with_checks_evaluation_and_leaderboard(tmp_path
         for config in ("token_48", "recursive_48"):
             prefix = f"{collection}/{config}"
             assert meta[f"{prefix}/chunks"]["chunks_staged"] > 0
-            assert meta[f"{prefix}/index"]["chunks_total"] == meta[f"{prefix}/chunks"]["chunks_staged"]
+            assert meta[f"{prefix}/publish"]["chunks_total"] == meta[f"{prefix}/chunks"]["chunks_staged"]
             # the UI shows how the index's text and queries are analysed (set explicitly: no languages)
-            assert meta[f"{prefix}/index"]["analyzers"] == "english"
-            assert meta[f"{prefix}/index"]["languages"] == "-"
+            assert meta[f"{prefix}/publish"]["analyzers"] == "english"
+            assert meta[f"{prefix}/publish"]["languages"] == "-"
             evaluation = meta[f"{prefix}/evaluation"]
             floats = {k: v for k, v in evaluation.items() if isinstance(v, float)}
             assert any(k.startswith("dense/") for k in floats) and any(k.startswith("bm25/") for k in floats)
@@ -149,7 +149,7 @@ def test_missing_folder_is_reported_and_keeps_the_index(tmp_path: Path, env: str
         docs_meta = meta[f"{collection}/documents"]
         assert "documents folder not found" in docs_meta["failures"]
         assert docs_meta["documents_deleted"] == 0 and docs_meta["documents_unchanged"] == len(DOCS)
-        assert meta[f"{collection}/token_48/index"]["documents_total"] == len(DOCS)
+        assert meta[f"{collection}/token_48/publish"]["documents_total"] == len(DOCS)
         assert any(
             "documents folder not found" in (e.message or "") for e in instance.all_logs(result.run_id)
         )
@@ -202,7 +202,7 @@ def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: s
         assert not check.passed and check.severity == AssetCheckSeverity.ERROR
         assert check.metadata["chunks_over_limit"].value >= 1
         assert check.metadata["model_token_limit"].value == 256
-        assert f"{collection}/words_300/index" not in materializations(result)
+        assert f"{collection}/words_300/publish" not in materializations(result)
     info = Store(env).indexes.info(f"{collection}/words-300") or {}
     assert not info.get("published_at") and not info.get("chunk_count")  # never published
     # A config that allows truncation passes the same chunks and reports the truncated share.
@@ -249,7 +249,7 @@ def test_a_failed_blocking_check_leaves_the_previous_version_published(tmp_path:
         assert not check.passed
         done = materializations(result)
         assert f"{collection}/words_300/chunks" in done
-        assert not {f"{collection}/words_300/{kind}" for kind in ("embeddings", "bm25", "index")} & set(done)
+        assert not {f"{collection}/words_300/{kind}" for kind in ("embeddings", "bm25", "publish")} & set(done)
         after = store.indexes.info(name)
         assert after["version"] == published["version"] and after["chunk_count"] == 1
         # The chunks were materialized, but while their blocking check stands failed automation

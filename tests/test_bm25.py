@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from chunkyard.chunking.types import Document
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval import bm25 as bm25_lib
-from chunkyard.retrieval.indexing import build_index
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.partitions import partition_names
 from rank_bm25 import BM25Okapi

@@ -170,7 +170,7 @@ def test_celery_run_succeeds_with_every_step_in_a_worker_process(runs: dict) -> 
     assert celery["run"].is_success, celery["log"][-4000:]
     spans = celery["spans"]
     kinds = {key.rsplit("__", 1)[-1] for key in spans}
-    assert kinds >= {"documents", "chunks", "embeddings", "bm25", "index", "evaluation", "leaderboard"}
+    assert kinds >= {"documents", "chunks", "embeddings", "bm25", "publish", "evaluation", "leaderboard"}
     assert all(span.succeeded for span in spans.values())
     # Every step's events come from a worker's process (solo pool: the worker runs its task itself),
     # never from the run's own process; both workers took steps.

@@ -39,7 +39,7 @@ def test_project_graph_names_groups_and_descriptions(monkeypatch: pytest.MonkeyP
     defs = build_definitions()
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
-    for kind in ("chunks", "embeddings", "bm25", "index", "evaluation"):
+    for kind in ("chunks", "embeddings", "bm25", "publish", "evaluation"):
         assert f"demo/recursive_256/{kind}" in keys
         assert f"demo/token_256/{kind}" in keys
     assert {"demo/documents", "demo/leaderboard"} <= keys
@@ -73,12 +73,12 @@ def test_project_graph_names_groups_and_descriptions(monkeypatch: pytest.MonkeyP
     )
     parents = {k.to_user_string() for k in adaptive.parent_keys}
     assert {
-        "chroma_general/eval_recursive_150_adaptive/index",
-        "chroma_general/eval_recursive_400_ctx/index",
+        "chroma_general/eval_recursive_150_adaptive/publish",
+        "chroma_general/eval_recursive_400_ctx/publish",
     } <= parents
     # ... and that coarse index (not listed in collections.yaml) is a defined asset in its own group,
     # with a code version, like every index a config needs.
-    for kind in ("chunks", "embeddings", "bm25", "index"):
+    for kind in ("chunks", "embeddings", "bm25", "publish"):
         key = next(
             k
             for k in graph.get_all_asset_keys()
@@ -116,7 +116,7 @@ def test_editing_one_config_changes_only_its_code_versions(tmp_path: Path) -> No
 
     changed = sorted(k for k in before if before[k] != after[k])
     assert changed == sorted(
-        f"{collection}/token_48/{kind}" for kind in ("chunks", "embeddings", "bm25", "index", "evaluation")
+        f"{collection}/token_48/{kind}" for kind in ("chunks", "embeddings", "bm25", "publish", "evaluation")
     )
     # A description edit does not change what is built: nothing goes stale.
     edited["indexes"]["recursive-48"]["description"] = "reworded"
@@ -127,7 +127,7 @@ def test_editing_one_config_changes_only_its_code_versions(tmp_path: Path) -> No
     indexes_path.write_text(yaml.safe_dump(edited))
     bm25_changed = sorted(k for k, v in _versions(indexes_path, collections_path).items() if after[k] != v)
     assert bm25_changed == sorted(
-        f"{collection}/recursive_48/{kind}" for kind in ("bm25", "index", "evaluation")
+        f"{collection}/recursive_48/{kind}" for kind in ("bm25", "publish", "evaluation")
     )
 
 

@@ -24,7 +24,7 @@ from tests.fake_embedding_server import FakeEmbeddingServer
 CHILD = """
 import sys
 from chunkyard.retrieval.embedder import embedder_for_config
-from chunkyard.retrieval.indexing import embed_shard
+from chunkyard.retrieval.indexing.embed_shards import embed_shard
 from chunkyard.retrieval.store import Store
 from tests.test_embed_shards import spec
 
@@ -72,17 +72,14 @@ def _published(store, target: IndexSpec) -> dict[str, str]:
 
 
 def test_two_shard_processes_publish_one_processs_vectors_and_a_killed_shard_resumes(store, pg_url) -> None:
+    from chunkyard.pipeline.graph import build_index
     from chunkyard.retrieval.embedder import embedder_for_config
     from chunkyard.retrieval.endpoint_embedder import forget_shared_endpoint_embedders
-    from chunkyard.retrieval.indexing import (
-        build_index,
-        embed_shard,
-        publish,
-        stage_bm25,
-        stage_chunks,
-        stage_embeddings,
-    )
-    from chunkyard.retrieval.indexing.embed_shards import shard_of
+    from chunkyard.retrieval.indexing.bm25 import stage_bm25
+    from chunkyard.retrieval.indexing.chunks import stage_chunks
+    from chunkyard.retrieval.indexing.embed_shards import embed_shard, shard_of
+    from chunkyard.retrieval.indexing.embeddings import stage_embeddings
+    from chunkyard.retrieval.indexing.publish import publish
 
     run = uuid.uuid4().hex[:8]
     docs = [

@@ -40,7 +40,7 @@ import pgserver
 from chunkyard.chunking.types import Document
 from chunkyard.retrieval import aliases
 from chunkyard.retrieval.embedder import load_embedder
-from chunkyard.retrieval.indexing import build_index
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.selfcheck import DatabaseSelfCheckError
 from chunkyard.retrieval.store import Store

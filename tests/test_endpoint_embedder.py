@@ -242,7 +242,8 @@ DOCS = [
 def test_a_build_records_usage_and_the_cache_keys_on_the_endpoints_model(store, server) -> None:
     from chunkyard.pipeline.steps.embeddings import embed
     from chunkyard.retrieval.embedder import embedder_for_config
-    from chunkyard.retrieval.indexing import stage_bm25, stage_chunks
+    from chunkyard.retrieval.indexing.bm25 import stage_bm25
+    from chunkyard.retrieval.indexing.chunks import stage_chunks
     from chunkyard.retrieval.indexing.publishing import publish
 
     spec = _spec(server, f"ep{uuid.uuid4().hex[:8]}")
@@ -269,7 +270,7 @@ def test_a_build_records_usage_and_the_cache_keys_on_the_endpoints_model(store, 
     again = _spec(server, f"ep{uuid.uuid4().hex[:8]}")
     store.documents.sync(again.collection, DOCS, [])
     requests = server.requests
-    from chunkyard.retrieval.indexing import build_index
+    from chunkyard.pipeline.graph import build_index
 
     build_index(store, again, embedder)
     assert server.requests == requests  # every vector from the cache: the endpoint is not asked
@@ -288,9 +289,9 @@ def test_a_build_records_usage_and_the_cache_keys_on_the_endpoints_model(store, 
 
 
 def test_the_service_reports_the_endpoint_in_readyz_and_503s_searches_without_it(store) -> None:
+    from chunkyard.pipeline.graph import build_index
     from chunkyard.retrieval.embedder import embedder_for_config
     from chunkyard.retrieval.endpoint_embedder import forget_shared_endpoint_embedders
-    from chunkyard.retrieval.indexing import build_index
     from chunkyard.retrieval.query import Searcher
     from chunkyard.retrieval.service import ENDPOINT_UNAVAILABLE, create_app
     from fastapi.testclient import TestClient

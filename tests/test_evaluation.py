@@ -71,8 +71,8 @@ QUESTIONS = [
 
 @pytest.fixture(scope="module")
 def built_index(pg_url, embedder):
+    from chunkyard.pipeline.graph import build_index
     from chunkyard.retrieval.config import IndexConfig, IndexSpec
-    from chunkyard.retrieval.indexing import build_index
     from chunkyard.retrieval.query import Searcher
     from chunkyard.retrieval.store import Store
 

@@ -189,7 +189,7 @@ def test_office_zip_bombs_are_refused_before_parsing(tmp_path: Path, monkeypatch
 def test_every_format_is_indexed_and_searchable_and_bad_files_reported(
     tmp_path: Path, store, embedder
 ) -> None:
-    from chunkyard.retrieval import indexing
+    from chunkyard.pipeline.graph import build_index
     from chunkyard.retrieval.config import IndexConfig, IndexSpec
     from chunkyard.retrieval.query import Searcher
 
@@ -216,7 +216,7 @@ def test_every_format_is_indexed_and_searchable_and_bad_files_reported(
         IndexConfig(name="sentence-32", chunker={"strategy": "sentence", "size": 32, "tokenizer": "model"}),
     )
     store.documents.sync(spec.collection, documents, failures)
-    assert indexing.build_index(store, spec, embedder).published
+    assert build_index(store, spec, embedder).published
     searcher = Searcher(store, embedder)
     for query, doc_id in [
         ("anchoring forbidden turning basin", "manual.docx"),

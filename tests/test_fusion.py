@@ -9,9 +9,9 @@ import pytest
 from chunkyard.chunking.types import Document
 from chunkyard.evaluation.datasets.evalset import read_eval_set
 from chunkyard.evaluation.runner import SERVED_VARIANT, EvaluationReport, EvaluationRequest, evaluate_index
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.index_defaults import AUTO_WEIGHT, auto_weight
-from chunkyard.retrieval.indexing import build_index
 from chunkyard.retrieval.options import DEFAULT_MODE, SearchOptions, default_of, option_schemas
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.query.fusion import calibrated_weight, corroboration, fuse

@@ -172,8 +172,8 @@ def test_written_set_loads_and_evaluates_like_a_hand_written_one(fake_llm, store
     from chunkyard.evaluation.questions import collection_questions
     from chunkyard.evaluation.reports import leaderboard
     from chunkyard.evaluation.runner import EvaluationRequest, evaluate_index, latest_reports
+    from chunkyard.pipeline.graph import build_index
     from chunkyard.retrieval.config import Collection, IndexConfig, IndexSpec
-    from chunkyard.retrieval.indexing import build_index
     from chunkyard.retrieval.query import Searcher
 
     documents = _documents()

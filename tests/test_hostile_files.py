@@ -240,7 +240,7 @@ def test_bm25_terms_are_capped_in_bytes() -> None:
 def test_collection_with_an_overlong_word_publishes_and_the_rest_is_searchable(
     tmp_path: Path, store, embedder
 ) -> None:
-    from chunkyard.retrieval import indexing
+    from chunkyard.pipeline.graph import build_index
     from chunkyard.retrieval.config import IndexConfig, IndexSpec
     from chunkyard.retrieval.query import Searcher
 
@@ -261,7 +261,7 @@ def test_collection_with_an_overlong_word_publishes_and_the_rest_is_searchable(
         ),
     )
     store.documents.sync(spec.collection, documents, failures)
-    report = indexing.build_index(store, spec, embedder)  # failed: index row requires 20072 bytes
+    report = build_index(store, spec, embedder)  # failed: index row requires 20072 bytes
     assert report.published
     with store.connection() as conn:
         longest, longest_term = conn.execute(

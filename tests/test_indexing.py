@@ -7,8 +7,13 @@ import time
 import numpy as np
 import pytest
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval import indexing
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.indexing.bm25 import stage_bm25
+from chunkyard.retrieval.indexing.chunks import stage_chunks
+from chunkyard.retrieval.indexing.embeddings import stage_embeddings
+from chunkyard.retrieval.indexing.publish import publish
+from chunkyard.retrieval.indexing.stage_reports import IndexingError
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.vectors import as_array
@@ -50,7 +55,7 @@ def test_build_index_with_the_real_chunker_stores_exact_spans(store, embedder, s
     )
     docs = _docs(DOCS)
     store.documents.sync(spec.collection, docs, [])
-    report = indexing.build_index(store, spec, embedder)
+    report = build_index(store, spec, embedder)
     meta = report.as_metadata()
     assert meta["documents_added"] == 3 and meta["chunks_inserted"] == meta["chunks_total"] > 3
     assert meta["embeddings_computed"] + meta["embeddings_reused"] == meta["chunks_inserted"]
@@ -69,18 +74,18 @@ def test_incremental_staging_embeds_only_what_changed(store, embedder) -> None:
     chunker = ParagraphChunker(spec.config.config_hash)
     texts = dict(DOCS)
     store.documents.sync(spec.collection, _docs(texts), [])
-    first = indexing.build_index(store, spec, embedder, chunker=chunker)
+    first = build_index(store, spec, embedder, chunker=chunker)
     assert first.version == 1 and first.chunks_inserted == 7
 
     # nothing changed: zero embeddings computed, nothing published, the version stays
     sync = store.documents.sync(spec.collection, _docs(texts), [])
     assert sync.unchanged == sorted(texts) or sorted(sync.unchanged) == sorted(texts)
-    stage = indexing.stage_chunks(store, spec, chunker=chunker)
+    stage = stage_chunks(store, spec, chunker=chunker)
     assert (stage.documents_unchanged, stage.chunks_staged, stage.chunks_kept) == (3, 0, 7)
-    embed = indexing.stage_embeddings(store, spec, embedder)
+    embed = stage_embeddings(store, spec, embedder)
     assert embed.embeddings_computed == 0
-    indexing.stage_bm25(store, spec)
-    again = indexing.publish(store, spec)
+    stage_bm25(store, spec)
+    again = publish(store, spec)
     assert again.version == 1 and not again.published
 
     # only a retrieval option changed (outside the config hash): republished under a new version
@@ -88,13 +93,13 @@ def test_incremental_staging_embeds_only_what_changed(store, embedder) -> None:
         spec.collection, IndexConfig(**{**spec.config.as_dict(), "hybrid": {"weight": 0.2}})
     )
     assert reweighted.config.config_hash == spec.config.config_hash
-    indexing.stage_chunks(store, reweighted, chunker=chunker)
-    indexing.stage_embeddings(store, reweighted, embedder)
-    indexing.stage_bm25(store, reweighted)
-    republished = indexing.publish(store, reweighted)
+    stage_chunks(store, reweighted, chunker=chunker)
+    stage_embeddings(store, reweighted, embedder)
+    stage_bm25(store, reweighted)
+    republished = publish(store, reweighted)
     assert republished.published and republished.version == 2 and republished.chunks_total == 7
     assert store.indexes.info(spec.name)["config"]["hybrid"]["weight"] == 0.2
-    again = indexing.publish(store, reweighted)
+    again = publish(store, reweighted)
     assert again.version == 2 and not again.published
 
     # one paragraph edited, one document deleted, one added
@@ -103,14 +108,14 @@ def test_incremental_staging_embeds_only_what_changed(store, embedder) -> None:
     texts["new.md"] = "A new document.\n\nchunkyard turns folders into indexes."  # 2nd paragraph is cached
     sync = store.documents.sync(spec.collection, _docs(texts), [])
     assert (sync.changed, sync.deleted, sync.added) == (["guide.md"], ["deploy.md"], ["new.md"])
-    stage = indexing.stage_chunks(store, spec, chunker=chunker)
+    stage = stage_chunks(store, spec, chunker=chunker)
     assert (stage.documents_changed, stage.documents_deleted, stage.documents_added) == (1, 1, 1)
     assert (stage.chunks_staged, stage.chunks_to_delete, stage.chunks_kept) == (5, 5, 2)
-    embed = indexing.stage_embeddings(store, spec, embedder)
+    embed = stage_embeddings(store, spec, embedder)
     # guide.md: 2 of 3 paragraphs unchanged (cache), 1 new; new.md: 1 new, 1 identical to a cached text
     assert (embed.embeddings_computed, embed.embeddings_reused) == (2, 3)
-    indexing.stage_bm25(store, spec)
-    published = indexing.publish(store, spec)
+    stage_bm25(store, spec)
+    published = publish(store, spec)
     assert published.version == 3 and published.chunks_total == 7 and published.documents_total == 3
     assert {r[0] for r in _stored_chunks(store, spec.name)} == {"guide.md", "bm25.md", "new.md"}
     results = Searcher(store, embedder).search("partition", spec.name, k=1, mode="bm25")
@@ -122,9 +127,7 @@ def test_embedding_cache_is_shared_across_indexes(store, embedder) -> None:
     for name in ("cache-a", "cache-b"):
         spec = make_spec(collection="cache-shared", name=name)
         store.documents.sync(spec.collection, _docs(texts), [])
-        report = indexing.build_index(
-            store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash)
-        )
+        report = build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
         if name == "cache-b":
             assert report.staged["embeddings_computed"] == 0 and report.staged["embeddings_reused"] == 2
 
@@ -133,7 +136,7 @@ def test_precomputed_vectors_are_stored_as_is(store, embedder) -> None:
     spec = make_spec()
     vector_for = random_unit_vector_for(seed_salt="late")
     store.documents.sync(spec.collection, _docs({"a.md": "late one\n\nlate two"}), [])
-    report = indexing.build_index(
+    report = build_index(
         store,
         spec,
         embedder,
@@ -151,28 +154,28 @@ def test_precomputed_vectors_are_stored_as_is(store, embedder) -> None:
 def test_publish_refuses_incomplete_staging(store, embedder) -> None:
     spec = make_spec()
     store.documents.sync(spec.collection, _docs(DOCS), [])
-    indexing.stage_chunks(store, spec, chunker=ParagraphChunker(spec.config.config_hash))
-    with pytest.raises(indexing.IndexingError, match="stage_embeddings"):
-        indexing.publish(store, spec)
-    indexing.stage_embeddings(store, spec, embedder)
-    with pytest.raises(indexing.IndexingError, match="stage_bm25"):
-        indexing.publish(store, spec)
+    stage_chunks(store, spec, chunker=ParagraphChunker(spec.config.config_hash))
+    with pytest.raises(IndexingError, match="stage_embeddings"):
+        publish(store, spec)
+    stage_embeddings(store, spec, embedder)
+    with pytest.raises(IndexingError, match="stage_bm25"):
+        publish(store, spec)
     assert store.indexes.info(spec.name)["version"] == 0  # nothing published, nothing lost
-    indexing.stage_bm25(store, spec)
-    assert indexing.publish(store, spec).version == 1
+    stage_bm25(store, spec)
+    assert publish(store, spec).version == 1
 
 
 def test_config_change_rebuilds_everything(store, embedder) -> None:
     spec = make_spec(name="rebuild")
     store.documents.sync(spec.collection, _docs(DOCS), [])
-    indexing.build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
+    build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
     changed = make_spec(collection=spec.collection, name="rebuild", bm25={"analyzer": "english"})
     assert changed.config.config_hash != spec.config.config_hash
-    stage = indexing.stage_chunks(store, changed, chunker=ParagraphChunker(changed.config.config_hash))
+    stage = stage_chunks(store, changed, chunker=ParagraphChunker(changed.config.config_hash))
     assert stage.full_rebuild and stage.documents_added == 3 and stage.chunks_to_delete == 7
-    indexing.stage_embeddings(store, changed, embedder)
-    indexing.stage_bm25(store, changed)
-    report = indexing.publish(store, changed)
+    stage_embeddings(store, changed, embedder)
+    stage_bm25(store, changed)
+    report = publish(store, changed)
     assert report.version == 2 and report.chunks_total == 7 and report.chunks_deleted == 7
     assert store.indexes.info(spec.name)["config_hash"] == changed.config.config_hash
 
@@ -196,16 +199,14 @@ def test_readers_see_the_old_or_the_new_index_never_a_mix(store, embedder) -> No
     vector_for = random_unit_vector_for()
     chunker = ParagraphChunker(spec.config.config_hash, vector_for=vector_for)
     store.documents.sync(spec.collection, corpus("alpha"), [])
-    indexing.build_index(store, spec, embedder, chunker=chunker)
+    build_index(store, spec, embedder, chunker=chunker)
 
     store.documents.sync(spec.collection, corpus("beta"), [])
-    indexing.stage_chunks(store, spec, chunker=chunker)
-    indexing.stage_embeddings(store, spec, embedder)
-    indexing.stage_bm25(store, spec)
+    stage_chunks(store, spec, chunker=chunker)
+    stage_embeddings(store, spec, embedder)
+    stage_bm25(store, spec)
 
-    report = publish_under_readers(
-        Searcher(store, embedder), spec.name, lambda: indexing.publish(store, spec)
-    )
+    report = publish_under_readers(Searcher(store, embedder), spec.name, lambda: publish(store, spec))
     assert report.version == 2 and report.chunks_inserted == report.chunks_deleted == n_docs * n_paragraphs
 
 
@@ -214,14 +215,14 @@ def test_memory_bm25_reloads_when_the_version_moves(store, embedder) -> None:
     chunker = ParagraphChunker(spec.config.config_hash)
     texts = {"a.md": "apples and pears", "c.md": "plums", "d.md": "cherries", "e.md": "grapes"}
     store.documents.sync(spec.collection, _docs(texts), [])
-    indexing.build_index(store, spec, embedder, chunker=chunker)
+    build_index(store, spec, embedder, chunker=chunker)
     searcher = Searcher(store, embedder, bm25_backend="memory")
     sql_searcher = Searcher(store, embedder, bm25_backend="sql")
     searcher.warm(spec.name)
     assert searcher.lexical.loaded(spec.name).version == 1
     assert [r.doc_id for r in searcher.search("pears", spec.name, mode="bm25")] == ["a.md"]
     store.documents.sync(spec.collection, _docs({**texts, "b.md": "pears pears pears"}), [])
-    indexing.build_index(store, spec, embedder, chunker=chunker)
+    build_index(store, spec, embedder, chunker=chunker)
     stale = searcher.search("pears", spec.name, mode="bm25")  # answered from SQL while reloading
     deadline = time.time() + 30
     while searcher.lexical.loaded(spec.name).version != 2 and time.time() < deadline:
@@ -240,7 +241,7 @@ def test_late_chunking_vectors_come_from_the_chunker(store, embedder) -> None:
         IndexConfig(name="late", chunker={"strategy": "late", "size": 24, "tokenizer": "model"}),
     )
     store.documents.sync(spec.collection, _docs(DOCS), [])
-    report = indexing.build_index(store, spec, embedder).as_metadata()
+    report = build_index(store, spec, embedder).as_metadata()
     assert report["chunks_total"] > 3
     assert report["embeddings_precomputed"] == report["chunks_total"] and report["embeddings_computed"] == 0
     results = Searcher(store, embedder).search("docker compose deployment", spec.name, k=1, mode="dense")
@@ -251,7 +252,7 @@ def test_vectors_wider_than_hnsw_allows_are_published_without_a_graph(store, emb
     spec = make_spec()
     store.documents.sync(spec.collection, _docs({"w.md": "wide one\n\nwide two"}), [])
     chunker = ParagraphChunker(spec.config.config_hash, vector_for=random_unit_vector_for(dim=2048))
-    report = indexing.build_index(store, spec, embedder, chunker=chunker)
+    report = build_index(store, spec, embedder, chunker=chunker)
     assert report.published and not report.hnsw_built and report.chunks_total == 2
     assert store.indexes.info(spec.name)["dim"] == 2048
 
@@ -259,7 +260,7 @@ def test_vectors_wider_than_hnsw_allows_are_published_without_a_graph(store, emb
 def test_a_publish_vacuums_the_tables_whose_dead_rows_autovacuum_has_not_cleared(
     store, embedder, monkeypatch
 ) -> None:
-    from chunkyard.retrieval.indexing import publishing
+    from chunkyard.retrieval.indexing import publish as publishing
     from chunkyard.retrieval.store.partitions import partition_names
 
     spec = make_spec()
@@ -276,11 +277,11 @@ def test_a_publish_vacuums_the_tables_whose_dead_rows_autovacuum_has_not_cleared
     def change_and_publish(text: str):
         texts["deploy.md"] = text
         store.documents.sync(spec.collection, _docs(texts), [])
-        return indexing.build_index(store, spec, embedder, chunker=chunker)
+        return build_index(store, spec, embedder, chunker=chunker)
 
     texts = dict(DOCS)
     store.documents.sync(spec.collection, _docs(texts), [])
-    indexing.build_index(store, spec, embedder, chunker=chunker)
+    build_index(store, spec, embedder, chunker=chunker)
     change_and_publish("Deploy it elsewhere.\n\nThe service still answers POST /v1/search.")
     deadline = time.monotonic() + 30
     while partition_stats()[0] == 0:  # the statistics reach pg_stat_user_tables within about a second
@@ -302,7 +303,7 @@ def test_a_publish_vacuums_the_tables_whose_dead_rows_autovacuum_has_not_cleared
 def test_a_bulk_publish_vacuums_the_staging_tables_and_a_small_one_does_not(
     store, embedder, monkeypatch
 ) -> None:
-    from chunkyard.retrieval.indexing import publishing
+    from chunkyard.retrieval.indexing import publish as publishing
     from chunkyard.retrieval.migrations import STAGING_TABLES
 
     def vacuum_counts() -> dict[str, int]:
@@ -318,13 +319,13 @@ def test_a_bulk_publish_vacuums_the_staging_tables_and_a_small_one_does_not(
     texts = dict(DOCS)
     store.documents.sync(spec.collection, _docs(texts), [])
     before = vacuum_counts()
-    indexing.build_index(store, spec, embedder, chunker=chunker)  # 7 chunks: under the bulk threshold
+    build_index(store, spec, embedder, chunker=chunker)  # 7 chunks: under the bulk threshold
     assert vacuum_counts() == before
 
     monkeypatch.setattr(publishing, "VACUUM_STAGING_CHUNKS", 2)  # this collection's "bulk"
     texts["deploy.md"] = "Deploy it elsewhere.\n\nThe service still answers POST /v1/search."
     store.documents.sync(spec.collection, _docs(texts), [])
-    indexing.build_index(store, spec, embedder, chunker=chunker)  # 2 deleted + 2 inserted
+    build_index(store, spec, embedder, chunker=chunker)  # 2 deleted + 2 inserted
     after = vacuum_counts()
     assert set(after) == set(STAGING_TABLES)
     assert all(after[t] > before.get(t, 0) for t in STAGING_TABLES), (before, after)

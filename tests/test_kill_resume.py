@@ -1,6 +1,6 @@
 """kill -9 mid-embedding, then resume: the published index equals a fresh build, nothing leaks.
 
-A real `python -c` process runs `retrieval.indexing.build_index` on a corpus big enough to embed
+A real `python -c` process runs `retrieval.build_index` on a corpus big enough to embed
 for several seconds; once the embedding cache holds some of its vectors (the first batches are
 written) it gets SIGKILL. Rerunning build_index resumes from the cache, and the published index is
 checked row by row against a fresh build of the same documents in another collection: chunk ids
@@ -34,7 +34,7 @@ N_DOCS, WORDS_PER_DOC = 24, 1000
 CHILD = """
 import sys
 from chunkyard.retrieval.embedder import load_embedder
-from chunkyard.retrieval.indexing import build_index
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.store import Store
 from tests.test_kill_resume import CONFIG
 from chunkyard.retrieval.config import IndexSpec
@@ -78,7 +78,7 @@ def _rows(store, sql: str, index_name: str) -> list[tuple]:
 
 
 def test_kill_9_mid_embedding_then_resume_publishes_a_consistent_index(store, embedder, pg_url: str) -> None:
-    from chunkyard.retrieval import indexing
+    from chunkyard.pipeline.graph import build_index
 
     collection = f"kill{uuid.uuid4().hex[:8]}"
     spec = IndexSpec(collection, CONFIG)
@@ -108,14 +108,14 @@ def test_kill_9_mid_embedding_then_resume_publishes_a_consistent_index(store, em
     published = "SELECT count(*) FROM chunks WHERE index_name = %s"
     assert _rows(store, published, spec.name) == [(0,)]  # nothing was published
 
-    report = indexing.build_index(store, spec, embedder).as_metadata()  # resume
+    report = build_index(store, spec, embedder).as_metadata()  # resume
     assert report["embeddings_reused"] >= cached  # what the killed run embedded is not embedded again
     assert report["embeddings_computed"] <= total - cached
 
     fresh_collection = f"fresh{uuid.uuid4().hex[:8]}"
     fresh = IndexSpec(fresh_collection, CONFIG)
     store.documents.sync(fresh_collection, docs, [])
-    fresh_report = indexing.build_index(store, fresh, embedder).as_metadata()
+    fresh_report = build_index(store, fresh, embedder).as_metadata()
     assert fresh_report["embeddings_computed"] == 0  # every vector comes from the cache now
 
     chunks_sql = (

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval.indexing import stage_chunks
+from chunkyard.retrieval.indexing.chunks import stage_chunks
 from chunkyard.retrieval.language_identifier import WINDOW, WindowedIdentifier, load_identifier
 from chunkyard.retrieval.languages import METADATA_KEY, SAMPLE_CHARS
 from chunkyard.retrieval.store import Store

@@ -9,9 +9,9 @@ from chunkyard.chunking.types import Document
 from chunkyard.evaluation.datasets.evalset import read_eval_set
 from chunkyard.evaluation.datasets.types import Span
 from chunkyard.evaluation.metrics import hit_at_k
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.analysis import Analyzer, UkrainianStemmer, analyzer_name, build_analyzer
 from chunkyard.retrieval.config import SettingsError, load_index_configs
-from chunkyard.retrieval.indexing import build_index
 from chunkyard.retrieval.languages import choose_analyzer, detect_language
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.store import Store

@@ -14,7 +14,7 @@ import pytest
 from chunkyard.chunking.e5_model import MODEL_NAME, TOKENIZER, WEIGHTS, E5ModelError, source_file
 from chunkyard.chunking.model_cache import READY
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval import indexing
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.embedder import Embedder, load_embedder
 from chunkyard.retrieval.query import Searcher
@@ -106,7 +106,7 @@ def test_an_index_names_its_model_and_answers_ukrainian_questions(store, e5_int8
     spec = IndexSpec("e5-uk", config)
     docs = [Document(p.name, p.read_text(encoding="utf-8")) for p in sorted((DATA / "uk").glob("*.md"))]
     store.documents.sync(spec.collection, docs, [])
-    meta = indexing.build_index(store, spec, e5_int8).as_metadata()
+    meta = build_index(store, spec, e5_int8).as_metadata()
     assert meta["embeddings_computed"] == meta["chunks_total"] >= 6
     searcher = Searcher(store, e5_int8)
     for question, document in (
@@ -154,7 +154,7 @@ def test_chunk_sizes_count_the_index_models_own_tokens(store, e5_int8) -> None:
     spec = IndexSpec("e5-th", config)
     docs = [Document(p.name, p.read_text(encoding="utf-8")) for p in sorted((DATA / "th").glob("*.md"))]
     store.documents.sync(spec.collection, docs, [])
-    indexing.build_index(store, spec, e5_int8)
+    build_index(store, spec, e5_int8)
     with store.connection() as conn:
         texts = [
             row[0] for row in conn.execute("SELECT text FROM chunks WHERE index_name = %s", (spec.name,))

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from chunkyard.chunking.types import Document
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.capabilities import VectorFeatureError, VectorFeatures
 from chunkyard.retrieval.config import IndexConfig, IndexSpec, SettingsError, load_index_configs, stable_hash
 from chunkyard.retrieval.db import DataFolderVersionError, bundled_postgres_major, embedded_database_url
-from chunkyard.retrieval.indexing import build_index
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.query.dense import dense_candidates, index_candidates, iterative_scan_mode
 from chunkyard.retrieval.query.handles import IndexHandles

@@ -15,10 +15,10 @@ from chunkyard.chunking.types import Document
 from chunkyard.evaluation.estimates import Estimate
 from chunkyard.evaluation.reports import Leaderboard, LeaderboardRow
 from chunkyard.evaluation.runner import EvaluationRequest, evaluate_index
+from chunkyard.pipeline.graph import build_index
 from chunkyard.pipeline.steps.promotion import decide, promote
 from chunkyard.retrieval import aliases
 from chunkyard.retrieval.config import Collection, PromotionPolicy, SettingsError, _promotion_policy
-from chunkyard.retrieval.indexing import build_index
 from chunkyard.retrieval.names import IndexName
 from chunkyard.retrieval.options import DEFAULT_MODE, SearchOptions
 from chunkyard.retrieval.query import Searcher

@@ -8,7 +8,9 @@ from pathlib import Path
 from chunkyard.chunking.documents.folder import load_folder
 from chunkyard.pipeline import checks
 from chunkyard.pipeline.steps.index import publish_index
-from chunkyard.retrieval.indexing import stage_bm25, stage_chunks, stage_embeddings
+from chunkyard.retrieval.indexing.bm25 import stage_bm25
+from chunkyard.retrieval.indexing.chunks import stage_chunks
+from chunkyard.retrieval.indexing.embeddings import stage_embeddings
 
 from tests.test_indexing_support import ParagraphChunker, make_spec
 

@@ -9,7 +9,12 @@ import time
 
 import pytest
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval import indexing
+from chunkyard.pipeline.graph import build_index
+from chunkyard.retrieval.indexing.bm25 import stage_bm25
+from chunkyard.retrieval.indexing.chunks import stage_chunks
+from chunkyard.retrieval.indexing.embeddings import stage_embeddings
+from chunkyard.retrieval.indexing.publish import publish
+from chunkyard.retrieval.indexing.stage_reports import PublishReport
 from chunkyard.retrieval.indexing.swap import SWAP_MIN_CHUNKS_ENV
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.query.handles import IndexHandles
@@ -42,11 +47,11 @@ def corpus(generation: str, n_docs: int = 12, n_paragraphs: int = 6) -> list[Doc
 
 def build(
     store: Store, embedder, spec, documents: list[Document], threshold: str, monkeypatch
-) -> indexing.PublishReport:
+) -> PublishReport:
     monkeypatch.setenv(SWAP_MIN_CHUNKS_ENV, threshold)
     store.documents.sync(spec.collection, documents, [])
     chunker = ParagraphChunker(spec.config.config_hash, vector_for=vector_for)
-    return indexing.build_index(store, spec, embedder, chunker=chunker)
+    return build_index(store, spec, embedder, chunker=chunker)
 
 
 def published(store: Store, index_name: str) -> dict[str, list[tuple]]:
@@ -156,9 +161,9 @@ def stage_rebuild(store, embedder, spec):
     rebuilt = make_spec(collection=spec.collection, name=spec.config.name, bm25={"analyzer": "english"})
     store.documents.sync(spec.collection, corpus("beta"), [])
     chunker = ParagraphChunker(rebuilt.config.config_hash, vector_for=vector_for)
-    indexing.stage_chunks(store, rebuilt, chunker=chunker)
-    indexing.stage_embeddings(store, rebuilt, embedder)
-    indexing.stage_bm25(store, rebuilt)
+    stage_chunks(store, rebuilt, chunker=chunker)
+    stage_embeddings(store, rebuilt, embedder)
+    stage_bm25(store, rebuilt)
     return rebuilt
 
 
@@ -199,7 +204,7 @@ def test_the_bm25_stage_prepares_the_postings_and_a_failed_publish_keeps_them_fo
         )
     try:
         with pytest.raises(Exception, match="version bump refused"):
-            indexing.publish(store, rebuilt)
+            publish(store, rebuilt)
     finally:
         with store.connection() as conn:
             conn.execute("DROP TRIGGER fail_version_bump ON indexes")
@@ -210,7 +215,7 @@ def test_the_bm25_stage_prepares_the_postings_and_a_failed_publish_keeps_them_fo
     assert {r.text.split()[1] for r in results} == {"alpha"} and results[0].index_version == 1
     assert prepared_postings(store, spec.name) == [(postings_next,)]  # no chunks table of the failed build
 
-    report = indexing.publish(store, rebuilt)
+    report = publish(store, rebuilt)
     assert report.version == 2 and report.chunks_inserted == 72
     assert schema_of(store, spec.name) == schema
 
@@ -225,17 +230,17 @@ def test_re_staging_or_a_smaller_build_drops_the_prepared_postings(store, embedd
     rebuilt = stage_rebuild(store, embedder, spec)  # stage_chunks again, then stage_bm25 prepares anew
     assert prepared_postings(store, spec.name) != []
     chunker = ParagraphChunker(rebuilt.config.config_hash, vector_for=vector_for)
-    indexing.stage_chunks(store, rebuilt, chunker=chunker)
+    stage_chunks(store, rebuilt, chunker=chunker)
     assert prepared_postings(store, spec.name) == []
 
     monkeypatch.setenv(SWAP_MIN_CHUNKS_ENV, "1")
-    indexing.stage_embeddings(store, rebuilt, embedder)
-    indexing.stage_bm25(store, rebuilt)
+    stage_embeddings(store, rebuilt, embedder)
+    stage_bm25(store, rebuilt)
     assert prepared_postings(store, spec.name) != []
     monkeypatch.setenv(SWAP_MIN_CHUNKS_ENV, IN_PLACE)
-    indexing.stage_bm25(store, rebuilt)
+    stage_bm25(store, rebuilt)
     assert prepared_postings(store, spec.name) == []
-    report = indexing.publish(store, rebuilt)
+    report = publish(store, rebuilt)
     assert report.version == 2 and report.chunks_inserted == 72 and report.full_rebuild
 
     reference = make_spec(bm25={"analyzer": "english"})
@@ -253,16 +258,16 @@ def test_a_reader_snapshot_taken_before_the_swap_keeps_the_old_rows(store, embed
     rebuilt = make_spec(collection=spec.collection, name=spec.config.name, bm25={"analyzer": "english"})
     store.documents.sync(spec.collection, corpus("beta", n_docs=13), [])
     chunker = ParagraphChunker(rebuilt.config.config_hash, vector_for=vector_for)
-    indexing.stage_chunks(store, rebuilt, chunker=chunker)
-    indexing.stage_embeddings(store, rebuilt, embedder)
-    indexing.stage_bm25(store, rebuilt)
+    stage_chunks(store, rebuilt, chunker=chunker)
+    stage_embeddings(store, rebuilt, embedder)
+    stage_bm25(store, rebuilt)
     chunks = partition_names(spec.name)["chunks"]
 
     reports: list[object] = []
     with store.connection() as reader:
         handle = IndexHandles().get(reader, spec.name, begin=True)  # BEGIN, read lock, index lookup
         assert handle.version == 1
-        publisher = threading.Thread(target=lambda: reports.append(indexing.publish(store, rebuilt)))
+        publisher = threading.Thread(target=lambda: reports.append(publish(store, rebuilt)))
         publisher.start()
         time.sleep(1.5)
         assert publisher.is_alive() and store.indexes.version(spec.name) == 1  # the swap waits on the reader
@@ -289,13 +294,11 @@ def test_readers_see_the_old_or_the_new_version_across_a_swap(store, embedder, m
     )
     store.documents.sync(spec.collection, corpus("beta", n_docs=40, n_paragraphs=10), [])
     chunker = ParagraphChunker(rebuilt.config.config_hash, vector_for=vector_for)
-    indexing.stage_chunks(store, rebuilt, chunker=chunker)
-    indexing.stage_embeddings(store, rebuilt, embedder)
-    indexing.stage_bm25(store, rebuilt)
+    stage_chunks(store, rebuilt, chunker=chunker)
+    stage_embeddings(store, rebuilt, embedder)
+    stage_bm25(store, rebuilt)
 
-    report = publish_under_readers(
-        Searcher(store, embedder), spec.name, lambda: indexing.publish(store, rebuilt)
-    )
+    report = publish_under_readers(Searcher(store, embedder), spec.name, lambda: publish(store, rebuilt))
     assert report.version == 2 and report.chunks_inserted == report.chunks_deleted == 400
 
 
@@ -311,7 +314,7 @@ def test_a_staging_written_before_the_terms_table_publishes_the_same_terms(
         conn.execute("DELETE FROM staged_bm25_terms WHERE index_name = %s", (spec.name,))
         conn.execute("DELETE FROM schema_migrations WHERE version = 8")
     assert store.migrate() == [8]
-    indexing.publish(store, rebuilt)
+    publish(store, rebuilt)
 
     reference = make_spec(bm25={"analyzer": "english"})
     build(store, embedder, reference, corpus("beta"), IN_PLACE, monkeypatch)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval.indexing import build_index
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.query import IndexNotFoundError, Searcher, SearchError
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.partitions import partition_names

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from chunkyard.chunking.types import Chunk, Document
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.config import IndexConfig, IndexSpec, SettingsError, load_index_configs
 from chunkyard.retrieval.config_checks import load_index_specs
-from chunkyard.retrieval.indexing import build_index
 from chunkyard.retrieval.query import IndexNotFoundError, Searcher, SearchError
 from chunkyard.retrieval.store import Store
 

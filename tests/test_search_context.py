@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from chunkyard.chunking.types import Document
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.bm25 import Analyzer
 from chunkyard.retrieval.config import IndexConfig, IndexSpec, SettingsError, load_index_configs
-from chunkyard.retrieval.indexing import build_index
 from chunkyard.retrieval.query import Searcher, SearchError
 from chunkyard.retrieval.store import Store
 

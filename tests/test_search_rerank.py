@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from chunkyard.chunking.models import resolve_model_path
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval.indexing import build_index
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.rerankers import (
     CrossEncoderReranker,

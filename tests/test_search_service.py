@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from chunkyard.chunking.types import Document
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.client import AuthenticationError, Client
-from chunkyard.retrieval.indexing import build_index
 from chunkyard.retrieval.query import IndexNotFoundError, Searcher, SearchError
 from chunkyard.retrieval.service import create_app
 from chunkyard.retrieval.store import Store

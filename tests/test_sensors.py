@@ -65,7 +65,7 @@ def test_sensor_reindexes_exactly_what_changed(project) -> None:
             f"{prefix}/chunks",
             f"{prefix}/embeddings",
             f"{prefix}/bm25",
-            f"{prefix}/index",
+            f"{prefix}/publish",
         }
         meta, checks = _run(defs, instance, request)
         assert ids(meta[f"{prefix}/chunks"]["rechunked_documents"]) == ["alpha.md", "beta.md", "gamma.txt"]
@@ -122,7 +122,7 @@ def test_sensor_reindexes_exactly_what_changed(project) -> None:
         assert emb["embeddings_computed"] == emb["chunks"] - emb["embeddings_reused"]
         assert emb["embeddings_computed"] < emb["chunks"]
         assert all(c.passed for c in checks.values()), {k: c.metadata for k, c in checks.items()}
-        index_meta = meta[f"{prefix}/index"]
+        index_meta = meta[f"{prefix}/publish"]
         assert index_meta["documents_total"] == 3
 
         # Another tick after the run: nothing left to do.

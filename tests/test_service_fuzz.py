@@ -10,7 +10,7 @@ import pytest
 import requests
 import schemathesis
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval.indexing import build_index
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.service import create_app
 from chunkyard.retrieval.store import Store

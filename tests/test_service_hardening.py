@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval.indexing import build_index
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.options import REQUEST_MAX_K
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.service import UNAVAILABLE, create_app

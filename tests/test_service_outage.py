@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval.indexing import build_index
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.service import UNAVAILABLE
 from chunkyard.retrieval.store import Store
 

@@ -282,7 +282,7 @@ def test_stack_end_to_end(tmp_path: Path) -> None:
         wait_until(stack, lambda: delta_versions(stack) == set(), "the deleted file leaves search")
 
         # 4. Evaluation and leaderboard follow the last publish through declarative automation.
-        index_key = [COLLECTION, CONFIG.replace("-", "_"), "index"]
+        index_key = [COLLECTION, CONFIG.replace("-", "_"), "publish"]
         eval_key = [COLLECTION, CONFIG.replace("-", "_"), "evaluation"]
         board_key = [COLLECTION, "leaderboard"]
         published = max(float(m["timestamp"]) for m in materializations(stack, index_key))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from chunkyard.chunking.documents.folder import load_folder
-from chunkyard.retrieval.indexing import build_index
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.query import Searcher
 
 from tests.test_indexing_support import ParagraphChunker, make_spec

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from chunkyard.chunking.model_cache import READY
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval import indexing
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.embedder import Embedder, load_embedder
 from chunkyard.retrieval.embedders.base import EmbedderConfigError
@@ -111,7 +111,7 @@ def test_a_static_index_builds_and_searches_through_the_pipeline(store, static_e
         ),
     )
     store.documents.sync(spec.collection, [Document(k, v, metadata={"path": k}) for k, v in docs.items()], [])
-    meta = indexing.build_index(store, spec, static_embedder).as_metadata()
+    meta = build_index(store, spec, static_embedder).as_metadata()
     assert meta["chunks_inserted"] == meta["chunks_total"] >= 6
     assert meta["embeddings_computed"] == meta["chunks_total"]
     info = store.indexes.info(spec.name)
@@ -122,7 +122,7 @@ def test_a_static_index_builds_and_searches_through_the_pipeline(store, static_e
             results = searcher.search(query, spec.name, k=2, mode=mode)
             assert results and results[0].doc_id == doc_id, (query, mode, results[:2])
     # rebuilding reuses the cached vectors of this model id (the static tier's own cache key)
-    again = indexing.build_index(store, spec, static_embedder).as_metadata()
+    again = build_index(store, spec, static_embedder).as_metadata()
     assert again["embeddings_computed"] == 0
 
 

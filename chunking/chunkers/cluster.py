@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 from chunkyard.chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece, extend_overlap
 from chunkyard.chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
-from chunkyard.chunking.registry import require_int
+from chunkyard.chunking.fields import require_int
 
 
 class ClusterChunker(BaseChunker):

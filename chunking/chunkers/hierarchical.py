@@ -20,7 +20,7 @@ from chunkyard.chunking.base import (
     window_pieces,
 )
 from chunkyard.chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
-from chunkyard.chunking.registry import require_int
+from chunkyard.chunking.fields import require_int
 from chunkyard.chunking.sentences import pack_spans, sentence_spans
 from chunkyard.chunking.types import make_chunk_id
 

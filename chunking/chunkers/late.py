@@ -22,7 +22,7 @@ from chunkyard.chunking.base import BaseChunker, ChunkerConfigError, DocText, Pi
 from chunkyard.chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
 from chunkyard.chunking.chunkers.sentence import SentenceChunker
 from chunkyard.chunking.chunkers.token import TokenChunker
-from chunkyard.chunking.registry import require_int
+from chunkyard.chunking.fields import require_int
 from chunkyard.chunking.types import Chunk
 
 

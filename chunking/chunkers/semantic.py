@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 from chunkyard.chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece, extend_overlap
-from chunkyard.chunking.registry import require_int
+from chunkyard.chunking.fields import require_int
 from chunkyard.chunking.sentences import pack_spans, sentence_spans
 
 

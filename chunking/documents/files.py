@@ -115,7 +115,7 @@ def read_document(path: Path, doc_id: str, max_bytes: int, *, nofollow: bool) ->
     metadata: dict = {"path": doc_id, "extension": ext, "size_bytes": len(data)}
     # untrusted structured formats parse under a time and memory bound, in a worker (parse_bounds)
     if ext in BINARY_FORMATS or ext in HTML_TYPES or ext in JSON_TYPES:
-        text, mime, title, extra = run_bounded(parse_bytes, ext, data, path.name, warm_up="warm_parsers")
+        text, mime, title, extra = run_bounded(parse_bytes, ext, data, path.name, warm_up=warm_parsers)
     else:
         text, mime, title, extra = parse_bytes(ext, data, path.name)
     metadata.update(extra)

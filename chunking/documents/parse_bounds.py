@@ -8,13 +8,13 @@ parsers. A file over either bound raises UnusableFile with the reason ("parse to
 "parse used more than 2048 MB"); the worker is then replaced, and the other files go on. The worker
 lives for the whole scan (started once, on the first bounded file), so the bound costs one process
 start per scan plus a pickle of each file's bytes and text, not a process per file. `func` must be a
-module-level function (pickled by name); its module is imported by the worker before the cap.
+module-level function (pickled by reference): the worker unpickles it, and so imports its module,
+before the cap.
 """
 
 from __future__ import annotations
 
 import atexit
-import importlib
 import os
 import pickle
 import select
@@ -54,8 +54,8 @@ def parse_memory_mb() -> int:
 class _Worker:
     """One parsing process: requests and answers as length-prefixed pickles over its stdin/stdout."""
 
-    def __init__(self, module: str, memory_mb: int, warm_up: str) -> None:
-        self.module, self.memory_mb = module, memory_mb
+    def __init__(self, func: Callable[..., Any], memory_mb: int, warm_up: Callable[[], None] | None) -> None:
+        self.memory_mb = memory_mb
         package_root = str(Path(__file__).resolve().parents[2])
         path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
         self.process = subprocess.Popen(
@@ -63,15 +63,18 @@ class _Worker:
                 sys.executable,
                 "-m",
                 "chunkyard.chunking.documents.parse_bounds",
-                module,
                 str(memory_mb),
-                warm_up,
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": path},
             close_fds=True,
         )
+        # what the worker loads before its cap: `func`'s module (unpickled by reference) and `warm_up`
+        setup = pickle.dumps((func, warm_up), protocol=pickle.HIGHEST_PROTOCOL)
+        assert self.process.stdin is not None
+        self.process.stdin.write(_HEADER.pack(len(setup)) + setup)
+        self.process.stdin.flush()
         self.ready = False
 
     def call(self, payload: bytes, timeout: float) -> tuple[str, Any]:
@@ -125,7 +128,7 @@ def _read_exactly(stream: IO[bytes], size: int, deadline: float) -> bytes | None
 
 
 _lock = threading.Lock()
-_workers: dict[tuple[str, int, str], _Worker] = {}
+_workers: dict[tuple[str, int, str], _Worker] = {}  # (func's module, memory bound, warm-up's name)
 
 
 def _stop_all() -> None:
@@ -137,19 +140,19 @@ def _stop_all() -> None:
 atexit.register(_stop_all)
 
 
-def run_bounded(func: Callable[..., T], *args: Any, warm_up: str = "") -> T:
+def run_bounded(func: Callable[..., T], *args: Any, warm_up: Callable[[], None] | None = None) -> T:
     """`func(*args)` in the parsing worker, under the time and memory bounds; UnusableFile past them.
 
-    An exception `func` raises is raised here (UnusableFile keeps its reason). `warm_up` names a
-    function of `func`'s module that a new worker runs before it is ready (the parsers' lazy
-    initialisation: a first HTML parse loads trafilatura's data), so no file's time includes it."""
+    An exception `func` raises is raised here (UnusableFile keeps its reason). `warm_up` is a
+    module-level function a new worker runs before it is ready (the parsers' lazy initialisation: a
+    first HTML parse loads trafilatura's data), so no file's time includes it."""
     timeout, memory_mb = parse_timeout(), parse_memory_mb()
     payload = pickle.dumps((func, args), protocol=pickle.HIGHEST_PROTOCOL)
-    key = (func.__module__, memory_mb, warm_up)
+    key = (func.__module__, memory_mb, getattr(warm_up, "__qualname__", ""))
     with _lock:
         worker = _workers.get(key)
         if worker is None or worker.process.poll() is not None:
-            worker = _workers[key] = _Worker(func.__module__, memory_mb, warm_up)
+            worker = _workers[key] = _Worker(func, memory_mb, warm_up)
         status, value = worker.call(payload, timeout)
         if status not in ("ok", "raise"):  # a worker past a bound is replaced on the next call
             worker.stop()
@@ -179,14 +182,15 @@ def _answer(out: IO[bytes], status: str, value: Any) -> None:
     out.flush()
 
 
-def _serve(module: str, memory_mb: int, warm_up: str) -> None:
-    """The worker: import `module` (and run its `warm_up`), cap the address space, then answer calls
-    until stdin closes."""
+def _serve(memory_mb: int) -> None:
+    """The worker: load its setup (the function it serves, which imports that function's module, and
+    the warm-up, which it runs), cap the address space, then answer calls until stdin closes."""
     import resource
 
-    imported = importlib.import_module(module)
-    if warm_up:
-        getattr(imported, warm_up)()
+    setup = sys.stdin.buffer.read(_HEADER.unpack(sys.stdin.buffer.read(_HEADER.size))[0])
+    _func, warm_up = pickle.loads(setup)
+    if warm_up is not None:
+        warm_up()
     with open("/proc/self/statm") as statm:  # the baseline after the imports, in pages
         baseline = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
     cap = baseline + memory_mb * 1024 * 1024
@@ -213,4 +217,4 @@ def _serve(module: str, memory_mb: int, warm_up: str) -> None:
 
 
 if __name__ == "__main__":
-    _serve(sys.argv[1], int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "")
+    _serve(int(sys.argv[1]))

@@ -33,7 +33,7 @@ from chunkyard.evaluation.tuning import (
     suggest_search_settings,
 )
 from chunkyard.pipeline.benchmark.results import PROTOCOLS, BenchmarkResult
-from chunkyard.pipeline.graph import PUBLISH, ChecksFailed, IndexStep, run_index_steps
+from chunkyard.pipeline.graph import INDEX_STEPS, PUBLISH, ChecksFailed, IndexStep, run_index_steps
 from chunkyard.pipeline.step_report import StepReport
 from chunkyard.pipeline.steps.evaluation import evaluate, searcher_for
 from chunkyard.retrieval import embedder as embedder_module
@@ -72,9 +72,8 @@ def _show_step(
     def show(step: IndexStep, done: dict[str, StepReport]) -> None:
         if done:
             bar.update()
-        staged = done["chunks"].metadata["chunks_staged"] if step.kind == "embeddings" else None
-        label = "publish" if step.kind == PUBLISH else step.kind
-        text = f"{label} ({staged} chunks staged)" if staged is not None else label
+        staged = done["chunks"].metadata["chunks_staged"] if step.name == "embeddings" else None
+        text = f"{step.name} ({staged} chunks staged)" if staged is not None else step.name
         bar.set_postfix_str(text)
         if say:
             say(f"{name}: {text}")
@@ -202,7 +201,7 @@ def run_benchmark(request: BenchmarkRequest) -> BenchmarkResult:
         embedder = embedder_module.embedder_for_config(config)
         started = time.perf_counter()
         steps = tqdm(
-            total=5,
+            total=len(INDEX_STEPS) + 1,  # the index steps, then the evaluation
             desc=f"{config_name}",
             unit="step",
             file=sys.stderr,

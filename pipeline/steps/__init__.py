@@ -1,1 +1,1 @@
-"""The pipeline steps, one module per kind of asset (its code version follows that module's imports)."""
+"""The pipeline steps, one module per kind of asset, each declaring its `CODE_VERSION` (`pipeline.versions`)."""

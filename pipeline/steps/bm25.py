@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from chunkyard.pipeline.step_report import StepReport
+from chunkyard.pipeline.step_report import StepReport, StepRun
 from chunkyard.retrieval.config import IndexSpec
-from chunkyard.retrieval.indexing.terms import stage_bm25
+from chunkyard.retrieval.embedder import Embedder
+from chunkyard.retrieval.indexing.bm25 import stage_bm25
 from chunkyard.retrieval.store import Store
 
+# Bump when this module, `retrieval.indexing.bm25` or the BM25 analysis it runs (`retrieval.analysis`,
+# `retrieval.languages`) changes the postings it stages.
+CODE_VERSION = "1"
 
-def index_terms(
-    store: Store,
-    spec: IndexSpec,
-    *,
-    owner: str | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> StepReport:
-    """Stage the BM25 postings of every staged chunk, as run `owner` (`progress(done, total)` in chunks)."""
-    return StepReport(metadata=dict(stage_bm25(store, spec, owner=owner, progress=progress).as_metadata()))
+
+def step_bm25(store: Store, spec: IndexSpec, embedder: Embedder | None, run: StepRun) -> StepReport:
+    """Stage the BM25 postings of every staged chunk, as run `run.owner` (progress in chunks); no check
+    of its own (the publish checks the counts)."""
+    staged = stage_bm25(store, spec, owner=run.owner, progress=run.progress)
+    return StepReport(metadata=dict(staged.as_metadata()), stage=staged)

@@ -3,30 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from chunkyard.chunking.documents.folder import DocumentFailure
 from chunkyard.pipeline.documents import CollectionDocuments, load_collection_documents
 from chunkyard.pipeline.step_report import StepReport
 from chunkyard.retrieval.config import Collection
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.documents import DocumentSync, StaleSignatures
 
-FAILURE_TABLE_ROWS = 200
-
-
-def failures_markdown(failures: Sequence[DocumentFailure], limit: int = FAILURE_TABLE_ROWS) -> str:
-    """A markdown table of files that produced no document, with the reason."""
-    if not failures:
-        return "No failures: every file loaded."
-    rows = ["| file | reason |", "| --- | --- |"]
-    for failure in failures[:limit]:
-        path = str(failure.path).replace("|", "\\|")
-        reason = str(failure.reason).replace("|", "\\|").replace("\n", " ")
-        rows.append(f"| `{path}` | {reason} |")
-    if len(failures) > limit:
-        rows.append(f"| ... | {len(failures) - limit} more |")
-    return "\n".join(rows)
+# Bump when this module or what it reads with (`pipeline.documents`, `chunking.documents`) changes the
+# documents it stores.
+CODE_VERSION = "1"
 
 
 def sync_documents(
@@ -65,7 +52,7 @@ def sync_documents(
         report.ids = {"added_ids": [], "changed_ids": [], "deleted_ids": []}
     report.metadata["documents_total"] = loaded.total
     report.metadata["documents_read"] = len(loaded.documents)
-    report.markdown["failures"] = failures_markdown(loaded.failures)
+    report.failures = list(loaded.failures)
     report.metadata["seconds"] = float(time.perf_counter() - started)
     return report
 

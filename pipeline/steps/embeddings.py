@@ -2,33 +2,36 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from chunkyard.pipeline import checks
-from chunkyard.pipeline.step_report import StepReport
+from chunkyard.pipeline.checks import DeclaredCheck
+from chunkyard.pipeline.step_report import StepReport, StepRun
 from chunkyard.retrieval.config import IndexSpec
 from chunkyard.retrieval.embedder import Embedder
 from chunkyard.retrieval.indexing.embed_shards import embed_shard
 from chunkyard.retrieval.indexing.embeddings import stage_embeddings
 from chunkyard.retrieval.store import Store
 
+# Bump when this module, `retrieval.indexing.embeddings` or `retrieval.indexing.embed_shards` changes
+# the vectors they stage (each embedder backend declares its own version).
+CODE_VERSION = "1"
 
-def embed(
-    store: Store,
-    spec: IndexSpec,
-    embedder: Embedder,
-    progress: Callable[[int, int], None] | None = None,
-    *,
-    owner: str | None = None,
-) -> StepReport:
-    """Stage the vectors as run `owner` (`progress(done, total)` after each batch); check: one vector
-    per staged chunk, of the model's dimension."""
-    staged = stage_embeddings(store, spec, embedder, progress, owner=owner)
+CHECKS = (
+    DeclaredCheck("one_vector_per_chunk", "One embedding per staged chunk, with the model's dimensions."),
+)
+
+
+def step_embeddings(store: Store, spec: IndexSpec, embedder: Embedder | None, run: StepRun) -> StepReport:
+    """Stage the vectors as run `run.owner` (`run.progress(done, total)` after each batch); check: one
+    vector per staged chunk, of the model's dimension."""
+    if embedder is None:
+        raise ValueError(f"embedder: the embeddings step of {spec.name} needs one, got None")
+    staged = stage_embeddings(store, spec, embedder, run.progress, owner=run.owner)
     documents = checks.staged_documents(store, spec.name)
     return StepReport(
         metadata=dict(staged.as_metadata()),
         ids={"embedded_documents": documents["chunked"]},
-        checks=[checks.check_staged_embeddings(store, spec.name, embedder.dim)],
+        checks=[checks.check_staged_embeddings(store, spec.name, embedder.dim)] if run.checks else [],
+        stage=staged,
     )
 
 

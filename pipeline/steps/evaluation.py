@@ -18,6 +18,21 @@ from chunkyard.retrieval.embedder import Embedder
 from chunkyard.retrieval.query.searcher import Searcher
 from chunkyard.retrieval.store import Store
 
+# Bump when this module or the evaluation it runs (`evaluation.runner`, `evaluation.metrics`, the query
+# stages) changes a report.
+CODE_VERSION = "1"
+# The index config's fields that shape its evaluation (its code version hashes them).
+SETTINGS = (
+    "chunker",
+    "embedding_model",
+    "embedder",
+    "bm25",
+    "hybrid",
+    "rerank",
+    "context_scoring",
+    "collapse_duplicates",
+    "coarse",
+)
 EVALUATION_VARIANTS = ("dense", "bm25", "hybrid", "served")  # served: what /v1/search runs
 EVALUATION_K = 5
 REGRESSION_TOLERANCE = 0.01

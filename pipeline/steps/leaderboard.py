@@ -12,6 +12,9 @@ from chunkyard.retrieval.db import chunkyard_home
 from chunkyard.retrieval.names import IndexName
 from chunkyard.retrieval.store import Store
 
+# Bump when this module or `evaluation.reports` changes the leaderboard.
+CODE_VERSION = "1"
+
 
 def write_leaderboard(store: Store, collection: str, index_names: Sequence[IndexName]) -> StepReport:
     """The leaderboard of the indexes' latest recorded evaluations (never evaluated: left out),

@@ -22,6 +22,9 @@ from chunkyard.retrieval.config import PromotionPolicy
 from chunkyard.retrieval.names import IndexName
 from chunkyard.retrieval.store import Store
 
+# Bump when this module changes which target an alias is promoted to.
+CODE_VERSION = "1"
+
 
 @dataclass(frozen=True)
 class Decision:

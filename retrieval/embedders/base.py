@@ -39,6 +39,7 @@ class LocalEmbedder(ABC):
     """
 
     backend: str
+    code_version: str  # declared by each backend class: bump it when the class changes its vectors
     dim: int
     max_seq_length: int
     model_id: str

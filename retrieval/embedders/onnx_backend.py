@@ -27,6 +27,7 @@ class OnnxEmbedder(LocalEmbedder):
     """The model's ONNX export (`quantize: int8` for the quantised file); `threads` for onnxruntime."""
 
     backend = "onnx"
+    code_version = "1"  # bump when this class changes the vectors it makes (their assets' versions follow)
 
     def __init__(
         self, model: str, *, quantize: str | None, batch_size: int, device: str, threads: int | None

@@ -12,6 +12,7 @@ class StaticEmbedder(LocalEmbedder):
     """Static token vectors, distilled once per machine and cached; no contextual token vectors."""
 
     backend = "static"
+    code_version = "1"  # bump when this class changes the vectors it makes (their assets' versions follow)
 
     def __init__(
         self, model: str, *, batch_size: int, device: str, pca_dims: int | None, vocabulary_size: int | None

@@ -13,6 +13,7 @@ class TorchEmbedder(LocalEmbedder):
     """sentence-transformers on torch (CPU or `device`); `threads` sets torch's thread count."""
 
     backend = "torch"
+    code_version = "1"  # bump when this class changes the vectors it makes (their assets' versions follow)
 
     def __init__(self, model: str, *, batch_size: int, device: str, threads: int | None) -> None:
         super().__init__(model, quantize=None, batch_size=batch_size, device=device)

@@ -1,31 +1,36 @@
-"""Step `index`: publish everything staged atomically, then check what readers now see."""
+"""Step `publish`: publish everything staged atomically, then check what readers now see."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from chunkyard.pipeline import checks
-from chunkyard.pipeline.step_report import StepReport
+from chunkyard.pipeline.checks import DeclaredCheck
+from chunkyard.pipeline.step_report import StepReport, StepRun
 from chunkyard.retrieval.config import IndexSpec
-from chunkyard.retrieval.indexing.publishing import publish
+from chunkyard.retrieval.embedder import Embedder
+from chunkyard.retrieval.indexing.publish import publish
 from chunkyard.retrieval.lag import index_lag
 from chunkyard.retrieval.store import Store
 
+# Bump when this module or `retrieval.indexing.publish` (with `swap`, `staging`, `hnsw`) changes what
+# a publish writes.
+CODE_VERSION = "1"
 
-def publish_index(
-    store: Store,
-    spec: IndexSpec,
-    *,
-    owner: str | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> StepReport:
-    """Publish run `owner`'s staging; checks: published spans, one vector per chunk, BM25 count and length equal the chunks'.
+CHECKS = (
+    DeclaredCheck("published_spans_match", "Every published chunk's span matches its document."),
+    DeclaredCheck("published_vectors", "Every published chunk has one vector with the model's dimensions."),
+    DeclaredCheck("bm25_count_matches_chunks", "BM25 document count equals the chunk count."),
+)
+
+
+def step_publish(store: Store, spec: IndexSpec, embedder: Embedder | None, run: StepRun) -> StepReport:
+    """Publish run `run.owner`'s staging; checks: published spans, one vector per chunk, BM25 count and
+    length equal the chunks'.
 
     The span check reads the documents this publish wrote; the rest of the index is covered by their
     unchanged hashes (see `checks.check_spans`), so a one-document update does not re-read them all.
     """
     written = checks.staged_documents(store, spec.name)["chunked"]
-    published = publish(store, spec, owner=owner, progress=progress)  # progress in phases
+    published = publish(store, spec, owner=run.owner, progress=run.progress)  # progress in phases
     scope = None if published.full_rebuild else written  # the rest was checked when published
     info = store.indexes.info(spec.name) or {}
     dim = int(info.get("dim") or 0)  # 0: nothing published yet, any single dimension passes
@@ -41,11 +46,11 @@ def publish_index(
         "analyzer_per_language": " ".join(f"{k}:{v}" for k, v in (bm25.get("analyzers") or {}).items())
         or "-",
     }
-    return StepReport(
-        metadata={**published.as_metadata(), **lag, **analysis},
-        checks=[
+    report = StepReport(metadata={**published.as_metadata(), **lag, **analysis}, stage=published)
+    if run.checks:
+        report.checks = [
             checks.check_spans(store, spec.collection, spec.name, "published", doc_ids=written),
             checks.check_published_embeddings(store, spec.name, dim, doc_ids=scope),
             checks.check_bm25_counts(store, spec.name),
-        ],
-    )
+        ]
+    return report
