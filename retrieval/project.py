@@ -6,7 +6,9 @@ where the project is, so it imports nothing else of the project.
 
 from __future__ import annotations
 
+import copy
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -164,9 +166,32 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _Lin
 yaml.SafeDumper.add_representer(_Mapping, yaml.representer.SafeRepresenter.represent_dict)
 
 
+# A settings file parsed once per process while it stays unchanged: `chunkyard index` checks the
+# project, then builds its Dagster definitions and its steps from the same files, each read once.
+# A parse is reused only when the file's stat is the same and its last change is older than
+# SETTLED_S before the parse (git's "racily clean" rule): a file rewritten within one tick of the
+# clock, same size, is read again.
+SETTLED_S = 1.0
+_parsed: dict[Path, tuple[tuple[int, int, int, int], dict[str, Any]]] = {}
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
+    """A settings file's top-level mapping (mappings remember their key lines); a fresh copy each call."""
     if not path.is_file():
         raise SettingsError(f"settings file not found: {path}")
+    stat = path.stat()
+    stamp = (stat.st_mtime_ns, stat.st_ctime_ns, stat.st_size, stat.st_ino)
+    cached = _parsed.get(path)
+    if cached is not None and cached[0] == stamp:
+        return copy.deepcopy(cached[1])
+    started = time.time_ns()
+    data = _parse_yaml(path)
+    if max(stat.st_mtime_ns, stat.st_ctime_ns) < started - int(SETTLED_S * 1e9):
+        _parsed[path] = (stamp, copy.deepcopy(data))
+    return data
+
+
+def _parse_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LineLoader) or {}  # noqa: S506
     except yaml.YAMLError as exc:
