@@ -89,11 +89,8 @@ def expected_chunks(spec, docs_dir: Path) -> int:
 
 def run_chunkyard_library(system: str, url: str, docs_dir: Path, root: Path) -> dict[str, Any]:
     """The pipeline steps in one warm process (what `build_index` runs, plus document sync and checks)."""
-    from chunkyard.pipeline.steps.bm25 import index_terms
-    from chunkyard.pipeline.steps.chunks import chunk
+    from chunkyard.pipeline.graph import run_index_steps
     from chunkyard.pipeline.steps.documents import sync_documents
-    from chunkyard.pipeline.steps.embeddings import embed
-    from chunkyard.pipeline.steps.index import publish_index
     from chunkyard.retrieval.config import load_collections
     from chunkyard.retrieval.config_checks import load_index_specs
     from chunkyard.retrieval.embedder import load_embedder
@@ -115,10 +112,7 @@ def run_chunkyard_library(system: str, url: str, docs_dir: Path, root: Path) -> 
     def timed_run() -> float:
         started = time.perf_counter()
         reports = [sync_documents(store, collection)]
-        reports.append(chunk(store, spec, embedder))
-        reports.append(embed(store, spec, embedder))
-        reports.append(index_terms(store, spec))
-        reports.append(publish_index(store, spec))
+        reports.extend(run_index_steps(store, spec, embedder).values())
         seconds = time.perf_counter() - started
         failed = [c for r in reports for c in r.checks if not c.passed]
         if failed:

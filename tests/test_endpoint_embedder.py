@@ -240,18 +240,19 @@ DOCS = [
 
 
 def test_a_build_records_usage_and_the_cache_keys_on_the_endpoints_model(store, server) -> None:
-    from chunkyard.pipeline.steps.embeddings import embed
+    from chunkyard.pipeline.step_report import StepRun
+    from chunkyard.pipeline.steps.embeddings import step_embeddings
     from chunkyard.retrieval.embedder import embedder_for_config
     from chunkyard.retrieval.indexing.bm25 import stage_bm25
     from chunkyard.retrieval.indexing.chunks import stage_chunks
-    from chunkyard.retrieval.indexing.publishing import publish
+    from chunkyard.retrieval.indexing.publish import publish
 
     spec = _spec(server, f"ep{uuid.uuid4().hex[:8]}")
     embedder = embedder_for_config(spec.config)
     assert embedder.model_id == "openai:fake-embed"
     store.documents.sync(spec.collection, DOCS, [])
     stage_chunks(store, spec, embedding_model=embedder)
-    step = embed(store, spec, embedder)
+    step = step_embeddings(store, spec, embedder, StepRun())
     metadata = step.metadata
     assert all(check.passed for check in step.checks)
     distinct = metadata["embeddings_computed"]

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from chunkyard.chunking.documents.folder import load_folder
 from chunkyard.pipeline import checks
-from chunkyard.pipeline.steps.index import publish_index
+from chunkyard.pipeline.step_report import StepRun
+from chunkyard.pipeline.steps.publish import step_publish
 from chunkyard.retrieval.indexing.bm25 import stage_bm25
 from chunkyard.retrieval.indexing.chunks import stage_chunks
 from chunkyard.retrieval.indexing.embeddings import stage_embeddings
@@ -34,7 +35,7 @@ def _publish(store, embedder, spec, folder: Path) -> checks.Check:
     stage_chunks(store, spec, chunker=ParagraphChunker(spec.config.config_hash))
     stage_embeddings(store, spec, embedder)
     stage_bm25(store, spec)
-    step = publish_index(store, spec)
+    step = step_publish(store, spec, None, StepRun())
     return next(c for c in step.checks if c.name == "published_spans_match")
 
 
