@@ -141,7 +141,7 @@ def step_asset(
         report = run_step(declared, postgres.store(), spec, embedder, StepRun(context.run.run_id, progress))
         return materialize_result(context, report)
 
-    if declared.embedder_for(spec.config):
+    if declared.uses_embedder(spec.config):
 
         @asset(**options)
         def with_model(

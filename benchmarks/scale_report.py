@@ -58,7 +58,7 @@ def reading(runs: list[dict[str, Any]], docs: int) -> str:
         f"a ratio of {ratio:.2f}x (one-worker time over two-worker time). Little gain was expected: the machine has "
         f"{os.cpu_count()} cores shared with other work, the model already uses both cores inside one "
         f"embedding step, and the embedding step is {share:.0%} of the one-worker run. "
-        "A single index is a chain (documents -> chunks -> embeddings + bm25 -> index), so only bm25 "
+        "A single index is a chain (documents -> chunks -> embeddings + bm25 -> publish), so only bm25 "
         "can overlap the embedding step, and the `embedding` pool lets one model step run at a time "
         "across all workers. A second worker pays off with several indexes or collections and with "
         "workers on separate machines (docs/deployment.md), where each has its own cores; raise the "
@@ -236,7 +236,7 @@ def endpoint_reading(runs: list[dict[str, Any]], latency: float) -> str:
         f"the parts {p1:.1f} | {p2:.1f} s (their sum | the longer). bm25 ran "
         + ("beside a part on two workers" if beside else "on its own, not beside a part, on two workers")
         + ". Only the parts' time is shared by a second worker; the rest (the run's start, the hand-offs and "
-        f"the chain documents -> chunks, then embeddings -> index) is not, {two['wall_seconds'] - p2:.1f} s of the "
+        f"the chain documents -> chunks, then embeddings -> publish) is not, {two['wall_seconds'] - p2:.1f} s of the "
         f"two-worker run. Had the parts halved exactly ({p1 / 2:.1f} s), the whole run would have been "
         f"{one['wall_seconds'] / (two['wall_seconds'] - p2 + p1 / 2):.2f}x."
     )

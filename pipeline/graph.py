@@ -50,10 +50,6 @@ class IndexStep:
     kinds: frozenset[str]
     description: str
 
-    def embedder_for(self, config: IndexConfig) -> bool:
-        """Whether this step of an index of `config` is given the index's embedder (and so loads the model)."""
-        return self.uses_embedder(config)
-
 
 INDEX_STEPS: tuple[IndexStep, ...] = (
     IndexStep(
@@ -151,7 +147,7 @@ def run_step(
     declared: IndexStep, store: Store, spec: IndexSpec, embedder: Embedder | None, run: StepRun
 ) -> StepReport:
     """One step on one index: its function, given the embedder only where the step uses it."""
-    return declared.run(store, spec, embedder if declared.embedder_for(spec.config) else None, run)
+    return declared.run(store, spec, embedder if declared.uses_embedder(spec.config) else None, run)
 
 
 def run_index_steps(

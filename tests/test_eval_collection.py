@@ -80,7 +80,7 @@ def test_eval_collection_uses_its_eval_set_and_folder_and_reports_the_notes(tmp_
         ("chunks", r"\d+/\d+ documents chunked"),
         ("embeddings", r"\d+/\d+ chunks embedded"),
         ("bm25", r"\d+/\d+ chunks analysed"),
-        ("index", r"3/3 phases published"),
+        ("publish", r"3/3 phases published"),
         ("evaluation", r"\d+/\d+ variants evaluated"),
     ]:
         line = rf"mine__recursive_256__{step}: {meter}, \S+/\S+, \S+ left"

@@ -241,7 +241,7 @@ def test_dagster_ui_shows_graph_leaderboard_and_plots(tmp_path: Path, ui_env: di
             old.unlink()
         browser = Browser(tmp_path / "chromium")
 
-        # The global asset graph: every config's group with its chunk -> embedding -> index chain.
+        # The global asset graph: every config's group with its chunks -> embeddings -> publish chain.
         browser.open(
             f"{base}/asset-groups",
             expect=["demo__recursive_256", "demo__token_256"],
