@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from chunkyard.orchestration.instance import DEQUEUE_INTERVAL_SECONDS
 from chunkyard.retrieval.db import postgres_bin
 from chunkyard.retrieval.names import DEFAULT_CONFIG
 
@@ -569,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
         "busy": args.busy,
         "label": args.label,
         "sensor_interval": args.sensor_interval,
-        "dequeue_interval": __import__("chunkyard.orchestration.instance").instance.DEQUEUE_INTERVAL_SECONDS,
+        "dequeue_interval": DEQUEUE_INTERVAL_SECONDS,
         "ready_s": ready_s,
         "first_index": first,
         "uptime_before": before,
