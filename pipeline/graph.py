@@ -21,7 +21,7 @@ from chunkyard.retrieval.embedder import Embedder
 from chunkyard.retrieval.indexing.stage_reports import PublishReport
 from chunkyard.retrieval.store import Store
 
-StepFunction = Callable[[Store, IndexSpec, "Embedder | None", StepRun], StepReport]
+StepFunction = Callable[[Store, IndexSpec, Embedder | None, StepRun], StepReport]
 
 
 def _always(config: IndexConfig) -> bool:
