@@ -123,6 +123,8 @@ STOPWORDS |= {
     language: _packaged_stopwords(language) for language in SNOWBALL_LANGUAGES if language not in STOPWORDS
 }
 STOPWORDS["thai"] = frozenset()  # Thai function words are segmented words too; none dropped (not measured)
+# "also": missing from the packaged Hindi list, and Snowball cuts it to the one letter भ
+STOPWORDS["hindi"] |= {"भी"}
 ENGLISH_STOPWORDS = STOPWORDS["english"]
 SPANISH_STOPWORDS = STOPWORDS["spanish"]
 ANALYZERS = ("standard", *sorted(STOPWORDS))
@@ -153,6 +155,17 @@ class UkrainianStemmer:
 
 
 _THAI_CHAR = re.compile("[\u0e00-\u0e7f]")
+# NFKC decomposes Thai SARA AM (U+0E33) and Lao AM (U+0EB3) into NIKHAHIT + SARA AA, which word
+# segmentation then splits apart (ผู้นำ -> ผู้, นํา); analysis puts them back together.
+_AM_DECOMPOSED = (("\u0e4d\u0e32", "\u0e33"), ("\u0ecd\u0eb2", "\u0eb3"))
+
+
+def _recompose_am(text: str) -> str:
+    """`text` with every decomposed Thai or Lao AM written as the one character again."""
+    for decomposed, am in _AM_DECOMPOSED:
+        if decomposed in text:
+            text = text.replace(decomposed, am)
+    return text
 
 
 @functools.cache
@@ -266,7 +279,7 @@ class Analyzer:
 
     def analyze(self, text: str) -> list[str]:
         terms: list[str] = []
-        text = unicodedata.normalize("NFKC", text).lower()
+        text = _recompose_am(unicodedata.normalize("NFKC", text).lower())
         if self._drop_apostrophes:
             text = _APOSTROPHE_IN_WORD.sub("", text)
         if _CJK_CHAR.search(text) is None:  # no CJK anywhere: every word is one word (the common case)

@@ -112,6 +112,17 @@ def test_thai_is_segmented_into_words() -> None:
     assert "ชุมชน" not in Analyzer("standard").analyze("สวนผักชุมชนตั้งอยู่ที่ไหน")
 
 
+def test_thai_sara_am_survives_normalisation_in_documents_and_queries() -> None:
+    # NFKC writes ำ as ํ + า; segmented apart, ผู้นำ ("leader") became ผู้ + นํา and matched nothing whole
+    assert Analyzer("thai").analyze("ผู้นำ ของ ชุมชน") == ["ผู้นำ", "ของ", "ชุมชน"]
+    assert Analyzer("thai").analyze("ผู้\u0e19\u0e4d\u0e32") == ["ผู้นำ"]  # typed decomposed, the same term
+
+
+def test_hindi_also_is_a_stop_word_not_a_one_letter_stem() -> None:
+    terms = Analyzer("hindi").analyze("राम भी आया और सीता भी")
+    assert "भी" not in terms and "भ" not in terms and "राम" in terms
+
+
 def test_cross_language_questions_rank_by_dense_alone_with_a_multilingual_model() -> None:
     dense = [("a", 0.9), ("b", 0.8), ("c", 0.7)]
     lexical = [("x", 9.0), ("c", 5.0)]  # BM25 matched a name or a number: noise in another language
