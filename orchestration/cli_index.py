@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+from chunkyard.chunking.documents.printable import printable
 from chunkyard.orchestration import cli_check, cli_search, run_report
 from chunkyard.orchestration.cli_errors import RuntimeFailure
 from chunkyard.orchestration.cli_session import in_own_session, run_in_own_session
@@ -68,17 +69,17 @@ def cmd_index(args: argparse.Namespace) -> int:
     summary = run_summary(result)
     for line in summary["failures"]:
         if "DagsterAssetCheckFailedError" not in line:  # a blocking check: listed below with its numbers
-            _print(f"  ! {line}")
+            _print(f"  ! {printable(line)}")
     failed_checks = run_report.failed_checks(result.all_events)
     for check in failed_checks:
-        _print(f"  ! {check.line()}")
+        _print(f"  ! {printable(check.line())}")
     succeeded = result.success and not any(check.error for check in failed_checks)
     notes = run_report.evaluation_notes(result.all_events)
-    _print("".join(f"  note: {note}\n" for note in notes), end="")
+    _print("".join(f"  note: {printable(note)}\n" for note in notes), end="")
     if summary["skipped_files"]:
         _print(f"Files skipped ({len(summary['skipped_files'])}):")
         for path, reason in summary["skipped_files"]:
-            _print(f"  - {path}: {reason}")
+            _print(f"  - {printable(path)}: {printable(reason)}")  # whole, one line each
     _print()
     _print(
         f"Run {result.run_id} of job {result.job_def.name} {'succeeded' if succeeded else 'FAILED'} in "
@@ -168,5 +169,5 @@ def _failure_rows(markdown: str) -> list[tuple[str, str]]:
     for line in markdown.splitlines():
         if line.startswith("| `"):
             path, _, reason = line[3:].partition("` | ")
-            rows.append((path.replace("\\|", "|"), reason.rstrip(" |").replace("\\|", "|")))
+            rows.append((path.replace("\\|", "|"), reason.removesuffix(" |").replace("\\|", "|")))
     return rows

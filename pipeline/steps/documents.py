@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from chunkyard.chunking.documents.folder import DocumentFailure
+from chunkyard.chunking.documents.printable import printable
 from chunkyard.pipeline.documents import CollectionDocuments, load_collection_documents
 from chunkyard.pipeline.step_report import StepReport
 from chunkyard.retrieval.config import Collection
@@ -16,13 +17,14 @@ FAILURE_TABLE_ROWS = 200
 
 
 def failures_markdown(failures: Sequence[DocumentFailure], limit: int = FAILURE_TABLE_ROWS) -> str:
-    """A markdown table of files that produced no document, with the reason."""
+    """A markdown table of files that produced no document, with the reason; one row per file, whatever
+    its name holds (`printable`: a newline or an escape sequence in a name is escaped)."""
     if not failures:
         return "No failures: every file loaded."
     rows = ["| file | reason |", "| --- | --- |"]
     for failure in failures[:limit]:
-        path = str(failure.path).replace("|", "\\|")
-        reason = str(failure.reason).replace("|", "\\|").replace("\n", " ")
+        path = printable(str(failure.path)).replace("|", "\\|")
+        reason = printable(str(failure.reason)).replace("|", "\\|")
         rows.append(f"| `{path}` | {reason} |")
     if len(failures) > limit:
         rows.append(f"| ... | {len(failures) - limit} more |")
@@ -39,7 +41,9 @@ def sync_documents(
     started = time.perf_counter()
     name = collection.name
     loaded = load_collection_documents(collection, store.documents.signatures(name), progress)
-    report = StepReport(warnings=[f"{name}: skipped {f.path}: {f.reason}" for f in loaded.failures])
+    report = StepReport(
+        warnings=[f"{name}: skipped {printable(f.path)}: {printable(f.reason)}" for f in loaded.failures]
+    )
     if loaded.usable:
         try:
             sync = _sync(store, name, loaded)
