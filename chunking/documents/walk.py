@@ -8,8 +8,8 @@ loops). No reason names anything outside the folder: not a link's target, not a 
 `list_files` applies the same rule (`resolve_entry`) as `chunking.documents.folder.scan_folder`.
 A name that is not valid UTF-8 cannot be an id: it is reported under its escaped form (`bad\\xff.txt`).
 
-`os.fwalk` opens sub-folders the same way, but drops one that changed since its listing without a
-word; here it is reported, so the documents under it are kept rather than deleted (`Documents.sync`).
+`os.fwalk` (Python 3.11) opens a sub-folder following links and drops it without a word when it is
+not the folder listed; here it is reported, so its documents are kept, not deleted (`Documents.sync`).
 """
 
 from __future__ import annotations
