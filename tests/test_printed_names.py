@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from chunkyard.chunking.documents.folder import DocumentFailure
 from chunkyard.chunking.documents.printable import printable
+from chunkyard.orchestration.cli_errors import UsageError, report
 from chunkyard.orchestration.cli_index import _failure_rows
 from chunkyard.pipeline.steps.documents import failures_markdown
 
@@ -49,6 +50,14 @@ def test_every_failure_is_one_row_of_the_skip_table_and_reads_back_whole() -> No
     assert rows == [(printable(f.path), printable(f.reason)) for f in failures]
 
 
+def test_an_error_naming_a_hostile_file_is_one_escaped_line(capsys: pytest.CaptureFixture[str]) -> None:
+    name = os.fsdecode(TITLE + b"\n" + NOT_UTF8)
+    assert report("index", UsageError(f"{name}: no such collection")) == 2
+    err = capsys.readouterr().err
+    assert err == f"chunkyard index: {printable(name.replace(chr(10), ' '))}: no such collection\n"
+    assert not any(c in err for c in TERMINAL_CONTROL)
+
+
 def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
     keep = {"CHUNKYARD_PROJECT", "CHUNKYARD_HOME", "CHUNKYARD_CONFIGS", "DATABASE_URL", "DAGSTER_HOME"}
     env = {k: v for k, v in os.environ.items() if k not in keep}
@@ -71,6 +80,8 @@ def test_index_and_search_print_hostile_names_escaped(tmp_path: Path) -> None:
     for name, data in skipped.items():
         with open(root + name, "wb") as handle:
             handle.write(data)
+    for i in range(200):  # past the documents step's table of 200: the count says how many more
+        (docs / f"zz-bulk-{i:03d}.txt").write_bytes(b"\xff")
     project = tmp_path / "work"
     project.mkdir()
     for argv in (["init"], ["add", "hostile", str(docs)]):
@@ -80,9 +91,10 @@ def test_index_and_search_print_hostile_names_escaped(tmp_path: Path) -> None:
     assert index.returncode == 0, out + index.stderr.decode("utf-8", "replace")
     assert not any(c in out for c in TERMINAL_CONTROL), out
     lines = out.splitlines()
-    start = lines.index(f"Files skipped ({len(skipped)}):")
+    start = lines.index(f"Files skipped ({len(skipped) + 200}):")
     listed = lines[start + 1 : start + 1 + len(skipped)]
-    assert lines[start + 1 + len(skipped)] == ""  # nothing forged after the list
+    assert lines[start + 201] == f"  ... and {len(skipped)} more, not listed"
+    assert lines[start + 202] == ""  # nothing forged after the list
     for name in skipped:
         shown = printable(os.fsdecode(name))
         (line,) = [line for line in listed if line.startswith(f"  - {shown}: ")]
