@@ -122,7 +122,7 @@ def scan_folder(
     real_root = Path(os.path.realpath(root))
     scan = FolderScan()
     unlisted: list[UnlistedFolder] = []
-    entries = [e for e in walk_entries(real_root, unlisted) if selected(e.rel_path, include, exclude)]
+    entries = list(walk_entries(real_root, unlisted, lambda rel: selected(rel, include, exclude)))
     for done, entry in enumerate(entries, 1):
         rel_path = entry.rel_path
         if progress is not None:

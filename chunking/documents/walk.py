@@ -18,7 +18,7 @@ import errno
 import os
 import re
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -63,9 +63,7 @@ def list_files(
         return []
     real_root = Path(os.path.realpath(root))
     out: list[tuple[str, Path]] = []
-    for entry in walk_entries(real_root, []):
-        if not selected(entry.rel_path, include, exclude):
-            continue
+    for entry in walk_entries(real_root, [], lambda rel: selected(rel, include, exclude)):
         try:
             out.append((entry.rel_path, readable_entry(real_root, entry)))
         except UnusableFile:
@@ -175,14 +173,17 @@ class _OpenFolder:
             os.close(self.fd)
 
 
-def walk_entries(real_root: Path, unlisted: list[UnlistedFolder]) -> Iterator[FolderEntry]:
+def walk_entries(
+    real_root: Path, unlisted: list[UnlistedFolder], wanted: Callable[[str], bool] | None = None
+) -> Iterator[FolderEntry]:
     """Every non-folder entry under the resolved folder `real_root`, sorted like `os.walk` with sorted
     names (a folder's files, then its sub-folders, each in full); symlinked folders are not followed
     (they come out as entries, so the skip is reported).
 
     Each sub-folder is opened from its parent's descriptor with no-follow: one that became a symlink
     (or stopped being a folder) since its parent was listed is not entered but reported in `unlisted`,
-    as is a folder that cannot be listed. At most one descriptor per level of depth is open.
+    as is a folder that cannot be listed. At most one descriptor per level of depth is open. Only the
+    entries whose relative path `wanted` accepts (all without it) come out, and only they are stat'ed.
     """
     try:
         root_fd = open_resolved(real_root, os.O_RDONLY | os.O_DIRECTORY)
@@ -205,7 +206,7 @@ def walk_entries(real_root: Path, unlisted: list[UnlistedFolder]) -> Iterator[Fo
                     parent.child_opened()
             prefix = f"{rel}/" if rel else ""
             try:
-                files, folders = _list_folder(fd, prefix)
+                files, folders = _list_folder(fd, prefix, wanted)
             except OSError as exc:
                 unlisted.append(UnlistedFolder(rel, f"cannot list folder: {exc.strerror or exc}"))
                 files, folders = [], []
@@ -225,8 +226,10 @@ def walk_entries(real_root: Path, unlisted: list[UnlistedFolder]) -> Iterator[Fo
                 os.close(parent.fd)
 
 
-def _list_folder(fd: int, prefix: str) -> tuple[list[FolderEntry], list[str]]:
-    """(the non-folder entries, the names of the plain sub-folders) of the open folder `fd`, sorted."""
+def _list_folder(
+    fd: int, prefix: str, wanted: Callable[[str], bool] | None
+) -> tuple[list[FolderEntry], list[str]]:
+    """(the wanted non-folder entries, the names of the plain sub-folders) of the open folder `fd`, sorted."""
     with os.scandir(fd) as listing:
         entries = sorted(listing, key=lambda e: e.name)
     files, folders = [], []
@@ -238,11 +241,14 @@ def _list_folder(fd: int, prefix: str) -> tuple[list[FolderEntry], list[str]]:
         if is_folder:
             folders.append(entry.name)
             continue
+        rel_path = prefix + entry.name
+        if wanted is not None and not wanted(rel_path):
+            continue
         try:
             info: os.stat_result | None = entry.stat(follow_symlinks=False)
         except OSError:
             info = None
-        files.append(FolderEntry(prefix + entry.name, info))
+        files.append(FolderEntry(rel_path, info))
     return files, folders
 
 
