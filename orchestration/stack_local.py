@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from chunkyard.orchestration.stack import DB_NAME, DB_USER, Service, Target, services
+from chunkyard.orchestration.stack import Service, Target, services
 from chunkyard.orchestration.stack_stop import (
     RECORD,
     STACK_ENV,
@@ -39,8 +39,8 @@ from chunkyard.orchestration.stack_stop import (
     signal_group,
     stop_postgres,
 )
+from chunkyard.retrieval.stack_database import DB_NAME, DB_USER, PASSWORD_FILE, PGDATA_DIR, stack_state_dir
 
-STATE_DIR = "stack"
 PG_BINARIES = {"postgres", "initdb", "pg_ctl", "pg_isready"}
 DEFAULT_PG_PORT = 15432
 DEFAULT_WEBSERVER_PORT = 3000
@@ -54,7 +54,7 @@ POLL_S = 0.2
 
 
 def state_dir(home: Path) -> Path:
-    return home / STATE_DIR
+    return stack_state_dir(home)
 
 
 def executable(name: str) -> str:
@@ -81,7 +81,7 @@ def system_user() -> str | None:
 
 def password(state: Path) -> str:
     """The database password, generated once into `pgpass` (owner-only)."""
-    path = state / "pgpass"
+    path = state / PASSWORD_FILE
     if path.exists():
         return path.read_text(encoding="utf-8").strip()
     state.mkdir(parents=True, exist_ok=True)
@@ -124,7 +124,7 @@ def local_target(
         state=str(state),
         password=secret if secret is not None else password(state),
         project=str(project) if project else "",
-        pgdata=str(state / "pgdata"),
+        pgdata=str(state / PGDATA_DIR),
         sensor_interval=sensor_interval or DEFAULT_SENSOR_INTERVAL,
         automation_interval=automation_interval or DEFAULT_AUTOMATION_INTERVAL,
     )

@@ -292,9 +292,19 @@ def stop_embedded_servers(keep: set[str] | frozenset[str] = frozenset()) -> None
 
 
 def database_url() -> str:
-    """DATABASE_URL when the user has their own Postgres, else the embedded one."""
+    """DATABASE_URL when the user has their own Postgres, else the project's stack's while it runs
+    (`chunkyard stack up`: retrieval.stack_database), else the embedded one."""
     url = os.environ.get("DATABASE_URL")
-    return url if url else embedded_database_url()
+    if url:
+        return url
+    from chunkyard.retrieval.stack_database import check_stack_database_running, running_stack_url
+
+    home = chunkyard_home()
+    stack = running_stack_url(home)
+    if stack:
+        return stack
+    check_stack_database_running(home)  # a stopped stack's database: refused, no empty one beside it
+    return embedded_database_url()
 
 
 # Server-side bounds on every chunkyard session, so no query outlives its purpose or its client:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from chunkyard.chunking.documents.errors import UnusableFile
+from chunkyard.chunking.documents.parse_bounds import bound_hit
 
 Parsed = tuple[str, str, dict[str, Any]]  # (text, title, extra metadata)
 
@@ -60,8 +61,10 @@ def parse_pdf(data: bytes) -> Parsed:
             title = str(reader.metadata.title).strip()
     except UnusableFile:
         raise
-    except Exception as exc:  # pypdf raises many types on broken input
-        raise UnusableFile(f"broken or unreadable PDF: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:  # pypdf raises many types on broken input; a bound names itself
+        raise bound_hit(exc, "PDF") or UnusableFile(
+            f"broken or unreadable PDF: {type(exc).__name__}: {exc}"
+        ) from None
     text, starts = join_blocks(pages)
     if not text.strip():
         raise UnusableFile(f"PDF has no extractable text ({len(pages)} pages; scanned images need OCR)")
@@ -115,8 +118,10 @@ def parse_docx(data: bytes) -> Parsed:
             if block and not title and style in ("Title", "Heading 1"):
                 title = block
             blocks.append(block)
-    except Exception as exc:  # python-docx / lxml raise many types on broken input
-        raise UnusableFile(f"broken or unreadable DOCX: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:  # python-docx / lxml raise many types on broken input; a bound names itself
+        raise bound_hit(exc, "DOCX") or UnusableFile(
+            f"broken or unreadable DOCX: {type(exc).__name__}: {exc}"
+        ) from None
     text, _ = join_blocks(blocks)
     if not text.strip():
         raise UnusableFile("DOCX has no text")
@@ -170,7 +175,9 @@ def parse_pptx(data: bytes) -> Parsed:
     except Exception as exc:  # python-pptx / lxml raise many types on broken input
         # python-pptx names the in-memory stream in its messages; the reason names the content.
         reason = re.sub(r"file '<_io\.BytesIO object at 0x[0-9a-f]+>'", "the file", str(exc))
-        raise UnusableFile(f"broken or unreadable PPTX: {type(exc).__name__}: {reason}") from None
+        raise bound_hit(exc, "PPTX") or UnusableFile(
+            f"broken or unreadable PPTX: {type(exc).__name__}: {reason}"
+        ) from None
     text, starts = join_blocks(slides)
     if not text.strip():
         raise UnusableFile(f"PPTX has no text ({len(slides)} slides)")

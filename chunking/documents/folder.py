@@ -26,6 +26,7 @@ from pathlib import Path
 from chunkyard.chunking.documents.errors import UnusableFile
 from chunkyard.chunking.documents.files import max_document_bytes, read_document
 from chunkyard.chunking.documents.walk import (
+    UnlistedFolder,
     display_path,
     plain_file_stat,
     resolve_entry,
@@ -120,9 +121,10 @@ def scan_folder(
     now_ns = time.time_ns()
     real_root = Path(os.path.realpath(root))
     scan = FolderScan()
-    walk_errors: list[OSError] = []
-    entries = [e for e in walk_entries(str(root), "", walk_errors) if selected(e[0], include, exclude)]
-    for done, (rel_path, entry) in enumerate(entries, 1):
+    unlisted: list[UnlistedFolder] = []
+    entries = list(walk_entries(real_root, unlisted, lambda rel: selected(rel, include, exclude)))
+    for done, entry in enumerate(entries, 1):
+        rel_path = entry.rel_path
         if progress is not None:
             progress(done - 1, len(entries))
         try:
@@ -132,11 +134,7 @@ def scan_folder(
                 scan.unchanged.append(rel_path)  # unread: no path object, no realpath for it
                 scan.signatures[rel_path] = signature
                 continue
-            target = (
-                real_root / rel_path
-                if info is not None
-                else resolve_entry(real_root, rel_path, Path(entry.path))
-            )
+            target = real_root / rel_path if info is not None else resolve_entry(real_root, entry)
             scan.documents.append(read_document(target, rel_path, limit, nofollow=True))
             if signature is not None:
                 scan.signatures[rel_path] = signature
@@ -146,9 +144,9 @@ def scan_folder(
             scan.failures.append(DocumentFailure(display_path(rel_path), f"cannot load: {_describe(exc)}"))
     if progress is not None:
         progress(len(entries), len(entries))
-    for err in walk_errors:
-        rel = _relative(root, Path(err.filename)) if err.filename else str(root)
-        scan.failures.append(DocumentFailure(display_path(rel), f"cannot list folder: {err.strerror or err}"))
+    for folder_problem in unlisted:  # a sub-folder's failure keeps its stored documents (Documents.sync)
+        rel = folder_problem.rel_path or str(root)
+        scan.failures.append(DocumentFailure(display_path(rel), folder_problem.reason))
     scan.documents.sort(key=lambda d: d.id)
     scan.failures.sort(key=lambda f: f.path)
     scan.unchanged.sort()
@@ -158,10 +156,3 @@ def scan_folder(
 def _describe(exc: BaseException) -> str:
     message = str(exc).strip()
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-
-
-def _relative(root: Path, path: Path) -> str:
-    try:
-        return path.relative_to(root).as_posix()
-    except ValueError:
-        return path.as_posix()

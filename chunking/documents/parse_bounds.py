@@ -173,6 +173,40 @@ def run_bounded(func: Callable[..., T], *args: Any, warm_up: Callable[[], None] 
     raise UnusableFile(f"cannot parse: {value}")
 
 
+# libxml2's error codes (lxml.etree.ErrorTypes) for the two ways a parse meets a bound rather than bad input.
+_XML_NO_MEMORY = 2  # ERR_NO_MEMORY: an allocation failed (the worker's memory bound, RLIMIT_AS)
+_XML_RESOURCE_LIMIT = 114  # ERR_RESOURCE_LIMIT: one of libxml2's own safety limits (no XML_PARSE_HUGE)
+_XML_LIMITS = {
+    "Excessive depth": "elements nested deeper than the XML parser's limit of 256 levels",
+    "Text node too long": "a text run longer than the XML parser's limit of 10,000,000 bytes",
+    "Buffer size limit": "a value longer than the XML parser's limit of 10,000,000 bytes",
+}
+
+
+def bound_hit(exc: BaseException, kind: str) -> BaseException | None:
+    """The error that names the bound a parser of a `kind` file (DOCX, PPTX, PDF) met, or None when
+    `exc` is bad input, for the parser's own message.
+
+    Memory, however the parser reports it (MemoryError, or lxml's syntax error for libxml2's failed
+    allocation, "unknown error"), comes back as MemoryError, which the worker answers as the memory
+    bound ("parse used more than N MB"); libxml2's own limits (depth, text size) as UnusableFile
+    naming the limit.
+    """
+    code = getattr(exc, "code", None)
+    if isinstance(exc, MemoryError) or (_is_xml_error(exc) and code == _XML_NO_MEMORY):
+        return MemoryError(f"{kind} parse ran out of memory")
+    if _is_xml_error(exc) and code == _XML_RESOURCE_LIMIT:
+        message = str(exc)
+        limit = next((text for key, text in _XML_LIMITS.items() if key in message), None)
+        what = limit or f"a safety limit of the XML parser ({message.splitlines()[0]})"
+        return UnusableFile(f"{kind} has {what}: not indexed")
+    return None
+
+
+def _is_xml_error(exc: BaseException) -> bool:
+    return type(exc).__module__ == "lxml.etree" and type(exc).__name__ == "XMLSyntaxError"
+
+
 def _answer(out: IO[bytes], status: str, value: Any) -> None:
     try:
         body = pickle.dumps((status, value), protocol=pickle.HIGHEST_PROTOCOL)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from chunkyard.chunking.documents.printable import printable
 from chunkyard.pipeline.documents import CollectionDocuments, load_collection_documents
 from chunkyard.pipeline.step_report import StepReport
 from chunkyard.retrieval.config import Collection
@@ -26,7 +27,9 @@ def sync_documents(
     started = time.perf_counter()
     name = collection.name
     loaded = load_collection_documents(collection, store.documents.signatures(name), progress)
-    report = StepReport(warnings=[f"{name}: skipped {f.path}: {f.reason}" for f in loaded.failures])
+    report = StepReport(
+        warnings=[f"{name}: skipped {printable(f.path)}: {printable(f.reason)}" for f in loaded.failures]
+    )
     if loaded.usable:
         try:
             sync = _sync(store, name, loaded)
