@@ -105,10 +105,10 @@ def cmd_instance(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
     from chunkyard.retrieval import service_file
     from chunkyard.retrieval.db import chunkyard_home, database_url
     from chunkyard.retrieval.http_guards import exposure_error
+    from chunkyard.retrieval.server_limits import serve as serve_app
 
     refused = exposure_error(args.host, os.environ.get("CHUNKYARD_API_KEY"))
     if refused:  # an open API on a network interface: refuse before anything starts
@@ -119,7 +119,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"Query service for project {os.environ.get('CHUNKYARD_PROJECT')} on {record['url']} (docs at /docs)"
     )
     try:
-        uvicorn.run("chunkyard.retrieval.service:app", host=args.host, port=args.port, log_level="info")
+        serve_app("chunkyard.retrieval.service:app", args.host, args.port)  # timeouts, redacted log
     finally:
         service_file.remove(chunkyard_home(), os.getpid())
     return 0
