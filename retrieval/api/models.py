@@ -103,7 +103,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     401: error("Missing or wrong API key (when the server has one)."),
     413: error("The request body is over the server's cap."),
     415: error("The body is not JSON."),
-    503: error("The database is unavailable; retry shortly."),
+    503: error("The database is unavailable, or the service is at capacity; retry after `Retry-After`."),
 }
 
 
