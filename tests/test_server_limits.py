@@ -8,6 +8,7 @@ before any route runs, and `/healthz` answers without a database.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -178,3 +179,29 @@ def test_redaction_keeps_what_is_harmless() -> None:
     record = logging.LogRecord("uvicorn.access", logging.INFO, "", 0, '%s "%s %s" %d', args, None)
     RedactSecrets(["secret"]).filter(record)
     assert record.getMessage() == f'1.2.3.4:5 "GET /p?k={REDACTED}" 200'
+
+
+@pytest.mark.parametrize(
+    ("command", "variable", "value"),
+    [
+        ("serve", "CHUNKYARD_HEADER_TIMEOUT_S", "soon"),
+        ("serve", "CHUNKYARD_SEARCH_SLOTS", "0"),
+        ("ui-proxy", "CHUNKYARD_BODY_TIMEOUT_S", "-1"),
+    ],
+)
+def test_a_bad_limit_setting_is_one_line_naming_it(
+    tmp_path: Path, command: str, variable: str, value: str
+) -> None:
+    (tmp_path / "chunkyard.yaml").write_text("collections: {}\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHUNKYARD_")}
+    env.update({variable: value, "CHUNKYARD_API_KEY": "limits-test-key", "PYTHONPATH": str(REPO_ROOT)})
+    done = subprocess.run(
+        [sys.executable, "-m", "chunkyard.orchestration.cli", command, "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().count("\n") == 0 and variable in done.stderr, done.stderr
