@@ -2,11 +2,11 @@
 
 Without it every search is started: under 200 concurrent searches on 2 cores each one waited its
 turn for the CPU, p95 12.4 s and a maximum of 20.7 s. `Admission` runs at most `slots` searches at
-a time, first come first served, and keeps a running mean of how long one takes. A search that
-would wait for a slot longer than the stated latency allows (by that mean and the searches ahead
-of it), or that waited that long and got none, is answered `503` with `Retry-After` (the seconds
-until the searches ahead should be done) without being started, so a client learns at once to come
-back later and the searches that were admitted keep their latency.
+a time, first come first served, and measures how often a slot comes free. A search that would wait
+for a slot longer than the stated latency allows (by the searches ahead of it and that pace), or
+that waited that long and got none, is answered `503` with `Retry-After` (the seconds until the
+searches ahead should be done) without being started, so a client learns at once to come back
+later and the searches that were admitted keep their latency.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ LATENCY_ENV = "CHUNKYARD_SEARCH_LATENCY_S"
 SLOTS_ENV = "CHUNKYARD_SEARCH_SLOTS"
 ADMITTED_PATHS = ("/v1/search",)
 MEAN_WEIGHT = 0.2  # weight of the newest search in the running mean of search time
+TURNOVER_WEIGHT = 0.1  # weight of the newest gap between two slots coming free (gaps vary more)
 
 
 def default_slots() -> int:
@@ -77,14 +78,19 @@ class Admission:
         self.running = 0
         self.waiting: deque[asyncio.Future[bool]] = deque()
         self.search_s = 0.0  # running mean of one search's time in the app (0 until one ran)
+        self.turnover_s = 0.0  # running mean of the time between two slots coming free, while busy
+        self._busy_release: float | None = None  # when a slot last came free with searches waiting
         self.admitted = 0
         self.refused = 0
 
     def expected_wait_s(self) -> float:
-        """How long a search arriving now would wait for a slot, by the running mean."""
+        """How long a search arriving now would wait for a slot: the searches ahead of it times the
+        measured time between two slots coming free (what the machine delivers now, other work on it
+        included), or, before that was measured, their share of the mean search time."""
         if self.running < self.slots and not self.waiting:
             return 0.0
-        return (len(self.waiting) + 1) / self.slots * self.search_s
+        ahead = len(self.waiting) + 1
+        return ahead * self.turnover_s if self.turnover_s else ahead / self.slots * self.search_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] not in ADMITTED_PATHS:
@@ -138,6 +144,18 @@ class Admission:
 
     def _release(self) -> None:
         """Free a slot; hand it to the longest-waiting search."""
+        now = time.monotonic()
+        if self.waiting:  # busy: the slot is taken again at once, so the gap measures throughput
+            if self._busy_release is not None:
+                gap = now - self._busy_release
+                self.turnover_s = (
+                    gap
+                    if not self.turnover_s
+                    else (1 - TURNOVER_WEIGHT) * self.turnover_s + TURNOVER_WEIGHT * gap
+                )
+            self._busy_release = now
+        else:
+            self._busy_release = None
         self.running -= 1
         while self.waiting:
             turn = self.waiting.popleft()
