@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -129,17 +130,18 @@ def test_connections_over_the_cap_get_503_at_once_and_the_rest_are_served() -> N
     env = {**SHORT, "CHUNKYARD_HEADER_TIMEOUT_S": "60", "CHUNKYARD_MAX_CONNECTIONS": "4"}
     with service("--database-url", DEAD_URL, "--cold", wait_status=503, env=env) as (base, _):
         port = int(base.rsplit(":", 1)[1])
-        held = [_connect(port) for _ in range(4)]  # within the cap: they wait for their headers
+        opened = [_connect(port) for _ in range(5)]  # one over the cap; the others wait for headers
         try:
-            time.sleep(0.5)  # let the server accept them before the next one comes
-            with _connect(port) as extra:
-                answer = _read_until_closed(extra)
+            answered = select.select(opened, [], [], WAIT_S)[0]
+            assert len(answered) == 1, "exactly the connection over the cap is answered at once"
+            answer = _read_until_closed(answered[0])
             assert answer.startswith(b"HTTP/1.1 503 "), answer
             assert b"retry-after: 1" in answer.lower()
-            held[0].sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            assert _read_until_closed(held[0]).startswith(b"HTTP/1.1 200 ")
+            kept = next(sock for sock in opened if sock is not answered[0])
+            kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert _read_until_closed(kept).startswith(b"HTTP/1.1 200 ")
         finally:
-            for sock in held:
+            for sock in opened:
                 sock.close()
 
 

@@ -26,6 +26,7 @@ LATENCY_ENV = "CHUNKYARD_SEARCH_LATENCY_S"
 SLOTS_ENV = "CHUNKYARD_SEARCH_SLOTS"
 ADMITTED_PATHS = ("/v1/search",)
 MEAN_WEIGHT = 0.2  # weight of the newest search in the running mean of search time
+ESTIMATE_MARGIN = 2.0  # a search is queued only when twice its expected wait fits the budget
 TURNOVER_WEIGHT = 0.1  # weight of the newest gap between two slots coming free (gaps vary more)
 
 
@@ -98,7 +99,9 @@ class Admission:
             return
         if not self._free_slot():
             budget = self.limits.latency_s - self.search_s  # what waiting may take and still answer in time
-            if self.expected_wait_s() > budget or not await self._queued(budget):
+            # the estimate is judged with a margin (it can be off by half), so a search that would
+            # have to be refused after waiting is mostly refused at once instead
+            if ESTIMATE_MARGIN * self.expected_wait_s() > budget or not await self._queued(budget):
                 self.refused += 1
                 await self._refuse(send, self.expected_wait_s())
                 return
