@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chunkyard-installed
 
-.PHONY: install lock demo test test-faults ui serve eval screenshots bench bench-load bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-faults bench-postgres-builds bench-first-run stack lint clean
+.PHONY: install lock demo test test-faults ui serve eval screenshots bench bench-load bench-limits bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-faults bench-postgres-builds bench-first-run stack lint clean
 
 # Exact versions: requirements/constraints.txt is what the tests passed with (`make lock` rewrites it).
 CONSTRAINTS := requirements/constraints.txt
@@ -86,6 +86,9 @@ bench-embedder: $(STAMP)
 # halfway through: req/s, latency percentiles, errors, mixed-version answers, RSS (~5 min)
 bench-load: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_load
+# slow clients and 20/50/200 concurrent searches, before (BEFORE_REPO's service) and after
+bench-limits: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_limits $(if $(BEFORE_REPO),--before-repo $(BEFORE_REPO) --before-python $(BEFORE_REPO)/.venv/bin/python)
 
 bench-incremental: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_incremental

@@ -208,7 +208,9 @@ def write(path: Path, rows: list[dict], chunks: int, seconds: float, before, aft
         "",
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines))
+    limits = "## Slow clients and overload"  # bench_limits' section, kept
+    kept = path.read_text().partition(limits) if path.exists() else ("", "", "")
+    path.write_text("\n".join(lines) + (f"\n{limits}{kept[2]}" if kept[1] else ""))
     print(f"wrote {path}")
 
 

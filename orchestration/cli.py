@@ -105,21 +105,27 @@ def cmd_instance(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
     from chunkyard.retrieval import service_file
+    from chunkyard.retrieval.api.admission import AdmissionLimits
     from chunkyard.retrieval.db import chunkyard_home, database_url
     from chunkyard.retrieval.http_guards import exposure_error
+    from chunkyard.retrieval.server_limits import ServerLimits
+    from chunkyard.retrieval.server_limits import serve as serve_app
 
     refused = exposure_error(args.host, os.environ.get("CHUNKYARD_API_KEY"))
     if refused:  # an open API on a network interface: refuse before anything starts
         raise UsageError(refused)
+    try:  # a bad CHUNKYARD_*_S or slots setting: one line naming it, before anything starts
+        limits, _ = ServerLimits.from_env(), AdmissionLimits.from_env()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     os.environ["DATABASE_URL"] = database_url()
     record = service_file.write(chunkyard_home(), args.host, args.port)
     _print(
         f"Query service for project {os.environ.get('CHUNKYARD_PROJECT')} on {record['url']} (docs at /docs)"
     )
     try:
-        uvicorn.run("chunkyard.retrieval.service:app", host=args.host, port=args.port, log_level="info")
+        serve_app("chunkyard.retrieval.service:app", args.host, args.port, limits=limits)  # redacted log
     finally:
         service_file.remove(chunkyard_home(), os.getpid())
     return 0

@@ -80,8 +80,8 @@ def add_proxy_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentP
 
 
 def cmd_ui_proxy(args: argparse.Namespace) -> int:
-    import uvicorn
     from chunkyard.orchestration.ui_proxy import KEY_ENV, build_app
+    from chunkyard.retrieval.server_limits import ServerLimits, serve
 
     key = os.environ.get(KEY_ENV, "")
     if not key:
@@ -91,5 +91,11 @@ def cmd_ui_proxy(args: argparse.Namespace) -> int:
         )
         return 2
     print(f"Dagster UI ({args.upstream}) behind the API key on http://{args.host}:{args.port}", flush=True)
-    uvicorn.run(build_app(args.upstream, key), host=args.host, port=args.port, log_level="info")
+    try:  # a bad CHUNKYARD_*_S setting: one line naming it
+        limits = ServerLimits.from_env()
+        app = build_app(args.upstream, key)
+    except ValueError as exc:
+        print(f"chunkyard ui-proxy: {exc}", file=sys.stderr)
+        return 2
+    serve(app, args.host, args.port, limits=limits, secrets=[key])  # timeouts, redacted log
     return 0

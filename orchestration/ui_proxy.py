@@ -3,8 +3,11 @@
 The Dagster webserver has no authentication, and anyone who reaches it can launch runs. This reverse
 proxy is what Compose publishes instead: every HTTP request and websocket (the UI's GraphQL
 subscriptions) needs CHUNKYARD_API_KEY, given as `Authorization: Bearer <key>` or as the password of
-HTTP Basic auth, so a browser just asks for it (any user name). A request that passed gets a cookie
-holding an HMAC of the key (never the key), which the browser then sends with its websockets too. A
+HTTP Basic auth, so a browser just asks for it (any user name). A request that passed with the key
+gets a session cookie of its own: when it was issued, a random session id and an HMAC of both under
+the key (never the key), valid for CHUNKYARD_UI_SESSION_S seconds (8 hours; `Max-Age` tells the
+browser, the proxy checks it itself), which the browser then sends with its websockets too. A leaked
+cookie works for its one session until it expires (or the key changes), not for ever. A
 request from another site's page (an `Origin` other than this host) is refused, because a browser sends
 remembered Basic credentials cross-site. The key is never forwarded upstream and never logged.
 """
@@ -17,11 +20,14 @@ import binascii
 import contextlib
 import hashlib
 import hmac
+import secrets
+import time
 from collections.abc import AsyncIterator, Iterable
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import urlsplit
 
 import httpx
+from chunkyard.chunking.environment import env_int
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import HTTPConnection, Request
@@ -31,6 +37,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 KEY_ENV = "CHUNKYARD_API_KEY"
 COOKIE = "chunkyard_ui"
+SESSION_ENV = "CHUNKYARD_UI_SESSION_S"
+SESSION_SECONDS = 8 * 3600  # a session cookie's lifetime: a working day
+CLOCK_SKEW_S = 60  # a cookie issued up to this far in the future (clocks of replicas) still counts
 HEALTH_PATH = "/__chunkyard/healthz"  # answered by the proxy itself, without the key (health checks)
 REALM = 'Basic realm="chunkyard Dagster UI (password: the API key)", charset="UTF-8"'
 # Hop-by-hop headers (RFC 9110 7.6.1) and what the proxy sets itself, never copied across.
@@ -52,9 +61,34 @@ OWN_RESPONSE_HEADERS = {"date", "server"}
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
-def cookie_token(key: str) -> str:
-    """The cookie's value: an HMAC of the key, so a leaked cookie does not reveal the key itself."""
-    return hmac.new(key.encode(), b"chunkyard-ui-proxy", hashlib.sha256).hexdigest()
+def _session_mac(key: str, issued: int, session: str) -> str:
+    message = f"chunkyard-ui-session|{issued}|{session}".encode()
+    return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()
+
+
+def session_cookie(key: str, issued: int | None = None) -> str:
+    """A new session's cookie value: `issued.session.mac`, an HMAC under the key (the key is not in it)."""
+    issued = int(time.time()) if issued is None else issued
+    session = secrets.token_urlsafe(18)
+    return f"{issued}.{session}.{_session_mac(key, issued, session)}"
+
+
+def valid_session(value: str, key: str, lifetime_s: int, now: float | None = None) -> bool:
+    """True for a cookie this proxy issued under `key` less than `lifetime_s` seconds ago."""
+    issued_text, _, rest = value.partition(".")
+    session, _, mac = rest.partition(".")
+    if not issued_text.isdigit() or not session or not mac:
+        return False
+    issued = int(issued_text)
+    if not hmac.compare_digest(mac.encode(), _session_mac(key, issued, session).encode()):
+        return False
+    age = (time.time() if now is None else now) - issued
+    return -CLOCK_SKEW_S <= age < lifetime_s
+
+
+def session_lifetime() -> int:
+    """CHUNKYARD_UI_SESSION_S, or 8 hours."""
+    return env_int(SESSION_ENV, SESSION_SECONDS, minimum=60, unit="a number of seconds") or SESSION_SECONDS
 
 
 def _given_key(authorization: str) -> str | None:
@@ -77,13 +111,15 @@ def _cookies(connection: HTTPConnection) -> SimpleCookie:
     return jar
 
 
-def authorized(connection: HTTPConnection, key: str) -> bool:
-    """The key (Bearer or Basic password) or the cookie it earned."""
+def authorized(connection: HTTPConnection, key: str, lifetime_s: int = SESSION_SECONDS) -> str | None:
+    """How the request is let in: "session" (a valid cookie), "key" (Bearer or Basic password), or None."""
+    morsel = _cookies(connection).get(COOKIE)
+    if morsel is not None and valid_session(morsel.value, key, lifetime_s):
+        return "session"
     given = _given_key(connection.headers.get("authorization", ""))
     if given is not None and hmac.compare_digest(given.encode(), key.encode()):
-        return True
-    morsel = _cookies(connection).get(COOKIE)
-    return morsel is not None and hmac.compare_digest(morsel.value.encode(), cookie_token(key).encode())
+        return "key"
+    return None
 
 
 def same_origin(connection: HTTPConnection) -> bool:
@@ -112,7 +148,7 @@ def build_app(upstream: str, key: str) -> Starlette:
         raise ValueError(f"{KEY_ENV}: the UI proxy needs an API key")
     base = upstream.rstrip("/")
     client = httpx.AsyncClient(base_url=base, timeout=httpx.Timeout(60.0, connect=10.0))
-    token = cookie_token(key)
+    lifetime = session_lifetime()
 
     async def health(request: Request) -> Response:
         return PlainTextResponse("ok")
@@ -120,7 +156,8 @@ def build_app(upstream: str, key: str) -> Starlette:
     async def proxy_http(request: Request) -> Response:
         if not same_origin(request):
             return PlainTextResponse("cross-site request refused", status_code=403)
-        if not authorized(request, key):
+        admitted = authorized(request, key, lifetime)
+        if admitted is None:
             return PlainTextResponse(
                 "the Dagster UI needs the API key (user: any, password: the key)",
                 status_code=401,
@@ -145,14 +182,14 @@ def build_app(upstream: str, key: str) -> Starlette:
             status_code=answer.status_code,
             background=BackgroundTask(answer.aclose),
         )
-        response.raw_headers = [
-            *_forward_headers(answer.headers.raw, frozenset(OWN_RESPONSE_HEADERS)),
-            (b"set-cookie", f"{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict".encode()),
-        ]
+        response.raw_headers = _forward_headers(answer.headers.raw, frozenset(OWN_RESPONSE_HEADERS))
+        if admitted == "key":  # a new session; one with a valid cookie keeps it
+            cookie = f"{COOKIE}={session_cookie(key)}; Path=/; Max-Age={lifetime}; HttpOnly; SameSite=Strict"
+            response.raw_headers.append((b"set-cookie", cookie.encode()))
         return response
 
     async def proxy_websocket(websocket: WebSocket) -> None:
-        if not same_origin(websocket) or not authorized(websocket, key):
+        if not same_origin(websocket) or authorized(websocket, key, lifetime) is None:
             await websocket.close(code=1008)  # before accept: the handshake is refused (403)
             return
         from websockets.asyncio.client import connect

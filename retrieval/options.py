@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from chunkyard.retrieval.filters import operator_error
 from chunkyard.retrieval.index_defaults import (
     AUTO_WEIGHT,
     MAX_FOCUS_SIZE,
@@ -111,6 +112,9 @@ class OptionSchema:
         if self.kind == "object":
             if not isinstance(value, dict):
                 raise SearchError(f"{where}: {self.error}")
+            refused = operator_error(value, where)  # `$regex` & co. would match nothing, silently
+            if refused:
+                raise SearchError(refused)
             return value
         # reranker: a name, or an object with `score(query, texts)`; False means none
         if value is False:

@@ -18,6 +18,7 @@ import threading
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from chunkyard.retrieval.api.admission import Admission, AdmissionLimits
 from chunkyard.retrieval.api.alias_routes import add_alias_routes
 from chunkyard.retrieval.api.common import (
     ENDPOINT_UNAVAILABLE,
@@ -56,9 +57,11 @@ def create_app(
     max_query_chars: int = DEFAULT_MAX_QUERY_CHARS,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     warm: bool | Sequence[str] = False,
+    admission: AdmissionLimits | None = None,
 ) -> FastAPI:
     """The service app. `api_key` defaults to CHUNKYARD_API_KEY (unset = open). `warm`: load the
-    model and BM25 copies (of every published index, or of the names given) before `/readyz` is 200."""
+    model and BM25 copies (of every published index, or of the names given) before `/readyz` is 200.
+    `admission`: the stated search latency and concurrent searches (default: from the environment)."""
     ctx = ServiceContext(
         limits=RequestLimits(max_k=max_k, max_query_chars=max_query_chars),
         api_key=api_key if api_key is not None else os.environ.get("CHUNKYARD_API_KEY") or None,
@@ -92,6 +95,8 @@ def create_app(
     body_model = SearchBody if max_k == DEFAULT_MAX_K else request_model(max_k)
     add_search_routes(app, ctx, body_model, require_key)
     add_alias_routes(app, ctx, require_key)
+    # inside BodyLimit: a search holds a slot only once its body is read
+    app.add_middleware(Admission, limits=admission or AdmissionLimits.from_env())
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     return app
 

@@ -2,7 +2,8 @@
 
 `python -m tests.service_process PORT --pg-data DIR` attaches to (or starts) the embedded Postgres in
 DIR, sets DATABASE_URL like `cmd_serve`, and serves `retrieval.service:app` (warm); `--database-url`
-serves a given URL, `--cold` skips warming, `--api-key` requires a key.
+serves a given URL, `--cold` skips warming, `--api-key` requires a key, `--log-level info` writes the
+access log. The server limits come from the environment (`retrieval.server_limits`).
 """
 
 from __future__ import annotations
@@ -117,14 +118,16 @@ def main() -> None:
     parser.add_argument("--database-url")
     parser.add_argument("--cold", action="store_true")
     parser.add_argument("--api-key")
+    parser.add_argument("--log-level", default="warning")
     args = parser.parse_args()
-    import uvicorn
     from chunkyard.retrieval.db import embedded_database_url
+    from chunkyard.retrieval.server_limits import serve
     from chunkyard.retrieval.service import create_app
 
     os.environ["DATABASE_URL"] = args.database_url or embedded_database_url(args.pg_data)
     app = create_app(api_key=args.api_key, warm=not args.cold)
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
+    # as `chunkyard serve` runs it: its timeouts, connection cap and redacted log
+    serve(app, "127.0.0.1", args.port, secrets=[args.api_key or ""], log_level=args.log_level)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
+import hmac
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,6 +62,7 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]
     with (folder / "web.log").open("wb") as web_log, (folder / "proxy.log").open("wb") as proxy_log:
         web = subprocess.Popen(web_command, env=web_env, stdout=web_log, stderr=subprocess.STDOUT)
         proxy_env = {**env, "CHUNKYARD_API_KEY": KEY, "PYTHONPATH": str(REPO_ROOT)}
+        proxy_env["CHUNKYARD_HEADER_TIMEOUT_S"] = "2"  # short, for test_a_slow_client_is_closed
         upstream = f"http://127.0.0.1:{web_port}"
         proxy_command = [
             sys.executable,
@@ -144,10 +149,45 @@ def test_the_key_is_never_logged_or_forwarded(proxy: tuple[str, Path]) -> None:
     base, folder = proxy
     assert _get(f"{base}/server_info?probe=1", {"Authorization": f"Bearer {KEY}"})[0] == 200
     assert _get(f"{base}/server_info", _basic(KEY + "x"))[0] == 401
+    assert _get(f"{base}/server_info?api_key={KEY}")[0] == 401  # never accepted, and never logged
+    assert _get(f"{base}/{KEY}/x?token=t0ken123")[0] == 401
     for log in ("proxy.log", "web.log"):
         text = (folder / log).read_text(encoding="utf-8", errors="replace")
-        assert KEY not in text, log
-    assert "GET /server_info?probe=1" in (folder / "proxy.log").read_text(encoding="utf-8")
+        assert KEY not in text and "t0ken123" not in text, log
+    logged = (folder / "proxy.log").read_text(encoding="utf-8")
+    assert "GET /server_info?probe=[redacted]" in logged and "GET /server_info?api_key=[redacted]" in logged
+
+
+def test_each_session_gets_its_own_cookie_that_expires(proxy: tuple[str, Path]) -> None:
+    from chunkyard.orchestration.ui_proxy import SESSION_SECONDS, session_cookie
+
+    base, _ = proxy
+    first = _get(f"{base}/server_info", _basic(KEY))[1]["set-cookie"]
+    second = _get(f"{base}/server_info", _basic(KEY))[1]["set-cookie"]
+    assert first.split(";", 1)[0] != second.split(";", 1)[0]  # one value per session
+    assert f"Max-Age={SESSION_SECONDS}" in first and "HttpOnly" in first and "SameSite=Strict" in first
+    cookie = first.split(";", 1)[0]
+    status, headers, _ = _get(f"{base}/server_info", {"Cookie": cookie})
+    assert status == 200 and "set-cookie" not in {name.lower() for name in headers}  # the session goes on
+    # the proxy checks the age itself: a browser that kept the cookie longer is still refused
+    expired = session_cookie(KEY, issued=int(time.time()) - SESSION_SECONDS - 1)
+    assert _get(f"{base}/server_info", {"Cookie": f"chunkyard_ui={expired}"})[0] == 401
+    # the old fixed value (one HMAC of the key for every session, no expiry) no longer works
+    fixed = hmac.new(KEY.encode(), b"chunkyard-ui-proxy", hashlib.sha256).hexdigest()
+    assert _get(f"{base}/server_info", {"Cookie": f"chunkyard_ui={fixed}"})[0] == 401
+    signed_by_another_key = session_cookie(KEY + "x")
+    assert _get(f"{base}/server_info", {"Cookie": f"chunkyard_ui={signed_by_another_key}"})[0] == 401
+
+
+def test_a_slow_client_is_closed(proxy: tuple[str, Path]) -> None:
+    """Headers not complete within CHUNKYARD_HEADER_TIMEOUT_S (2 s here): 408 and the connection closes."""
+    port = int(proxy[0].rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(b"GET /server_info HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        received = b""
+        while data := sock.recv(65536):
+            received += data
+    assert received.startswith(b"HTTP/1.1 408 "), received
 
 
 def test_the_proxy_refuses_to_start_without_a_key(tmp_path: Path) -> None:

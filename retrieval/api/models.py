@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from chunkyard.retrieval.filters import operator_error
 from chunkyard.retrieval.http_guards import check_json_values
 from chunkyard.retrieval.names import DEFAULT_CONFIG, IndexRef
 from chunkyard.retrieval.options import (
@@ -36,6 +37,9 @@ class StrictBody(BaseModel):
     @classmethod
     def _encodable_values(cls, data: Any) -> Any:
         check_json_values(data)  # no NUL, lone surrogate or NaN reaches Postgres
+        refused = operator_error(data.get("filters")) if isinstance(data, dict) else None
+        if refused:  # a 422 like any other field the body cannot have
+            raise ValueError(refused)
         return data
 
 
@@ -103,7 +107,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     401: error("Missing or wrong API key (when the server has one)."),
     413: error("The request body is over the server's cap."),
     415: error("The body is not JSON."),
-    503: error("The database is unavailable; retry shortly."),
+    503: error("The database is unavailable, or the service is at capacity; retry after `Retry-After`."),
 }
 
 

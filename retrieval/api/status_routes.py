@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 from chunkyard.retrieval.api.common import ENDPOINT_UNAVAILABLE, UNAVAILABLE, ServiceContext
+from chunkyard.retrieval.api.key_check import holds_key
 from chunkyard.retrieval.api.models import error, picked
 from chunkyard.retrieval.db import verify_server
 from chunkyard.retrieval.endpoint_settings import EndpointError, endpoint_identity
@@ -18,7 +19,7 @@ from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.query.results import NOTHING_INDEXED
 from chunkyard.retrieval.selfcheck import DatabaseSelfCheckError
 from chunkyard.retrieval.store import Store
-from fastapi import Depends, FastAPI, Query
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
 log = logging.getLogger("chunkyard.service")
@@ -57,8 +58,16 @@ def _index_summary(info: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
-def _self_check_failed(error: DatabaseSelfCheckError) -> JSONResponse:
-    """The database cannot run pgvector's operators: not an outage that passes, so say what and why."""
+SELF_CHECK_FAILED = "the database failed chunkyard's self-check; the service log says why"
+# What `/readyz` tells a caller without the key (when the service has one): no versions, no counts.
+ANONYMOUS_FIELDS = ("status", "detail", "dependencies")
+
+
+def _self_check_failed(error: DatabaseSelfCheckError, detailed: bool = True) -> JSONResponse:
+    """The database cannot run pgvector's operators: not an outage that passes, so say what and why
+    (to a caller holding the key; the versions it names are not for anyone else)."""
+    if not detailed:
+        return JSONResponse({"status": "failed", "detail": SELF_CHECK_FAILED}, status_code=503)
     return JSONResponse({"status": "failed", "detail": str(error), "hint": error.hint}, status_code=503)
 
 
@@ -138,13 +147,16 @@ def add_status_routes(
         return {"status": "ok"}
 
     @app.get("/readyz", responses={503: error("Warming up, or the database is unavailable.")})
-    def readyz() -> JSONResponse:
+    def readyz(request: Request) -> JSONResponse:
         """The model and BM25 copies are loaded, the database answers and its schema is migrated.
 
         With an index on an embedding server, `dependencies` says whether it answers a probe; when it
-        does not, the status is `degraded` but the code stays 200 (BM25 searches still work)."""
+        does not, the status is `degraded` but the code stays 200 (BM25 searches still work). The
+        schema version, the database's versions and the index count are shown only to a caller
+        holding the key (or by a service without one)."""
+        detailed = holds_key(request, ctx.api_key)
         if readiness.fatal is not None:
-            return _self_check_failed(readiness.fatal)
+            return _self_check_failed(readiness.fatal, detailed)
         if not readiness.done.is_set():
             return JSONResponse(
                 {"status": "warming", "detail": "loading the model and the BM25 copies"}, status_code=503
@@ -154,7 +166,7 @@ def add_status_routes(
             version, published = _published_state(store)
             database = verify_server(store.url).describe()
         except DatabaseSelfCheckError as exc:
-            return _self_check_failed(exc)
+            return _self_check_failed(exc, detailed)
         except Exception as exc:  # not ready: the reason goes to the log, not to an anonymous caller
             log.error("readyz: %s: %s", type(exc).__name__, exc)
             return JSONResponse({"status": "unavailable", "detail": UNAVAILABLE}, status_code=503)
@@ -173,6 +185,10 @@ def add_status_routes(
             if down:  # still 200: BM25 searches work, and every replica shares the endpoint
                 log.error("readyz: embedding endpoint: %s", "; ".join(f"{n}: {p}" for n, p in down.items()))
                 body.update(status="degraded", detail=ENDPOINT_UNAVAILABLE)
+        if not detailed:
+            body = {key: value for key, value in body.items() if key in ANONYMOUS_FIELDS}
+            if body["status"] == "ready":  # its only detail, "nothing indexed", is a count
+                body.pop("detail", None)
         return JSONResponse(body)
 
     @app.get(
