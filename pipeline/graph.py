@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from chunkyard.pipeline.checks import Check
 from chunkyard.pipeline.step_report import StepReport
 from chunkyard.retrieval.indexing.graph import INDEX_GRAPH, PUBLISH
+from chunkyard.retrieval.telemetry import configure_tracing, span
 
 if TYPE_CHECKING:
     from chunkyard.retrieval.config import IndexSpec
@@ -37,7 +38,9 @@ class IndexStep:
     def run(self, store: Store, spec: IndexSpec, embedder: Embedder | None) -> StepReport:
         """This step's function on one index (its module loads now: the code location stays light)."""
         step = getattr(importlib.import_module(f"chunkyard.pipeline.steps.{self.kind}"), self.function)
-        return step(store, spec, embedder) if self.takes_embedder else step(store, spec)
+        configure_tracing()  # a run's process exports its step spans when OTEL_* asks for traces
+        with span(f"index.{self.kind}", index=str(spec.name), step=self.kind):
+            return step(store, spec, embedder) if self.takes_embedder else step(store, spec)
 
 
 # The `pipeline.steps.<kind>` function of each stage of the graph (which adds its checks).
