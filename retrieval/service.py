@@ -102,6 +102,7 @@ def create_app(
     add_metrics_route(app, metrics, require_key)  # /metrics and the middleware counting requests
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     instrument_app(app)  # spans per request when OTEL_* asks for traces
+    app.state.rate_limiter = ctx.rate_limiter  # this process's per-key buckets and search slots
     return app
 
 
