@@ -77,6 +77,11 @@ def add_proxy_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentP
     proxy.add_argument("--upstream", default="http://127.0.0.1:3000", help="the Dagster webserver's URL")
     proxy.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     proxy.add_argument("--port", type=int, default=3001, help="port to listen on (default 3001)")
+    proxy.add_argument(
+        "--api",
+        default=os.environ.get("CHUNKYARD_API_URL", ""),
+        help="the query service that checks stored admin keys (default $CHUNKYARD_API_URL; none: only the key)",
+    )
 
 
 def cmd_ui_proxy(args: argparse.Namespace) -> int:
@@ -91,5 +96,8 @@ def cmd_ui_proxy(args: argparse.Namespace) -> int:
         )
         return 2
     print(f"Dagster UI ({args.upstream}) behind the API key on http://{args.host}:{args.port}", flush=True)
-    uvicorn.run(build_app(args.upstream, key), host=args.host, port=args.port, log_level="info")
+    from chunkyard.orchestration.ui_proxy_keys import StoredKeys
+
+    stored = StoredKeys(args.api) if args.api else None
+    uvicorn.run(build_app(args.upstream, key, stored), host=args.host, port=args.port, log_level="info")
     return 0

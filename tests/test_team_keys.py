@@ -304,3 +304,30 @@ def test_cli_keys_and_audit(searcher: Searcher, pg_url: str, two_indexes, monkey
 def test_expiry_in_the_past_is_refused_by_the_ring(searcher: Searcher) -> None:
     with pytest.raises(ApiKeyError, match="in the past"):
         parse_expiry((datetime.now(UTC) - timedelta(days=1)).isoformat())
+
+
+def test_the_ui_proxy_takes_stored_admin_keys(searcher: Searcher, two_indexes) -> None:
+    """The proxy (no database of its own) asks the query service; a search key or a revoked one is refused."""
+    from chunkyard.orchestration.ui_proxy import build_app
+    from chunkyard.orchestration.ui_proxy_keys import StoredKeys
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    upstream = Starlette(routes=[Route("/{path:path}", lambda request: PlainTextResponse("dagster ui"))])
+    admin_name, admin = _key(searcher.store, "admin")
+    _, search = _key(searcher.store, "search", two_indexes[0].split("/")[0])
+    with (
+        serve_in_thread(create_app(searcher, api_key=BOOTSTRAP)) as api,
+        serve_in_thread(upstream) as web,
+        TestClient(build_app(web, BOOTSTRAP, StoredKeys(api))) as proxy,
+    ):
+        ok = proxy.get("/runs", headers={"Authorization": f"Bearer {admin}"})
+        assert ok.status_code == 200 and ok.text == "dagster ui" and "set-cookie" not in ok.headers
+        assert proxy.get("/runs", headers={"Authorization": f"Bearer {search}"}).status_code == 401
+        booted = proxy.get("/runs", headers={"Authorization": f"Bearer {BOOTSTRAP}"})
+        assert booted.status_code == 200 and "set-cookie" in booted.headers
+        proxy.cookies.clear()  # the bootstrap key's cookie would open it by itself
+        searcher.store.keys.revoke(admin_name, actor="test")
+        time.sleep(1.0)
+        assert proxy.get("/runs", headers={"Authorization": f"Bearer {admin}"}).status_code == 401

@@ -33,7 +33,8 @@ class KeyBody(StrictBody):
 
 
 def add_key_routes(app: FastAPI, ctx: ServiceContext, require_key: Callable[..., Caller]) -> None:
-    """`POST|GET /v1/keys`, `DELETE /v1/keys/{name}` and `GET /v1/audit`, for admin keys only."""
+    """`POST|GET /v1/keys`, `DELETE /v1/keys/{name}` and `GET /v1/audit` for admin keys only, and
+    `GET /v1/keys/self` for any key."""
     responses = picked(400, 401, 403, 404, 503)
 
     def admin(caller: Caller = Depends(require_key)) -> Caller:
@@ -42,6 +43,13 @@ def add_key_routes(app: FastAPI, ctx: ServiceContext, require_key: Callable[...,
         except AuthError as exc:
             raise refused(exc) from None
         return caller
+
+    @app.get("/v1/keys/self", responses=picked(401, 503))
+    def whoami(caller: Caller = Depends(require_key)) -> dict[str, Any]:
+        """The key this request carries: its name, scope and collections (null: all); how the UI proxy
+        checks a stored key without a database connection of its own."""
+        collections = None if caller.collections is None else sorted(caller.collections)
+        return {"name": caller.name, "scope": caller.scope, "collections": collections}
 
     @app.post("/v1/keys", status_code=201, responses=responses)
     def create(body: KeyBody, caller: Caller = Depends(admin)) -> dict[str, Any]:
