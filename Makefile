@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chunkyard-installed
 
-.PHONY: install lock demo test test-faults ui serve eval screenshots bench bench-load bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-faults bench-postgres-builds bench-first-run stack lint clean
+.PHONY: install lock demo test test-faults ui serve eval screenshots bench bench-load bench-team bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-faults bench-postgres-builds bench-first-run stack lint clean
 
 # Exact versions: requirements/constraints.txt is what the tests passed with (`make lock` rewrites it).
 CONSTRAINTS := requirements/constraints.txt
@@ -86,6 +86,11 @@ bench-embedder: $(STAMP)
 # halfway through: req/s, latency percentiles, errors, mixed-version answers, RSS (~5 min)
 bench-load: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_load
+
+# keys, rate limits and metrics on vs off: search p95 side by side on the demo index (BASELINE: a checkout
+# of the code before them, with its .venv; default: this code without a key) -> benchmarks/results/team.md
+bench-team: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_team $(if $(BASELINE),--baseline-root $(BASELINE)) $(BENCH_TEAM_ARGS)
 
 bench-incremental: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_incremental
