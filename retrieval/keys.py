@@ -62,7 +62,10 @@ def parse_expiry(text: str | None, now: datetime | None = None) -> datetime | No
         amount = int(match.group(1))
         if amount < 1:
             raise ApiKeyError(f"expires: must be in the future, got {raw!r}")
-        return now + timedelta(**{_UNITS[match.group(2)]: amount})
+        try:
+            return now + timedelta(**{_UNITS[match.group(2)]: amount})
+        except OverflowError:
+            raise ApiKeyError(f"expires: {raw!r} is too far in the future") from None
     try:
         when = datetime.fromisoformat(raw)
     except ValueError:

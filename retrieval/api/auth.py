@@ -18,7 +18,7 @@ from chunkyard.retrieval.aliases import AliasError, get_alias
 from chunkyard.retrieval.api.rate_limits import Limits
 from chunkyard.retrieval.config import default_collection
 from chunkyard.retrieval.keys import BOOTSTRAP_NAME, ApiKey, token_hash, well_formed
-from chunkyard.retrieval.names import IndexNameError, IndexRef
+from chunkyard.retrieval.names import IndexName, IndexNameError, IndexRef
 from chunkyard.retrieval.store import Store
 
 CACHE_S = 0.5
@@ -122,6 +122,8 @@ def collection_of(index: str, store: Store) -> str | None:
             target = get_alias(store, ref.alias)
             if target is not None:
                 return target.index.collection
+        if "/" in index:  # `collection/config` names its collection: no project file to read
+            return IndexName.parse(index).collection
         return ref.index(default_collection()).collection
     except (IndexNameError, AliasError):
         return None

@@ -9,7 +9,7 @@ from chunkyard.retrieval.api.auth import AuthError, Caller
 from chunkyard.retrieval.api.common import ServiceContext, refused
 from chunkyard.retrieval.api.models import StrictBody, picked
 from chunkyard.retrieval.key_admin import create_key
-from chunkyard.retrieval.keys import SCOPES, ApiKeyError
+from chunkyard.retrieval.keys import KEY_NAME, SCOPES, ApiKeyError
 from chunkyard.retrieval.store.audit import ACTIONS
 from fastapi import Depends, FastAPI, HTTPException, Query
 from pydantic import Field
@@ -78,7 +78,7 @@ def add_key_routes(app: FastAPI, ctx: ServiceContext, require_key: Callable[...,
     def revoke(name: str, caller: Caller = Depends(admin)) -> dict[str, Any]:
         """Revoke a key: every service process refuses it within a second."""
         store = ctx.store()
-        if store.keys.get(name) is None:
+        if not KEY_NAME.match(name) or store.keys.get(name) is None:
             raise HTTPException(status_code=404, detail=f"no key named {name!r}")
         try:
             return store.keys.revoke(name, actor=caller.name).as_dict()
@@ -89,7 +89,9 @@ def add_key_routes(app: FastAPI, ctx: ServiceContext, require_key: Callable[...,
     def audit(
         limit: int = Query(100, ge=1, le=10_000, description="The newest entries, at most this many."),
         action: Literal[ACTIONS] | None = Query(None, description="Only this action."),
-        target: str | None = Query(None, max_length=200, description="Only this alias or key."),
+        target: str | None = Query(
+            None, pattern=KEY_NAME.pattern, description="Only this alias or key (their names' one shape)."
+        ),
     ) -> list[dict[str, Any]]:
         """The audit log, newest first: who changed which alias or key, when, before and after."""
         return [
