@@ -11,11 +11,11 @@ import pytest
 from chunkyard.chunking.types import Document
 from chunkyard.retrieval import aliases
 from chunkyard.retrieval.api.rate_limits import Limits
-from chunkyard.retrieval.client import AuthenticationError, Client
+from chunkyard.retrieval.client import AccessDeniedError, AuthenticationError, Client, RateLimitedError
 from chunkyard.retrieval.indexing import build_index
 from chunkyard.retrieval.key_admin import create_key
 from chunkyard.retrieval.keys import ApiKeyError, parse_expiry, token_hash
-from chunkyard.retrieval.query import Searcher, SearchError
+from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.service import create_app
 from chunkyard.retrieval.store import Store
 from fastapi.testclient import TestClient
@@ -112,7 +112,7 @@ def test_client_takes_a_stored_key(searcher: Searcher, two_indexes) -> None:
         Client(url, api_key=token) as client,
     ):
         assert client.search("ships", index=index_a, k=1)
-        with pytest.raises(SearchError, match="403"):
+        with pytest.raises(AccessDeniedError, match="may not read"):
             client.search("ships", index=index_b, k=1)
         with pytest.raises(AuthenticationError, match="malformed"):
             Client(url, api_key="cky_short").indexes()
@@ -222,6 +222,10 @@ def test_rate_limits_answer_429_with_retry_after(searcher: Searcher, two_indexes
         ).status_code
         == 200
     )
+    with serve_in_thread(app) as url, Client(url, api_key=token) as client:  # the client says when to retry
+        with pytest.raises(RateLimitedError) as limited_error:
+            client.indexes()
+        assert 1 <= limited_error.value.retry_after_s <= 10
     # other keys are not affected by one key's limit
     assert http.get("/v1/indexes", headers=_auth(BOOTSTRAP)).status_code == 200
 
