@@ -107,6 +107,7 @@ def main() -> None:
     on_base, on_process = start(sys.executable, REPO, url, BOOTSTRAP)
     load_before = os.getloadavg()
     rounds: list[dict[str, float]] = []
+    pooled: dict[str, list[float]] = {"off": [], "on": []}
     try:
         with (
             httpx.Client(base_url=off_base, timeout=60) as off,
@@ -136,19 +137,26 @@ def main() -> None:
                     for q in (0.5, 0.95)
                 }
                 rounds.append(row)
+                for name, values in times.items():
+                    pooled[name] += values
                 print(f"round {number + 1}: {row}", flush=True)
     finally:
         for process in (off_process, on_process):
             process.terminate()
             process.wait(timeout=30)
     load_after = os.getloadavg()
-    write(args.output, rounds, chunks, args, load_before, load_after, bool(args.baseline_root))
+    every = {
+        f"{name}_{q}": percentile(values, q) * 1000 for name, values in pooled.items() for q in (0.5, 0.95)
+    }
+    write(args.output, rounds, every, chunks, args, load_before, load_after, bool(args.baseline_root))
 
 
-def write(path: Path, rounds: list[dict], chunks: int, args, before, after, main_baseline: bool) -> None:
-    median = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
-    ratio95 = median["on_0.95"] / median["off_0.95"]
-    ratio50 = median["on_0.5"] / median["off_0.5"]
+def write(
+    path: Path, rounds: list[dict], every: dict, chunks: int, args, before, after, main_baseline: bool
+) -> None:
+    ratio95 = every["on_0.95"] / every["off_0.95"]
+    ratio50 = every["on_0.5"] / every["off_0.5"]
+    round_ratio = statistics.median(r["on_0.95"] / r["off_0.95"] for r in rounds)
     baseline = (
         "the code before this change (a checkout of `main` at the branch point, its own venv), no API key"
         if main_baseline
@@ -180,11 +188,13 @@ def write(path: Path, rounds: list[dict], chunks: int, args, before, after, main
             f"| {r['on_0.95'] / r['off_0.95']:.2f}x |"
         )
     lines += [
-        f"| **median** | {median['off_0.5']:.1f} | {median['on_0.5']:.1f} | {median['off_0.95']:.1f} "
-        f"| {median['on_0.95']:.1f} | **{ratio95:.2f}x** |",
+        f"| **all rounds** | {every['off_0.5']:.1f} | {every['on_0.5']:.1f} | {every['off_0.95']:.1f} "
+        f"| {every['on_0.95']:.1f} | **{ratio95:.2f}x** |",
         "",
-        f"Search p95 with keys, limits and metrics on is **{ratio95:.2f}x** the service without them "
-        f"(p50 {ratio50:.2f}x); the goal is at most 1.1x. Latencies are client-side, over loopback.",
+        f"Search p95 over every round's searches with keys, limits and metrics on is **{ratio95:.2f}x** the "
+        f"service without them (p50 {ratio50:.2f}x; the median of the rounds' p95 ratios {round_ratio:.2f}x); "
+        "the goal is at most 1.1x. Latencies are client-side, over loopback; on a machine this loaded the "
+        "rounds' own spread (the off column) is the noise to read the ratio against.",
         "",
     ]
     path.parent.mkdir(parents=True, exist_ok=True)

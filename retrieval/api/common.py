@@ -75,7 +75,7 @@ class ServiceContext:
                 caller = keys.caller(given)
                 limiter.admit(caller.name, caller.limits)
             except AuthError as exc:
-                raise HTTPException(status_code=exc.status, detail=exc.detail) from None
+                raise refused(exc) from None
             except RateLimited as exc:
                 raise too_many(exc) from None
             return caller

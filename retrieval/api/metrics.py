@@ -78,13 +78,19 @@ class ServiceMetrics:
             registry=self.registry,
         )
         self.registry.register(_StateCollector(store))
+        self._stage_children: dict[tuple[str, str, str], Any] = {}  # labels() once per combination
 
     def observe_search(self, index: str, mode: str, timings: dict[str, float]) -> None:
         """One search's stage timings (milliseconds, as the response reports them)."""
+        children = self._stage_children
         for key, milliseconds in timings.items():
             stage = STAGES.get(key)
-            if stage is not None:
-                self.stages.labels(stage, index, mode).observe(milliseconds / 1000)
+            if stage is None:
+                continue
+            child = children.get((stage, index, mode))
+            if child is None:
+                child = children[(stage, index, mode)] = self.stages.labels(stage, index, mode)
+            child.observe(milliseconds / 1000)
 
     def render(self) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
