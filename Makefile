@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chunkyard-installed
 
-.PHONY: install lock demo test test-faults ui serve eval screenshots bench bench-load bench-limits bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-faults bench-postgres-builds bench-first-run stack lint clean
+.PHONY: install lock demo test test-faults ui serve eval screenshots bench bench-load bench-limits bench-team bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-faults bench-postgres-builds bench-first-run stack lint clean
 
 # Exact versions: requirements/constraints.txt is what the tests passed with (`make lock` rewrites it).
 CONSTRAINTS := requirements/constraints.txt
@@ -89,6 +89,11 @@ bench-load: $(STAMP)
 # slow clients and 20/50/200 concurrent searches, before (BEFORE_REPO's service) and after
 bench-limits: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_limits $(if $(BEFORE_REPO),--before-repo $(BEFORE_REPO) --before-python $(BEFORE_REPO)/.venv/bin/python)
+
+# keys, rate limits and metrics on vs off: search p95 side by side on the demo index (BASELINE: a checkout
+# of the code before them, with its .venv; default: this code without a key) -> benchmarks/results/team.md
+bench-team: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_team $(if $(BASELINE),--baseline-root $(BASELINE)) $(BENCH_TEAM_ARGS)
 
 bench-incremental: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_incremental

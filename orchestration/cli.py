@@ -10,6 +10,7 @@ chunkyard ui                  the Dagster UI on the same database (:3000)
 chunkyard eval                evaluate configs: --collection NAME (its eval_set) or --dataset
 chunkyard questions generate  an eval set from a collection's chunks, by an LLM
 chunkyard alias set/show/rollback  what a serving alias (`docs`) answers from
+chunkyard keys create/list/revoke  API keys of the query service; `chunkyard audit` who changed what
 chunkyard stack up|down|compose    the deployed services as local processes (or the Compose file)
 """
 
@@ -27,6 +28,7 @@ from chunkyard.orchestration import (
     cli_check,
     cli_help,
     cli_index,
+    cli_keys,
     cli_lag,
     cli_models,
     cli_questions,
@@ -37,6 +39,7 @@ from chunkyard.orchestration import (
 from chunkyard.orchestration.cli_errors import Stopped, UsageError, report, stops_embedded_postgres
 
 PROJECT_COMMANDS = {"add", "index", "demo", "search", "serve", "ui", "eval", "questions", "alias", "check"}
+PROJECT_COMMANDS |= {"keys", "audit"}  # the project's database
 
 
 def _print(message: str = "", end: str = "\n") -> None:
@@ -237,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_check.add_parser(sub, collections)
     cli_questions.add_parser(sub, common)
     cli_alias.add_parser(sub, common)
+    cli_keys.add_parser(sub, common)
     cli_stack.add_parser(sub, common)
     cli_lag.add_parser(sub, common)
     cli_models.add_parser(sub, common)
@@ -300,6 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "search": cli_search.cmd_search,
             "questions": cli_questions.cmd_questions,
             "alias": cli_alias.cmd_alias,
+            "keys": cli_keys.cmd_keys,
+            "audit": cli_keys.cmd_audit,
             "check": cli_check.cmd_check,
             "stack": cli_stack.cmd_stack,
             "lag": cli_lag.cmd_lag,

@@ -77,6 +77,11 @@ def add_proxy_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentP
     proxy.add_argument("--upstream", default="http://127.0.0.1:3000", help="the Dagster webserver's URL")
     proxy.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     proxy.add_argument("--port", type=int, default=3001, help="port to listen on (default 3001)")
+    proxy.add_argument(
+        "--api",
+        default=os.environ.get("CHUNKYARD_API_URL", ""),
+        help="the query service that checks stored admin keys (default $CHUNKYARD_API_URL; none: only the key)",
+    )
 
 
 def cmd_ui_proxy(args: argparse.Namespace) -> int:
@@ -91,9 +96,12 @@ def cmd_ui_proxy(args: argparse.Namespace) -> int:
         )
         return 2
     print(f"Dagster UI ({args.upstream}) behind the API key on http://{args.host}:{args.port}", flush=True)
+    from chunkyard.orchestration.ui_proxy_keys import StoredKeys
+
+    stored = StoredKeys(args.api) if args.api else None
     try:  # a bad CHUNKYARD_*_S setting: one line naming it
         limits = ServerLimits.from_env()
-        app = build_app(args.upstream, key)
+        app = build_app(args.upstream, key, stored)
     except ValueError as exc:
         print(f"chunkyard ui-proxy: {exc}", file=sys.stderr)
         return 2

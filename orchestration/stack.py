@@ -257,7 +257,8 @@ def _ui_proxy(target: Target) -> list[Service]:
         Service(
             name="ui-proxy",
             command=command,
-            environment={},  # the API key only (from its secret); no database
+            # the API key (from its secret) and the query service that checks stored keys; no database
+            environment={"CHUNKYARD_API_URL": f"http://query:{target.query_port}"},
             health=Health("http", path=UI_PROXY_HEALTH),
             port=port,
             depends_on=("dagster-webserver",),
@@ -295,6 +296,8 @@ COMPOSE_HEADER = """\
 #   docker compose -f docker/docker-compose.yml up --build
 # Dagster UI: http://127.0.0.1:3000 through `ui-proxy` (user: any, password: the api_key; the webserver
 # itself is not published). Query service: http://127.0.0.1:8000/docs (Authorization: Bearer <api_key>).
+# Prometheus (scraping the query service's /metrics): http://127.0.0.1:9090; Grafana with the chunkyard
+# dashboard: http://127.0.0.1:3001 (user: admin, password: the api_key).
 # CHUNKYARD_BIND=0.0.0.0 publishes both on every interface.
 # Documents: put them in ./documents (mounted at /data/documents) and point a collection at it in
 # chunkyard.yaml, or keep the bundled demo collection (docs/).
@@ -391,17 +394,17 @@ def compose_services(target: Target | None = None) -> dict[str, dict[str, Any]]:
 
 
 def compose_yaml() -> str:
-    """docker/docker-compose.yml, as `chunkyard stack compose` prints it."""
+    """docker/docker-compose.yml, as `chunkyard stack compose` prints it (with Prometheus and Grafana)."""
+    from chunkyard.orchestration.stack_observability import OBSERVABILITY_VOLUMES, observability_services
+
     document = {
         "name": "chunkyard",
-        "services": compose_services(),
-        "volumes": {"pgdata": None, "chunkyard-home": None},
+        "services": {**compose_services(), **observability_services()},
+        "volumes": dict.fromkeys(("pgdata", "chunkyard-home", *OBSERVABILITY_VOLUMES)),
         "secrets": {name: {"file": path} for name, path in SECRETS.items()},
     }
     body = yaml.safe_dump(document, sort_keys=False, width=120, default_flow_style=False)
-    return COMPOSE_HEADER + body.replace("pgdata: null", "pgdata:").replace(
-        "chunkyard-home: null", "chunkyard-home:"
-    )
+    return COMPOSE_HEADER + body.replace(": null\n", ":\n")
 
 
 def compose_path(repo_root: Path) -> Path:

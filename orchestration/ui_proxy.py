@@ -10,6 +10,9 @@ browser, the proxy checks it itself), which the browser then sends with its webs
 cookie works for its one session until it expires (or the key changes), not for ever. A
 request from another site's page (an `Origin` other than this host) is refused, because a browser sends
 remembered Basic credentials cross-site. The key is never forwarded upstream and never logged.
+An admin key made with `chunkyard keys create` opens the UI too, as Bearer or Basic password on each
+request (it earns no cookie, so a revoked key stops working within a second), checked by the query
+service (`orchestration.ui_proxy_keys`, CHUNKYARD_API_URL).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from urllib.parse import urlsplit
 
 import httpx
 from chunkyard.chunking.environment import env_int
+from chunkyard.orchestration.ui_proxy_keys import StoredKeys
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import HTTPConnection, Request
@@ -142,8 +146,9 @@ def _other_cookies(connection: HTTPConnection) -> str:
     return "; ".join(f"{name}={morsel.coded_value}" for name, morsel in jar.items() if name != COOKIE)
 
 
-def build_app(upstream: str, key: str) -> Starlette:
-    """The proxy for the Dagster webserver at `upstream` (http://host:port), guarded by `key`."""
+def build_app(upstream: str, key: str, stored: StoredKeys | None = None) -> Starlette:
+    """The proxy for the Dagster webserver at `upstream` (http://host:port), guarded by `key` (and the
+    stored admin keys `stored` checks, when given)."""
     if not key:
         raise ValueError(f"{KEY_ENV}: the UI proxy needs an API key")
     base = upstream.rstrip("/")
@@ -157,7 +162,7 @@ def build_app(upstream: str, key: str) -> Starlette:
         if not same_origin(request):
             return PlainTextResponse("cross-site request refused", status_code=403)
         admitted = authorized(request, key, lifetime)
-        if admitted is None:
+        if admitted is None and not await _stored_admin(request, stored):
             return PlainTextResponse(
                 "the Dagster UI needs the API key (user: any, password: the key)",
                 status_code=401,
@@ -183,13 +188,14 @@ def build_app(upstream: str, key: str) -> Starlette:
             background=BackgroundTask(answer.aclose),
         )
         response.raw_headers = _forward_headers(answer.headers.raw, frozenset(OWN_RESPONSE_HEADERS))
-        if admitted == "key":  # a new session; one with a valid cookie keeps it
+        if admitted == "key":  # a new session; one with a valid cookie keeps it (a stored key earns none)
             cookie = f"{COOKIE}={session_cookie(key)}; Path=/; Max-Age={lifetime}; HttpOnly; SameSite=Strict"
             response.raw_headers.append((b"set-cookie", cookie.encode()))
         return response
 
     async def proxy_websocket(websocket: WebSocket) -> None:
-        if not same_origin(websocket) or authorized(websocket, key, lifetime) is None:
+        allowed = authorized(websocket, key, lifetime) is not None or await _stored_admin(websocket, stored)
+        if not same_origin(websocket) or not allowed:
             await websocket.close(code=1008)  # before accept: the handshake is refused (403)
             return
         from websockets.asyncio.client import connect
@@ -235,14 +241,22 @@ def build_app(upstream: str, key: str) -> Starlette:
             WebSocketRoute("/{path:path}", proxy_websocket),
             Route("/{path:path}", proxy_http, methods=METHODS),
         ],
-        lifespan=_closing(client),
+        lifespan=_closing(client, stored),
     )
 
 
-def _closing(client: httpx.AsyncClient):  # noqa: ANN202 (Starlette's lifespan type)
+async def _stored_admin(connection: HTTPConnection, stored: StoredKeys | None) -> bool:
+    if stored is None:
+        return False
+    return await stored.admin(_given_key(connection.headers.get("authorization", "")))
+
+
+def _closing(client: httpx.AsyncClient, stored: StoredKeys | None = None):  # noqa: ANN202 (Starlette's lifespan type)
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
         await client.aclose()
+        if stored is not None:
+            await stored.aclose()
 
     return lifespan

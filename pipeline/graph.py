@@ -20,6 +20,7 @@ from chunkyard.retrieval.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.embedder import Embedder
 from chunkyard.retrieval.indexing.stage_reports import PublishReport
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.telemetry import configure_tracing, span
 
 StepFunction = Callable[[Store, IndexSpec, Embedder | None, StepRun], StepReport]
 
@@ -146,8 +147,11 @@ class ChecksFailed(RuntimeError):
 def run_step(
     declared: IndexStep, store: Store, spec: IndexSpec, embedder: Embedder | None, run: StepRun
 ) -> StepReport:
-    """One step on one index: its function, given the embedder only where the step uses it."""
-    return declared.run(store, spec, embedder if declared.uses_embedder(spec.config) else None, run)
+    """One step on one index: its function, given the embedder only where the step uses it (in a span
+    `index.<step>` when OTEL_* asks for traces)."""
+    configure_tracing()
+    with span(f"index.{declared.name}", index=str(spec.name), step=declared.name):
+        return declared.run(store, spec, embedder if declared.uses_embedder(spec.config) else None, run)
 
 
 def run_index_steps(

@@ -15,6 +15,7 @@ default 5); older targets are dropped, and with them the snapshots no target pin
 
 from __future__ import annotations
 
+import getpass
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from chunkyard.retrieval.indexing.snapshots import SnapshotError, drop_unreferen
 from chunkyard.retrieval.names import ALIAS_NAME, DEFAULT_COLLECTION, SNAPSHOT_MARK, IndexName, IndexNameError
 from chunkyard.retrieval.options import SearchError, SearchOptions, default_of
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.audit import record as audit
 
 DEFAULT_KEEP = 5
 
@@ -84,6 +86,14 @@ def keep_default() -> int:
         return env_int("CHUNKYARD_ALIAS_KEEP", DEFAULT_KEEP)
     except EnvironmentSettingError as exc:
         raise AliasError(str(exc)) from None
+
+
+def local_actor() -> str:
+    """Who an audited change made outside the service is recorded as: `local:<OS user>`."""
+    try:
+        return f"local:{getpass.getuser()}"
+    except (KeyError, OSError):  # no passwd entry (a container's arbitrary uid)
+        return "local"
 
 
 def check_alias_name(name: str) -> str:
@@ -194,9 +204,12 @@ def set_alias(
     note: str = "",
     scores: Mapping[str, float] | None = None,
     keep: int | None = None,
+    actor: str | None = None,
+    action: str = "alias.set",
 ) -> AliasTarget:
     """Point `name` at `index` (published) with `options` pinned (a mapping is parsed as SearchOptions;
-    a request's set options win over them), in one transaction."""
+    a request's set options win over them), in one transaction, written to the audit log under
+    `actor` (a key's name; default `local:<user>`) as `action` (`alias.set` or `alias.promote`)."""
     check_alias_name(name)
     try:
         index_name = IndexName.parse(index)
@@ -223,6 +236,7 @@ def set_alias(
         assert frozen is not None
         index_name, version = frozen
         current = conn.execute("SELECT generation FROM aliases WHERE name = %s", (name,)).fetchone()
+        before = resolve(conn, name)
         generation = int(
             conn.execute(
                 "SELECT coalesce(max(generation), 0) + 1 FROM alias_targets WHERE alias = %s", (name,)
@@ -245,11 +259,13 @@ def set_alias(
         )
         _point(conn, name, generation)
         drop_unreferenced(conn, _prune(conn, name, keep))
-        return _current(conn, name)
+        after = _current(conn, name)
+        audit(conn, actor or local_actor(), action, name, before and before.as_dict(), after.as_dict())
+        return after
 
 
-def rollback(store: Store, name: str) -> AliasTarget:
-    """Point `name` back at the target it had before its current one (which stays kept)."""
+def rollback(store: Store, name: str, *, actor: str | None = None) -> AliasTarget:
+    """Point `name` back at the target it had before its current one (which stays kept); audited."""
     check_alias_name(name)
     with store.connection() as conn, conn.transaction():
         _lock(conn, name)
@@ -264,7 +280,9 @@ def rollback(store: Store, name: str) -> AliasTarget:
         if kept is None:
             raise AliasError(f"alias: {name!r}'s earlier target {target.previous} was dropped (retention)")
         _point(conn, name, target.previous)
-        return _current(conn, name)
+        after = _current(conn, name)
+        audit(conn, actor or local_actor(), "alias.rollback", name, target.as_dict(), after.as_dict())
+        return after
 
 
 def drop_alias(store: Store, name: str) -> bool:

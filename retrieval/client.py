@@ -19,6 +19,18 @@ class AuthenticationError(PermissionError):
     """The service wants an API key (401)."""
 
 
+class AccessDeniedError(PermissionError):
+    """The key may not do this: another collection, or an admin action with a search key (403)."""
+
+
+class RateLimitedError(RuntimeError):
+    """The key is over its rate or concurrent-search limit (429); retry after `retry_after_s` seconds."""
+
+    def __init__(self, detail: str, retry_after_s: float) -> None:
+        super().__init__(detail)
+        self.retry_after_s = retry_after_s
+
+
 class Client:
     """`Client().search("question", index="demo/recursive-256")`: the project's running `chunkyard serve`
     (found like the CLI finds it), or `Client("http://host:8000", api_key=...)` for any other service.
@@ -63,6 +75,10 @@ class Client:
             detail = response.text
         if response.status_code == 401:
             raise AuthenticationError(str(detail))
+        if response.status_code == 403:
+            raise AccessDeniedError(str(detail))
+        if response.status_code == 429:
+            raise RateLimitedError(str(detail), float(response.headers.get("Retry-After") or 1))
         if response.status_code == 404:
             raise IndexNotFoundError(str(detail))
         if response.status_code in (400, 422):  # the searcher's own wording, as in-process

@@ -12,6 +12,7 @@ import functools
 import inspect
 import os
 import threading
+import time
 from typing import Any, Protocol
 
 import numpy as np
@@ -83,6 +84,12 @@ def load_embedder(
 
 _shared: dict[tuple, LocalEmbedder] = {}
 _shared_lock = threading.Lock()
+_load_seconds: dict[str, float] = {}
+
+
+def model_load_seconds() -> dict[str, float]:
+    """Seconds each model shared in this process took to load, by model name (the service's `/metrics`)."""
+    return dict(_load_seconds)
 
 
 def shared_embedder(model: str = DEFAULT_MODEL, /, *, queries: bool = False, **options: Any) -> Embedder:
@@ -101,7 +108,9 @@ def shared_embedder(model: str = DEFAULT_MODEL, /, *, queries: bool = False, **o
     key = (model, tuple(sorted({**defaults, **options}.items())))
     with _shared_lock:
         if key not in _shared:
+            started = time.perf_counter()
             _shared[key] = load_embedder(model, **options)
+            _load_seconds[model] = time.perf_counter() - started
         return _shared[key]
 
 

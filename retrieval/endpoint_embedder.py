@@ -29,6 +29,7 @@ from chunkyard.retrieval.endpoint_settings import (
     EndpointSettings,
     EndpointUsage,
 )
+from chunkyard.retrieval.telemetry import span
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +245,11 @@ class EndpointEmbedder:
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
         try:
-            response = self._client.post(self.settings.embeddings_url, json=body)
+            with span(
+                "embedding_server.request", model=str(body.get("model", "")), texts=len(body["input"])
+            ) as call:
+                response = self._client.post(self.settings.embeddings_url, json=body)
+                call.set_attribute("http.response.status_code", response.status_code)
         finally:
             with self._lock:
                 self._usage.requests += 1

@@ -254,4 +254,33 @@ SELECT index_name, term, count(*) FROM staged_bm25 GROUP BY index_name, term
 ON CONFLICT (index_name, term) DO NOTHING;
 """,
     ),
+    (
+        9,
+        "API keys (hashed tokens, scopes, collections, limits) and the audit log of admin actions",
+        # A token is never stored, only its SHA-256; a revoked key's row stays (the audit log names it).
+        """
+CREATE TABLE IF NOT EXISTS api_keys (
+    name           text PRIMARY KEY,
+    token_hash     text NOT NULL UNIQUE,
+    scope          text NOT NULL CHECK (scope IN ('search', 'admin')),
+    collections    text[] NOT NULL DEFAULT '{}',
+    rate_per_s     double precision CHECK (rate_per_s >= 0),
+    max_concurrent integer CHECK (max_concurrent >= 0),
+    created_by     text NOT NULL DEFAULT '',
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    expires_at     timestamptz,
+    revoked_at     timestamptz
+);
+CREATE TABLE IF NOT EXISTS audit_log (
+    id     bigserial PRIMARY KEY,
+    at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    actor  text NOT NULL,
+    action text NOT NULL,
+    target text NOT NULL,
+    before jsonb,
+    after  jsonb
+);
+CREATE INDEX IF NOT EXISTS audit_log_at_idx ON audit_log (at DESC);
+""",
+    ),
 ]

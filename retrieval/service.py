@@ -27,12 +27,15 @@ from chunkyard.retrieval.api.common import (
     add_docs_routes,
     add_error_handlers,
 )
+from chunkyard.retrieval.api.key_routes import add_key_routes
 from chunkyard.retrieval.api.limits import RequestLimits
+from chunkyard.retrieval.api.metrics import ServiceMetrics, add_metrics_route
 from chunkyard.retrieval.api.models import DEFAULT_MAX_K, SearchBody, SearchResponse, request_model
 from chunkyard.retrieval.api.search_routes import add_search_routes
 from chunkyard.retrieval.api.status_routes import Readiness, add_status_routes, headline
 from chunkyard.retrieval.http_guards import BodyLimit
 from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.telemetry import instrument_app
 from fastapi import FastAPI
 
 DEFAULT_MAX_QUERY_CHARS = 4000
@@ -59,9 +62,11 @@ def create_app(
     warm: bool | Sequence[str] = False,
     admission: AdmissionLimits | None = None,
 ) -> FastAPI:
-    """The service app. `api_key` defaults to CHUNKYARD_API_KEY (unset = open). `warm`: load the
-    model and BM25 copies (of every published index, or of the names given) before `/readyz` is 200.
-    `admission`: the stated search latency and concurrent searches (default: from the environment)."""
+    """The service app. `api_key`, the bootstrap admin key, defaults to CHUNKYARD_API_KEY; with one,
+    every protected route takes it or a stored key (`chunkyard keys`); without one the service is open.
+    `warm`: load the model and BM25 copies (of every published index, or of the names given) before
+    `/readyz` is 200. `admission`: the stated search latency and concurrent searches (default: from
+    the environment)."""
     ctx = ServiceContext(
         limits=RequestLimits(max_k=max_k, max_query_chars=max_query_chars),
         api_key=api_key if api_key is not None else os.environ.get("CHUNKYARD_API_KEY") or None,
@@ -93,11 +98,16 @@ def create_app(
     require_key = ctx.require_key_dependency()
     add_status_routes(app, ctx, readiness, require_key)
     body_model = SearchBody if max_k == DEFAULT_MAX_K else request_model(max_k)
-    add_search_routes(app, ctx, body_model, require_key)
+    metrics = ServiceMetrics(ctx.store)
+    add_search_routes(app, ctx, body_model, require_key, metrics)
     add_alias_routes(app, ctx, require_key)
+    add_key_routes(app, ctx, require_key)  # keys and the audit log (admin keys)
+    add_metrics_route(app, metrics, require_key)  # /metrics and the middleware counting requests
     # inside BodyLimit: a search holds a slot only once its body is read
     app.add_middleware(Admission, limits=admission or AdmissionLimits.from_env())
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    instrument_app(app)  # spans per request when OTEL_* asks for traces
+    app.state.rate_limiter = ctx.rate_limiter  # this process's per-key buckets and search slots
     return app
 
 

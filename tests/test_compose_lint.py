@@ -54,7 +54,10 @@ def test_the_dagster_ui_is_reached_only_through_the_authenticating_proxy(compose
     web_port = web["command"][web["command"].index("-p") + 1]
     assert upstream == f"http://dagster-webserver:{web_port}"  # the service name is its host
     assert proxy["entrypoint"] == ["python", "-m", "chunkyard.orchestration.secret_env"]
-    assert proxy["environment"] == {"CHUNKYARD_API_KEY_FILE": "/run/secrets/api_key"}
+    assert proxy["environment"] == {  # stored keys are checked by the query service
+        "CHUNKYARD_API_URL": "http://query:8000",
+        "CHUNKYARD_API_KEY_FILE": "/run/secrets/api_key",
+    }
     assert proxy["secrets"] == ["api_key"]  # the key, and no database password
     assert proxy["depends_on"] == {"dagster-webserver": {"condition": "service_healthy"}}
     assert proxy["ports"] == ["${CHUNKYARD_BIND:-127.0.0.1}:3000:3000"]
@@ -73,7 +76,7 @@ def test_no_default_password_or_key_only_secret_files(compose: dict) -> None:
     for name, service in compose["services"].items():
         env = service.get("environment", {})
         assert "CHUNKYARD_API_KEY" not in env and "DAGSTER_PG_PASSWORD" not in env, name
-        if name not in ("postgres", "ui-proxy"):
+        if name not in ("postgres", "ui-proxy", "prometheus", "grafana"):  # no database for these
             url = psycopg.conninfo.conninfo_to_dict(env["DATABASE_URL"])
             assert "password" not in url, name  # added from the secret at start (secret_env)
             assert service["entrypoint"] == ["python", "-m", "chunkyard.orchestration.secret_env"], name

@@ -115,7 +115,8 @@ def promote(
         )
         promoted = current if unchanged else aliases.set_alias(
             store, policy.alias, winner.index, target[1], note=f"promoted: {decision.metric}",
-            scores={decision.metric: decision.winner_value}, keep=policy.keep
+            scores={decision.metric: decision.winner_value}, keep=policy.keep,
+            actor="promotion", action="alias.promote",
         )  # fmt: skip
     report.metadata.update(
         {

@@ -6,7 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from chunkyard.retrieval import aliases
-from chunkyard.retrieval.api.common import ServiceContext
+from chunkyard.retrieval.api.auth import AuthError, Caller
+from chunkyard.retrieval.api.common import ServiceContext, refused
 from chunkyard.retrieval.api.models import StrictBody, picked
 from chunkyard.retrieval.options import SearchError
 from chunkyard.retrieval.store import Store
@@ -28,51 +29,65 @@ class AliasBody(StrictBody):
     keep: int | None = Field(None, ge=1, le=1000, description="Earlier targets kept for rollback.")
 
 
-def add_alias_routes(app: FastAPI, ctx: ServiceContext, require_key: Callable[..., None]) -> None:
+def add_alias_routes(app: FastAPI, ctx: ServiceContext, require_key: Callable[..., Caller]) -> None:
     """`GET /v1/aliases`, `GET|PUT /v1/aliases/{name}`, `POST /v1/aliases/{name}/rollback`.
 
-    An alias set here keeps to what a search request may ask for (`ctx.limits`: k, the enabled
-    rerankers), since its options are served to every request that names it."""
-    protected = [Depends(require_key)]
-    responses = picked(400, 401, 404, 503)
+    A search key sees only the aliases serving its collections; setting and rolling back need an
+    admin key and are written to the audit log under its name. An alias set here keeps to what a
+    search request may ask for (`ctx.limits`: k, the enabled rerankers), since its options are
+    served to every request that names it."""
+    responses = picked(400, 401, 403, 404, 503)
     store = ctx.store
 
-    @app.get("/v1/aliases", dependencies=protected, responses=responses)
-    def list_aliases() -> list[dict[str, Any]]:
-        """Every alias and its current target."""
-        return [target.as_dict() for target in aliases.list_aliases(store())]
+    @app.get("/v1/aliases", responses=responses)
+    def list_aliases(caller: Caller = Depends(require_key)) -> list[dict[str, Any]]:
+        """Every alias the key may read and its current target."""
+        listed = aliases.list_aliases(store())
+        return [target.as_dict() for target in listed if caller.may_read(target.index.collection)]
 
-    @app.get("/v1/aliases/{name}", dependencies=protected, responses=responses)
-    def show_alias(name: str) -> dict[str, Any]:
+    @app.get("/v1/aliases/{name}", responses=responses)
+    def show_alias(name: str, caller: Caller = Depends(require_key)) -> dict[str, Any]:
         """The alias's current target and the earlier ones it can roll back to (newest first)."""
-        current = _existing(store(), name)
+        current = _existing(store(), name, caller)
         return {**current.as_dict(), "history": [t.as_dict() for t in aliases.history(store(), name)]}
 
-    @app.put("/v1/aliases/{name}", dependencies=protected, responses=responses)
-    def put_alias(name: str, body: AliasBody) -> dict[str, Any]:
-        """Point the alias at an index (atomically for readers) with the options it pins."""
+    @app.put("/v1/aliases/{name}", responses=responses)
+    def put_alias(name: str, body: AliasBody, caller: Caller = Depends(require_key)) -> dict[str, Any]:
+        """Point the alias at an index (atomically for readers) with the options it pins (admin)."""
+        _admin(caller)
         try:
             options = ctx.limits.parse(body.options, where="options.")
-            target = aliases.set_alias(store(), name, body.index, options, note=body.note, keep=body.keep)
+            target = aliases.set_alias(
+                store(), name, body.index, options, note=body.note, keep=body.keep, actor=caller.name
+            )
         except (SearchError, aliases.AliasError) as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from exc
         return target.as_dict()
 
-    @app.post("/v1/aliases/{name}/rollback", dependencies=protected, responses=responses)
-    def rollback_alias(name: str) -> dict[str, Any]:
-        """Return the alias to the target it had before its current one."""
-        _existing(store(), name)
+    @app.post("/v1/aliases/{name}/rollback", responses=responses)
+    def rollback_alias(name: str, caller: Caller = Depends(require_key)) -> dict[str, Any]:
+        """Return the alias to the target it had before its current one (admin)."""
+        _admin(caller)
+        _existing(store(), name, caller)
         try:
-            return aliases.rollback(store(), name).as_dict()
+            return aliases.rollback(store(), name, actor=caller.name).as_dict()
         except aliases.AliasError as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from exc
 
 
-def _existing(store: Store, name: str) -> aliases.AliasTarget:
+def _admin(caller: Caller) -> None:
+    try:
+        caller.require_admin()
+    except AuthError as exc:
+        raise refused(exc) from None
+
+
+def _existing(store: Store, name: str, caller: Caller) -> aliases.AliasTarget:
+    """The alias, or 404 when it does not exist or serves a collection the key may not read."""
     try:
         target = aliases.get_alias(store, name)
     except aliases.AliasError as exc:
         raise HTTPException(status_code=400, detail=str(exc)) from exc
-    if target is None:
+    if target is None or not caller.may_read(target.index.collection):
         raise HTTPException(status_code=404, detail=f"alias {name!r} does not exist")
     return target

@@ -1,8 +1,7 @@
-"""What every route of the service shares: the searcher, the API key check, the limits, the error handlers."""
+"""What every route of the service shares: the searcher, the key check, the limits, the error handlers."""
 
 from __future__ import annotations
 
-import hmac
 import logging
 import threading
 from collections.abc import Callable
@@ -10,7 +9,9 @@ from dataclasses import dataclass, field
 from importlib.resources import files
 
 import psycopg
+from chunkyard.retrieval.api.auth import AuthError, Caller, KeyRing, open_caller
 from chunkyard.retrieval.api.limits import RequestLimits
+from chunkyard.retrieval.api.rate_limits import Limits, RateLimited, RateLimiter
 from chunkyard.retrieval.endpoint_settings import EndpointError
 from chunkyard.retrieval.http_guards import validation_error_body
 from chunkyard.retrieval.query import Searcher
@@ -38,6 +39,12 @@ class ServiceContext:
     given: Searcher | None = None
     _made: Searcher | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    rate_limiter: RateLimiter = field(default_factory=RateLimiter, repr=False)
+    _keys: KeyRing | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.api_key:  # keys are checked once there is a bootstrap key; without one the service is open
+            self._keys = KeyRing(self.api_key, self.store, Limits.from_environment())
 
     def searcher(self) -> Searcher:
         if self.given is not None:
@@ -50,26 +57,38 @@ class ServiceContext:
     def store(self) -> Store:
         return self.searcher().store
 
-    def require_key_dependency(self) -> Callable[..., None]:
-        """A FastAPI dependency: 401 unless the request carries this app's key (none set: open)."""
-        key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="The server's API key.")
-        bearer = HTTPBearer(auto_error=False, description="The server's API key as a bearer token.")
-        api_key = self.api_key
+    def require_key_dependency(self) -> Callable[..., Caller]:
+        """A FastAPI dependency: the request's `Caller` (401 without a valid key, 429 over its rate)."""
+        key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="An API key.")
+        bearer = HTTPBearer(auto_error=False, description="An API key as a bearer token.")
+        keys = self._keys
+        limiter = self.rate_limiter
 
         def require_key(
             supplied: str | None = Security(key_header),
             credentials: HTTPAuthorizationCredentials | None = Security(bearer),
-        ) -> None:
-            if not api_key:
-                return
+        ) -> Caller:
+            if keys is None:
+                return open_caller()
             given = supplied or (credentials.credentials if credentials is not None else "")
-            if not hmac.compare_digest(given.encode("utf-8", "surrogateescape"), api_key.encode()):
-                raise HTTPException(
-                    status_code=401,
-                    detail="missing or wrong API key (X-API-Key or Authorization: Bearer)",
-                )
+            try:
+                caller = keys.caller(given)
+                limiter.admit(caller.name, caller.limits)
+            except AuthError as exc:
+                raise refused(exc) from None
+            except RateLimited as exc:
+                raise too_many(exc) from None
+            return caller
 
         return require_key
+
+
+def too_many(exc: RateLimited) -> HTTPException:
+    return HTTPException(status_code=429, detail=exc.detail, headers={"Retry-After": str(exc.retry_after_s)})
+
+
+def refused(exc: AuthError) -> HTTPException:
+    return HTTPException(status_code=exc.status, detail=exc.detail)
 
 
 def add_error_handlers(app: FastAPI) -> None:

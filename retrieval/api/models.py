@@ -105,6 +105,8 @@ def error(description: str) -> dict[str, Any]:
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: error("A value the searcher rejects (k over this server's limit, a blank query, ...)."),
     401: error("Missing or wrong API key (when the server has one)."),
+    403: error("The key's scope or collections do not allow this."),
+    429: error("The key is over its rate or concurrent-search limit; see Retry-After."),
     413: error("The request body is over the server's cap."),
     415: error("The body is not JSON."),
     503: error("The database is unavailable, or the service is at capacity; retry after `Retry-After`."),

@@ -6,12 +6,16 @@ import logging
 import time
 from collections.abc import Callable
 
-from chunkyard.retrieval.api.common import OUTAGE_ERRORS, ServiceContext
+from chunkyard.retrieval.api.auth import AuthError, Caller, check_read
+from chunkyard.retrieval.api.common import OUTAGE_ERRORS, ServiceContext, refused, too_many
+from chunkyard.retrieval.api.metrics import ServiceMetrics
 from chunkyard.retrieval.api.models import ERRORS, SearchResponse, search_request
+from chunkyard.retrieval.api.rate_limits import RateLimited
 from chunkyard.retrieval.names import IndexNameError
 from chunkyard.retrieval.query import IndexNotFoundError, SearchError
 from chunkyard.retrieval.rerankers import RerankerConfigError
-from fastapi import Depends, FastAPI, HTTPException
+from chunkyard.retrieval.telemetry import span
+from fastapi import Depends, FastAPI, HTTPException, Request
 from pydantic import BaseModel
 
 log = logging.getLogger("chunkyard.service")
@@ -43,15 +47,33 @@ def answer(ctx: ServiceContext, body: BaseModel) -> SearchResponse:
 
 
 def add_search_routes(
-    app: FastAPI, ctx: ServiceContext, body_model: type[BaseModel], require_key: Callable[..., None]
+    app: FastAPI,
+    ctx: ServiceContext,
+    body_model: type[BaseModel],
+    require_key: Callable[..., Caller],
+    metrics: ServiceMetrics | None = None,
 ) -> None:
-    """`POST /v1/search`, its body `body_model` (the app's k limit)."""
+    """`POST /v1/search`, its body `body_model` (the app's k limit): what the caller's key may read,
+    within its concurrent searches, its stage timings counted in `metrics`."""
 
-    def search(body: BaseModel) -> SearchResponse:
+    def search(body: BaseModel, request: Request, caller: Caller = Depends(require_key)) -> SearchResponse:
         """Top-k chunks with exact spans, per-stage scores and timings."""
-        return answer(ctx, body)
+        with span("chunkyard.search", **{"chunkyard.index": body.index}) as current:
+            try:
+                check_read(caller, body.index, ctx.store())
+                with ctx.rate_limiter.search_slot(caller.name, caller.limits):
+                    response = answer(ctx, body)
+            except AuthError as exc:
+                raise refused(exc) from None
+            except RateLimited as exc:
+                raise too_many(exc) from None
+            current.set_attribute("chunkyard.mode", response.mode)
+        if metrics is not None:
+            served = response.index.split("@")[0]  # an alias's snapshot counts as its index
+            request.state.metrics_index, request.state.metrics_mode = served, response.mode
+            if response.results:
+                metrics.observe_search(served, response.mode, response.results[0].timings)
+        return response
 
     search.__annotations__["body"] = body_model  # this app's model (its k limit), not a name
-    app.post(
-        "/v1/search", response_model=SearchResponse, dependencies=[Depends(require_key)], responses=ERRORS
-    )(search)
+    app.post("/v1/search", response_model=SearchResponse, responses=ERRORS)(search)

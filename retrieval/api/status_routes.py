@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
+from chunkyard.retrieval.api.auth import Caller
 from chunkyard.retrieval.api.common import ENDPOINT_UNAVAILABLE, UNAVAILABLE, ServiceContext
 from chunkyard.retrieval.api.key_check import holds_key
 from chunkyard.retrieval.api.models import error, picked
@@ -137,7 +138,7 @@ class Readiness:
 
 
 def add_status_routes(
-    app: FastAPI, ctx: ServiceContext, readiness: Readiness, require_key: Callable[..., None]
+    app: FastAPI, ctx: ServiceContext, readiness: Readiness, require_key: Callable[..., Caller]
 ) -> None:
     """`GET /healthz`, `GET /readyz` and `GET /v1/indexes` (behind the key)."""
 
@@ -191,17 +192,15 @@ def add_status_routes(
                 body.pop("detail", None)
         return JSONResponse(body)
 
-    @app.get(
-        "/v1/indexes",
-        dependencies=[Depends(require_key)],
-        responses=picked(401, 503),
-    )
+    @app.get("/v1/indexes", responses=picked(401, 503))
     def indexes(
         full: bool = Query(False, description="The whole config and evaluation report of each index."),
+        caller: Caller = Depends(require_key),
     ) -> list[dict[str, Any]]:
-        """Every index: version, sizes and its latest evaluation's headline means (`?full=true`: all)."""
+        """Every index the key may read: version, sizes and its latest evaluation's headline means
+        (`?full=true`: all)."""
         store = ctx.searcher().store
-        listed = store.indexes.list()
+        listed = [info for info in store.indexes.list() if caller.may_read(info["collection"])]
         for info in listed:  # documents behind and the oldest unindexed change (retrieval.lag)
             info["lag"] = index_lag(store, info["name"], info["collection"]).as_dict()
         return listed if full else [_index_summary(info) for info in listed]

@@ -18,6 +18,7 @@ from chunkyard.retrieval.capabilities import VECTOR_STORAGES, VectorFeatures
 from chunkyard.retrieval.options import HNSW_MAX_EF, SearchError
 from chunkyard.retrieval.query.fusion import Candidates
 from chunkyard.retrieval.query.handles import IndexHandle
+from chunkyard.retrieval.telemetry import span
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -62,7 +63,8 @@ def embed_queries(
 ) -> tuple[np.ndarray, float]:
     """One vector per query in one embedding call, and the embedding time per query (ms)."""
     started = time.perf_counter()
-    vectors = np.asarray(embedder.embed(list(queries), role="query"))
+    with span("search.embed_query", index=str(handle.name), queries=len(queries)):
+        vectors = np.asarray(embedder.embed(list(queries), role="query"))
     embed_ms = (time.perf_counter() - started) * 1000 / len(queries)
     if vectors.shape[1] != handle.dim:
         raise SearchError(

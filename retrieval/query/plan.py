@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 from chunkyard.retrieval.options import MAX_K, ResolvedSearch
 from chunkyard.retrieval.rerankers import Reranker
+from chunkyard.retrieval.telemetry import span
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,8 @@ def rounded(timings: dict[str, float]) -> dict[str, float]:
 
 @contextlib.contextmanager
 def timed(timings: dict[str, float], key: str) -> Iterator[None]:
-    """Time a stage into `timings[key]` (ms)."""
-    started = time.perf_counter()
-    yield
-    timings[key] = (time.perf_counter() - started) * 1000
+    """Time a stage into `timings[key]` (ms), in a span `search.<stage>` (when traces are on)."""
+    with span(f"search.{key.removesuffix('_ms')}"):
+        started = time.perf_counter()
+        yield
+        timings[key] = (time.perf_counter() - started) * 1000

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import psycopg
 from chunkyard.retrieval.migrations import MIGRATIONS
+from chunkyard.retrieval.store.audit import AuditLog
 from chunkyard.retrieval.store.documents import Documents
 from chunkyard.retrieval.store.embedding_cache import EmbeddingCache
 from chunkyard.retrieval.store.evaluations import Evaluations
 from chunkyard.retrieval.store.indexes import Indexes
+from chunkyard.retrieval.store.keys import ApiKeys
 from chunkyard.retrieval.store.pool import Pool
 
 _MIGRATION_LOCK_KEY = 0x63686B79  # "chky": serialises concurrent migrate() calls
@@ -18,7 +20,7 @@ class Store(Pool):
 
     `store.documents` (a collection's source documents), `store.indexes` (registered indexes and
     their partitions), `store.embedding_cache` (vectors by content hash) and `store.evaluations`
-    (evaluation reports).
+    (evaluation reports), `store.keys` (API keys, hashed) and `store.audit` (admin actions).
     """
 
     def __init__(self, url: str | None = None, *, pool_size: int = 4) -> None:
@@ -27,6 +29,8 @@ class Store(Pool):
         self.evaluations = Evaluations(self)
         self.indexes = Indexes(self, self.evaluations)
         self.embedding_cache = EmbeddingCache(self)
+        self.keys = ApiKeys(self)
+        self.audit = AuditLog(self)
 
     def migrate(self) -> list[int]:
         """Apply the migrations not yet applied (versioned, idempotent); return the versions applied.

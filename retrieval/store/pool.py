@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import threading
 from collections.abc import Iterator
 
 import psycopg
@@ -19,6 +20,21 @@ class Pool:
         self._pool: queue.LifoQueue[psycopg.Connection] = queue.LifoQueue()
         self._pool_size = pool_size
         self._features: VectorFeatures | None = None
+        self._in_use = 0
+        self._counting = threading.Lock()
+
+    @property
+    def pool_size(self) -> int:
+        return self._pool_size
+
+    @property
+    def connections_in_use(self) -> int:
+        """Connections handed out now (the service's `/metrics` reports it)."""
+        return self._in_use
+
+    @property
+    def connections_idle(self) -> int:
+        return self._pool.qsize()
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
@@ -29,6 +45,8 @@ class Pool:
         connect to this process's embedded server starts that server again and tries once more.
         """
         conn = self._pooled() or self._connect()
+        with self._counting:
+            self._in_use += 1
         try:
             yield conn
         except BaseException as exc:
@@ -39,6 +57,8 @@ class Pool:
                     conn.rollback()
             raise
         finally:
+            with self._counting:
+                self._in_use -= 1
             healthy = not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
             if healthy and self._pool.qsize() < self._pool_size:
                 self._pool.put(conn)
