@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 from chunkyard.chunking.types import LOCATION_KEYS, Document
 
-# A slide with fewer non-blank characters than this (a title slide, a "Questions?" slide) is not a
+# A slide with fewer non-blank characters than this (a bare title, "Questions?": about four words) is not a
 # chunk of its own: it stays with the slide after it (or, when last, the one before it).
-TINY_SLIDE_CHARS = 40
+TINY_SLIDE_CHARS = 24
 # The chunk metadata key listing where each later unit begins inside a chunk that crosses units:
 # `page_breaks` / `slide_breaks`, absolute offsets into the document text (see `unit_at`).
 BREAKS_SUFFIX = "_breaks"
