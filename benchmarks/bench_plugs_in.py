@@ -36,7 +36,9 @@ def squash(text: str) -> str:
     return " ".join(text.split())
 
 
-def build(store: Any, embedder: Any, collection: str, folder: Path, include: list[str]) -> tuple[str, dict]:
+def build(
+    store: Any, embedder: Any, collection: str, folder: Path, include: list[str], reuse: bool = False
+) -> tuple[str, dict]:
     from chunkyard.chunking.documents.folder import load_folder
     from chunkyard.retrieval.config import IndexSpec, load_index_configs
     from chunkyard.retrieval.indexing import build_index
@@ -45,8 +47,9 @@ def build(store: Any, embedder: Any, collection: str, folder: Path, include: lis
     if failures:
         raise RuntimeError(f"{collection}: unreadable files: {failures}")
     spec = IndexSpec(collection, load_index_configs()[CONFIG])
-    store.documents.sync(collection, documents, [])
-    build_index(store, spec, embedder)
+    if not (reuse and store.indexes.version(str(spec.name))):
+        store.documents.sync(collection, documents, [])
+        build_index(store, spec, embedder)
     return str(spec.name), {d.id: d for d in documents}
 
 
@@ -144,6 +147,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="latency rounds over the questions")
     parser.add_argument("-k", type=int, default=5)
     parser.add_argument("--output", type=Path, default=RESULTS / "plugs_in.md")
+    parser.add_argument(
+        "--data", type=Path, help="keep the database (and the located set) here; reuse the indexes it holds"
+    )
     args = parser.parse_args()
 
     from chunkyard.retrieval.db import embedded_database_url
@@ -152,14 +158,16 @@ def main() -> None:
     from chunkyard.retrieval.store import Store
 
     load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="bench-plugs-in-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-plugs-in-") as scratch:
+        tmp = args.data or Path(scratch)
+        reuse = args.data is not None
         store = Store(embedded_database_url(Path(tmp) / "pg"))
         store.migrate()
         embedder = load_embedder("all-MiniLM-L6-v2")
         started = time.perf_counter()
-        demo, demo_docs = build(store, embedder, "demo", REPO_ROOT / "docs", ["**/*.md"])
+        demo, demo_docs = build(store, embedder, "demo", REPO_ROOT / "docs", ["**/*.md"], reuse)
         questions = write_located_set(Path(tmp) / "located")
-        own, own_docs = build(store, embedder, "located", Path(tmp) / "located", ["**/*"])
+        own, own_docs = build(store, embedder, "located", Path(tmp) / "located", ["**/*"], reuse)
         built = time.perf_counter() - started
         searcher = Searcher(store, embedder)
         for index in (demo, own):

@@ -53,8 +53,10 @@ def create_server(searcher: Searcher | None = None) -> MCPServer:
             state["searcher"] = Searcher()
         return state["searcher"]
 
-    @server.tool()
-    async def search(query: str, index: str = DEFAULT_CONFIG, k: int = 5, mode: str | None = None) -> dict:
+    @server.tool(structured_output=True)
+    async def search(
+        query: str, index: str = DEFAULT_CONFIG, k: int = 5, mode: str | None = None
+    ) -> dict[str, Any]:
         """Search an index or alias for passages answering `query`. `k`: 1-100 hits; `mode`: dense, bm25,
         hybrid, hybrid_weighted or hybrid_auto (default: the index's). Each hit has a citation (document,
         span, page or slide), the snippet around its best-matching sentence, and the chunk's text."""
@@ -71,15 +73,15 @@ def create_server(searcher: Searcher | None = None) -> MCPServer:
             "hits": [_hit(hit, plan.mode) for hit in results],
         }
 
-    @server.tool()
-    async def list_indexes() -> dict:
+    @server.tool(structured_output=True)
+    async def list_indexes() -> dict[str, Any]:
         """Every index (collection/config) with its languages and freshness, and every serving alias."""
         return await _run(lambda: _indexes_and_aliases(current()))
 
-    @server.tool()
+    @server.tool(structured_output=True)
     async def read_span(
         doc_id: str, index: str = DEFAULT_CONFIG, start: int = 0, end: int = 2000, widen: int = 0
-    ) -> dict:
+    ) -> dict[str, Any]:
         """The text of document `doc_id` (of the collection of `index`, an index or alias) from `start` to
         `end` (character offsets, as a hit's citation gives them), `widen` more characters on each side."""
         return await _run(lambda: _read_span(current(), doc_id, index, start, end, widen))

@@ -22,6 +22,7 @@ from chunkyard.retrieval.names import DEFAULT_CONFIG
 from chunkyard.retrieval.options import SearchOptions
 from chunkyard.retrieval.query.results import SearchResult
 from chunkyard.retrieval.query.searcher import Searcher
+from chunkyard.retrieval.rerankers import Reranker
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
@@ -55,6 +56,10 @@ class ChunkyardRetriever(BaseRetriever):
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
     ) -> list[Document]:
         return _documents(*await self._source.asearch(query, self.index, self.options))
+
+
+# SearchOptions names `Reranker` only for type checkers: pydantic resolves it here.
+ChunkyardRetriever.model_rebuild(_types_namespace={"Reranker": Reranker})
 
 
 def _documents(hits: list[SearchResult], effective: dict[str, Any]) -> list[Document]:

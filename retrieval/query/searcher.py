@@ -327,7 +327,9 @@ class Searcher:
         out = to_results(handle, hits[: plan.k], rows)
         if plan.highlights and out:
             with timed(timings, "highlight_ms"):
-                add_highlights(out, query.text, handle.analyzer)
+                terms = handle.analyzer.analyze(query.text)
+                weights = self.lexical.term_weights(handle, terms)
+                add_highlights(out, terms, handle.analyzer, weights)
         if plan.include_parent and out:
             with timed(timings, "parent_ms"):
                 attach_parents(self.store, handle, out, rows)
