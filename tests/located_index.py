@@ -11,7 +11,6 @@ from chunkyard.retrieval.indexing import build_index
 
 from benchmarks.located_set import QUESTIONS, LocatedQuestion, write_located_set
 
-
 _BUILT: dict[str, str] = {}  # database URL -> the index built there (one per test session)
 
 
