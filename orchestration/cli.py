@@ -6,6 +6,7 @@ chunkyard check [NAME]        check every config field; show what `index` would 
 chunkyard index [NAME]        build its indexes (Dagster runs, shown by `chunkyard ui`)
 chunkyard search "..."        query an index (through `chunkyard serve` when it runs)
 chunkyard serve               the query service (HTTP API on :8000, docs at /docs)
+chunkyard mcp                 the indexes as an MCP server (stdio, or --http on :8001)
 chunkyard ui                  the Dagster UI on the same database (:3000)
 chunkyard eval                evaluate configs: --collection NAME (its eval_set) or --dataset
 chunkyard questions generate  an eval set from a collection's chunks, by an LLM
@@ -30,6 +31,7 @@ from chunkyard.orchestration import (
     cli_index,
     cli_keys,
     cli_lag,
+    cli_mcp,
     cli_models,
     cli_questions,
     cli_search,
@@ -39,7 +41,7 @@ from chunkyard.orchestration import (
 from chunkyard.orchestration.cli_errors import Stopped, UsageError, report, stops_embedded_postgres
 
 PROJECT_COMMANDS = {"add", "index", "demo", "search", "serve", "ui", "eval", "questions", "alias", "check"}
-PROJECT_COMMANDS |= {"keys", "audit"}  # the project's database
+PROJECT_COMMANDS |= {"keys", "audit", "mcp"}  # the project's database
 
 
 def _print(message: str = "", end: str = "\n") -> None:
@@ -243,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_keys.add_parser(sub, common)
     cli_stack.add_parser(sub, common)
     cli_lag.add_parser(sub, common)
+    cli_mcp.add_parser(sub, common)
     cli_models.add_parser(sub, common)
     cli_ui.add_proxy_parser(sub, common)
     cli_help.describe_commands(parser)
@@ -309,6 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "check": cli_check.cmd_check,
             "stack": cli_stack.cmd_stack,
             "lag": cli_lag.cmd_lag,
+            "mcp": cli_mcp.cmd_mcp,
             "models": cli_models.cmd_models,
             "ui-proxy": cli_ui.cmd_ui_proxy,
         }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any
 
@@ -79,9 +80,20 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(
             f"{hit.rank}. {printable(hit.doc_id + where(hit))} [{hit.start}:{hit.end}]  {scores(hit.scores)}"
         )
-        text = " ".join(hit.text.split())
-        print(f"   {printable(text[:TEXT_CHARS])}{'...' if len(text) > TEXT_CHARS else ''}")
+        print(f"   {shown(hit, sys.stdout.isatty())}")
     return 0
+
+
+def shown(hit: SearchResult, bold: bool = False) -> str:
+    """The hit's snippet around its best highlight (bold on a terminal); the chunk's start without one."""
+    if not hit.snippet:  # text escaped: a document cannot drive the terminal; bold is ours
+        text = " ".join(hit.text.split())
+        return f"{printable(text[:TEXT_CHARS])}{'...' if len(text) > TEXT_CHARS else ''}"
+    snippet = printable(hit.snippet)
+    if not bold or not hit.highlights:
+        return snippet
+    marked = printable(" ".join(hit.highlights[0].text.split()))
+    return snippet.replace(marked, f"\033[1m{marked}\033[0m", 1)
 
 
 def where(hit: SearchResult) -> str:
@@ -90,8 +102,13 @@ def where(hit: SearchResult) -> str:
     parts = []
     for unit in ("page", "slide"):
         first, last = meta.get(unit), meta.get(f"{unit}_end")
-        if first is not None:
-            parts.append(f"{unit}s {first}-{last}" if last not in (None, first) else f"{unit} {first}")
+        if first is None:
+            continue
+        if last in (None, first):
+            parts.append(f"{unit} {first}")
+            continue
+        at = getattr(hit, unit)  # the highlight's page or slide, in a chunk that crosses several
+        parts.append(f"{unit}s {first}-{last}" + (f", highlight on {unit} {at}" if at is not None else ""))
     headings = [str(h) for h in meta.get("heading_path") or [] if h]
     if headings:
         parts.append(" › ".join(headings))

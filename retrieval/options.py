@@ -211,6 +211,9 @@ class SearchOptions:
     collapse_duplicates: bool | None = _option(
         None, "Identical chunk texts take one slot.", "bool", index_default=True
     )
+    highlights: bool | None = _option(
+        True, "Mark the sentences of each hit that best match the query, with their page or slide.", "bool"
+    )
     coarse_min_gap: float | None = _option(
         None,
         "Answer from the coarse index below this ranking gap (0 = never).",
@@ -273,7 +276,7 @@ class SearchOptions:
                 "help": spec.help + default_text,
             }
             if spec.kind == "bool":
-                kwargs["action"] = "store_true" if not spec.nullable else argparse.BooleanOptionalAction
+                kwargs["action"] = "store_true" if spec.default is False else argparse.BooleanOptionalAction
             elif spec.kind == "choice":
                 kwargs["choices"] = spec.choices
             elif spec.kind in ("int", "float"):
@@ -334,6 +337,7 @@ class SearchOptions:
             context=context,
             collapse=self.collapse_duplicates if self.collapse_duplicates is not None else defaults.collapse,
             coarse=coarse,
+            highlights=self.highlights is not False,
         )
 
 
@@ -432,6 +436,7 @@ class ResolvedSearch:
     collapse: bool
     coarse: CoarseFallback | None
     auto_weight: float = AUTO_WEIGHT  # hybrid_auto's base dense weight (`auto_weight(config)`)
+    highlights: bool = True  # each hit's best-matching sentences (`retrieval.query.highlights`)
 
     @property
     def falls_back(self) -> bool:

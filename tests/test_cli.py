@@ -221,7 +221,7 @@ def test_own_documents_walkthrough_then_serve_and_sigterm(tmp_path: Path) -> Non
         assert re.search(r"ranks: bm25 \d+, dense \d+$", first), first
         assert not re.search(r"\d\.\d{4}", first), first
         pdf = _run(["search", "moon phases spring tides", "-k", "1"], project).stdout.splitlines()[1]
-        assert re.match(r"1\. tides\.pdf \(pages? [\d-]+\) \[", pdf), pdf
+        assert re.match(r"1\. tides\.pdf \(pages? [\d-]+(, highlight on page \d+)?\) \[", pdf), pdf
         # for programs: --json is the HTTP response, and the Python client finds the service itself
         shown = json.loads(_run(["search", "what does the llama eat", "-k", "2", "--json"], project).stdout)
         body = {"query": "what does the llama eat", "index": "mine/recursive-256", "k": 2}

@@ -54,6 +54,18 @@ class LexicalCandidates:
             conn, handle.name, handle.postings, handle.chunks, terms, handle.bm25_params, n, filters=filters
         )
 
+    def term_weights(self, handle: IndexHandle, terms: list[str]) -> dict[str, float] | None:
+        """Each query term's BM25 idf from the in-memory copy of `handle`'s index (any loaded version),
+        or None when none is loaded (highlights then weigh every term alike)."""
+        memory = self._memory.get(handle.name)
+        if memory is None:
+            return None
+        epsilon = handle.bm25_params.epsilon
+        return {
+            t: memory.stats.idf(int(memory.df[memory.term_ids[t]]) if t in memory.term_ids else 0, epsilon)
+            for t in set(terms)
+        }
+
     def loaded(self, index: str) -> bm25_lib.MemoryBm25 | None:
         """The in-memory copy of `index` as loaded now (any version), or None."""
         return self._memory.get(split_index_name(index))

@@ -6,8 +6,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from chunkyard.retrieval.options import SearchError
+from chunkyard.retrieval.query.highlights import Highlight
 
-__all__ = ["NOTHING_INDEXED", "IndexNotFoundError", "SearchError", "SearchResult"]
+__all__ = ["NOTHING_INDEXED", "Highlight", "IndexNotFoundError", "SearchError", "SearchResult"]
 
 # A database no index was built in yet is a state, not an error of the database: the one wording of it.
 NOTHING_INDEXED = "nothing is indexed yet: `chunkyard index` builds the project's collections"
@@ -36,6 +37,12 @@ class SearchResult:
     # Set when the document's file failed to load after it was indexed (the reason): the text
     # served is its last good version, which the file may no longer say.
     stale: str | None = None
+    # The sentences that best match the query (`retrieval.query.highlights`), about 300 characters of
+    # the chunk around the first of them, and the page or slide it is on (else the chunk's first).
+    highlights: list[Highlight] = field(default_factory=list)
+    snippet: str = ""
+    page: int | None = None
+    slide: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -43,4 +50,8 @@ class SearchResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SearchResult:
         names = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in names})
+        values = {k: v for k, v in data.items() if k in names}
+        values["highlights"] = [
+            h if isinstance(h, Highlight) else Highlight.from_dict(h) for h in values.get("highlights") or []
+        ]
+        return cls(**values)

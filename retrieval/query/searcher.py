@@ -35,6 +35,7 @@ from chunkyard.retrieval.query.context import Layouts, rank_with_context
 from chunkyard.retrieval.query.dense import QueryEmbedder, checked_vectors, dense_candidates, embed_queries
 from chunkyard.retrieval.query.fusion import Candidates, Ranked, fuse
 from chunkyard.retrieval.query.handles import IndexHandle, IndexHandles, read_transaction
+from chunkyard.retrieval.query.highlights import add_highlights
 from chunkyard.retrieval.query.lexical import LexicalCandidates
 from chunkyard.retrieval.query.mmr import mmr
 from chunkyard.retrieval.query.plan import Query, Shape, rounded, timed
@@ -324,6 +325,11 @@ class Searcher:
             with timed(timings, "rerank_ms"):
                 hits = rerank(hits[:pool], reranker, query.text, rows)
         out = to_results(handle, hits[: plan.k], rows)
+        if plan.highlights and out:
+            with timed(timings, "highlight_ms"):
+                terms = handle.analyzer.analyze(query.text)
+                weights = self.lexical.term_weights(handle, terms)
+                add_highlights(out, terms, handle.analyzer, weights)
         if plan.include_parent and out:
             with timed(timings, "parent_ms"):
                 attach_parents(self.store, handle, out, rows)
