@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from chunkyard.chunking.documents.errors import UnusableFile
+from chunkyard.chunking.documents.scanned import IMAGE_FORMATS, parse_image, read_scanned_pdf_pages
 
 Parsed = tuple[str, str, dict[str, Any]]  # (text, title, extra metadata)
 
@@ -62,10 +63,12 @@ def parse_pdf(data: bytes) -> Parsed:
         raise
     except Exception as exc:  # pypdf raises many types on broken input
         raise UnusableFile(f"broken or unreadable PDF: {type(exc).__name__}: {exc}") from None
+    pages, ocr = read_scanned_pdf_pages(data, pages)  # scanned pages read by OCR (chunking.documents.scanned)
     text, starts = join_blocks(pages)
     if not text.strip():
-        raise UnusableFile(f"PDF has no extractable text ({len(pages)} pages; scanned images need OCR)")
-    return text, title, {"pages": len(pages), "page_starts": starts}
+        why = ocr["ocr_failures"][0] if ocr.get("ocr_failures") else "no page has text or a scanned image"
+        raise UnusableFile(f"PDF has no extractable text ({len(pages)} pages; {why})")
+    return text, title, {"pages": len(pages), "page_starts": starts, **ocr}
 
 
 def _check_archive(data: bytes, kind: str) -> None:
@@ -183,4 +186,5 @@ BINARY_FORMATS: dict[str, tuple[str, Callable[[bytes], Parsed]]] = {
     ".pdf": ("application/pdf", parse_pdf),
     ".docx": ("application/vnd.openxmlformats-officedocument.wordprocessingml.document", parse_docx),
     ".pptx": ("application/vnd.openxmlformats-officedocument.presentationml.presentation", parse_pptx),
+    **{ext: (mime, parse_image) for ext, mime in IMAGE_FORMATS.items()},
 }

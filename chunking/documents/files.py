@@ -21,6 +21,7 @@ from chunkyard.chunking.documents.binary import BINARY_FORMATS
 from chunkyard.chunking.documents.errors import UnusableFile
 from chunkyard.chunking.documents.parse_bounds import run_bounded
 from chunkyard.chunking.documents.safe_open import PathChanged, open_resolved
+from chunkyard.chunking.documents.scanned import ocr_enabled
 from chunkyard.chunking.documents.text import decode_text, has_visible_text, settled_text, validate_json
 from chunkyard.chunking.documents.walk import file_kind
 from chunkyard.chunking.documents.webpage import parse_html
@@ -89,15 +90,21 @@ def max_document_bytes() -> int:
 
 
 def load_file(
-    path: str | os.PathLike[str], doc_id: str | None = None, *, max_bytes: int | None = None
+    path: str | os.PathLike[str],
+    doc_id: str | None = None,
+    *,
+    max_bytes: int | None = None,
+    ocr: bool = True,
 ) -> Document:
-    """Parse one file into a Document; raises `UnusableFile` (its message is the reason) when it cannot."""
+    """Parse one file into a Document; raises `UnusableFile` (its message is the reason) when it cannot.
+
+    `ocr=False` leaves scanned pages and image files unread (chunking.documents.scanned)."""
     path = Path(path)
     limit = max_document_bytes() if max_bytes is None else max_bytes
-    return read_document(path, doc_id or path.name, limit, nofollow=False)
+    return read_document(path, doc_id or path.name, limit, nofollow=False, ocr=ocr)
 
 
-def read_document(path: Path, doc_id: str, max_bytes: int, *, nofollow: bool) -> Document:
+def read_document(path: Path, doc_id: str, max_bytes: int, *, nofollow: bool, ocr: bool = True) -> Document:
     ext = path.suffix.lower()
     if ext not in SUPPORTED_EXTENSIONS:
         raise UnusableFile(
@@ -115,7 +122,7 @@ def read_document(path: Path, doc_id: str, max_bytes: int, *, nofollow: bool) ->
     metadata: dict = {"path": doc_id, "extension": ext, "size_bytes": len(data)}
     # untrusted structured formats parse under a time and memory bound, in a worker (parse_bounds)
     if ext in BINARY_FORMATS or ext in HTML_TYPES or ext in JSON_TYPES:
-        text, mime, title, extra = run_bounded(parse_bytes, ext, data, path.name, warm_up="warm_parsers")
+        text, mime, title, extra = run_bounded(parse_bytes, ext, data, path.name, ocr, warm_up="warm_parsers")
     else:
         text, mime, title, extra = parse_bytes(ext, data, path.name)
     metadata.update(extra)
@@ -138,11 +145,13 @@ def warm_parsers() -> None:
         parse_bytes(".pdf", b"%PDF-1.4", "warm")
 
 
-def parse_bytes(ext: str, data: bytes, name: str) -> tuple[str, str, str, dict]:
-    """(text, mime type, title, extra metadata) of a file's bytes by its extension `ext`."""
+def parse_bytes(ext: str, data: bytes, name: str, ocr: bool = True) -> tuple[str, str, str, dict]:
+    """(text, mime type, title, extra metadata) of a file's bytes by its extension `ext`; `ocr` False
+    leaves scanned pages unread."""
     if ext in BINARY_FORMATS:
         mime, parse = BINARY_FORMATS[ext]
-        text, title, extra = parse(data)
+        with ocr_enabled(ocr):
+            text, title, extra = parse(data)
         return text, mime, title, extra
     text = decode_text(data)
     if ext in HTML_TYPES:
