@@ -17,8 +17,9 @@ import re
 import stat
 from pathlib import Path
 
-from chunkyard.chunking.documents.binary import BINARY_FORMATS
+from chunkyard.chunking.documents.binary import BINARY_FORMATS as DOCUMENT_FORMATS
 from chunkyard.chunking.documents.errors import UnusableFile
+from chunkyard.chunking.documents.office import OFFICE_FORMATS, TABLE_TYPES, csv_table
 from chunkyard.chunking.documents.parse_bounds import run_bounded
 from chunkyard.chunking.documents.safe_open import PathChanged, open_resolved
 from chunkyard.chunking.documents.scanned import ocr_enabled
@@ -35,8 +36,6 @@ TEXT_TYPES: dict[str, str] = {
     ".md": "text/markdown",
     ".markdown": "text/markdown",
     ".rst": "text/x-rst",
-    ".csv": "text/csv",
-    ".tsv": "text/tab-separated-values",
     ".yaml": "application/yaml",
     ".yml": "application/yaml",
     ".toml": "application/toml",
@@ -75,7 +74,12 @@ CODE_TYPES: dict[str, str] = {
 HTML_TYPES = {".html": "text/html", ".htm": "text/html"}
 JSON_TYPES = {".json": "application/json", ".jsonl": "application/jsonl", ".ndjson": "application/jsonl"}
 
-SUPPORTED_EXTENSIONS = frozenset({*TEXT_TYPES, *CODE_TYPES, *HTML_TYPES, *JSON_TYPES, *BINARY_FORMATS})
+# Binary formats: documents and images (chunking.documents.binary), office files (chunking.documents.office).
+BINARY_FORMATS = {**DOCUMENT_FORMATS, **OFFICE_FORMATS}
+
+SUPPORTED_EXTENSIONS = frozenset(
+    {*TEXT_TYPES, *CODE_TYPES, *HTML_TYPES, *JSON_TYPES, *TABLE_TYPES, *BINARY_FORMATS}
+)
 
 MAX_DOCUMENT_BYTES_ENV = "CHUNKYARD_MAX_DOCUMENT_BYTES"
 DEFAULT_MAX_DOCUMENT_BYTES = 20 * 1024 * 1024
@@ -121,7 +125,7 @@ def read_document(path: Path, doc_id: str, max_bytes: int, *, nofollow: bool, oc
         raise UnusableFile("empty file" if not data else "empty file (whitespace only)")
     metadata: dict = {"path": doc_id, "extension": ext, "size_bytes": len(data)}
     # untrusted structured formats parse under a time and memory bound, in a worker (parse_bounds)
-    if ext in BINARY_FORMATS or ext in HTML_TYPES or ext in JSON_TYPES:
+    if ext in BINARY_FORMATS or ext in HTML_TYPES or ext in JSON_TYPES or ext in TABLE_TYPES:
         text, mime, title, extra = run_bounded(parse_bytes, ext, data, path.name, ocr, warm_up="warm_parsers")
     else:
         text, mime, title, extra = parse_bytes(ext, data, path.name)
@@ -157,6 +161,9 @@ def parse_bytes(ext: str, data: bytes, name: str, ocr: bool = True) -> tuple[str
     if ext in HTML_TYPES:
         text, title = parse_html(text)
         return text, HTML_TYPES[ext], title, {}
+    if ext in TABLE_TYPES:
+        mime, delimiter = TABLE_TYPES[ext]
+        return csv_table(text, delimiter), mime, name, {"tables": 1}
     if ext in JSON_TYPES:
         validate_json(text, jsonl=JSON_TYPES[ext] == "application/jsonl")
         return text, JSON_TYPES[ext], name, {}
