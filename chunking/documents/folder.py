@@ -76,7 +76,7 @@ def load_folder(
 
 
 RACY_SECONDS = 2.0  # a file changed this recently may change again within one mtime tick
-SIGNATURE_VERSION = "1"  # bump when a parser changes what a file yields, so every file is read again
+SIGNATURE_VERSION = "2"  # bump when a parser changes what a file yields, so every file is read again
 
 
 def file_signature(info: os.stat_result, now_ns: int) -> str | None:
@@ -95,12 +95,14 @@ def scan_folder(
     known: Mapping[str, str] | None = None,
     max_bytes: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    ocr: bool = True,
 ) -> FolderScan:
     """`load_folder`, leaving unread each file whose signature equals `known[its id]`.
 
     Same rules and order as `load_folder`; an unchanged file's id goes to `unchanged` instead of
     `documents`. Without `known` every file is read. `progress(done, total)` is called after each
-    selected file (the folder is listed first, so the total is known).
+    selected file (the folder is listed first, so the total is known). `ocr=False` leaves scanned
+    pages and image files unread (a collection's `ocr: false`).
     """
     root = Path(folder)
     if not root.exists():
@@ -137,7 +139,7 @@ def scan_folder(
                 if info is not None
                 else resolve_entry(real_root, rel_path, Path(entry.path))
             )
-            scan.documents.append(read_document(target, rel_path, limit, nofollow=True))
+            scan.documents.append(read_document(target, rel_path, limit, nofollow=True, ocr=ocr))
             if signature is not None:
                 scan.signatures[rel_path] = signature
         except UnusableFile as exc:
