@@ -20,10 +20,10 @@ import time
 import unicodedata
 from pathlib import Path
 
+from chunkyard.chunking.documents.ocr import read_image
 from rapidfuzz.distance import Levenshtein
 
 from benchmarks.scanned_pages import SAMPLES, render_page
-from chunkyard.chunking.documents.ocr import read_image
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ocr.json"
 DPIS = (150, 300)
