@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from chunkyard.chunking.documents.errors import UnusableFile
+from chunkyard.chunking.documents.furniture import clean_pdf_pages
 from chunkyard.chunking.documents.scanned import IMAGE_FORMATS, parse_image, read_scanned_pdf_pages
 
 Parsed = tuple[str, str, dict[str, Any]]  # (text, title, extra metadata)
@@ -63,12 +64,13 @@ def parse_pdf(data: bytes) -> Parsed:
         raise
     except Exception as exc:  # pypdf raises many types on broken input
         raise UnusableFile(f"broken or unreadable PDF: {type(exc).__name__}: {exc}") from None
+    pages, cleaned = clean_pdf_pages(data, pages)  # by column, furniture dropped (chunking.documents.furniture)
     pages, ocr = read_scanned_pdf_pages(data, pages)  # scanned pages read by OCR (chunking.documents.scanned)
     text, starts = join_blocks(pages)
     if not text.strip():
         why = ocr["ocr_failures"][0] if ocr.get("ocr_failures") else "no page has text or a scanned image"
         raise UnusableFile(f"PDF has no extractable text ({len(pages)} pages; {why})")
-    return text, title, {"pages": len(pages), "page_starts": starts, **ocr}
+    return text, title, {"pages": len(pages), "page_starts": starts, **cleaned, **ocr}
 
 
 def _check_archive(data: bytes, kind: str) -> None:
