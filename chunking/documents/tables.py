@@ -2,7 +2,7 @@
 
 Every parser that finds a table (CSV, XLSX/ODS sheets, DOCX, ODT, PDF) writes it with
 `markdown_table`; `table_spans` finds such tables again in a document's text, which is how the
-chunkers keep rows whole and repeat the header (`chunking.chunkers.tables`).
+chunkers keep rows whole and repeat the header (`chunking.table_rows`).
 """
 
 from __future__ import annotations
