@@ -19,6 +19,7 @@ from typing import Any
 from chunkyard.chunking.documents.errors import UnusableFile
 from chunkyard.chunking.documents.furniture import clean_pdf_pages
 from chunkyard.chunking.documents.scanned import IMAGE_FORMATS, parse_image, read_scanned_pdf_pages
+from chunkyard.chunking.documents.tables import markdown_table
 
 Parsed = tuple[str, str, dict[str, Any]]  # (text, title, extra metadata)
 
@@ -64,7 +65,9 @@ def parse_pdf(data: bytes) -> Parsed:
         raise
     except Exception as exc:  # pypdf raises many types on broken input
         raise UnusableFile(f"broken or unreadable PDF: {type(exc).__name__}: {exc}") from None
-    pages, cleaned = clean_pdf_pages(data, pages)  # by column, furniture dropped (chunking.documents.furniture)
+    pages, cleaned = clean_pdf_pages(
+        data, pages
+    )  # by column, furniture dropped (chunking.documents.furniture)
     pages, ocr = read_scanned_pdf_pages(data, pages)  # scanned pages read by OCR (chunking.documents.scanned)
     text, starts = join_blocks(pages)
     if not text.strip():
@@ -113,7 +116,7 @@ def parse_docx(data: bytes) -> Parsed:
         title = (document.core_properties.title or "").strip()
         for item in document.iter_inner_content():
             if isinstance(item, Table):
-                blocks.append(_table_rows((c.text for c in row.cells) for row in item.rows))
+                blocks.append(markdown_table([c.text for c in row.cells] for row in item.rows))
                 continue
             block = item.text.strip()
             style = (item.style.name if item.style is not None else "") or ""
