@@ -12,7 +12,6 @@ from email.message import EmailMessage
 from pathlib import Path
 
 import pytest
-
 from chunkyard.chunking.documents.errors import UnusableFile
 from chunkyard.chunking.documents.files import load_file
 from chunkyard.chunking.documents.folder import load_folder
@@ -211,3 +210,16 @@ def test_folder_reads_every_office_format_and_reports_broken_ones(tmp_path: Path
     assert [(f.path, f.reason.split(":")[0]) for f in failures] == [
         ("broken.odt", "broken or unreadable ODT")
     ]
+
+
+def test_html_table_stays_one_markdown_table(tmp_path: Path) -> None:
+    (tmp_path / "tides.html").write_text(
+        "<html><body><article><h1>Tides</h1><p>The table below lists the tides for the harbour this week.</p>"
+        "<table><tr><th>Day</th><th>High water</th></tr><tr><td>Monday</td><td>06:40</td></tr>"
+        "<tr><td>Tuesday</td><td>07:25</td></tr></table>"
+        "<p>Times are local and may shift with the wind on stormy days.</p></article></body></html>",
+        encoding="utf-8",
+    )
+    doc = load_file(tmp_path / "tides.html")
+    assert "| Day | High water |\n|---|---|\n| Monday | 06:40 |\n| Tuesday | 07:25 |" in doc.text
+    assert table_spans(doc.text)

@@ -168,17 +168,19 @@ def parse_image(data: bytes) -> tuple[str, str, dict[str, Any]]:
 
     if not OCR_ENABLED.get():
         raise UnusableFile("image file: OCR is off for this collection (ocr: false)")
-    engine_version()
     try:
         image = Image.open(io.BytesIO(data))
         image.load()
         frames = [ImageOps.exif_transpose(frame.copy()) for frame in ImageSequence.Iterator(image)]
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise UnusableFile(f"image too large to read: {exc}") from None
+    except Image.UnidentifiedImageError:
+        raise UnusableFile("broken or unreadable image: not an image file Pillow can read") from None
     except Exception as exc:  # Pillow raises many types on broken input
         raise UnusableFile(f"broken or unreadable image: {type(exc).__name__}: {exc}") from None
     if len(frames) > MAX_IMAGE_PAGES:
         raise UnusableFile(f"image has {len(frames)} pages (limit {MAX_IMAGE_PAGES})")
+    engine_version()  # after the checks of the file itself: a broken image is named as such
     run = _OcrRun("image", file_budget())
     texts = [
         run.read(n, len(frames), cache_key(data, f"image:{n}"), lambda f=frame: f)
