@@ -206,7 +206,13 @@ def test_folder_reads_every_office_format_and_reports_broken_ones(tmp_path: Path
     (tmp_path / "note.rtf").write_bytes(RTF)
     (tmp_path / "broken.odt").write_bytes(b"nope")
     documents, failures = load_folder(tmp_path)
-    assert [d.id for d in documents] == ["book.epub", "mail.eml", "note.rtf", "stock.xlsx"]
+    assert [d.id for d in documents] == [
+        "book.epub",
+        "mail.eml",
+        "mail.eml/depths.csv",
+        "note.rtf",
+        "stock.xlsx",
+    ]
     assert [(f.path, f.reason.split(":")[0]) for f in failures] == [
         ("broken.odt", "broken or unreadable ODT")
     ]
@@ -223,3 +229,18 @@ def test_html_table_stays_one_markdown_table(tmp_path: Path) -> None:
     doc = load_file(tmp_path / "tides.html")
     assert "| Day | High water |\n|---|---|\n| Monday | 06:40 |\n| Tuesday | 07:25 |" in doc.text
     assert table_spans(doc.text)
+
+
+def test_mail_attachments_are_documents_of_their_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chunkyard.chunking.documents import folder as folder_scan
+
+    monkeypatch.setattr(folder_scan, "RACY_SECONDS", 0.0)  # trust signatures of files written just now
+    scan_folder = folder_scan.scan_folder
+    make_eml(tmp_path / "mail.eml")
+    first = scan_folder(tmp_path)
+    assert [d.id for d in first.documents] == ["mail.eml", "mail.eml/depths.csv"]
+    attachment = first.documents[1]
+    assert attachment.metadata["parent"] == "mail.eml" and attachment.mime_type == "text/csv"
+    assert attachment.text == "| depth | metres |\n| --- | --- |\n| berth six | 9 |"
+    again = scan_folder(tmp_path, known=first.signatures)  # unchanged: neither is read, both are kept
+    assert again.documents == [] and again.unchanged == ["mail.eml", "mail.eml/depths.csv"]

@@ -133,15 +133,23 @@ def scan_folder(
             if signature is not None and known.get(rel_path) == signature and info.st_size <= limit:
                 scan.unchanged.append(rel_path)  # unread: no path object, no realpath for it
                 scan.signatures[rel_path] = signature
+                for child in _attachment_ids(known, rel_path, signature):  # unread with their mail
+                    scan.unchanged.append(child)
+                    scan.signatures[child] = signature
                 continue
             target = (
                 real_root / rel_path
                 if info is not None
                 else resolve_entry(real_root, rel_path, Path(entry.path))
             )
-            scan.documents.append(read_document(target, rel_path, limit, nofollow=True, ocr=ocr))
+            attachments: list[Document] = []  # a mail's attached files: documents of their own
+            scan.documents.append(
+                read_document(target, rel_path, limit, nofollow=True, ocr=ocr, attachments=attachments)
+            )
+            scan.documents.extend(attachments)
             if signature is not None:
                 scan.signatures[rel_path] = signature
+                scan.signatures.update({a.id: signature for a in attachments})
         except UnusableFile as exc:
             scan.failures.append(DocumentFailure(display_path(rel_path), str(exc)))
         except Exception as exc:  # per-file isolation: one file's parser bug never stops the others
@@ -155,6 +163,14 @@ def scan_folder(
     scan.failures.sort(key=lambda f: f.path)
     scan.unchanged.sort()
     return scan
+
+
+def _attachment_ids(known: Mapping[str, str], rel_path: str, signature: str) -> list[str]:
+    """The known documents attached to file `rel_path` (`<id>/<name>`, recorded under its signature)."""
+    if not rel_path.endswith(".eml"):
+        return []
+    prefix = rel_path + "/"
+    return [doc_id for doc_id, sig in known.items() if doc_id.startswith(prefix) and sig == signature]
 
 
 def _describe(exc: BaseException) -> str:

@@ -26,7 +26,8 @@ from chunkyard.chunking.documents.errors import UnusableFile
 from chunkyard.chunking.documents.tables import markdown_table
 from chunkyard.chunking.documents.webpage import parse_html
 
-MAX_SHEET_CELLS = 2_000_000  # cells of one workbook read at most (the parse bounds cap its time too)
+MAX_SHEET_CELLS = 2_000_000
+ATTACHMENT_FILES = "attachment_files"  # a parser's extra metadata: [(file name, bytes)] to read as documents  # cells of one workbook read at most (the parse bounds cap its time too)
 
 
 def parse_sheets(data: bytes, kind: str) -> Parsed:
@@ -104,7 +105,7 @@ def mail_attachments(message: EmailMessage) -> Iterator[tuple[str, bytes]]:
 
 def parse_eml(data: bytes) -> Parsed:
     """A mail: its From/To/Cc/Date/Subject lines, then the body (plain text, else the HTML's text);
-    attachments' names in `attachments`."""
+    attachments' names in `attachments`, their bytes under ATTACHMENT_FILES."""
     try:
         message = BytesParser(policy=policy.default).parsebytes(data)
         if not isinstance(message, EmailMessage) or not (message.keys() or message.get_payload()):
@@ -115,13 +116,16 @@ def parse_eml(data: bytes) -> Parsed:
         if not headers:
             raise UnusableFile("not an e-mail message (no From, To, Date or Subject header)")
         body = _mail_body(message)
-        attachments = [name for name, _ in mail_attachments(message)]
+        attached = list(mail_attachments(message))
     except UnusableFile:
         raise
     except Exception as exc:  # the email package raises many types on broken input
         raise UnusableFile(f"broken or unreadable EML: {type(exc).__name__}: {exc}") from None
     text, _ = join_blocks(["\n".join(headers), body])
-    extra: dict[str, Any] = {"attachments": attachments} if attachments else {}
+    extra: dict[str, Any] = {}
+    if attached:
+        extra["attachments"] = [name for name, _ in attached]
+        extra[ATTACHMENT_FILES] = attached  # read as documents of their own (chunking.documents.files)
     return text, str(message["Subject"] or "").strip(), extra
 
 
