@@ -117,7 +117,6 @@ stack: $(STAMP)
 bench-freshness: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_freshness $(BENCH_FRESHNESS_ARGS)
 
-# the stack fault suite, timed: seconds from each fault to convergence -> benchmarks/results/faults.md
 # OCR engines side by side (CER, s/page), scanned vs text-layer retrieval, table questions, page furniture
 # and stop words with code -> benchmarks/results/formats.md (needs tesseract-ocr and its packs, .ci/run)
 bench-formats: $(STAMP)
@@ -125,6 +124,7 @@ bench-formats: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_formats
 	$(BIN)/python -m benchmarks.bench_code_stopwords
 
+# the stack fault suite, timed: seconds from each fault to convergence -> benchmarks/results/faults.md
 bench-faults: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_faults $(BENCH_FAULTS_ARGS)
 
