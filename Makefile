@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chunkyard-installed
 
-.PHONY: install lock demo test test-faults ui serve eval screenshots bench bench-load bench-limits bench-team bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-faults bench-postgres-builds bench-first-run bench-plugs-in stack lint clean
+.PHONY: install lock demo test test-faults ui serve eval screenshots bench bench-load bench-limits bench-team bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-faults bench-postgres-builds bench-first-run bench-plugs-in bench-formats stack lint clean
 
 # Exact versions: requirements/constraints.txt is what the tests passed with (`make lock` rewrites it).
 CONSTRAINTS := requirements/constraints.txt
@@ -124,6 +124,13 @@ stack: $(STAMP)
 # .chunkyard/bench_freshness)
 bench-freshness: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_freshness $(BENCH_FRESHNESS_ARGS)
+
+# OCR engines side by side (CER, s/page), scanned vs text-layer retrieval, table questions, page furniture
+# and stop words with code -> benchmarks/results/formats.md (needs tesseract-ocr and its packs, .ci/run)
+bench-formats: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_ocr
+	$(BIN)/python -m benchmarks.bench_formats
+	$(BIN)/python -m benchmarks.bench_code_stopwords
 
 # the stack fault suite, timed: seconds from each fault to convergence -> benchmarks/results/faults.md
 bench-faults: $(STAMP)

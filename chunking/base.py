@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 from chunkyard.chunking.locations import BREAKS_SUFFIX, document_locations, slide_cuts, unit_span
+from chunkyard.chunking.table_rows import table_pieces
 from chunkyard.chunking.tokenizers import Tokenizer, TokenUnits, special_token_overhead, token_units
 from chunkyard.chunking.types import Chunk, Document, as_document
 
@@ -304,6 +305,7 @@ class BaseChunker:
 
     strategy = "base"
     trims_whitespace = True
+    keeps_tables = True  # off where pieces are linked to each other (parents, late chunking's vectors)
 
     def __init__(
         self,
@@ -335,6 +337,8 @@ class BaseChunker:
             return []
         dt = DocText(doc, self.tokenizer)
         pieces = self.pieces(dt)
+        if self.keeps_tables:  # Markdown tables cut between rows only, header repeated (chunking.table_rows)
+            pieces = table_pieces(dt.text, lambda s, e: dt.units.count(s, e), pieces, self.budget, Piece)
         chunks = self.finish(dt, pieces)
         for step in self.context_steps:
             step(doc, chunks)

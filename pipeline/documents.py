@@ -77,7 +77,12 @@ def load_folders(
         prefix = folder_prefix(folder, folders)
         folder_known = {k[len(prefix) :]: v for k, v in (known or {}).items() if k.startswith(prefix)}
         scan = scan_folder(
-            folder, collection.include, collection.exclude, known=folder_known, progress=progress
+            folder,
+            collection.include,
+            collection.exclude,
+            known=folder_known,
+            progress=progress,
+            ocr=collection.ocr,
         )
         fails = scan.failures
         folder_failed = bool(fails) and fails[0].path == str(folder)

@@ -202,6 +202,8 @@ class Collection:
     serve: PromotionPolicy | None = None
     # A folder that does not exist is indexed as empty instead of stopping `chunkyard index`.
     allow_empty: bool = False
+    # Scanned pages and image files are read by OCR (chunking/documents/ocr.py); `ocr: false` skips them.
+    ocr: bool = True
     # `file:line` of the entry, for errors about it.
     source: str = field(default="", compare=False)
 
@@ -251,6 +253,7 @@ _COLLECTION_KEYS = {
     "benchmark",
     "serve",
     "allow_empty",
+    "ocr",
 }
 
 
@@ -438,6 +441,7 @@ def load_collections(
             benchmark=benchmark,
             serve=_promotion_policy(entry.get("serve"), where),
             allow_empty=as_bool(entry.get("allow_empty", False), at("allow_empty")),
+            ocr=as_bool(entry.get("ocr", True), at("ocr")),
             source=where.rpartition(": collections.")[0],
         )
     return collections

@@ -93,13 +93,16 @@ def test_docx_text_is_paragraphs_and_tables_in_reading_order(tmp_path: Path) -> 
     assert doc.mime_type == DOCX_MIME and doc.title == "Harbour manual"
     assert doc.text == (
         "Harbour manual\n\nThe walrus handbook explains tide tables for harbour pilots.\n\nBerths\n\n"
-        "berth | depth\nnorth | 12 m\n\nAnchoring is forbidden inside the turning basin."
+        "| berth | depth |\n| --- | --- |\n| north | 12 m |\n\nAnchoring is forbidden inside the turning basin."
     )
     chunks = build_chunker({"strategy": "recursive", "size": 12, "tokenizer": "model"}).chunk(doc)
     assert len(chunks) > 3
     for c in chunks:
         assert c.text == doc.text[c.start : c.end]
-    assert any(c.text.startswith("berth | depth") for c in chunks)
+    assert all(c.metadata.get("table") for c in chunks if "|" in c.text)
+    chunks = build_chunker({"strategy": "recursive", "size": 24, "tokenizer": "model"}).chunk(doc)
+    (table,) = [c for c in chunks if c.metadata.get("table")]  # a Markdown table, whole
+    assert table.text == "| berth | depth |\n| --- | --- |\n| north | 12 m |"
 
 
 def test_pptx_chunks_know_their_slide(tmp_path: Path) -> None:

@@ -97,6 +97,7 @@ def test_bad_files_become_failures_and_the_rest_loads(tmp_path: Path) -> None:
     _write(tmp_path, "broken.pdf", b"%PDF-1.4\nthis is not really a pdf")
     _write(tmp_path, "bad.json", '{"unterminated": ')
     _write(tmp_path, "image.png", b"\x89PNG\r\n\x1a\n")
+    _write(tmp_path, "archive.7z", b"7z\xbc\xaf\x27\x1c")
     _write(tmp_path, "nul.txt", b"abc\x00def")
 
     documents, failures = load_folder(tmp_path, ["**/*"], [])
@@ -107,7 +108,8 @@ def test_bad_files_become_failures_and_the_rest_loads(tmp_path: Path) -> None:
     assert reasons["latin1.txt"].startswith("not valid UTF-8: byte 0xe9 at offset 3 (line 1)")
     assert reasons["broken.pdf"].startswith("broken or unreadable PDF")
     assert reasons["bad.json"].startswith("invalid JSON")
-    assert reasons["image.png"].startswith("unsupported file type '.png'")
+    assert reasons["image.png"] == "broken or unreadable image: not an image file Pillow can read"
+    assert reasons["archive.7z"].startswith("unsupported file type '.7z'")
     assert "NUL bytes" in reasons["nul.txt"]
     assert all(isinstance(f, DocumentFailure) for f in failures)
 

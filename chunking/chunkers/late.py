@@ -28,6 +28,7 @@ from chunkyard.chunking.types import Chunk
 
 class LateChunker(BaseChunker):
     strategy = "late"
+    keeps_tables = False  # each piece's vector is pooled from the whole text's token embeddings
 
     def __init__(
         self,

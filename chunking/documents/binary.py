@@ -17,7 +17,10 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from chunkyard.chunking.documents.errors import UnusableFile
+from chunkyard.chunking.documents.furniture import clean_pdf_pages
 from chunkyard.chunking.documents.parse_bounds import bound_hit
+from chunkyard.chunking.documents.scanned import IMAGE_FORMATS, parse_image, read_scanned_pdf_pages
+from chunkyard.chunking.documents.tables import markdown_table
 
 Parsed = tuple[str, str, dict[str, Any]]  # (text, title, extra metadata)
 
@@ -65,10 +68,13 @@ def parse_pdf(data: bytes) -> Parsed:
         raise bound_hit(exc, "PDF") or UnusableFile(
             f"broken or unreadable PDF: {type(exc).__name__}: {exc}"
         ) from None
+    pages, cleaned = clean_pdf_pages(data, pages)  # by column, furniture dropped (documents.furniture)
+    pages, ocr = read_scanned_pdf_pages(data, pages)  # scanned pages read by OCR (documents.scanned)
     text, starts = join_blocks(pages)
     if not text.strip():
-        raise UnusableFile(f"PDF has no extractable text ({len(pages)} pages; scanned images need OCR)")
-    return text, title, {"pages": len(pages), "page_starts": starts}
+        why = ocr["ocr_failures"][0] if ocr.get("ocr_failures") else "no page has text or a scanned image"
+        raise UnusableFile(f"PDF has no extractable text ({len(pages)} pages; {why})")
+    return text, title, {"pages": len(pages), "page_starts": starts, **cleaned, **ocr}
 
 
 def _check_archive(data: bytes, kind: str) -> None:
@@ -111,7 +117,7 @@ def parse_docx(data: bytes) -> Parsed:
         title = (document.core_properties.title or "").strip()
         for item in document.iter_inner_content():
             if isinstance(item, Table):
-                blocks.append(_table_rows((c.text for c in row.cells) for row in item.rows))
+                blocks.append(markdown_table([c.text for c in row.cells] for row in item.rows))
                 continue
             block = item.text.strip()
             style = (item.style.name if item.style is not None else "") or ""
@@ -190,4 +196,5 @@ BINARY_FORMATS: dict[str, tuple[str, Callable[[bytes], Parsed]]] = {
     ".pdf": ("application/pdf", parse_pdf),
     ".docx": ("application/vnd.openxmlformats-officedocument.wordprocessingml.document", parse_docx),
     ".pptx": ("application/vnd.openxmlformats-officedocument.presentationml.presentation", parse_pptx),
+    **{ext: (mime, parse_image) for ext, mime in IMAGE_FORMATS.items()},
 }

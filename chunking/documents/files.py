@@ -17,10 +17,12 @@ import re
 import stat
 from pathlib import Path
 
-from chunkyard.chunking.documents.binary import BINARY_FORMATS
+from chunkyard.chunking.documents.binary import BINARY_FORMATS as DOCUMENT_FORMATS
 from chunkyard.chunking.documents.errors import UnusableFile
+from chunkyard.chunking.documents.office import ATTACHMENT_FILES, OFFICE_FORMATS, TABLE_TYPES, csv_table
 from chunkyard.chunking.documents.parse_bounds import run_bounded
 from chunkyard.chunking.documents.safe_open import PathChanged, open_resolved
+from chunkyard.chunking.documents.scanned import ocr_enabled
 from chunkyard.chunking.documents.text import decode_text, has_visible_text, settled_text, validate_json
 from chunkyard.chunking.documents.walk import file_kind
 from chunkyard.chunking.documents.webpage import parse_html
@@ -34,8 +36,6 @@ TEXT_TYPES: dict[str, str] = {
     ".md": "text/markdown",
     ".markdown": "text/markdown",
     ".rst": "text/x-rst",
-    ".csv": "text/csv",
-    ".tsv": "text/tab-separated-values",
     ".yaml": "application/yaml",
     ".yml": "application/yaml",
     ".toml": "application/toml",
@@ -74,7 +74,12 @@ CODE_TYPES: dict[str, str] = {
 HTML_TYPES = {".html": "text/html", ".htm": "text/html"}
 JSON_TYPES = {".json": "application/json", ".jsonl": "application/jsonl", ".ndjson": "application/jsonl"}
 
-SUPPORTED_EXTENSIONS = frozenset({*TEXT_TYPES, *CODE_TYPES, *HTML_TYPES, *JSON_TYPES, *BINARY_FORMATS})
+# Binary formats: documents and images (chunking.documents.binary), office files (chunking.documents.office).
+BINARY_FORMATS = {**DOCUMENT_FORMATS, **OFFICE_FORMATS}
+
+SUPPORTED_EXTENSIONS = frozenset(
+    {*TEXT_TYPES, *CODE_TYPES, *HTML_TYPES, *JSON_TYPES, *TABLE_TYPES, *BINARY_FORMATS}
+)
 
 MAX_DOCUMENT_BYTES_ENV = "CHUNKYARD_MAX_DOCUMENT_BYTES"
 DEFAULT_MAX_DOCUMENT_BYTES = 20 * 1024 * 1024
@@ -89,15 +94,31 @@ def max_document_bytes() -> int:
 
 
 def load_file(
-    path: str | os.PathLike[str], doc_id: str | None = None, *, max_bytes: int | None = None
+    path: str | os.PathLike[str],
+    doc_id: str | None = None,
+    *,
+    max_bytes: int | None = None,
+    ocr: bool = True,
 ) -> Document:
-    """Parse one file into a Document; raises `UnusableFile` (its message is the reason) when it cannot."""
+    """Parse one file into a Document; raises `UnusableFile` (its message is the reason) when it cannot.
+
+    `ocr=False` leaves scanned pages and image files unread (chunking.documents.scanned)."""
     path = Path(path)
     limit = max_document_bytes() if max_bytes is None else max_bytes
-    return read_document(path, doc_id or path.name, limit, nofollow=False)
+    return read_document(path, doc_id or path.name, limit, nofollow=False, ocr=ocr)
 
 
-def read_document(path: Path, doc_id: str, max_bytes: int, *, nofollow: bool) -> Document:
+def read_document(
+    path: Path,
+    doc_id: str,
+    max_bytes: int,
+    *,
+    nofollow: bool,
+    ocr: bool = True,
+    attachments: list[Document] | None = None,
+) -> Document:
+    """One file as a Document. Given a list as `attachments`, a mail's attachments are appended to it
+    as Documents of their own (id `<mail id>/<file name>`, metadata `parent`); else they are left."""
     ext = path.suffix.lower()
     if ext not in SUPPORTED_EXTENSIONS:
         raise UnusableFile(
@@ -110,14 +131,28 @@ def read_document(path: Path, doc_id: str, max_bytes: int, *, nofollow: bool) ->
             lambda: _read_regular_file(path, max_bytes, nofollow=nofollow),
             lambda: _size(path, nofollow=nofollow),
         )
+    document, attached = document_from_bytes(doc_id, path.name, data, max_bytes, ocr=ocr)
+    if attachments is not None:
+        attachments.extend(attachment_documents(document, attached, max_bytes, ocr=ocr))
+    return document
+
+
+def document_from_bytes(
+    doc_id: str, name: str, data: bytes, max_bytes: int, *, ocr: bool = True
+) -> tuple[Document, list[tuple[str, bytes]]]:
+    """A file's bytes (`name` gives its type) as a Document, and the files attached to it (a mail's)."""
+    ext = Path(name).suffix.lower()
+    if ext not in SUPPORTED_EXTENSIONS:
+        raise UnusableFile(f"unsupported file type {ext or '(no extension)'!r}")
     if not data.strip():
         raise UnusableFile("empty file" if not data else "empty file (whitespace only)")
     metadata: dict = {"path": doc_id, "extension": ext, "size_bytes": len(data)}
     # untrusted structured formats parse under a time and memory bound, in a worker (parse_bounds)
-    if ext in BINARY_FORMATS or ext in HTML_TYPES or ext in JSON_TYPES:
-        text, mime, title, extra = run_bounded(parse_bytes, ext, data, path.name, warm_up=warm_parsers)
+    if ext in BINARY_FORMATS or ext in HTML_TYPES or ext in JSON_TYPES or ext in TABLE_TYPES:
+        text, mime, title, extra = run_bounded(parse_bytes, ext, data, name, ocr, warm_up=warm_parsers)
     else:
-        text, mime, title, extra = parse_bytes(ext, data, path.name)
+        text, mime, title, extra = parse_bytes(ext, data, name)
+    attached = extra.pop(ATTACHMENT_FILES, [])
     metadata.update(extra)
     if not has_visible_text(text):
         raise UnusableFile("no visible text (only whitespace or invisible characters)")
@@ -126,7 +161,32 @@ def read_document(path: Path, doc_id: str, max_bytes: int, *, nofollow: bool) ->
             f"extracted text has {len(text)} characters, over the limit of {max_bytes}"
             f" ({MAX_DOCUMENT_BYTES_ENV})"
         )
-    return Document(doc_id, text, mime, title or path.stem, metadata)
+    return Document(doc_id, text, mime, title or Path(name).stem, metadata), attached
+
+
+def attachment_documents(
+    parent: Document, attached: list[tuple[str, bytes]], max_bytes: int, *, ocr: bool = True
+) -> list[Document]:
+    """A mail's attachments as Documents `<parent id>/<name>` with `parent` metadata; one that cannot
+    be read is named with its reason in the parent's `attachments_skipped` (nested mails' attachments
+    are not followed)."""
+    out: list[Document] = []
+    seen: set[str] = set()
+    for name, data in attached:
+        doc_id = f"{parent.id}/{name}"
+        for n in range(2, len(attached) + 2):
+            if doc_id not in seen:
+                break
+            doc_id = f"{parent.id}/{Path(name).stem}-{n}{Path(name).suffix}"
+        seen.add(doc_id)
+        try:
+            child, _ = document_from_bytes(doc_id, name, data, max_bytes, ocr=ocr)
+        except UnusableFile as exc:
+            parent.metadata.setdefault("attachments_skipped", []).append(f"{name}: {exc}")
+            continue
+        child.metadata.update(parent=parent.id, attachment=name)
+        out.append(child)
+    return out
 
 
 def warm_parsers() -> None:
@@ -138,16 +198,21 @@ def warm_parsers() -> None:
         parse_bytes(".pdf", b"%PDF-1.4", "warm")
 
 
-def parse_bytes(ext: str, data: bytes, name: str) -> tuple[str, str, str, dict]:
-    """(text, mime type, title, extra metadata) of a file's bytes by its extension `ext`."""
+def parse_bytes(ext: str, data: bytes, name: str, ocr: bool = True) -> tuple[str, str, str, dict]:
+    """(text, mime type, title, extra metadata) of a file's bytes by its extension `ext`; `ocr` False
+    leaves scanned pages unread."""
     if ext in BINARY_FORMATS:
         mime, parse = BINARY_FORMATS[ext]
-        text, title, extra = parse(data)
+        with ocr_enabled(ocr):
+            text, title, extra = parse(data)
         return text, mime, title, extra
     text = decode_text(data)
     if ext in HTML_TYPES:
         text, title = parse_html(text)
         return text, HTML_TYPES[ext], title, {}
+    if ext in TABLE_TYPES:
+        mime, delimiter = TABLE_TYPES[ext]
+        return csv_table(text, delimiter), mime, name, {"tables": 1}
     if ext in JSON_TYPES:
         validate_json(text, jsonl=JSON_TYPES[ext] == "application/jsonl")
         return text, JSON_TYPES[ext], name, {}

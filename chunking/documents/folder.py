@@ -77,7 +77,7 @@ def load_folder(
 
 
 RACY_SECONDS = 2.0  # a file changed this recently may change again within one mtime tick
-SIGNATURE_VERSION = "1"  # bump when a parser changes what a file yields, so every file is read again
+SIGNATURE_VERSION = "2"  # bump when a parser changes what a file yields, so every file is read again
 
 
 def file_signature(info: os.stat_result, now_ns: int) -> str | None:
@@ -96,12 +96,14 @@ def scan_folder(
     known: Mapping[str, str] | None = None,
     max_bytes: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    ocr: bool = True,
 ) -> FolderScan:
     """`load_folder`, leaving unread each file whose signature equals `known[its id]`.
 
     Same rules and order as `load_folder`; an unchanged file's id goes to `unchanged` instead of
     `documents`. Without `known` every file is read. `progress(done, total)` is called after each
-    selected file (the folder is listed first, so the total is known).
+    selected file (the folder is listed first, so the total is known). `ocr=False` leaves scanned
+    pages and image files unread (a collection's `ocr: false`).
     """
     root = Path(folder)
     if not root.exists():
@@ -133,11 +135,19 @@ def scan_folder(
             if signature is not None and known.get(rel_path) == signature and info.st_size <= limit:
                 scan.unchanged.append(rel_path)  # unread: no path object, no realpath for it
                 scan.signatures[rel_path] = signature
+                for child in _attachment_ids(known, rel_path, signature):  # unread with their mail
+                    scan.unchanged.append(child)
+                    scan.signatures[child] = signature
                 continue
             target = real_root / rel_path if info is not None else resolve_entry(real_root, entry)
-            scan.documents.append(read_document(target, rel_path, limit, nofollow=True))
+            attachments: list[Document] = []  # a mail's attached files: documents of their own
+            scan.documents.append(
+                read_document(target, rel_path, limit, nofollow=True, ocr=ocr, attachments=attachments)
+            )
+            scan.documents.extend(attachments)
             if signature is not None:
                 scan.signatures[rel_path] = signature
+                scan.signatures.update({a.id: signature for a in attachments})
         except UnusableFile as exc:
             scan.failures.append(DocumentFailure(display_path(rel_path), str(exc)))
         except Exception as exc:  # per-file isolation: one file's parser bug never stops the others
@@ -151,6 +161,14 @@ def scan_folder(
     scan.failures.sort(key=lambda f: f.path)
     scan.unchanged.sort()
     return scan
+
+
+def _attachment_ids(known: Mapping[str, str], rel_path: str, signature: str) -> list[str]:
+    """The known documents attached to file `rel_path` (`<id>/<name>`, recorded under its signature)."""
+    if not rel_path.endswith(".eml"):
+        return []
+    prefix = rel_path + "/"
+    return [doc_id for doc_id, sig in known.items() if doc_id.startswith(prefix) and sig == signature]
 
 
 def _describe(exc: BaseException) -> str:

@@ -29,15 +29,21 @@ def parse_html(html: str) -> tuple[str, str]:
 
 
 def _main_text(html: str) -> str:
-    """trafilatura's main text of a page, paragraphs separated by blank lines ("" when it finds none)."""
+    """trafilatura's main text of a page, paragraphs separated by blank lines, tables as Markdown tables
+    ("" when it finds none)."""
     import trafilatura
 
     try:
         main = trafilatura.extract(html, favor_recall=True, include_tables=True, include_comments=False)
     except Exception:  # a parser of untrusted input: any failure keeps the visible text instead
         return ""
-    lines = (line.strip() for line in (main or "").splitlines())
-    return "\n\n".join(line for line in lines if line)
+    blocks: list[str] = []
+    for line in (line.strip() for line in (main or "").splitlines()):
+        if line.startswith("|") and blocks and blocks[-1].startswith("|"):
+            blocks[-1] += "\n" + line  # a table's rows stay one Markdown table
+        elif line:
+            blocks.append(line)
+    return "\n\n".join(blocks)
 
 
 def _squeeze_blank_lines(lines: Iterable[str]) -> Iterable[str]:

@@ -1,0 +1,78 @@
+"""Stop words in a mixed folder with code (issue 38): do a question's function words, or words every code
+file repeats, give a code file its score?
+
+Corpus: the demo collection (docs/*.md) and, for the mixed folder, the same docs plus this repository's
+chunking/documents/*.py. Questions: the demo set (evaluation/datasets/demo_questions.jsonl); all are
+about the docs, so a code file in the top 2 is an unrelated hit. Each setup is indexed in the real
+Postgres with the real model (recursive 256, `analyzer: auto`, hybrid); reported per search mode:
+hit@5 (the question's document in the top 5) and the questions with a code file in their top 2.
+
+    python -m benchmarks.bench_code_stopwords [label]   # one JSON line per setup and mode
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from chunkyard.chunking.documents.folder import load_folder
+from chunkyard.retrieval.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.db import embedded_database_url
+from chunkyard.retrieval.embedder import load_embedder
+from chunkyard.retrieval.indexing import build_index
+from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.store import Store
+
+REPO = Path(__file__).resolve().parent.parent
+QUESTIONS = REPO / "evaluation" / "datasets" / "demo_questions.jsonl"
+
+
+def main() -> None:
+    label = sys.argv[1] if len(sys.argv) > 1 else "current"
+    work = Path(tempfile.mkdtemp(prefix="bench-code-stop-"))
+    demo, mixed = work / "demo", work / "mixed"
+    shutil.copytree(REPO / "docs", demo)
+    shutil.copytree(REPO / "docs", mixed)
+    for path in sorted((REPO / "chunking" / "documents").glob("*.py")):
+        shutil.copy(path, mixed / path.name)
+    store = Store(embedded_database_url(work / "pg"))
+    store.migrate()
+    embedder = load_embedder("all-MiniLM-L6-v2")
+    searcher = Searcher(store, embedder)
+    questions = [json.loads(line) for line in QUESTIONS.read_text(encoding="utf-8").splitlines() if line]
+    for name, folder in (("demo", demo), ("mixed", mixed)):
+        documents, _ = load_folder(folder, ["**/*.md", "**/*.py"])
+        spec = IndexSpec(
+            name,
+            IndexConfig(
+                name="bench",
+                chunker={"strategy": "recursive", "size": 256, "tokenizer": "model"},
+                bm25={"analyzer": "auto"},
+                hybrid={"fusion": "rrf", "rrf_k": 60, "candidates": 50},
+            ),
+        )
+        store.documents.sync(name, documents, [])
+        build_index(store, spec, embedder)
+        for mode in ("bm25", "hybrid"):
+            hits = code_top2 = 0
+            for question in questions:
+                results = searcher.search(question["question"], str(spec.name), k=5, mode=mode)
+                expected = {ref["document"] for ref in question["references"]}
+                hits += any(r.doc_id in expected for r in results)
+                code_top2 += any(r.doc_id.endswith(".py") for r in results[:2])
+            row = {
+                "label": label,
+                "folder": name,
+                "mode": mode,
+                "questions": len(questions),
+                "hit_at_5": round(hits / len(questions), 3),
+                "code_in_top_2": code_top2,
+            }
+            print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
