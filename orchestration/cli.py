@@ -57,7 +57,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     from chunkyard.retrieval.project import PROJECT_FILE, project_root
 
     root = project_root()
-    entry = add_collection(
+    entry, choice = add_collection(
         root,
         args.name,
         args.paths,
@@ -70,6 +70,8 @@ def cmd_add(args: argparse.Namespace) -> int:
         f"Added collection {args.name!r} to {root / PROJECT_FILE}: {', '.join(entry['folders'])} "
         f"({len(entry['include'])} include pattern(s)), indexes {', '.join(entry['indexes'])}"
     )
+    if choice is not None:  # chosen, not named: say why
+        _print(f"Chose {choice.config}: {choice.reason}")
     _print(f"Next: chunkyard index {args.name}")
     return 0
 
@@ -179,7 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add.add_argument("--exclude", action="append", metavar="GLOB", help="files to leave out (repeatable)")
     add.add_argument(
-        "--index", action="append", metavar="CONFIG", help="index config (default recursive-256)"
+        "--index",
+        action="append",
+        metavar="CONFIG",
+        help="index config (repeatable; default: recursive-256 for a folder at least 95%% English, else "
+        "recursive-256-multilingual; `add` says which and why)",
     )
     add.add_argument("--replace", action="store_true", help="overwrite an existing collection of that name")
 

@@ -9,7 +9,6 @@ import json
 import time
 from typing import Any
 
-from chunkyard.retrieval.names import DEFAULT_CONFIG
 from chunkyard.retrieval.query.results import SearchResult
 
 TEXT_CHARS = 300
@@ -22,8 +21,9 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     search.add_argument("query", help="the question or keywords")
     search.add_argument(
         "--index",
-        default=DEFAULT_CONFIG,
-        help="collection/config or a serving alias (a bare config: the project's collection; default recursive-256)",
+        default=None,
+        help="collection/config or a serving alias (a bare config: the project's collection); default: "
+        "the project's default index (its only collection's index, the one `chunkyard add` chose)",
     )
     search.add_argument(
         "--no-service", action="store_true", help="search in-process even when `chunkyard serve` runs"
@@ -39,10 +39,12 @@ def cmd_search(args: argparse.Namespace) -> int:
     from chunkyard.retrieval import service_file
     from chunkyard.retrieval.config import default_collection
     from chunkyard.retrieval.db import chunkyard_home
+    from chunkyard.retrieval.default_index import default_index
     from chunkyard.retrieval.options import SearchOptions
 
     options = SearchOptions.from_arguments(args)
-    index = index_or_alias(args.index, default_collection())  # the one rule for a bare config name
+    # none named: the project's default index; a bare config name: a config of the project's collection
+    index = str(default_index()) if args.index is None else index_or_alias(args.index, default_collection())
     started = time.perf_counter()
     running = None if args.no_service else service_file.running(chunkyard_home())
     if running is not None:
@@ -114,8 +116,10 @@ def suggestion(collection: str, best: tuple[str | None, str | None] | None) -> s
 
     index, variant = best or (None, None)
     if not index or not index.startswith(f"{collection}/"):
-        configs = load_collections()[collection].indexes
-        index, variant = (f"{collection}/{configs[0]}" if configs else None), None
+        from chunkyard.retrieval.default_index import collection_default
+
+        chosen = load_collections()[collection]
+        index, variant = (f"{collection}/{collection_default(chosen)}" if chosen.indexes else None), None
     if index is None:
         return ""
     flags = ""
@@ -126,4 +130,14 @@ def suggestion(collection: str, best: tuple[str | None, str | None] | None) -> s
             f" --rerank {reranker}" if reranker else ""
         )
     ranked = " (the leaderboard's best)" if best and best[0] == index else ""
-    return f'\nSearch it: chunkyard search "your question" --index {index}{flags}{ranked}'
+    named = "" if index == _default_or_none() else f" --index {index}"  # the default needs no name
+    return f'\nSearch it: chunkyard search "your question"{named}{flags}{ranked}'
+
+
+def _default_or_none() -> str | None:
+    from chunkyard.retrieval.default_index import NoDefaultIndex, default_index
+
+    try:
+        return str(default_index())
+    except NoDefaultIndex:
+        return None

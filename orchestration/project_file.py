@@ -6,14 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from chunkyard.orchestration.model_choice import ModelChoice, choose_index, folder_languages
 from chunkyard.retrieval.config import SettingsError, is_valid_name, load_collections, load_index_configs
-from chunkyard.retrieval.names import DEFAULT_CONFIG
 from chunkyard.retrieval.project import PROJECT_FILE, STATE_DIR, read_project
 
-DEFAULT_INDEX = DEFAULT_CONFIG
-# A folder that is not English only gets the multilingual model instead (benchmarks/results/languages.md).
-MULTILINGUAL_INDEX = "recursive-256-multilingual"
-ENGLISH_ONLY_SHARE = 0.95  # of the folder's text, by detected language
 HEADER = """\
 # A chunkyard project (docs/configuration.md). `chunkyard add NAME FOLDER` adds a collection here;
 # `chunkyard index` builds it; `chunkyard search "..."`, `chunkyard serve` (API on :8000) and
@@ -54,9 +50,10 @@ def add_collection(
     exclude: list[str] | None = None,
     indexes: list[str] | None = None,
     replace: bool = False,
-) -> dict[str, Any]:
-    """Write collection `name` into the project's chunkyard.yaml; its entry. The folders must exist;
-    those inside the project are written relative to it, so the project can move."""
+) -> tuple[dict[str, Any], ModelChoice | None]:
+    """Write collection `name` into the project's chunkyard.yaml; its entry, and the model chosen for
+    its languages when `indexes` names none. The folders must exist; those inside the project are
+    written relative to it, so the project can move."""
     if not is_valid_name(name):
         raise SettingsError(f"collection name {name!r}: use lowercase letters, digits, '-', '_' or '.'")
     paths = []
@@ -66,7 +63,8 @@ def add_collection(
             raise SettingsError(f"{folder}: not a folder (chunkyard add takes folders of documents)")
         paths.append(str(path.relative_to(root)) if path.is_relative_to(root) else str(path))
     known = load_index_configs()
-    wanted = list(indexes or [default_index(folder_languages(paths_of(root, paths), include, exclude))])
+    choice = None if indexes else choose_index(folder_languages(paths_of(root, paths), include, exclude))
+    wanted = list(indexes) if indexes else [choice.config] if choice else []
     unknown = [i for i in wanted if i not in known]
     if unknown:
         raise SettingsError(f"--index {unknown[0]}: unknown index config; known: {', '.join(sorted(known))}")
@@ -85,33 +83,11 @@ def add_collection(
     entry["indexes"] = wanted
     collections[name] = entry
     _write(root, {**{k: v for k, v in raw.items() if k != "collections"}, "collections": collections})
-    return entry
+    return entry, choice
 
 
 def paths_of(root: Path, paths: list[str]) -> list[Path]:
     return [Path(p) if Path(p).is_absolute() else root / p for p in paths]
-
-
-def folder_languages(
-    folders: list[Path], include: list[str] | None, exclude: list[str] | None
-) -> dict[str, float]:
-    """Each detected language's share of the folders' text (py3langid per document, as `analyzer: auto`)."""
-    from chunkyard.chunking.documents.folder import load_folder
-    from chunkyard.retrieval.languages import choose_analyzer, document_language
-
-    text_by_language: dict[str, int] = {}
-    for folder in folders:
-        documents, _ = load_folder(folder, list(include or DEFAULT_INCLUDE), list(exclude or []))
-        for document in documents:
-            language = document_language(document)
-            text_by_language[language] = text_by_language.get(language, 0) + len(document.text)
-    return choose_analyzer(text_by_language)[1]
-
-
-def default_index(shares: dict[str, float]) -> str:
-    """MiniLM's recursive-256 for an English-only folder (or one with no prose), else the multilingual model's."""
-    english = shares.get("en", 1.0 if not shares else 0.0)
-    return DEFAULT_INDEX if english >= ENGLISH_ONLY_SHARE else MULTILINGUAL_INDEX
 
 
 def set_eval_set(root: Path, name: str, eval_set: str) -> dict[str, Any]:
