@@ -148,7 +148,9 @@ def test_check_refuses_a_chunk_size_beyond_the_model_s_input_with_file_and_line(
     assert "all-MiniLM-L6-v2 reads (256 of its tokens)" in err and "allow_truncation" in err, err
     assert "Configuration OK" not in err
     # the same size with `allow_truncation: true` is what the user asked for
-    (root / "chunkyard.yaml").write_text((root / "chunkyard.yaml").read_text() + "    allow_truncation: true\n")
+    (root / "chunkyard.yaml").write_text(
+        (root / "chunkyard.yaml").read_text() + "    allow_truncation: true\n"
+    )
     assert main(["check"]) == 0
 
 
