@@ -12,6 +12,7 @@ read transaction (see `handles`), so all its candidates come from the same index
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import os
@@ -412,4 +413,7 @@ def default_searcher() -> Searcher:
     with _default_lock:
         if _default is None:
             _default = Searcher(Store())
+            # registered after the embedded server's own exit hook, so run before it: the pooled
+            # connections close before the server stops (no AdminShutdown in a thread at exit)
+            atexit.register(_default.store.close)
         return _default
