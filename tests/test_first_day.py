@@ -208,3 +208,44 @@ def test_ctrl_c_during_embedding_loses_at_most_the_batch_being_embedded(store, e
     assert counted == [len(batches[0]), len(batches[0]) + len(batches[1])]  # one count per batch
     assert set(cached) == set(batches[0]) | set(batches[1])  # both finished batches kept
     assert len(texts) - len(cached) == sum(len(b) for b in batches[2:])  # the rest: never started or lost
+
+
+def test_the_leaderboard_calls_a_tie_a_tie_and_the_suggestion_says_so(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    from chunkyard.evaluation.estimates import Estimate
+    from chunkyard.evaluation.reports import Leaderboard, LeaderboardRow
+    from chunkyard.orchestration.cli_search import suggestion
+
+    def row(variant: str, mean: float, low: float, high: float) -> LeaderboardRow:
+        estimate = Estimate(mean, low, high, 12)
+        return LeaderboardRow(
+            "recursive-256", "mine/recursive-256", variant, "mine", 5, 12, {"recall_at_5": estimate}
+        )
+
+    def board(*rows: LeaderboardRow) -> Leaderboard:
+        return Leaderboard(list(rows), 5, sort_by="recall_at_5")
+
+    assert board(row("hybrid", 0.9, 0.7, 1.0), row("dense", 0.9, 0.6, 1.0)).standing() == "tied"
+    assert (
+        board(row("hybrid", 0.9, 0.7, 1.0), row("dense", 0.8, 0.6, 0.95)).standing() == "within the interval"
+    )
+    assert board(row("hybrid", 0.9, 0.85, 1.0), row("dense", 0.5, 0.4, 0.6)).standing() == "best"
+    assert board(row("hybrid", 0.9, 0.85, 1.0)).standing() == "best"
+    (tmp_path / "docs").mkdir()
+    _project(tmp_path, "collections:\n  mine:\n    folders: [docs]\n    indexes: [recursive-256]\n")
+    clean_env.chdir(tmp_path)
+    best = ("mine/recursive-256", "hybrid")
+    tied = suggestion("mine", best, ("tied", "mine/recursive-256 dense"))
+    assert "--index" not in tied  # the default index needs no name
+    assert "tied first on the leaderboard with mine/recursive-256 dense" in tied and "best" not in tied
+    assert "within its confidence interval" in suggestion("mine", best, ("within the interval", "x dense"))
+    assert "(the leaderboard's best)" in suggestion("mine", best, ("best", "x dense"))
+
+
+def test_search_timings_add_up_and_counts_are_plain_words() -> None:
+    from chunkyard.orchestration.cli_search import counted, timings
+
+    assert timings(3.02, 0.37) == "3.02 s (2.65 s starting, 0.37 s searching)"
+    assert timings(0.5, 0.7) == "0.50 s (0.00 s starting, 0.50 s searching)"  # never more than the whole
+    assert [counted(n, "result") for n in (0, 1, 2)] == ["0 results", "1 result", "2 results"]
