@@ -65,6 +65,7 @@ def cmd_add(args: argparse.Namespace) -> int:
         exclude=args.exclude,
         indexes=args.index,
         replace=args.replace,
+        eval_set=args.eval_set,
     )
     _print(
         f"Added collection {args.name!r} to {root / PROJECT_FILE}: {', '.join(entry['folders'])} "
@@ -72,6 +73,10 @@ def cmd_add(args: argparse.Namespace) -> int:
     )
     if choice is not None:  # chosen, not named: say why
         _print(f"Chose {choice.config}: {choice.reason}")
+    if entry.get("eval_set"):
+        _print(
+            f"Evaluated on {entry['eval_set']}: `chunkyard index` scores it, `chunkyard eval --collection {args.name}` too"
+        )
     _print(f"Next: chunkyard index {args.name}")
     return 0
 
@@ -188,6 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
         "recursive-256-multilingual; `add` says which and why)",
     )
     add.add_argument("--replace", action="store_true", help="overwrite an existing collection of that name")
+    add.add_argument(
+        "--eval-set",
+        metavar="FILE",
+        help="questions to evaluate it on (JSON Lines or YAML; `chunkyard eval --help` shows the format)",
+    )
 
     index = sub.add_parser(
         "index", help="build a collection's indexes (all when none named)", parents=collections

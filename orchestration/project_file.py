@@ -50,6 +50,7 @@ def add_collection(
     exclude: list[str] | None = None,
     indexes: list[str] | None = None,
     replace: bool = False,
+    eval_set: str | None = None,
 ) -> tuple[dict[str, Any], ModelChoice | None]:
     """Write collection `name` into the project's chunkyard.yaml; its entry, and the model chosen for
     its languages when `indexes` names none. The folders must exist; those inside the project are
@@ -62,6 +63,7 @@ def add_collection(
         if not path.is_dir():
             raise SettingsError(f"{folder}: not a folder (chunkyard add takes folders of documents)")
         paths.append(str(path.relative_to(root)) if path.is_relative_to(root) else str(path))
+    questions = _eval_set_path(root, eval_set) if eval_set else None
     known = load_index_configs()
     choice = None if indexes else choose_index(folder_languages(paths_of(root, paths), include, exclude))
     wanted = list(indexes) if indexes else [choice.config] if choice else []
@@ -80,10 +82,30 @@ def add_collection(
     entry: dict[str, Any] = {"folders": paths, "include": list(include or DEFAULT_INCLUDE)}
     if exclude:
         entry["exclude"] = list(exclude)
+    if questions:
+        entry["eval_set"] = questions
     entry["indexes"] = wanted
     collections[name] = entry
     _write(root, {**{k: v for k, v in raw.items() if k != "collections"}, "collections": collections})
     return entry, choice
+
+
+EVAL_SET_SUFFIXES = (".jsonl", ".yaml", ".yml")
+
+
+def _eval_set_path(root: Path, eval_set: str) -> str:
+    """`--eval-set FILE` as chunkyard.yaml records it (relative to the project when inside it)."""
+    path = Path(eval_set).expanduser().resolve()
+    if not path.is_file():
+        raise SettingsError(
+            f"--eval-set {eval_set}: not a file (JSON Lines or YAML questions: `chunkyard eval --help`)"
+        )
+    if path.suffix.lower() not in EVAL_SET_SUFFIXES:
+        raise SettingsError(
+            f"--eval-set {eval_set}: expected a {', '.join(EVAL_SET_SUFFIXES)} file of questions "
+            "(`chunkyard eval --help` shows the format)"
+        )
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
 def paths_of(root: Path, paths: list[str]) -> list[Path]:

@@ -249,3 +249,28 @@ def test_search_timings_add_up_and_counts_are_plain_words() -> None:
     assert timings(3.02, 0.37) == "3.02 s (2.65 s starting, 0.37 s searching)"
     assert timings(0.5, 0.7) == "0.50 s (0.00 s starting, 0.50 s searching)"  # never more than the whole
     assert [counted(n, "result") for n in (0, 1, 2)] == ["0 results", "1 result", "2 results"]
+
+
+def test_add_takes_an_eval_set_and_eval_help_shows_its_format(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from chunkyard.retrieval.config import load_collections
+
+    root = tmp_path / "proj"
+    assert main(["init", str(root)]) == 0
+    folder = _folder(root / "docs", "es", files=1)
+    questions = root / "evals" / "mine.jsonl"
+    questions.parent.mkdir()
+    questions.write_text((MULTILINGUAL / "es_questions.jsonl").read_text(encoding="utf-8"), encoding="utf-8")
+    clean_env.chdir(root)
+    assert main(["add", "mine", str(folder), "--eval-set", "evals/nope.jsonl"]) == 2
+    assert "--eval-set evals/nope.jsonl: not a file" in capsys.readouterr().err
+    assert main(["add", "mine", str(folder), "--eval-set", "evals/mine.jsonl"]) == 0
+    assert "Evaluated on evals/mine.jsonl" in capsys.readouterr().out
+    assert load_collections()["mine"].eval_set == "evals/mine.jsonl"  # relative: the project can move
+    assert main(["check"]) == 0 and "evaluated on evals/mine.jsonl" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    shown = capsys.readouterr().out
+    assert '"references": [{"doc": "harbour.md", "text": "every Monday morning"}]' in shown
+    assert "`answers` are alternatives" in shown and "start`/`end`" in shown

@@ -19,9 +19,30 @@ from chunkyard.pipeline.benchmark.run import (
 )
 
 
+EVAL_SET_FORMAT = """\
+An eval set (a collection's `eval_set:`, `chunkyard add --eval-set FILE`, or --dataset FILE) is JSON
+Lines (.jsonl) or YAML, one question per record:
+
+  {"id": "q1", "question": "When are the tide tables published?",
+   "references": [{"doc": "harbour.md", "text": "every Monday morning"}]}
+  {"question": "Which database?", "answers": ["Postgres", "PostgreSQL"]}
+  {"question": "...", "references": [{"doc": "a.md", "start": 120, "end": 180}]}
+
+`references` are all needed (recall counts how much of them is retrieved): each names its document
+(`doc`: the path inside the collection's folder) and the `text` that answers (found in the document),
+or its `start`/`end` character offsets. `answers` are alternatives: any one found answers. `id` is
+optional. A reference whose text is gone after an edit skips its question, with a note.
+
+Example: chunkyard eval --collection mine --variant bm25 --variant hybrid_auto
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="chunkyard eval", description="Build and evaluate index configs on an evaluation dataset."
+        prog="chunkyard eval",
+        description="Build and evaluate index configs on an evaluation dataset.",
+        epilog=EVAL_SET_FORMAT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--dataset",
