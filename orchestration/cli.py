@@ -3,6 +3,7 @@
 chunkyard init [DIR]          make DIR (default: here) a project: a chunkyard.yaml
 chunkyard add NAME FOLDER...  add a collection of your documents to chunkyard.yaml
 chunkyard check [NAME]        check every config field; show what `index` would build
+chunkyard configs             the index configs: model, languages, chunk size, embedding cost
 chunkyard index [NAME]        build its indexes (Dagster runs, shown by `chunkyard ui`)
 chunkyard search "..."        query an index (through `chunkyard serve` when it runs)
 chunkyard serve               the query service (HTTP API on :8000, docs at /docs)
@@ -25,6 +26,7 @@ from pathlib import Path
 from chunkyard.orchestration import (
     cli_alias,
     cli_check,
+    cli_configs,
     cli_help,
     cli_index,
     cli_lag,
@@ -245,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cli_search.add_parser(sub, collections)
     cli_check.add_parser(sub, collections)
+    cli_configs.add_parser(sub, common)
     cli_questions.add_parser(sub, common)
     cli_alias.add_parser(sub, common)
     cli_stack.add_parser(sub, common)
@@ -311,6 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "questions": cli_questions.cmd_questions,
             "alias": cli_alias.cmd_alias,
             "check": cli_check.cmd_check,
+            "configs": cli_configs.cmd_configs,
             "stack": cli_stack.cmd_stack,
             "lag": cli_lag.cmd_lag,
             "models": cli_models.cmd_models,

@@ -11,11 +11,13 @@ from chunkyard.retrieval.config import SettingsError, is_valid_name, load_collec
 from chunkyard.retrieval.project import PROJECT_FILE, STATE_DIR, read_project
 
 HEADER = """\
-# A chunkyard project (docs/configuration.md). `chunkyard add NAME FOLDER` adds a collection here;
+# A chunkyard project. `chunkyard add NAME FOLDER` adds a collection here;
 # `chunkyard index` builds it; `chunkyard search "..."`, `chunkyard serve` (API on :8000) and
 # `chunkyard ui` (Dagster on :3000) work on it. Local state lives in .chunkyard/ beside this file.
 # `indexes:` may add index configs (or replace bundled ones by name); `benchmarks: true` adds the
-# bundled benchmark collections (chroma_general).
+# bundled benchmark collections (chroma_general). `chunkyard check` checks every field (file:line and
+# the allowed values), `chunkyard configs` lists the index configs, `chunkyard eval --help` shows the
+# eval-set format; `chunkyard --help` lists the commands.
 """
 
 

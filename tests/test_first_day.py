@@ -274,3 +274,28 @@ def test_add_takes_an_eval_set_and_eval_help_shows_its_format(
     shown = capsys.readouterr().out
     assert '"references": [{"doc": "harbour.md", "text": "every Monday morning"}]' in shown
     assert "`answers` are alternatives" in shown and "start`/`end`" in shown
+
+
+def test_configs_lists_model_languages_size_and_cost_and_init_s_pointers_work_outside_the_repository(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "proj"
+    assert main(["init", str(root)]) == 0
+    header = (root / "chunkyard.yaml").read_text()
+    assert "docs/configuration.md" not in header  # not there outside the repository
+    for command in ("chunkyard check", "chunkyard configs", "chunkyard eval --help"):
+        assert command in header
+    (root / "docs").mkdir()
+    clean_env.chdir(root)
+    assert main(["add", "mine", "docs", "--index", "recursive-256-multilingual"]) == 0
+    capsys.readouterr()
+    assert main(["configs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    used = next(line for line in lines if line.startswith("* recursive-256-multilingual "))
+    assert "multilingual-e5-small (about 100 languages)" in used and "recursive 256 model tokens" in used
+    assert "onnx int8, ~17.1 chunks/s" in used
+    english = next(line for line in lines if line.startswith("  recursive-256 "))
+    assert "all-MiniLM-L6-v2 (English)" in english and "~33.5 chunks/s" in english
+    assert not any(line.startswith(("  chroma-", "  eval-")) for line in lines)  # benchmark ones: --all
+    assert main(["configs", "--all"]) == 0
+    assert any(line.startswith("  chroma-recursive-250-0 ") for line in capsys.readouterr().out.splitlines())
