@@ -4,6 +4,7 @@ chunkyard init [DIR]          make DIR (default: here) a project: a chunkyard.ya
 chunkyard add NAME FOLDER...  add a collection of your documents to chunkyard.yaml
 chunkyard check [NAME]        check every config field; show what `index` would build
 chunkyard configs             the index configs: model, languages, chunk size, embedding cost
+chunkyard chunks DOC          a document's chunks in an index: spans, pages, where each was cut
 chunkyard index [NAME]        build its indexes (Dagster runs, shown by `chunkyard ui`)
 chunkyard search "..."        query an index (through `chunkyard serve` when it runs)
 chunkyard serve               the query service (HTTP API on :8000, docs at /docs)
@@ -26,6 +27,7 @@ from pathlib import Path
 from chunkyard.orchestration import (
     cli_alias,
     cli_check,
+    cli_chunks,
     cli_configs,
     cli_help,
     cli_index,
@@ -38,7 +40,19 @@ from chunkyard.orchestration import (
 )
 from chunkyard.orchestration.cli_errors import Stopped, UsageError, report, stops_embedded_postgres
 
-PROJECT_COMMANDS = {"add", "index", "demo", "search", "serve", "ui", "eval", "questions", "alias", "check"}
+PROJECT_COMMANDS = {
+    "add",
+    "index",
+    "demo",
+    "search",
+    "serve",
+    "ui",
+    "eval",
+    "questions",
+    "alias",
+    "check",
+    "chunks",
+}
 
 
 def _print(message: str = "", end: str = "\n") -> None:
@@ -248,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_search.add_parser(sub, collections)
     cli_check.add_parser(sub, collections)
     cli_configs.add_parser(sub, common)
+    cli_chunks.add_parser(sub, common)
     cli_questions.add_parser(sub, common)
     cli_alias.add_parser(sub, common)
     cli_stack.add_parser(sub, common)
@@ -315,6 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "alias": cli_alias.cmd_alias,
             "check": cli_check.cmd_check,
             "configs": cli_configs.cmd_configs,
+            "chunks": cli_chunks.cmd_chunks,
             "stack": cli_stack.cmd_stack,
             "lag": cli_lag.cmd_lag,
             "models": cli_models.cmd_models,

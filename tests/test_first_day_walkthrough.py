@@ -6,6 +6,7 @@ embedded server, each ending cleanly (no traceback, no warning)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.test_formats import make_pdf
 
 CLI = [sys.executable, "-m", "chunkyard.orchestration.cli"]
 MULTILINGUAL = REPO_ROOT / "tests" / "data" / "multilingual"
@@ -44,6 +46,7 @@ def test_the_readme_walkthrough_on_a_spanish_and_ukrainian_folder(tmp_path: Path
     docs = tmp_path / "my-docs"
     for language in ("es", "uk"):
         shutil.copytree(MULTILINGUAL / language, docs / language)
+    make_pdf(docs / "horario.pdf", ["El tren sale a las ocho.", "El mercado abre los sábados."])
     project = tmp_path / "project"
     project.mkdir()
 
@@ -55,7 +58,7 @@ def test_the_readme_walkthrough_on_a_spanish_and_ukrainian_folder(tmp_path: Path
 
     indexed = _run(["index"], project)
     assert indexed.returncode == 0, indexed.stdout + indexed.stderr
-    assert "succeeded" in indexed.stdout and "12 added" in indexed.stdout, indexed.stdout
+    assert "succeeded" in indexed.stdout and "13 added" in indexed.stdout, indexed.stdout
     # piped, the embedding step still says how far it is (a line per batch, at most every 2 s)
     counted = [line for line in indexed.stdout.splitlines() if "chunks embedded" in line]
     assert counted and counted[-1].strip().endswith("left"), indexed.stdout
@@ -66,6 +69,14 @@ def test_the_readme_walkthrough_on_a_spanish_and_ukrainian_folder(tmp_path: Path
     first = done.stdout.splitlines()
     assert first[0].startswith("mine/recursive-256-multilingual: "), done.stdout
     assert first[1].split()[1].endswith("huerto.md"), done.stdout
+
+    # a document's chunks: spans and pages, and the name a user nearly typed
+    shown = _run(["chunks", "horario.pdf"], project)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("mine/recursive-256-multilingual: horario.pdf, 1 chunk ("), shown.stdout
+    assert re.search(r"^1\. \[0:\d+\] \d+ characters, pages 1-2$", shown.stdout, re.M), shown.stdout
+    near = _run(["chunks", "es/huerta.md"], project)
+    assert near.returncode == 2 and "did you mean es/huerto.md" in near.stderr, near.stderr
 
     # several processes right after the CLI run, on one embedded server: answers, and a clean exit
     questions = {
