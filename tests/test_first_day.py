@@ -299,3 +299,28 @@ def test_configs_lists_model_languages_size_and_cost_and_init_s_pointers_work_ou
     assert not any(line.startswith(("  chroma-", "  eval-")) for line in lines)  # benchmark ones: --all
     assert main(["configs", "--all"]) == 0
     assert any(line.startswith("  chroma-recursive-250-0 ") for line in capsys.readouterr().out.splitlines())
+
+
+def test_eval_prints_the_short_view_that_fits_a_terminal_unless_full() -> None:
+    from chunkyard.evaluation.estimates import Estimate
+    from chunkyard.evaluation.reports import LEADERBOARD_METRICS, Leaderboard, LeaderboardRow
+    from chunkyard.pipeline.benchmark.cli import build_parser
+    from chunkyard.pipeline.benchmark.results import BenchmarkResult
+
+    metrics = {m.format(k=5): Estimate(0.5, 0.4, 0.6, 12) for m in LEADERBOARD_METRICS}
+    cost = {"chunks": 12.0, "mean_chunk_tokens": 80.0, "tokens_embedded": 960.0, "build_seconds": 3.0}
+    row = LeaderboardRow("recursive-256", "mine/recursive-256", "bm25", "mine", 5, 12, metrics, cost)
+    result = BenchmarkResult("mine", "full", "mine", 5, [], Leaderboard([row], 5, sort_by="recall_at_5"))
+
+    def header(text: str) -> list[str]:
+        line = next(line for line in text.splitlines() if line.startswith("| config"))
+        return [cell.strip() for cell in line.strip("|").split("|")]
+
+    short, full = header(result.markdown(compact=True)), header(result.markdown())
+    assert short == ["config", "variant", "hit_at_5", "mrr_at_5", "recall_at_5", "iou_at_5"] + [
+        "budget_recall_1024",
+        "chunks",
+        "p95 ms",
+    ]
+    assert len(full) > 2 * len(short) - 4  # the files keep every column
+    assert build_parser().parse_args([]).full is False and build_parser().parse_args(["--full"]).full

@@ -18,7 +18,6 @@ from chunkyard.pipeline.benchmark.run import (
     run_benchmark,
 )
 
-
 EVAL_SET_FORMAT = """\
 An eval set (a collection's `eval_set:`, `chunkyard add --eval-set FILE`, or --dataset FILE) is JSON
 Lines (.jsonl) or YAML, one question per record:
@@ -121,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="only choose settings reaching this mean on the tuning half, e.g. chroma_iou_at_5=0.08",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="print every metric and cost column (default: the short view that fits a terminal; "
+        "the files written always hold the full report)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
     return parser
 
@@ -190,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(json.dumps(payload, sort_keys=False, default=_nan_to_none))
     else:
-        print(result.markdown())
+        print(result.markdown(compact=not args.full))
         for path in result.written:
             print(f"wrote {path}", file=sys.stderr)
     return 0
