@@ -103,3 +103,49 @@ def test_the_readme_walkthrough_on_a_spanish_and_ukrainian_folder(tmp_path: Path
         assert process.returncode == 0, err
         assert out.strip().endswith(expected), out
         assert err == "", err  # no bm25-reload traceback, no AdminShutdown, no XDG_RUNTIME_DIR warning
+
+
+@pytest.mark.slow
+def test_ui_says_its_url_when_it_answers_and_stops_quietly(tmp_path: Path) -> None:
+    """`chunkyard ui`: its own lines only (dagster dev's go to .chunkyard/ui.log), the URL once the
+    webserver answers, and on Ctrl-C one line and exit 0: no SupersessionWarning, no `Aborted!`."""
+    import signal
+    import socket
+    import time
+
+    import httpx
+
+    assert _run(["init"], tmp_path).returncode == 0
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ui = subprocess.Popen(
+        [*CLI, "ui", "--port", str(port)],
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert ui.stdout is not None
+        lines = []
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline:
+            line = ui.stdout.readline()
+            assert line, f"chunkyard ui ended: {lines} {ui.stderr.read() if ui.stderr else ''}"
+            lines.append(line.rstrip("\n"))
+            if line.startswith("Dagster UI ready on"):
+                break
+        assert lines[-1] == f"Dagster UI ready on http://127.0.0.1:{port} (Ctrl-C stops it)", lines
+        assert httpx.get(f"http://127.0.0.1:{port}/server_info", timeout=10).status_code == 200
+        assert lines[0].startswith("Starting the Dagster UI") and lines[1].startswith("Automation off"), lines
+        ui.send_signal(signal.SIGINT)
+        out, err = ui.communicate(timeout=120)
+    finally:
+        if ui.poll() is None:
+            ui.kill()
+    assert ui.returncode == 0, err
+    assert out.strip().splitlines() == ["Dagster UI stopped"], out
+    assert "Aborted" not in err and "Warning" not in err and err.strip() == "", err
+    assert (tmp_path / ".chunkyard" / "ui.log").stat().st_size > 0  # dagster dev's own lines
