@@ -104,6 +104,16 @@ def test_the_readme_walkthrough_on_a_spanish_and_ukrainian_folder(tmp_path: Path
         assert out.strip().endswith(expected), out
         assert err == "", err  # no bm25-reload traceback, no AdminShutdown, no XDG_RUNTIME_DIR warning
 
+    # `lag` follows chunkyard.yaml: an index whose config left the file is no longer listed, only counted
+    assert _run(["lag"], project).stdout.startswith("mine/recursive-256-multilingual: 0 document")
+    settings = project / "chunkyard.yaml"
+    settings.write_text(settings.read_text().replace("[recursive-256-multilingual]", "[token-256]"))
+    lag = _run(["lag"], project)
+    assert lag.returncode == 0, lag.stderr
+    assert lag.stdout.splitlines()[-1] == (
+        "(1 built index no longer in chunkyard.yaml not shown: mine/recursive-256-multilingual)"
+    ), lag.stdout
+
 
 @pytest.mark.slow
 def test_ui_says_its_url_when_it_answers_and_stops_quietly(tmp_path: Path) -> None:
