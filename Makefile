@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chunkyard-installed
 
-.PHONY: install lock demo test test-faults ui serve eval screenshots bench bench-load bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-faults bench-postgres-builds bench-first-run stack lint clean
+.PHONY: install lock demo test test-faults ui serve eval screenshots bench bench-load bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-faults bench-postgres-builds bench-first-run bench-first-day stack lint clean
 
 # Exact versions: requirements/constraints.txt is what the tests passed with (`make lock` rewrites it).
 CONSTRAINTS := requirements/constraints.txt
@@ -136,6 +136,11 @@ bench-postgres-builds: $(STAMP)
 # search without and with `chunkyard serve` (~5 min)
 bench-first-run: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_first_run
+
+# a multilingual folder's first index and a Ctrl-C during its embedding, two commands side by side
+# (OLD=path/to/another/chunkyard; default: this venv's against itself)
+bench-first-day: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_first_day --vs $(or $(OLD),$(BIN)/chunkyard) $(BIN)/chunkyard
 
 # refreshes the UI screenshots in benchmarks/results/ui/ (make test writes them to a temporary folder)
 screenshots: $(STAMP)
