@@ -339,3 +339,48 @@ def test_make_demo_s_install_says_each_step_and_lets_pip_show_its_progress() -> 
     assert len(installs) == 3 and all(
         "--quiet" not in line and "--progress-bar on" in line for line in installs
     )
+
+
+def test_a_request_naming_no_index_reads_the_project_s_default_in_the_service_and_the_client(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from chunkyard.retrieval.api.models import SearchBody, search_request
+    from chunkyard.retrieval.client import Client
+
+    (tmp_path / "docs").mkdir()
+    _project(
+        tmp_path, "collections:\n  mine:\n    folders: [docs]\n    indexes: [recursive-256-multilingual]\n"
+    )
+    clean_env.chdir(tmp_path)
+    request = search_request(SearchBody(query="¿Dónde está el huerto?"))
+    assert str(request.ref) == "mine/recursive-256-multilingual"
+    assert str(search_request(SearchBody(query="x", index="mine/token-256")).ref) == "mine/token-256"
+    sent: list[dict] = []
+
+    class Recorder(BaseHTTPRequestHandler):  # a real HTTP server: what the client puts on the wire
+        def do_POST(self) -> None:  # noqa: N802
+            sent.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            body = json.dumps({"index": "", "mode": "hybrid_auto", "k": 5, "results": [], "took_ms": 1})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    server = HTTPServer(("127.0.0.1", 0), Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with Client(f"http://127.0.0.1:{server.server_address[1]}") as client:
+            client.search("x")
+            client.search("x", index="mine/token-256", k=3)
+    finally:
+        server.shutdown()
+    assert "index" not in sent[0]  # the service decides: its project's default index
+    assert sent[1]["index"] == "mine/token-256" and sent[1]["k"] == 3
