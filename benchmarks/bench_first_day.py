@@ -57,7 +57,7 @@ def env() -> dict[str, str]:
 
 def project(chunkyard: str, root: Path) -> Path:
     work = root / "project"
-    work.mkdir()
+    work.mkdir(parents=True)
     for argv in (["init"], ["add", "mine", str(folder(root))]):
         subprocess.run([chunkyard, *argv], cwd=work, env=env(), check=True, capture_output=True, timeout=600)
     return work
