@@ -219,6 +219,7 @@ def test_the_suggested_rerank_is_the_one_the_index_config_names(tmp_path, monkey
     )
     (tmp_path / "collections.yaml").write_text("collections:\n  mine: {folders: [docs], indexes: [a]}\n")
     monkeypatch.setenv("CHUNKYARD_CONFIGS", str(tmp_path))
+    # mine/a is the only collection's only index, the default: it needs no --index
     assert suggestion("mine", ("mine/a", "dense+rerank")).endswith(
-        "--index mine/a --mode dense --rerank cross-encoder:/models/ms-marco (the leaderboard's best)"
+        '"your question" --mode dense --rerank cross-encoder:/models/ms-marco (the leaderboard\'s best)'
     )
