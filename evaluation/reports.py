@@ -70,6 +70,18 @@ class Leaderboard:
     sort_by: str = ""
     notes: list[str] = field(default_factory=list)
 
+    def standing(self) -> str:
+        """How clearly the first row leads on `sort_by`: `best`, `tied` (same mean as the next) or
+        `within the interval` (the next row's 95% interval reaches the first's mean)."""
+        if len(self.rows) < 2:
+            return "best"
+        first, second = (row.estimates.get(self.sort_by) for row in self.rows[:2])
+        if first is None or second is None:
+            return "best"
+        if first.mean == second.mean:
+            return "tied"
+        return "within the interval" if second.high >= first.mean else "best"
+
     def metric_names(self, metrics: Sequence[str] = LEADERBOARD_METRICS) -> list[str]:
         present = {m for r in self.rows for m in r.estimates}
         return [m.format(k=self.k) for m in metrics if m.format(k=self.k) in present]

@@ -3,6 +3,8 @@
 chunkyard init [DIR]          make DIR (default: here) a project: a chunkyard.yaml
 chunkyard add NAME FOLDER...  add a collection of your documents to chunkyard.yaml
 chunkyard check [NAME]        check every config field; show what `index` would build
+chunkyard configs             the index configs: model, languages, chunk size, embedding cost
+chunkyard chunks DOC          a document's chunks in an index: spans, pages, where each was cut
 chunkyard index [NAME]        build its indexes (Dagster runs, shown by `chunkyard ui`)
 chunkyard search "..."        query an index (through `chunkyard serve` when it runs)
 chunkyard serve               the query service (HTTP API on :8000, docs at /docs)
@@ -27,6 +29,8 @@ from pathlib import Path
 from chunkyard.orchestration import (
     cli_alias,
     cli_check,
+    cli_chunks,
+    cli_configs,
     cli_help,
     cli_index,
     cli_keys,
@@ -40,8 +44,22 @@ from chunkyard.orchestration import (
 )
 from chunkyard.orchestration.cli_errors import Stopped, UsageError, report, stops_embedded_postgres
 
-PROJECT_COMMANDS = {"add", "index", "demo", "search", "serve", "ui", "eval", "questions", "alias", "check"}
-PROJECT_COMMANDS |= {"keys", "audit", "mcp"}  # the project's database
+PROJECT_COMMANDS = {
+    "add",
+    "index",
+    "demo",
+    "search",
+    "serve",
+    "ui",
+    "eval",
+    "questions",
+    "alias",
+    "check",
+    "chunks",
+    "keys",
+    "audit",
+    "mcp",
+}
 
 
 def _print(message: str = "", end: str = "\n") -> None:
@@ -62,7 +80,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     from chunkyard.retrieval.project import PROJECT_FILE, project_root
 
     root = project_root()
-    entry = add_collection(
+    entry, choice = add_collection(
         root,
         args.name,
         args.paths,
@@ -70,11 +88,18 @@ def cmd_add(args: argparse.Namespace) -> int:
         exclude=args.exclude,
         indexes=args.index,
         replace=args.replace,
+        eval_set=args.eval_set,
     )
     _print(
         f"Added collection {args.name!r} to {root / PROJECT_FILE}: {', '.join(entry['folders'])} "
         f"({len(entry['include'])} include pattern(s)), indexes {', '.join(entry['indexes'])}"
     )
+    if choice is not None:  # chosen, not named: say why
+        _print(f"Chose {choice.config}: {choice.reason}")
+    if entry.get("eval_set"):
+        _print(
+            f"Evaluated on {entry['eval_set']}: `chunkyard index` scores it, `chunkyard eval --collection {args.name}` too"
+        )
     _print(f"Next: chunkyard index {args.name}")
     return 0
 
@@ -190,9 +215,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add.add_argument("--exclude", action="append", metavar="GLOB", help="files to leave out (repeatable)")
     add.add_argument(
-        "--index", action="append", metavar="CONFIG", help="index config (default recursive-256)"
+        "--index",
+        action="append",
+        metavar="CONFIG",
+        help="index config (repeatable; default: recursive-256 for a folder at least 95%% English, else "
+        "recursive-256-multilingual; `add` says which and why)",
     )
     add.add_argument("--replace", action="store_true", help="overwrite an existing collection of that name")
+    add.add_argument(
+        "--eval-set",
+        metavar="FILE",
+        help="questions to evaluate it on (JSON Lines or YAML; `chunkyard eval --help` shows the format)",
+    )
 
     index = sub.add_parser(
         "index", help="build a collection's indexes (all when none named)", parents=collections
@@ -240,6 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cli_search.add_parser(sub, collections)
     cli_check.add_parser(sub, collections)
+    cli_configs.add_parser(sub, common)
+    cli_chunks.add_parser(sub, common)
     cli_questions.add_parser(sub, common)
     cli_alias.add_parser(sub, common)
     cli_keys.add_parser(sub, common)
@@ -310,6 +346,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "keys": cli_keys.cmd_keys,
             "audit": cli_keys.cmd_audit,
             "check": cli_check.cmd_check,
+            "configs": cli_configs.cmd_configs,
+            "chunks": cli_chunks.cmd_chunks,
             "stack": cli_stack.cmd_stack,
             "lag": cli_lag.cmd_lag,
             "mcp": cli_mcp.cmd_mcp,

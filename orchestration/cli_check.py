@@ -49,7 +49,30 @@ def chosen_collections(name: str | None) -> list[str]:
 def cmd_check(args: argparse.Namespace) -> int:
     planned = check_project(chosen_collections(getattr(args, "name", None)))
     print_plan(planned)
+    for warning in language_warnings(planned):
+        print(f"warning: {warning}", flush=True)
     return 0
+
+
+def language_warnings(planned: list[PlannedCollection]) -> list[str]:
+    """An English-only model on a folder that is not English: a warning, not an error (it runs, and
+    ranks poorly); each collection's folders are read to measure their languages."""
+    from chunkyard.orchestration.model_choice import folder_languages, language_warning
+    from chunkyard.retrieval.endpoint_settings import ENDPOINT_BACKEND
+
+    warnings = []
+    for plan in planned:
+        collection = plan.collection
+        if collection.dataset or not plan.folders:
+            continue
+        shares = folder_languages(list(plan.folders), list(collection.include), list(collection.exclude))
+        for config in plan.configs:
+            if (config.embedder or {}).get("backend") == ENDPOINT_BACKEND:
+                continue  # a server's model: its languages are the server's own
+            found = language_warning(collection.name, config.name, config.embedding_model, shares)
+            if found:
+                warnings.append(found)
+    return warnings
 
 
 def print_plan(planned: list[PlannedCollection]) -> None:

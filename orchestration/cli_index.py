@@ -106,7 +106,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         if summary.get("chart"):
             _print(f"Chart: {summary['chart']}")
     if succeeded:
-        _print(cli_search.suggestion(chosen[0], summary.get("best")))
+        _print(cli_search.suggestion(chosen[0], summary.get("best"), summary.get("standing")))
         return 0
     errors = [check for check in failed_checks if check.error]
     if errors:  # an error-level check failed (a blocking one stopped the steps after it)
@@ -164,6 +164,7 @@ def run_summary(result) -> dict:
         elif key[-1] == "leaderboard":
             summary["leaderboard"] = meta.get("summary") or meta.get("leaderboard")
             summary["best"] = (meta.get("best_index"), meta.get("best_variant"))
+            summary["standing"] = (meta.get("best_standing") or "best", meta.get("runner_up") or "")
             summary["chart"] = meta.get("chart_path")
             summary["full_table"] = meta.get("markdown_path")
     return summary

@@ -19,9 +19,14 @@ def cmd_lag(args: argparse.Namespace) -> int:
     from chunkyard.retrieval.lag import index_lags
     from chunkyard.retrieval.store import Store
 
+    declared = declared_indexes()
     store = Store(database_url())
     try:
         lags = index_lags(store, args.collection)
+        # the project's state follows chunkyard.yaml: an index whose config or collection left it is
+        # not listed (its tables stay until dropped), only counted
+        gone = [lag.index for lag in lags if declared is not None and lag.index not in declared]
+        lags = [lag for lag in lags if lag.index not in gone]
         infos = {lag.index: store.indexes.info(lag.index) or {} for lag in lags}
     finally:
         store.close()
@@ -34,6 +39,10 @@ def cmd_lag(args: argparse.Namespace) -> int:
         return 0
     if not lags:
         print("No index yet: `chunkyard index` builds them.")
+    if gone:
+        print(
+            f"({len(gone)} built index{'es' if len(gone) != 1 else ''} no longer in chunkyard.yaml not shown: {', '.join(gone)})"
+        )
     for lag in lags:
         facts = lag.as_dict()
         oldest = facts["oldest_unindexed_change"]
@@ -50,3 +59,14 @@ def cmd_lag(args: argparse.Namespace) -> int:
                 + (f" ({shares})" if shares else "")
             )
     return 0
+
+
+def declared_indexes() -> set[str] | None:
+    """The indexes chunkyard.yaml declares now (None outside a project: every registered one counts)."""
+    from chunkyard.retrieval.config_checks import load_index_specs
+    from chunkyard.retrieval.project import ProjectError
+
+    try:
+        return {str(spec.name) for spec in load_index_specs()}
+    except ProjectError:
+        return None

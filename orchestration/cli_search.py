@@ -11,10 +11,10 @@ import time
 from typing import Any
 
 from chunkyard.chunking.documents.printable import printable
-from chunkyard.retrieval.names import DEFAULT_CONFIG
 from chunkyard.retrieval.query.results import SearchResult
 
 TEXT_CHARS = 300
+SLOW_IN_PROCESS_S = 2.0  # an in-process search this slow gets the hint to run `chunkyard serve`
 
 
 def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -24,8 +24,9 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     search.add_argument("query", help="the question or keywords")
     search.add_argument(
         "--index",
-        default=DEFAULT_CONFIG,
-        help="collection/config or a serving alias (a bare config: the project's collection; default recursive-256)",
+        default=None,
+        help="collection/config or a serving alias (a bare config: the project's collection); default: "
+        "the project's default index (its only collection's index, the one `chunkyard add` chose)",
     )
     search.add_argument(
         "--no-service", action="store_true", help="search in-process even when `chunkyard serve` runs"
@@ -41,10 +42,12 @@ def cmd_search(args: argparse.Namespace) -> int:
     from chunkyard.retrieval import service_file
     from chunkyard.retrieval.config import default_collection
     from chunkyard.retrieval.db import chunkyard_home
+    from chunkyard.retrieval.default_index import default_index
     from chunkyard.retrieval.options import SearchOptions
 
     options = SearchOptions.from_arguments(args)
-    index = index_or_alias(args.index, default_collection())  # the one rule for a bare config name
+    # none named: the project's default index; a bare config name: a config of the project's collection
+    index = str(default_index()) if args.index is None else index_or_alias(args.index, default_collection())
     started = time.perf_counter()
     running = None if args.no_service else service_file.running(chunkyard_home())
     if running is not None:
@@ -75,7 +78,14 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(body, ensure_ascii=False, indent=2))
         return 0
-    print(f"{printable(index)}: {len(results)} result(s) in {took:.2f} s, {path}")
+    total = process_seconds()
+    print(f"{printable(str(index))}: {counted(len(results), 'result')} in {timings(total, took)}, {path}")
+    if running is None and took >= SLOW_IN_PROCESS_S:
+        print(
+            f"hint: {took:.1f} s of it loading the model and the index; `chunkyard serve` keeps them loaded, "
+            "and `chunkyard search` then goes through it (well under a second a query)",
+            file=sys.stderr,
+        )
     for hit in results:  # names and text escaped: a document cannot drive the terminal
         print(
             f"{hit.rank}. {printable(hit.doc_id + where(hit))} [{hit.start}:{hit.end}]  {scores(hit.scores)}"
@@ -94,6 +104,24 @@ def shown(hit: SearchResult, bold: bool = False) -> str:
         return snippet
     marked = printable(" ".join(hit.highlights[0].text.split()))
     return snippet.replace(marked, f"\033[1m{marked}\033[0m", 1)
+
+
+def process_seconds() -> float:
+    """Seconds since this process started (Python's start-up and imports included)."""
+    import psutil
+
+    return max(time.time() - psutil.Process().create_time(), 0.0)
+
+
+def timings(total: float, searching: float) -> str:
+    """`3.02 s (2.65 s starting, 0.37 s searching)`: parts that add up to the whole command."""
+    searching = min(searching, total)
+    return f"{total:.2f} s ({total - searching:.2f} s starting, {searching:.2f} s searching)"
+
+
+def counted(n: int, noun: str) -> str:
+    """`1 result`, `2 results`: a count in plain words."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def where(hit: SearchResult) -> str:
@@ -125,7 +153,11 @@ def scores(values: dict[str, float]) -> str:
     return text
 
 
-def suggestion(collection: str, best: tuple[str | None, str | None] | None) -> str:
+def suggestion(
+    collection: str,
+    best: tuple[str | None, str | None] | None,
+    standing: tuple[str, str] | None = None,
+) -> str:
     """What to type next after `chunkyard index`: the leaderboard's best (index, variant) when there is
     one, else the collection's first index config."""
     from chunkyard.evaluation.runner import SERVED_VARIANT, configured_reranker, parse_variant
@@ -134,8 +166,10 @@ def suggestion(collection: str, best: tuple[str | None, str | None] | None) -> s
 
     index, variant = best or (None, None)
     if not index or not index.startswith(f"{collection}/"):
-        configs = load_collections()[collection].indexes
-        index, variant = (f"{collection}/{configs[0]}" if configs else None), None
+        from chunkyard.retrieval.default_index import collection_default
+
+        chosen = load_collections()[collection]
+        index, variant = (f"{collection}/{collection_default(chosen)}" if chosen.indexes else None), None
     if index is None:
         return ""
     flags = ""
@@ -145,5 +179,21 @@ def suggestion(collection: str, best: tuple[str | None, str | None] | None) -> s
         flags = (f" --mode {mode}" if mode != DEFAULT_MODE else "") + (
             f" --rerank {reranker}" if reranker else ""
         )
-    ranked = " (the leaderboard's best)" if best and best[0] == index else ""
-    return f'\nSearch it: chunkyard search "your question" --index {index}{flags}{ranked}'
+    ranked = ""
+    if best and best[0] == index:
+        how, runner_up = standing or ("best", "")
+        ranked = {
+            "tied": f" (tied first on the leaderboard with {runner_up})",
+            "within the interval": f" (first on the leaderboard, but {runner_up} is within its confidence interval)",
+        }.get(how, " (the leaderboard's best)")
+    named = "" if index == _default_or_none() else f" --index {index}"  # the default needs no name
+    return f'\nSearch it: chunkyard search "your question"{named}{flags}{ranked}'
+
+
+def _default_or_none() -> str | None:
+    from chunkyard.retrieval.default_index import NoDefaultIndex, default_index
+
+    try:
+        return str(default_index())
+    except NoDefaultIndex:
+        return None

@@ -8,8 +8,10 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 UI_SHUTDOWN_SECONDS = 30
+UI_LOG = "ui.log"  # dagster dev's output, beside the Dagster home in .chunkyard/
 
 
 def _print(message: str = "") -> None:
@@ -19,17 +21,25 @@ def _print(message: str = "") -> None:
 def cmd_ui(args: argparse.Namespace) -> int:
     """`dagster dev` on the code location `chunkyard` with DAGSTER_HOME and DATABASE_URL set."""
     from chunkyard.orchestration.instance import WORKSPACE_FILE, ensure_instance
+    from chunkyard.retrieval.db import chunkyard_home
     from chunkyard.retrieval.project import AUTOMATION_ENV, read_project, ui_automation
 
     automation = ui_automation(read_project())
     home = ensure_instance()
     command = [sys.executable, "-m", "dagster", "dev", "-w", str(home / WORKSPACE_FILE)]
     command += ["--host", args.host, "--port", str(args.port)]
-    _print(f"Dagster UI on http://{args.host}:{args.port} (DAGSTER_HOME={home})")
+    url = f"http://{args.host}:{args.port}"
+    log_path = chunkyard_home() / UI_LOG
+    _print(f"Starting the Dagster UI (DAGSTER_HOME={home}; its log: {log_path})")
     _print(what_it_runs(automation))
     env = {**os.environ, "DAGSTER_HOME": str(home), AUTOMATION_ENV: "1" if automation else "0"}
-    # SIGINT may be ignored when started in the background; dagster dev needs it to shut down.
-    process = subprocess.Popen(command, env=env, preexec_fn=_default_sigint)
+    # dagster dev's own lines (its warnings, click's `Aborted!` on Ctrl-C) go to the log: this command
+    # says when the UI answers and when it stopped. SIGINT may be ignored when started in the
+    # background; dagster dev needs it to shut down.
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            command, env=env, preexec_fn=_default_sigint, stdout=log, stderr=subprocess.STDOUT
+        )
     stopping: list[float] = []
 
     def stop(signum: int, frame: object) -> None:
@@ -40,14 +50,40 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
+    ready = False
     while True:
         try:
             code = process.wait(timeout=1)
-            return 0 if stopping else code
+            if stopping:
+                _print("Dagster UI stopped")
+                return 0
+            print(f"chunkyard ui: dagster dev exited ({code}); the end of {log_path}:", file=sys.stderr)
+            print(_tail(log_path), file=sys.stderr)
+            return code or 1
         except subprocess.TimeoutExpired:
             if stopping and time.monotonic() - stopping[0] > UI_SHUTDOWN_SECONDS:
                 process.kill()
                 return process.wait()
+            if not ready and not stopping and _answers(url):
+                ready = True
+                _print(f"Dagster UI ready on {url} (Ctrl-C stops it)")
+
+
+def _answers(url: str) -> bool:
+    """Whether the webserver answers (its `/server_info`), within a second."""
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/server_info", timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
 
 
 def what_it_runs(automation: bool) -> str:

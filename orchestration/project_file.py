@@ -6,20 +6,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from chunkyard.orchestration.model_choice import ModelChoice, choose_index, folder_languages
 from chunkyard.retrieval.config import SettingsError, is_valid_name, load_collections, load_index_configs
-from chunkyard.retrieval.names import DEFAULT_CONFIG
 from chunkyard.retrieval.project import PROJECT_FILE, STATE_DIR, read_project
 
-DEFAULT_INDEX = DEFAULT_CONFIG
-# A folder that is not English only gets the multilingual model instead (benchmarks/results/languages.md).
-MULTILINGUAL_INDEX = "recursive-256-multilingual"
-ENGLISH_ONLY_SHARE = 0.95  # of the folder's text, by detected language
 HEADER = """\
-# A chunkyard project (docs/configuration.md). `chunkyard add NAME FOLDER` adds a collection here;
+# A chunkyard project. `chunkyard add NAME FOLDER` adds a collection here;
 # `chunkyard index` builds it; `chunkyard search "..."`, `chunkyard serve` (API on :8000) and
 # `chunkyard ui` (Dagster on :3000) work on it. Local state lives in .chunkyard/ beside this file.
 # `indexes:` may add index configs (or replace bundled ones by name); `benchmarks: true` adds the
-# bundled benchmark collections (chroma_general).
+# bundled benchmark collections (chroma_general). `chunkyard check` checks every field (file:line and
+# the allowed values), `chunkyard configs` lists the index configs, `chunkyard eval --help` shows the
+# eval-set format; `chunkyard --help` lists the commands.
 """
 
 
@@ -54,9 +52,11 @@ def add_collection(
     exclude: list[str] | None = None,
     indexes: list[str] | None = None,
     replace: bool = False,
-) -> dict[str, Any]:
-    """Write collection `name` into the project's chunkyard.yaml; its entry. The folders must exist;
-    those inside the project are written relative to it, so the project can move."""
+    eval_set: str | None = None,
+) -> tuple[dict[str, Any], ModelChoice | None]:
+    """Write collection `name` into the project's chunkyard.yaml; its entry, and the model chosen for
+    its languages when `indexes` names none. The folders must exist; those inside the project are
+    written relative to it, so the project can move."""
     if not is_valid_name(name):
         raise SettingsError(f"collection name {name!r}: use lowercase letters, digits, '-', '_' or '.'")
     paths = []
@@ -65,8 +65,10 @@ def add_collection(
         if not path.is_dir():
             raise SettingsError(f"{folder}: not a folder (chunkyard add takes folders of documents)")
         paths.append(str(path.relative_to(root)) if path.is_relative_to(root) else str(path))
+    questions = _eval_set_path(root, eval_set) if eval_set else None
     known = load_index_configs()
-    wanted = list(indexes or [default_index(folder_languages(paths_of(root, paths), include, exclude))])
+    choice = None if indexes else choose_index(folder_languages(paths_of(root, paths), include, exclude))
+    wanted = list(indexes) if indexes else [choice.config] if choice else []
     unknown = [i for i in wanted if i not in known]
     if unknown:
         raise SettingsError(f"--index {unknown[0]}: unknown index config; known: {', '.join(sorted(known))}")
@@ -82,36 +84,34 @@ def add_collection(
     entry: dict[str, Any] = {"folders": paths, "include": list(include or DEFAULT_INCLUDE)}
     if exclude:
         entry["exclude"] = list(exclude)
+    if questions:
+        entry["eval_set"] = questions
     entry["indexes"] = wanted
     collections[name] = entry
     _write(root, {**{k: v for k, v in raw.items() if k != "collections"}, "collections": collections})
-    return entry
+    return entry, choice
+
+
+EVAL_SET_SUFFIXES = (".jsonl", ".yaml", ".yml")
+
+
+def _eval_set_path(root: Path, eval_set: str) -> str:
+    """`--eval-set FILE` as chunkyard.yaml records it (relative to the project when inside it)."""
+    path = Path(eval_set).expanduser().resolve()
+    if not path.is_file():
+        raise SettingsError(
+            f"--eval-set {eval_set}: not a file (JSON Lines or YAML questions: `chunkyard eval --help`)"
+        )
+    if path.suffix.lower() not in EVAL_SET_SUFFIXES:
+        raise SettingsError(
+            f"--eval-set {eval_set}: expected a {', '.join(EVAL_SET_SUFFIXES)} file of questions "
+            "(`chunkyard eval --help` shows the format)"
+        )
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
 def paths_of(root: Path, paths: list[str]) -> list[Path]:
     return [Path(p) if Path(p).is_absolute() else root / p for p in paths]
-
-
-def folder_languages(
-    folders: list[Path], include: list[str] | None, exclude: list[str] | None
-) -> dict[str, float]:
-    """Each detected language's share of the folders' text (py3langid per document, as `analyzer: auto`)."""
-    from chunkyard.chunking.documents.folder import load_folder
-    from chunkyard.retrieval.languages import choose_analyzer, document_language
-
-    text_by_language: dict[str, int] = {}
-    for folder in folders:
-        documents, _ = load_folder(folder, list(include or DEFAULT_INCLUDE), list(exclude or []))
-        for document in documents:
-            language = document_language(document)
-            text_by_language[language] = text_by_language.get(language, 0) + len(document.text)
-    return choose_analyzer(text_by_language)[1]
-
-
-def default_index(shares: dict[str, float]) -> str:
-    """MiniLM's recursive-256 for an English-only folder (or one with no prose), else the multilingual model's."""
-    english = shares.get("en", 1.0 if not shares else 0.0)
-    return DEFAULT_INDEX if english >= ENGLISH_ONLY_SHARE else MULTILINGUAL_INDEX
 
 
 def set_eval_set(root: Path, name: str, eval_set: str) -> dict[str, Any]:

@@ -110,6 +110,11 @@ def failure_hint(failures: list[str]) -> str:
     return "open `chunkyard ui` (http://127.0.0.1:3000) for the step logs; fix and rerun `chunkyard index`"
 
 
+def documents_text(n: int) -> str:
+    """`no document`, `1 document`, `11 documents`: a count in plain words."""
+    return "no document" if n == 0 else "1 document" if n == 1 else f"{n} documents"
+
+
 def count_lines(summary: dict) -> list[str]:
     """What the run chunked and embedded, in words that match: an edited document is re-chunked
     whole, but only its chunks with new text are embedded (the rest come from the embedding cache)."""
@@ -117,11 +122,13 @@ def count_lines(summary: dict) -> list[str]:
     per_config: list[int] = summary["rechunked"]  # one count per config: each index has its own last publish
     if len(set(per_config)) <= 1:
         documents = (
-            f"{per_config[0] if per_config else 0} document(s) added or changed since the last publish"
+            f"{documents_text(per_config[0] if per_config else 0)} added or changed since the last publish"
         )
-    else:
+    else:  # `11 and 0 documents`, one count per config in order
+        counts = [str(n) for n in per_config]
         documents = (
-            f"{'/'.join(map(str, per_config))} document(s) added or changed since each one's last publish"
+            f"{', '.join(counts[:-1])} and {counts[-1]} documents added or changed since each config's "
+            "last publish"
         )
     configs = f"{len(per_config)} configs" if len(per_config) > 1 else "1 config"
     return [

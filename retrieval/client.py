@@ -6,8 +6,8 @@ import os
 from typing import Any
 
 import httpx
-from chunkyard.retrieval.names import DEFAULT_CONFIG
-from chunkyard.retrieval.options import SearchOptions, SearchRequest
+from chunkyard.retrieval.names import IndexRef
+from chunkyard.retrieval.options import SearchOptions
 from chunkyard.retrieval.query.results import IndexNotFoundError, SearchError, SearchResult
 
 
@@ -88,20 +88,22 @@ class Client:
         raise ServiceError(f"{method} {path}: HTTP {response.status_code}: {detail}")
 
     def search(
-        self, query: str, index: str = DEFAULT_CONFIG, options: SearchOptions | None = None, **overrides: Any
+        self, query: str, index: str | None = None, options: SearchOptions | None = None, **overrides: Any
     ) -> list[SearchResult]:
         """Top-k chunks from the service: the same options and results as `Searcher.search`."""
         payload = self.search_response(query, index, options, **overrides)
         return [SearchResult.from_dict(item) for item in payload["results"]]
 
     def search_response(
-        self, query: str, index: str = DEFAULT_CONFIG, options: SearchOptions | None = None, **overrides: Any
+        self, query: str, index: str | None = None, options: SearchOptions | None = None, **overrides: Any
     ) -> dict[str, Any]:
         """The service's response body as it is (`index`, `mode` and `k` that ran, `results`, `took_ms`).
 
         Only the options set are sent, so an alias's pinned ones apply to the rest."""
-        request = SearchRequest.of(query, index, options, overrides)
-        body: dict[str, Any] = {"query": request.query, "index": str(request.ref), **_sent(request.options)}
+        sent = SearchOptions.of(options, overrides)
+        body: dict[str, Any] = {"query": query, **_sent(sent)}
+        if index is not None:  # none: the service's project default (`retrieval.default_index`)
+            body["index"] = str(IndexRef.of(index))
         return self._request("POST", "/v1/search", json=body)
 
     def indexes(self) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from chunkyard.chunking.models import DEFAULT_MODEL
 from chunkyard.retrieval.config_fields import (
     checked_coarse,
     checked_vector_storage,
+    inherited_embedder,
     optional_text,
     string_list,
     text,
@@ -204,6 +205,8 @@ class Collection:
     allow_empty: bool = False
     # Scanned pages and image files are read by OCR (chunking/documents/ocr.py); `ocr: false` skips them.
     ocr: bool = True
+    # The index config a search of this collection reads when it names none (`retrieval.default_index`).
+    default_index: str | None = None
     # `file:line` of the entry, for errors about it.
     source: str = field(default="", compare=False)
 
@@ -254,6 +257,7 @@ _COLLECTION_KEYS = {
     "serve",
     "allow_empty",
     "ocr",
+    "default_index",
 }
 
 
@@ -298,6 +302,8 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
                 f"{at(unknown[0])}: unknown field(s) {unknown}; allowed {sorted(_INDEX_KEYS)}"
             )
         merged = _deep_merge(defaults, entry)
+        if "embedder" in entry:  # the defaults' options its backend does not read are dropped
+            merged["embedder"] = inherited_embedder(defaults.get("embedder"), entry["embedder"])
         unknown_hybrid = set(merged.get("hybrid") or {}) - _HYBRID_KEYS
         if unknown_hybrid:
             raise SettingsError(
@@ -442,6 +448,7 @@ def load_collections(
             serve=_promotion_policy(entry.get("serve"), where),
             allow_empty=as_bool(entry.get("allow_empty", False), at("allow_empty")),
             ocr=as_bool(entry.get("ocr", True), at("ocr")),
+            default_index=optional_text(entry.get("default_index"), at("default_index")),
             source=where.rpartition(": collections.")[0],
         )
     return collections

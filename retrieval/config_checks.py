@@ -114,6 +114,9 @@ def index_config_problems(
             resolve_model_path(config.embedding_model)
     except ValueError as exc:
         add(f"embedding_model: {exc}", ["embedding_model"])
+    oversized = _oversized(config) if built and not problems else None
+    if oversized:
+        add(oversized, ["chunker", "size"])
     specs = {spec.name: spec for spec in option_schemas()}
     for key, value in (config.hybrid or {}).items():
         try:
@@ -121,6 +124,36 @@ def index_config_problems(
         except SearchError as exc:
             add(f"hybrid.{exc}", ["hybrid", key])
     return problems
+
+
+# Units whose count is never below the model's own token count for the same text: a chunk of more of
+# them than the model reads is sure to be cut (cl100k and chars can go either way, so the run checks them).
+_AT_LEAST_MODEL_TOKENS = ("model", "words")
+
+
+def _oversized(config: IndexConfig) -> str | None:
+    """`chunker.size` beyond the model's input limit, known before any chunk is made (the chunks step
+    would fail its token-limit check after the run had started), unless `allow_truncation` says so."""
+    from chunkyard.chunking.models import model_token_limit
+    from chunkyard.retrieval.endpoint_settings import ENDPOINT_BACKEND
+
+    chunker = dict(config.chunker)
+    size, unit = chunker.get("size", 256), chunker.get("tokenizer", "model")
+    if config.allow_truncation or unit not in _AT_LEAST_MODEL_TOKENS or not isinstance(size, int):
+        return None
+    if (config.embedder or {}).get("backend") == ENDPOINT_BACKEND:
+        return None  # the server's model and its limit are the server's own
+    try:
+        limit = model_token_limit(config.embedding_model)
+    except (OSError, ValueError):
+        return None  # a model that is not there is reported by itself
+    if size <= limit:
+        return None
+    return (
+        f"chunker.size: {size} {unit} tokens is more than {config.embedding_model} reads ({limit} of its "
+        f"tokens): every longer chunk would be cut when embedded; use size <= {limit}, or "
+        "`allow_truncation: true` to embed only each chunk's start"
+    )
 
 
 def collection_problems(collection: Collection, configs: dict[str, IndexConfig]) -> list[str]:
@@ -140,6 +173,11 @@ def collection_problems(collection: Collection, configs: dict[str, IndexConfig])
             problems.append(
                 f"{at('indexes')}: unknown index config {name!r}; known: {', '.join(sorted(configs))}"
             )
+    if collection.default_index and collection.default_index not in collection.indexes:
+        problems.append(
+            f"{at('default_index')}: {collection.default_index!r} is not one of its indexes "
+            f"({', '.join(collection.indexes)})"
+        )
     for folder in collection.folder_paths():
         if folder.is_dir() or (collection.allow_empty and not folder.exists()):
             continue

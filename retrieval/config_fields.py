@@ -104,3 +104,22 @@ def validate_bm25(bm25: Any, where: str) -> None:
         raise SettingsError(
             f"{where}.{exc}" if str(exc).startswith("bm25") else f"{where}.bm25: {exc}"
         ) from exc
+
+
+# Embedder options that only some backends read: inherited from the defaults, they are dropped for
+# any other backend (a config naming `backend: openai` does not have to unset the defaults' int8).
+_BACKEND_ONLY_OPTIONS = {"quantize": ("onnx",), "device": ("onnx", "torch", "static")}
+
+
+def inherited_embedder(defaults: Any, own: Any) -> Any:
+    """An index config's `embedder:` over the defaults', without the inherited options its backend
+    does not read; what the config itself sets is kept (and checked) as written."""
+    if not isinstance(defaults, dict) or not isinstance(own, dict):
+        return own if own is not None else defaults
+    merged = {**defaults, **own}
+    backend = merged.get("backend")
+    return {
+        key: value
+        for key, value in merged.items()
+        if key in own or backend in _BACKEND_ONLY_OPTIONS.get(key, (backend,))
+    }

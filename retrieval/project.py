@@ -26,7 +26,7 @@ PROJECT_ENV = "CHUNKYARD_PROJECT"
 LEGACY_PROJECT_ENV = "CHUNKYARD_PROJECT_DIR"  # the older name, still read
 BENCHMARKS_ENV = "CHUNKYARD_BENCHMARKS"
 AUTOMATION_ENV = "CHUNKYARD_AUTOMATION"  # "0": the document sensor and automation start stopped
-_PROJECT_KEYS = {"collections", "indexes", "benchmarks", "description", "ui_automation"}
+_PROJECT_KEYS = {"collections", "indexes", "benchmarks", "description", "ui_automation", "default_index"}
 
 
 class ProjectError(SettingsError):

@@ -207,7 +207,7 @@ def test_cli_alias_set_show_rollback_and_search(
     assert capsys.readouterr().out.startswith(f"{name} -> {a.name}@v1")
     assert main([*project, "search", "the feline rested on the rug", "--index", name, "--no-service"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"{name}: 2 result(s)") and "1. doc0 " in out and "ranks: bm25 1" in out
+    assert out.startswith(f"{name}: 2 results") and "1. doc0 " in out and "ranks: bm25 1" in out
     assert main([*project, "alias", "rollback", name]) == 2  # nothing earlier: a usage error, one line
     assert main([*project, "alias", "set", name, f"{a.collection}/missing"]) == 2
 
@@ -305,4 +305,4 @@ def test_a_bare_config_name_means_the_projects_collection_in_cli_http_and_python
     assert answered.status_code == 200 and answered.json()["index"] == a.name, answered.text
     capsys.readouterr()
     assert main([*project, "search", query, "--index", bare, "--no-service", "-k", "2"]) == 0  # CLI
-    assert capsys.readouterr().out.startswith(f"{a.name}: 2 result(s)")
+    assert capsys.readouterr().out.startswith(f"{a.name}: 2 results")

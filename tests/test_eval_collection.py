@@ -115,7 +115,7 @@ def test_eval_collection_uses_its_eval_set_and_folder_and_reports_the_notes(tmp_
     assert again.returncode == 0, again.stdout + again.stderr
     assert "1 question(s) skipped" in again.stdout and "q1" in again.stdout, again.stdout
     chunks = re.search(
-        r"Chunks \(1 config\): (\d+) re-chunked from 1 document\(s\) added or changed since the last publish",
+        r"Chunks \(1 config\): (\d+) re-chunked from 1 document added or changed since the last publish",
         again.stdout,
     )
     embedded = re.search(r"Embeddings: (\d+) computed for new text, (\d+) reused", again.stdout)

@@ -150,7 +150,7 @@ def test_snag_13_the_counts_say_what_was_rechunked_and_what_was_embedded() -> No
 
     lines = count_lines({"staged": 96, "rechunked": [1], "kept": 400, "computed": 3, "reused": 93})
     assert lines == [
-        "Chunks (1 config): 96 re-chunked from 1 document(s) added or changed since the last publish, "
+        "Chunks (1 config): 96 re-chunked from 1 document added or changed since the last publish, "
         "400 kept unchanged "
         "(neither re-chunked nor re-embedded)",
         "Embeddings: 3 computed for new text, 93 reused from the embedding cache (text embedded before)",
@@ -158,10 +158,10 @@ def test_snag_13_the_counts_say_what_was_rechunked_and_what_was_embedded() -> No
     # two configs with the same five documents changed: five documents, not ten
     two = count_lines({"staged": 271, "rechunked": [5, 5], "kept": 37, "computed": 182, "reused": 89})
     assert two[0].startswith(
-        "Chunks (2 configs): 271 re-chunked from 5 document(s) added or changed since the last publish, in each"
+        "Chunks (2 configs): 271 re-chunked from 5 documents added or changed since the last publish, in each"
     )
     uneven = count_lines({"staged": 9, "rechunked": [5, 1], "kept": 0, "computed": 9, "reused": 0})
-    assert "from 5/1 document(s) added or changed since each one's last publish" in uneven[0]
+    assert "from 5 and 1 documents added or changed since each config's last publish" in uneven[0]
 
 
 def test_snag_7_the_ui_runs_no_automation_unless_the_project_says_so(
@@ -219,6 +219,7 @@ def test_the_suggested_rerank_is_the_one_the_index_config_names(tmp_path, monkey
     )
     (tmp_path / "collections.yaml").write_text("collections:\n  mine: {folders: [docs], indexes: [a]}\n")
     monkeypatch.setenv("CHUNKYARD_CONFIGS", str(tmp_path))
+    # mine/a is the only collection's only index, the default: it needs no --index
     assert suggestion("mine", ("mine/a", "dense+rerank")).endswith(
-        "--index mine/a --mode dense --rerank cross-encoder:/models/ms-marco (the leaderboard's best)"
+        '"your question" --mode dense --rerank cross-encoder:/models/ms-marco (the leaderboard\'s best)'
     )

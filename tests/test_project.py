@@ -200,7 +200,7 @@ def test_add_picks_minilm_for_an_english_folder_and_the_multilingual_model_other
     shutil.copytree(data / "en", root / "english")
     shutil.copytree(data / "en", root / "mixed" / "en")
     shutil.copytree(data / "uk", root / "mixed" / "uk")
-    assert add_collection(root, "english", ["english"])["indexes"] == ["recursive-256"]
-    assert add_collection(root, "mixed", ["mixed"])["indexes"] == ["recursive-256-multilingual"]
-    assert add_collection(root, "pinned", ["mixed"], indexes=["token-256"])["indexes"] == ["token-256"]
+    assert add_collection(root, "english", ["english"])[0]["indexes"] == ["recursive-256"]
+    assert add_collection(root, "mixed", ["mixed"])[0]["indexes"] == ["recursive-256-multilingual"]
+    assert add_collection(root, "pinned", ["mixed"], indexes=["token-256"])[0]["indexes"] == ["token-256"]
     assert load_index_configs()["recursive-256-multilingual"].embedding_model == "multilingual-e5-small"

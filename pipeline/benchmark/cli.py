@@ -18,10 +18,30 @@ from chunkyard.pipeline.benchmark.run import (
     run_benchmark,
 )
 
+EVAL_SET_FORMAT = """\
+An eval set (a collection's `eval_set:`, `chunkyard add --eval-set FILE`, or --dataset FILE) is JSON
+Lines (.jsonl) or YAML, one question per record:
+
+  {"id": "q1", "question": "When are the tide tables published?",
+   "references": [{"doc": "harbour.md", "text": "every Monday morning"}]}
+  {"question": "Which database?", "answers": ["Postgres", "PostgreSQL"]}
+  {"question": "...", "references": [{"doc": "a.md", "start": 120, "end": 180}]}
+
+`references` are all needed (recall counts how much of them is retrieved): each names its document
+(`doc`: the path inside the collection's folder) and the `text` that answers (found in the document),
+or its `start`/`end` character offsets. `answers` are alternatives: any one found answers. `id` is
+optional. A reference whose text is gone after an edit skips its question, with a note.
+
+Example: chunkyard eval --collection mine --variant bm25 --variant hybrid_auto
+"""
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="chunkyard eval", description="Build and evaluate index configs on an evaluation dataset."
+        prog="chunkyard eval",
+        description="Build and evaluate index configs on an evaluation dataset.",
+        epilog=EVAL_SET_FORMAT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--dataset",
@@ -100,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="only choose settings reaching this mean on the tuning half, e.g. chroma_iou_at_5=0.08",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="print every metric and cost column (default: the short view that fits a terminal; "
+        "the files written always hold the full report)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
     return parser
 
@@ -169,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(json.dumps(payload, sort_keys=False, default=_nan_to_none))
     else:
-        print(result.markdown())
+        print(result.markdown(compact=not args.full))
         for path in result.written:
             print(f"wrote {path}", file=sys.stderr)
     return 0

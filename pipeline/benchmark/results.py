@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from chunkyard.evaluation.estimates import Estimate
-from chunkyard.evaluation.reports import Leaderboard
+from chunkyard.evaluation.reports import SUMMARY_METRICS, Leaderboard
 from chunkyard.evaluation.runner import EvaluationReport
 from chunkyard.evaluation.tuning import SettingsSuggestion, WeightSuggestion
 
@@ -139,8 +139,15 @@ class BenchmarkResult:
         ]
         return "\n".join(parts)
 
-    def markdown(self) -> str:
-        parts = [self.board.markdown()]
+    def markdown(self, compact: bool = False) -> str:
+        """The report; `compact`: the leaderboard's short view (SUMMARY_METRICS and chunks), which fits
+        a terminal; the full one is in the files written."""
+        board = (
+            self.board.markdown(SUMMARY_METRICS, cost_columns=("chunks",))
+            if compact
+            else self.board.markdown()
+        )
+        parts = [board]
         extras = (self.reproduction_markdown(), self.weights_markdown(), self.settings_markdown())
         for extra in (*extras, self.misses_markdown()):
             if extra:

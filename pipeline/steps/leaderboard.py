@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 
-from chunkyard.evaluation.reports import SUMMARY_METRICS, leaderboard
+from chunkyard.evaluation.reports import SUMMARY_METRICS, LeaderboardRow, leaderboard
 from chunkyard.evaluation.runner import latest_reports
 from chunkyard.pipeline.step_report import StepReport
 from chunkyard.retrieval.db import chunkyard_home
@@ -28,6 +28,15 @@ def write_leaderboard(store: Store, collection: str, index_names: Sequence[Index
         metadata={
             "indexes": len(index_names),
             **({"best_index": best.index, "best_variant": best.variant} if best else {}),
+            # ties called ties: `tied` or `within the interval` of the runner-up, else `best`
+            **(
+                {
+                    "best_standing": board.standing(),
+                    "runner_up": _named(board.rows[1] if len(board.rows) > 1 else None),
+                }
+                if best
+                else {}
+            ),
         },
         markdown={
             "leaderboard": board.markdown(),
@@ -41,3 +50,8 @@ def write_leaderboard(store: Store, collection: str, index_names: Sequence[Index
             "markdown_path": str(written["md"]),
         },
     )
+
+
+def _named(row: LeaderboardRow | None) -> str:
+    """`demo/token-256 bm25`: a row as the summary names it."""
+    return f"{row.index} {row.variant}" if row is not None else ""

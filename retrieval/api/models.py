@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from chunkyard.retrieval.default_index import named
 from chunkyard.retrieval.filters import operator_error
 from chunkyard.retrieval.http_guards import check_json_values
-from chunkyard.retrieval.names import DEFAULT_CONFIG, IndexRef
+from chunkyard.retrieval.names import IndexRef
 from chunkyard.retrieval.options import (
     SERVICE_MAX_K,
     OptionSchema,
@@ -65,12 +66,13 @@ def request_model(max_k: int = DEFAULT_MAX_K) -> type[BaseModel]:
         # emptiness is the searcher's check, so the service and in-process say it alike
         query=(str, Field(description="The question or keywords (not blank).")),
         index=(
-            str,
+            str | None,
             Field(
-                DEFAULT_CONFIG,
+                None,
                 min_length=1,
                 max_length=200,
-                description="`collection/config`, a bare config name, or an alias.",
+                description="`collection/config`, a bare config name, or an alias; left out, the "
+                "project's default index (`retrieval.default_index`).",
             ),
         ),
         **{spec.name: _request_field(spec, max_k) for spec in option_schemas()},
@@ -83,7 +85,7 @@ SearchBody = request_model()
 def search_request(body: BaseModel) -> SearchRequest:
     """The library's one search value from a parsed body: only the options the caller set."""
     given = body.model_dump(exclude_unset=True, exclude={"query", "index"})
-    return SearchRequest(body.query, IndexRef(body.index), SearchOptions(**given))
+    return SearchRequest(body.query, IndexRef.of(named(body.index)), SearchOptions(**given))
 
 
 class SearchResponse(BaseModel):

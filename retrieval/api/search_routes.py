@@ -11,6 +11,7 @@ from chunkyard.retrieval.api.common import OUTAGE_ERRORS, ServiceContext, refuse
 from chunkyard.retrieval.api.metrics import ServiceMetrics
 from chunkyard.retrieval.api.models import ERRORS, SearchResponse, search_request
 from chunkyard.retrieval.api.rate_limits import RateLimited
+from chunkyard.retrieval.default_index import NoDefaultIndex
 from chunkyard.retrieval.names import IndexNameError
 from chunkyard.retrieval.query import IndexNotFoundError, SearchError
 from chunkyard.retrieval.rerankers import RerankerConfigError
@@ -33,12 +34,12 @@ def answer(ctx: ServiceContext, body: BaseModel) -> SearchResponse:
         except OUTAGE_ERRORS as exc:  # a connection the restart broke: the pool is refilled, once more
             log.warning("search: %s: %s; retrying once", type(exc).__name__, exc)
             results, plan = ctx.searcher().run(request)
-    except IndexNotFoundError as exc:
+    except (IndexNotFoundError, NoDefaultIndex) as exc:
         raise HTTPException(status_code=404, detail=str(exc).strip("'\"")) from exc
     except (SearchError, RerankerConfigError, IndexNameError) as exc:
         raise HTTPException(status_code=400, detail=str(exc)) from exc
     return SearchResponse(
-        index=results[0].index if results else body.index,
+        index=results[0].index if results else str(request.ref),
         mode=plan.mode,  # what ran: an alias's pinned mode and k, not the request's defaults
         k=plan.k,
         results=results,

@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
-from chunkyard.retrieval.batching import budget_batches
 from chunkyard.retrieval.config import IndexSpec
 from chunkyard.retrieval.indexing.stage_reports import EmbeddingStageReport, IndexingError
 from chunkyard.retrieval.indexing.staging import analyze_staged, merge_stage_report, staged_run
@@ -18,18 +17,34 @@ from chunkyard.retrieval.store import Store
 if TYPE_CHECKING:
     from chunkyard.retrieval.embedder import Embedder
 
-EMBED_BATCH = 256  # at most this many texts per embedding + cache round trip (a crash loses one batch)
-EMBED_BATCH_TOKENS = 32768  # and at most this many model tokens: short texts go in bigger batches
+# One batch is one model call (the ONNX encoder's own budget: 2,048 padded tokens, 8 chunks of 256):
+# each is cached and counted as soon as it is embedded, so Ctrl-C or a crash loses at most one batch
+# (a few seconds of the multilingual model) and the progress line moves every batch.
+EMBED_BATCH = 32  # at most this many texts per embedding + cache round trip
+EMBED_BATCH_TOKENS = 2048  # and at most this many padded model tokens (texts x the longest)
 
 
 def token_batches(hashes: list[str], tokens: dict[str, int]) -> list[list[str]]:
-    """`hashes` longest first, cut into batches of at most EMBED_BATCH texts and EMBED_BATCH_TOKENS tokens.
+    """`hashes` longest first, cut into batches of at most EMBED_BATCH texts and EMBED_BATCH_TOKENS
+    padded tokens (the batch's size times its first, longest text); a text over the budget goes alone.
 
-    Sorted across all documents, so the model's own sub-batches pad to nearly equal lengths.
+    Sorted across all documents, so each batch pads to nearly equal lengths.
     """
     ordered = sorted(hashes, key=lambda h: -tokens.get(h, 0))
-    cuts = budget_batches([tokens.get(h, 0) for h in ordered], EMBED_BATCH, EMBED_BATCH_TOKENS)
-    return [[ordered[i] for i in batch] for batch in cuts]
+    padded = [max(tokens.get(h, 0), 1) for h in ordered]
+    batches: list[list[str]] = []
+    current: list[str] = []
+    longest = 0
+    for content_hash, size in zip(ordered, padded, strict=True):
+        if current and (len(current) >= EMBED_BATCH or (len(current) + 1) * longest > EMBED_BATCH_TOKENS):
+            batches.append(current)
+            current = []
+        if not current:
+            longest = size
+        current.append(content_hash)
+    if current:
+        batches.append(current)
+    return batches
 
 
 def _computed(

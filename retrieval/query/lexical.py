@@ -7,6 +7,7 @@ background thread when the index version changes, and filtered queries always us
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -18,6 +19,8 @@ from chunkyard.retrieval.query.fusion import Candidates
 from chunkyard.retrieval.query.handles import IndexHandle, IndexHandles
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.indexes import split_index_name
+
+log = logging.getLogger("chunkyard.search")
 
 BACKENDS = ("sql", "memory")
 
@@ -92,8 +95,18 @@ class LexicalCandidates:
             if index_name in self._reloading:
                 return
             self._reloading.add(index_name)
-        thread = threading.Thread(target=self._reload, args=(index_name,), daemon=True, name="bm25-reload")
+        thread = threading.Thread(
+            target=self._reload_quietly, args=(index_name,), daemon=True, name="bm25-reload"
+        )
         thread.start()
+
+    def _reload_quietly(self, index_name: str) -> None:
+        """The background reload: a failure (the database stopping as the process exits, say) leaves
+        the queries on the postings in Postgres, as before the copy was asked for; no traceback."""
+        try:
+            self._reload(index_name)
+        except Exception as exc:  # a warm-up, never an answer: the SQL path answers meanwhile
+            log.info("bm25-reload of %s stopped: %s: %s", index_name, type(exc).__name__, exc)
 
     def _reload(self, index_name: str) -> float:
         started = time.perf_counter()

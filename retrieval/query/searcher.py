@@ -12,6 +12,7 @@ read transaction (see `handles`), so all its candidates come from the same index
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import os
@@ -25,9 +26,10 @@ import psycopg
 from chunkyard.retrieval.aliases import resolve as resolve_alias
 from chunkyard.retrieval.capabilities import VectorFeatures
 from chunkyard.retrieval.config import default_collection
+from chunkyard.retrieval.default_index import named
 from chunkyard.retrieval.index_defaults import COARSE_DEFAULT_RANK
 from chunkyard.retrieval.languages import crosses_languages
-from chunkyard.retrieval.names import DEFAULT_CONFIG, IndexName, IndexRef
+from chunkyard.retrieval.names import IndexName, IndexRef
 from chunkyard.retrieval.options import HNSW_MAX_EF, ResolvedSearch, SearchError, SearchOptions, SearchRequest
 from chunkyard.retrieval.query import coarse as coarse_stage
 from chunkyard.retrieval.query.collapse import collapse_identical_texts
@@ -45,7 +47,6 @@ from chunkyard.retrieval.query.rows import attach_parents, fetch_rows, to_result
 from chunkyard.retrieval.read_lock import lock_for_read
 from chunkyard.retrieval.store import Store
 
-DEFAULT_INDEX = DEFAULT_CONFIG
 CONTEXT_BACKENDS = ("sql", "memory")
 # Up to this many queries per call, the coarse index is searched beside the fine ranking (see
 # `coarse.speculate`); otherwise an ambiguous query's coarse ranking follows its fine one in the same
@@ -141,22 +142,23 @@ class Searcher:
     def search(
         self,
         query: str,
-        index: IndexRef | str = DEFAULT_INDEX,
+        index: IndexRef | str | None = None,
         options: SearchOptions | None = None,
         **overrides: Any,
     ) -> list[SearchResult]:
-        """Top-k chunks of `index` for `query`: `options` (a SearchOptions) with keyword overrides."""
+        """Top-k chunks of `index` (None: the project's default index) for `query`: `options` (a
+        SearchOptions) with keyword overrides."""
         return self.search_with_plan(query, index, options, **overrides)[0]
 
     def search_with_plan(
         self,
         query: str,
-        index: IndexRef | str = DEFAULT_INDEX,
+        index: IndexRef | str | None = None,
         options: SearchOptions | None = None,
         **overrides: Any,
     ) -> tuple[list[SearchResult], ResolvedSearch]:
         """`search`, and the options that ran: an alias's own, the index's defaults filled in."""
-        return self.run(SearchRequest.of(query, index, options, overrides))
+        return self.run(SearchRequest.of(query, named(index), options, overrides))
 
     def run(self, request: SearchRequest) -> tuple[list[SearchResult], ResolvedSearch]:
         """One search request: its results and the options that ran (what a response reports)."""
@@ -167,7 +169,7 @@ class Searcher:
     def search_batch(
         self,
         queries: Sequence[str],
-        index: IndexRef | str = DEFAULT_INDEX,
+        index: IndexRef | str | None = None,
         options: SearchOptions | None = None,
         *,
         query_vectors: np.ndarray | None = None,
@@ -179,7 +181,7 @@ class Searcher:
         See `retrieval.options.SearchOptions` for the options and `coarse` for the coarse fallback.
         """
         request = SearchOptions.of(options, overrides)
-        return self._planned(queries, IndexRef.of(index), request, query_vectors)[0]
+        return self._planned(queries, IndexRef.of(named(index)), request, query_vectors)[0]
 
     def _planned(
         self,
@@ -417,4 +419,7 @@ def default_searcher() -> Searcher:
     with _default_lock:
         if _default is None:
             _default = Searcher(Store())
+            # registered after the embedded server's own exit hook, so run before it: the pooled
+            # connections close before the server stops (no AdminShutdown in a thread at exit)
+            atexit.register(_default.store.close)
         return _default
