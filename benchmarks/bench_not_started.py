@@ -117,13 +117,16 @@ def kill_at_not_started(python: str, project: Path, script: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", help="the Python of another chunkyard install to compare with")
+    parser.add_argument(
+        "--baseline-name", default="baseline", help="its name in the table (e.g. main's commit)"
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--give-up", type=float, default=120.0, help="seconds before a wait counts as stuck")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     versions = {"this checkout": sys.executable}
     if args.baseline:
-        versions["baseline"] = args.baseline
+        versions[args.baseline_name] = args.baseline
     load_before = _uptime()
     with tempfile.TemporaryDirectory(prefix="bench-not-started-") as scratch:
         root = Path(scratch)
