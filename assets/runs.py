@@ -198,6 +198,18 @@ def _why_dead(instance: DagsterInstance, run: DagsterRun, now: float, launch_gra
     return None if pid is None or _alive(pid) else f"its process (pid {pid} on {this_host()}) is gone"
 
 
+def _begun_or_beginning() -> list:
+    """The run states a crash can leave that no queue holds: the ones the judge rules on."""
+    from dagster import DagsterRunStatus
+
+    return [
+        DagsterRunStatus.NOT_STARTED,
+        DagsterRunStatus.STARTING,
+        DagsterRunStatus.STARTED,
+        DagsterRunStatus.CANCELING,
+    ]
+
+
 def fail_dead_run(instance: DagsterInstance, run: DagsterRun, why: str) -> None:
     """Fail `run`, kill the step processes it left and free its pool slots."""
     instance.report_run_failed(run, message=f"The run is dead: {why}. Marked failed, pool slots freed.")
@@ -212,17 +224,11 @@ def sweep_dead_runs(instance: DagsterInstance, launch_grace: float = LAUNCH_GRAC
     (the daemon died mid-launch: run monitoring would wait out its start timeout, and a change behind
     it would wait with it).
     """
-    from dagster import DagsterRunStatus, RunsFilter
+    from dagster import RunsFilter
 
-    statuses = [
-        DagsterRunStatus.NOT_STARTED,
-        DagsterRunStatus.STARTING,
-        DagsterRunStatus.STARTED,
-        DagsterRunStatus.CANCELING,
-    ]
     swept = []
     now = time.time()
-    for run in instance.get_runs(RunsFilter(statuses=statuses)):
+    for run in instance.get_runs(RunsFilter(statuses=_begun_or_beginning())):
         why = _why_dead(instance, run, now, launch_grace)
         if why is not None:
             fail_dead_run(instance, run, why)
@@ -244,12 +250,7 @@ def collections_in_flight(instance: DagsterInstance, prefixes: Mapping[str, str]
     from dagster import DagsterRunStatus, RunsFilter
 
     sweep_dead_runs(instance)
-    statuses = [
-        DagsterRunStatus.NOT_STARTED,
-        DagsterRunStatus.STARTING,
-        DagsterRunStatus.STARTED,
-        DagsterRunStatus.CANCELING,
-    ]
+    statuses = _begun_or_beginning()
     if queue_daemon_alive(instance):
         statuses.append(DagsterRunStatus.QUEUED)
     found: dict[str, list[str]] = {}
