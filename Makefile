@@ -138,8 +138,11 @@ bench-formats: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_formats
 	$(BIN)/python -m benchmarks.bench_code_stopwords
 
-# the stack fault suite, timed: seconds from each fault to convergence -> benchmarks/results/faults.md
+# the stack fault suite, timed: seconds from each fault to convergence -> benchmarks/results/faults.md,
+# with the wait of a `chunkyard index` after one killed at NOT_STARTED (BENCH_NOT_STARTED_ARGS, e.g.
+# --baseline OTHER_VENV/bin/python for a side-by-side)
 bench-faults: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_not_started $(BENCH_NOT_STARTED_ARGS)
 	$(BIN)/python -m benchmarks.bench_faults $(BENCH_FAULTS_ARGS)
 
 # the embedded Postgres builds side by side: AVX-512 outside dispatch (disassembly), the self-check on

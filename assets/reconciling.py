@@ -1,8 +1,8 @@
 """The document sensor's reconciler, Dagster side: which collections a run already covers, what earlier
 runs of a gap did, and the run requests for the rest (the gap itself is `pipeline.reconcile`'s).
 
-A collection is covered while a queued or running run touches it (by its `chunkyard/collections` tag
-or its asset selection) or while the sensor's own request for it is younger than REQUEST_GRACE_SECONDS
+A collection is covered while a live run touches it (`assets.runs.collections_in_flight`: dead runs
+are failed first, so a run left NOT_STARTED by a killed `chunkyard index` covers nothing) or while the sensor's own request for it is younger than REQUEST_GRACE_SECONDS
 and has not ended (the daemon creates the run after the tick). Reconcile runs carry the gap's digest
 (`GAP_TAG`) and attempt number, so the next tick counts them for the backoff and the give-up.
 """
@@ -15,25 +15,15 @@ from dataclasses import dataclass, field
 
 from chunkyard.assets.keys import index_job_name
 from chunkyard.assets.resources import PostgresResource
-from chunkyard.assets.runs import host_tags
+from chunkyard.assets.runs import COLLECTIONS_TAG, WRITER_TAG, collections_in_flight, host_tags
 from chunkyard.pipeline.reconcile import Attempt, Gap, RetryPolicy, collection_gap, decide
 from chunkyard.retrieval.config import Collection
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunRequest, RunsFilter
 
-COLLECTIONS_TAG = "chunkyard/collections"
-# One run at a time per value (instance.py's tag concurrency limit): runs of one collection queue.
-WRITER_TAG = "chunkyard/writer"
 GAP_TAG = "chunkyard/gap"
 ATTEMPT_TAG = "chunkyard/attempt"
 RUN_KEY_TAG = "dagster/run_key"
 REQUEST_GRACE_SECONDS = 60.0
-IN_FLIGHT = [
-    DagsterRunStatus.QUEUED,
-    DagsterRunStatus.NOT_STARTED,
-    DagsterRunStatus.STARTING,
-    DagsterRunStatus.STARTED,
-    DagsterRunStatus.CANCELING,
-]
 ENDED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
 
 
@@ -43,13 +33,8 @@ def collection_tags(name: str) -> dict[str, str]:
 
 
 def busy_collections(instance: DagsterInstance, prefixes: Mapping[str, str]) -> set[str]:
-    """Collections (`prefixes`: name -> asset key prefix) that a queued or running run touches."""
-    busy: set[str] = set()
-    for run in instance.get_runs(RunsFilter(statuses=IN_FLIGHT)):
-        tagged = set(run.tags.get(COLLECTIONS_TAG, "").split(","))
-        selected = {k.path[0] for k in (run.asset_selection or ())}
-        busy.update(n for n, prefix in prefixes.items() if n in tagged or prefix in selected)
-    return busy
+    """Collections (`prefixes`: name -> asset key prefix) that a live run touches (dead runs failed first)."""
+    return set(collections_in_flight(instance, prefixes))
 
 
 def recently_requested(instance: DagsterInstance, requested: Mapping[str, list], now: float) -> set[str]:

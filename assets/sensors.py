@@ -381,13 +381,14 @@ def run_reconciler(
 def build_janitor_sensor(
     *, name: str = JANITOR_NAME, default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING
 ) -> SensorDefinition:
-    """Fails this host's runs whose process is gone and frees their pool slots, every tick."""
+    """Fails the runs that can never end (`assets.runs.sweep_dead_runs`) and frees their pool slots, every tick."""
 
     @sensor(
         name=name,
         description=(
-            "Fails the runs of this host whose process is gone (killed, or its failure never written) "
-            "and frees the concurrency-pool slots they held, so the `embedding` pool never waits for ever."
+            "Fails the runs that can never end (this host's runs whose process or creator is gone: killed, "
+            "or its failure never written; any run not started within run monitoring's start timeout) and "
+            "frees the concurrency-pool slots they held, so the `embedding` pool never waits for ever."
         ),
         minimum_interval_seconds=sensor_interval(),
         default_status=default_status,

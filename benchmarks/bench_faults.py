@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_not_started import section
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = REPO_ROOT / "benchmarks" / "results"
 
@@ -47,6 +49,9 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {case['case']} | {case['after_fault_s']:.1f} | {case['after_edit_s']:.1f} | {case['failed_runs']} |"
         )
     lines += ["", *report.get("notes", []), ""]
+    killed_cli = RESULTS / "faults_not_started.json"  # benchmarks.bench_not_started
+    if killed_cli.exists():
+        lines += [*section(json.loads(killed_cli.read_text(encoding="utf-8"))), "", *NOT_STARTED_NOTES, ""]
     return "\n".join(lines)
 
 
@@ -72,6 +77,22 @@ NOTES = [
     "after run monitoring's 180 s start timeout.",
     "- **kill -9 of the query service**, with a second edit while it is down: the supervisor restarts "
     "only the query service; the daemon keeps indexing (the test checks its pid is unchanged).",
+]
+
+
+NOT_STARTED_NOTES = [
+    "Reading: the killed command's run carries its creator (`chunkyard/creator`: pid and process start "
+    "time, `assets.runs.creator_tags`). The next command's judge (`assets.runs.collections_in_flight`) "
+    "finds that process gone and fails the run before it looks for runs in flight, so it does not wait at "
+    "all; the time above is the command's own start-up and its indexing run. Before, the in-flight set "
+    "counted the NOT_STARTED run and the dead-run sweep never judged that state: the next command waited "
+    "with no end, and `--no-wait` refused.",
+    "",
+    'Worst case to unblock, by who created the run (docs/deployment.md, "Who may write an index"): a '
+    "`chunkyard index` on this host, at once (the next command or the janitor's next tick, 30 s); any "
+    "other NOT_STARTED run (a daemon that died between creating and queueing it, a command on another "
+    "host), run monitoring's start timeout, 180 s after its creation, plus one poll: 2 s in a waiting "
+    "`chunkyard index`, 10 s in the daemon's run monitoring.",
 ]
 
 

@@ -31,14 +31,14 @@ def cmd_index(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     from chunkyard.assets.definitions import build_definitions, index_job
     from chunkyard.assets.keys import collection_keys, collection_prefix
-    from chunkyard.assets.runs import host_tags, sweep_dead_runs
+    from chunkyard.assets.runs import creator_tags, sweep_dead_runs
     from chunkyard.orchestration.index_writers import WriterBusy, run_tags, sole_writer
     from chunkyard.orchestration.instance import get_instance
 
     instance = get_instance()
     swept = sweep_dead_runs(instance)
     if swept:
-        _print(f"Marked {len(swept)} run(s) whose process is gone as failed: {', '.join(swept)}")
+        _print(f"Marked {len(swept)} dead run(s) as failed: {', '.join(swept)}")
     defs = build_definitions(database_url=os.environ["DATABASE_URL"])
     graph = defs.resolve_asset_graph()
     keys = [k for c in chosen for k in collection_keys(c, graph.get_all_asset_keys())]
@@ -55,7 +55,7 @@ def cmd_index(args: argparse.Namespace) -> int:
                 result = index_job(defs, chosen).execute_in_process(
                     instance=instance,
                     asset_selection=keys if len(chosen) > 1 else None,
-                    tags={**host_tags(), "chunkyard/trigger": "cli", **run_tags(chosen), **progress.tags},
+                    tags={**creator_tags(), "chunkyard/trigger": "cli", **run_tags(chosen), **progress.tags},
                     # Step events stay in the event log (`chunkyard ui`); the progress display and the
                     # summary below show the steps and their errors.
                     run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},

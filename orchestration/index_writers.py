@@ -1,15 +1,18 @@
-"""One writer per collection for `chunkyard index`: it waits for (or refuses) a run of the collection in flight.
+"""One writer per collection for `chunkyard index`: it waits for (or refuses) a live run of the collection.
 
-The daemon's runs of a collection queue behind each other (the `chunkyard/writer` tag's concurrency
-limit), but `chunkyard index` runs in this process, outside the queue. Two runs of one collection
-stage into the same per-index staging area, and one of them then stops with "staging taken over".
-So before it starts, the command:
+The daemon's runs of a collection queue behind each other and behind any run in progress of it, by
+Dagster's run queue (the WRITER_TAG's tag concurrency limit, orchestration.instance). `chunkyard index`
+executes its run in this process, outside the queue (it needs no daemon, and starts no second
+process), so before it starts, the command:
 - takes a Postgres advisory lock per collection for as long as it runs, so a second `chunkyard index` on
-  the same collection waits for the first, even between its check and its run;
-- waits until no queued or running run of the instance touches the collection (by tag or asset
-  selection), failing the runs whose process is gone on the way, so it never waits for a dead run;
-- tags its own run like the daemon's, so the run queue holds the daemon's next run of a collection
-  until this one ends.
+  the same collection waits for the first, even between its check and its run (the queue cannot see
+  a run before it exists);
+- waits until no live run of the instance touches the collection (`assets.runs.collections_in_flight`,
+  the one judge: it fails the runs whose process is gone, NOT_STARTED ones included, so it never waits
+  for a dead run);
+- tags its own run with the writer tag and its creator (`assets.runs.creator_tags`), so the run queue
+  holds the daemon's next run of the collection until this one ends, and a run this command leaves
+  NOT_STARTED when it is killed is failed by the next command at once.
 """
 
 from __future__ import annotations
@@ -19,9 +22,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import psycopg
-from chunkyard.assets.reconciling import COLLECTIONS_TAG, IN_FLIGHT, WRITER_TAG
-from chunkyard.assets.runs import sweep_dead_runs
-from dagster import DagsterInstance, RunsFilter
+from chunkyard.assets.runs import COLLECTIONS_TAG, WRITER_TAG, collections_in_flight
+from dagster import DagsterInstance
 
 POLL_SECONDS = 2.0
 
@@ -39,18 +41,6 @@ def run_tags(names: Sequence[str]) -> dict[str, str]:
     if len(names) == 1:
         tags[WRITER_TAG] = names[0]
     return tags
-
-
-def runs_in_flight(instance: DagsterInstance, prefixes: Mapping[str, str]) -> dict[str, list[str]]:
-    """Collection (`prefixes`: name -> asset key prefix) -> ids of the queued or running runs touching it."""
-    found: dict[str, list[str]] = {}
-    for run in instance.get_runs(RunsFilter(statuses=IN_FLIGHT)):
-        tagged = set(run.tags.get(COLLECTIONS_TAG, "").split(","))
-        selected = {key.path[0] for key in (run.asset_selection or ())}
-        for name, prefix in prefixes.items():
-            if name in tagged or prefix in selected:
-                found.setdefault(name, []).append(run.run_id)
-    return found
 
 
 def _describe(busy: Mapping[str, list[str]]) -> str:
@@ -81,12 +71,11 @@ def sole_writer(
             say(f"Waiting for another `chunkyard index` of {name} to finish (Ctrl-C to stop) ...")
             conn.execute("SELECT pg_advisory_lock(hashtext(%s))", key)
         announced = False
-        while busy := runs_in_flight(instance, prefixes):
+        while busy := collections_in_flight(instance, prefixes):
             if not wait:
                 raise WriterBusy(f"a run is indexing it already ({_describe(busy)})")
             if not announced:
                 say(f"Waiting for the run in progress to finish ({_describe(busy)}; Ctrl-C to stop) ...")
                 announced = True
             time.sleep(POLL_SECONDS)
-            sweep_dead_runs(instance)
         yield

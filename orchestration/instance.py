@@ -29,16 +29,18 @@ CODE_SERVER_ENV = "CHUNKYARD_CODE_SERVER"
 # model-heavy step at a time keeps a small machine responsive.
 DEFAULT_POOL_LIMIT = 1
 MAX_CONCURRENT_RUNS = 4
-WRITER_TAG = "chunkyard/writer"  # assets.reconciling.WRITER_TAG (this module imports no Dagster)
+WRITER_TAG = "chunkyard/writer"  # assets.runs.WRITER_TAG (this module imports no Dagster)
 # How often the daemon's run queue launches queued runs (Dagster's default is 5 s): a run the
 # document sensor requests waits at most this long before its process starts (bench-freshness).
 DEQUEUE_INTERVAL_SECONDS = 1
 # dagster.yaml names this variable instead of writing the database password into the file.
 PASSWORD_ENV = "DAGSTER_PG_PASSWORD"
-# The daemon's run monitoring: a run stuck STARTING (its process died before it began) or CANCELING
-# is failed after these many seconds, and the pool slots still held by a run that has ended are
-# freed after FREE_SLOTS_AFTER_RUN_END_SECONDS. Runs whose process died while STARTED are the
-# dead-run sweep's (assets.runs): the default run launcher cannot check a worker's health.
+# The daemon's run monitoring: a run stuck NOT_STARTED (counted from its creation), STARTING (its
+# process died before it began) or CANCELING is failed after these many seconds (plus up to one poll),
+# and the pool slots still held by a run that has ended are freed after FREE_SLOTS_AFTER_RUN_END_SECONDS.
+# The run judge (assets.runs) applies the same start timeout where no daemon runs (`chunkyard index`),
+# and fails sooner what it can judge by a pid on this host: a run whose creator or process is gone
+# (the default run launcher cannot check a worker's health, so run monitoring cannot).
 RUN_START_TIMEOUT_SECONDS = 180
 RUN_CANCEL_TIMEOUT_SECONDS = 180
 FREE_SLOTS_AFTER_RUN_END_SECONDS = 60

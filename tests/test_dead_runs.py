@@ -275,3 +275,147 @@ def test_a_starting_stack_fails_the_runs_its_predecessor_left_and_spares_live_on
     assert left.run_id in failed and live.run_id not in failed
     assert instance.get_run_by_id(left.run_id).status == DagsterRunStatus.FAILURE
     assert instance.get_run_by_id(live.run_id).status == DagsterRunStatus.STARTED
+
+
+def _dead_pid() -> int:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    return gone.pid
+
+
+def _not_started(instance, tags: dict[str, str], run_id: str | None = None) -> str:
+    import uuid
+
+    from dagster import DagsterRun, DagsterRunStatus
+
+    run = DagsterRun(
+        job_name="index_notes",
+        run_id=run_id or uuid.uuid4().hex,
+        status=DagsterRunStatus.NOT_STARTED,
+        tags=tags,
+    )
+    return instance.add_run(run).run_id
+
+
+def test_a_not_started_run_whose_creator_died_covers_nothing_and_is_failed(instance_home) -> None:
+    """What a `chunkyard index` killed between creating its run and starting it leaves: a NOT_STARTED run
+    tagged with its collection. The reconciler's coverage and the CLI's wait (one judge) fail it at once
+    instead of counting it in flight for ever; a NOT_STARTED run whose creator lives still counts."""
+    from chunkyard.assets.reconciling import busy_collections
+    from chunkyard.assets.runs import RUN_CREATOR_TAG, collections_in_flight, creator_tags
+    from chunkyard.orchestration.index_writers import run_tags
+    from dagster import DagsterInstance, DagsterRunStatus
+
+    instance = DagsterInstance.get()
+    dead = _not_started(
+        instance, {**creator_tags(), RUN_CREATOR_TAG: f"{_dead_pid()}:1.00", **run_tags(["notes"])}
+    )
+    reused = _not_started(  # a live process under the dead creator's pid, started later: still dead
+        instance, {**creator_tags(), RUN_CREATOR_TAG: f"{os.getpid()}:1.00", **run_tags(["notes"])}
+    )
+    assert busy_collections(instance, {"notes": "notes"}) == set()
+    for run_id in (dead, reused):
+        run = instance.get_run_by_id(run_id)
+        assert run.status == DagsterRunStatus.FAILURE
+    live = _not_started(instance, {**creator_tags(), **run_tags(["notes"])})  # this process created it
+    assert collections_in_flight(instance, {"notes": "notes"}) == {"notes": [live]}
+    assert instance.get_run_by_id(live).status == DagsterRunStatus.NOT_STARTED
+
+
+def test_runs_that_can_never_start_are_failed_after_the_start_timeout(tmp_path: Path) -> None:
+    """Without a creator to ask (another host's run, or one the daemon created and then died), a NOT_STARTED
+    or STARTING run is failed once it is older than run monitoring's start timeout, the rule Dagster's
+    daemon applies, so `chunkyard index` applies it where no daemon runs."""
+    import uuid
+
+    from chunkyard.assets.runs import RUN_HOST_TAG, sweep_dead_runs
+    from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
+
+    settings = {"run_monitoring": {"enabled": True, "start_timeout_seconds": 2}}
+    with DagsterInstance.ephemeral(tempdir=str(tmp_path), settings=settings) as instance:
+        elsewhere = {RUN_HOST_TAG: "another-host"}
+        not_started = _not_started(instance, elsewhere)
+        untagged = _not_started(instance, {})
+        starting = instance.add_run(
+            DagsterRun(
+                job_name="j", run_id=uuid.uuid4().hex, status=DagsterRunStatus.STARTING, tags=elsewhere
+            )
+        ).run_id
+        started = instance.add_run(
+            DagsterRun(job_name="j", run_id=uuid.uuid4().hex, status=DagsterRunStatus.STARTED, tags=elsewhere)
+        ).run_id
+        assert sweep_dead_runs(instance) == []  # young: they may still start
+        deadline = time.monotonic() + 30
+        swept: list[str] = []
+        while len(swept) < 3 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            swept += sweep_dead_runs(instance)
+        assert sorted(swept) == sorted([not_started, untagged, starting])
+        assert instance.get_run_by_id(started).status == DagsterRunStatus.STARTED  # another host's pid
+
+
+# `chunkyard index`, killed with SIGKILL right after Dagster created its run (NOT_STARTED) and before the
+# run began: the exact moment, however fast the machine, by wrapping Dagster's run creation.
+KILLED_AT_NOT_STARTED = textwrap.dedent(
+    """
+    import os, signal, sys
+    from dagster import DagsterInstance
+
+    create = DagsterInstance.create_run_for_job
+
+    def create_then_die(self, *args, **kwargs):
+        run = create(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGKILL)
+        return run
+
+    DagsterInstance.create_run_for_job = create_then_die
+    from chunkyard.orchestration.cli import main
+
+    sys.exit(main(sys.argv[1:]))
+    """
+)
+STATE_VARIABLES = ("CHUNKYARD_PROJECT", "CHUNKYARD_HOME", "CHUNKYARD_CONFIGS", "DATABASE_URL", "DAGSTER_HOME")
+
+
+def test_chunkyard_index_killed_at_not_started_does_not_block_the_next_one(tmp_path: Path) -> None:
+    from chunkyard.orchestration.cli_session import SESSION_ENV
+
+    cli = [sys.executable, "-m", "chunkyard.orchestration.cli"]
+    env = {k: v for k, v in os.environ.items() if k not in STATE_VARIABLES}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "tide.md").write_text("# Tides\n\nThe harbour pilot reads the OSPREY tide tables at dawn.\n")
+    project = tmp_path / "work"
+    project.mkdir()
+    for argv in (["init"], ["add", "notes", str(docs)]):
+        assert subprocess.run([*cli, *argv], cwd=project, env=env, timeout=120).returncode == 0
+    script = tmp_path / "killed_index.py"
+    script.write_text(KILLED_AT_NOT_STARTED)
+    killed = subprocess.run(
+        [sys.executable, str(script), "index"],
+        cwd=project,
+        env={**env, SESSION_ENV: "1"},  # in place: this process creates the run
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+
+    # --no-wait: a collection held by a run in flight is refused, so passing proves it was not held
+    after = subprocess.run(
+        [*cli, "index", "--no-wait"], cwd=project, env=env, capture_output=True, text=True, timeout=900
+    )
+    out = after.stdout + after.stderr
+    assert after.returncode == 0, out
+    assert "Marked 1 dead run(s) as failed" in out and "succeeded" in out, out
+    assert "Waiting" not in out, out
+    found = subprocess.run(
+        [*cli, "search", "OSPREY tide", "-k", "1", "--mode", "bm25"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert found.returncode == 0 and "tide.md" in found.stdout, found.stdout + found.stderr

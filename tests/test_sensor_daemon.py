@@ -82,7 +82,8 @@ def _runs(instance, collection: str) -> list:
 
 
 def test_daemon_runs_every_observed_change_once(daemon_home: Path, pg_url: str, tmp_path: Path) -> None:
-    from chunkyard.assets.runs import RUN_HOST_TAG, this_host
+    from chunkyard.assets.keys import collection_prefix
+    from chunkyard.assets.runs import RUN_HOST_TAG, collections_in_flight, queue_daemon_alive, this_host
     from dagster import DagsterInstance, DagsterRunStatus
 
     collection = unique_name("d")
@@ -127,6 +128,9 @@ def test_daemon_runs_every_observed_change_once(daemon_home: Path, pg_url: str, 
             statuses = [(t.status.value, t.run_ids) for t in _sensor_ticks(instance)[-3:]]
             assert len(seen) == len(done) + 1, f"{step}: the daemon dropped the change; last ticks {statuses}"
             done.append(step)
+        # while the queue's daemon beats, its queued runs hold the collection (`chunkyard index` waits)
+        held = collections_in_flight(instance, {collection: collection_prefix(collection)})
+        assert queue_daemon_alive(instance) and len(held.get(collection, [])) == len(steps)
     finally:
         if daemon.poll() is None:
             os.killpg(daemon.pid, signal.SIGTERM)
@@ -155,3 +159,11 @@ def test_daemon_runs_every_observed_change_once(daemon_home: Path, pg_url: str, 
     ]
     assert all(r.tags[RUN_HOST_TAG] == this_host() for r in runs)
     assert {r.status for r in runs} == {DagsterRunStatus.QUEUED}  # the queue launched none
+
+    # No daemon beats any more (a stack stopped with runs queued): nothing will launch them until one
+    # starts again, so they do not hold the collection; they stay queued, and then wait behind the
+    # CLI's run by the writer tag's limit.
+    instance.wipe_daemon_heartbeats()
+    assert not queue_daemon_alive(instance)
+    assert collections_in_flight(instance, {collection: collection_prefix(collection)}) == {}
+    assert {r.status for r in _runs(instance, collection)} == {DagsterRunStatus.QUEUED}
