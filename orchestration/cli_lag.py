@@ -21,6 +21,7 @@ def cmd_lag(args: argparse.Namespace) -> int:
 
     store = Store(database_url())
     try:
+        store.migrate()  # a database nothing was indexed into yet has no index, not a missing table
         lags = index_lags(store, args.collection)
         infos = {lag.index: store.indexes.info(lag.index) or {} for lag in lags}
     finally:
