@@ -22,6 +22,7 @@ def cmd_lag(args: argparse.Namespace) -> int:
     declared = declared_indexes()
     store = Store(database_url())
     try:
+        store.migrate()  # a database nothing was indexed into yet has no index, not a missing table
         lags = index_lags(store, args.collection)
         # the project's state follows chunkyard.yaml: an index whose config or collection left it is
         # not listed (its tables stay until dropped), only counted

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from chunkyard.chunking.documents.printable import printable
 from chunkyard.orchestration.stack import Service, Target, services
 from chunkyard.orchestration.stack_stop import (
     RECORD,
@@ -207,11 +208,13 @@ def check(service: Service, target: Target) -> bool:
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last `lines` lines of a service's log since its last start, each escaped for the terminal
+    (a log can quote a file name holding escape sequences: `printable`)."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
-    return "\n".join(text.rsplit("\n==== ", 1)[-1].splitlines()[-lines:])
+    return "\n".join(printable(line) for line in text.rsplit("\n==== ", 1)[-1].splitlines()[-lines:])
 
 
 @dataclass

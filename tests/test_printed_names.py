@@ -14,6 +14,7 @@ from chunkyard.chunking.documents.folder import DocumentFailure
 from chunkyard.chunking.documents.printable import printable
 from chunkyard.orchestration.cli_errors import UsageError, report
 from chunkyard.orchestration.cli_index import _failure_rows
+from chunkyard.orchestration.stack_local import log_tail
 
 from tests.conftest import REPO_ROOT
 
@@ -59,6 +60,14 @@ def test_an_error_naming_a_hostile_file_is_one_escaped_line(capsys: pytest.Captu
     err = capsys.readouterr().err
     assert err == f"chunkyard index: {printable(name.replace(chr(10), ' '))}: no such collection\n"
     assert not any(c in err for c in TERMINAL_CONTROL)
+
+
+def test_a_service_log_tail_is_printed_escaped(tmp_path: Path) -> None:
+    """`stack up` prints a dying service's log tail: a file name quoted in it is escaped too."""
+    log = tmp_path / "query.log"
+    name = os.fsdecode(TITLE)
+    log.write_text(f"old run\n==== chunkyard stack up 2026-12-04 ====\nskipped {name}: empty file\nready\n")
+    assert log_tail(log).splitlines()[1:] == [f"skipped {printable(name)}: empty file", "ready"]
 
 
 def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:

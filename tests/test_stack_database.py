@@ -69,3 +69,11 @@ def test_lag_uses_the_running_stacks_database_and_refuses_when_it_is_stopped(tmp
     (line,) = stopped.stderr.strip().splitlines()
     assert "the stack is not running" in line and "chunkyard stack up" in line, stopped.stderr
     assert not (home / "pg").exists()
+
+
+def test_lag_in_a_fresh_project_says_there_is_no_index_yet(tmp_path: Path) -> None:
+    """No stack, nothing indexed: the embedded database is new, and `lag` says so in words."""
+    (tmp_path / "chunkyard.yaml").write_text("collections: {}\n", encoding="utf-8")
+    done = _lag(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == "No index yet: `chunkyard index` builds them."

@@ -209,7 +209,7 @@ def walk_entries(
                 files, folders = _list_folder(fd, prefix, wanted)
             except OSError as exc:
                 unlisted.append(UnlistedFolder(rel, f"cannot list folder: {exc.strerror or exc}"))
-                files, folders = [], []
+                files, folders = [], []  # nothing of it listed
             if folders:  # held until the last sub-folder is opened from it
                 opened = _OpenFolder(fd, len(folders))
                 pending.extend((opened, sub, prefix + sub) for sub in reversed(folders))
@@ -232,7 +232,8 @@ def _list_folder(
     """(the wanted non-folder entries, the names of the plain sub-folders) of the open folder `fd`, sorted."""
     with os.scandir(fd) as listing:
         entries = sorted(listing, key=lambda e: e.name)
-    files, folders = [], []
+    files: list[FolderEntry] = []
+    folders: list[str] = []
     for entry in entries:
         try:
             is_folder = entry.is_dir(follow_symlinks=False)
