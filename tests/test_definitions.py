@@ -186,6 +186,8 @@ def test_docker_compose_parses_and_wires_the_services() -> None:
         "dagster-daemon",
         "query",
         "ui-proxy",
+        "prometheus",  # scrapes the query service's /metrics (tests/test_compose_observability.py)
+        "grafana",
     }
     assert services["postgres"]["image"] == POSTGRES_IMAGE
     assert "healthcheck" in services["postgres"]

@@ -105,13 +105,25 @@ def test_metrics_need_an_admin_key_unless_opened(searcher: Searcher, monkeypatch
     assert opened.get("/v1/indexes").status_code == 401  # only /metrics is opened
 
 
-def test_one_search_traces_its_stages(searcher: Searcher, index_name: str) -> None:
+@pytest.fixture(scope="module")
+def exporter():
+    """The in-memory exporter of this test process's tracer provider (the SDK allows one per process)."""
     from chunkyard.retrieval import telemetry
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     exporter = InMemorySpanExporter()
-    # the first tracer provider of this test process (the SDK allows one per process)
     assert telemetry.configure_tracing(exporter) is not None
+    yield exporter
+    exporter.shutdown()  # later tests' spans are not kept
+
+
+def _no_secrets(spans, *secrets: str) -> None:
+    for span in spans:
+        for value in span.attributes.values():
+            assert not any(secret in str(value) for secret in secrets), (span.name, value)
+
+
+def test_one_search_traces_its_stages(searcher: Searcher, index_name: str, exporter) -> None:
     http = TestClient(create_app(searcher, api_key=KEY))  # instrumented: tracing is configured now
     exporter.clear()
     body = {"query": QUERY, "index": index_name, "k": 2, "mode": "hybrid"}
@@ -125,9 +137,34 @@ def test_one_search_traces_its_stages(searcher: Searcher, index_name: str) -> No
     assert (
         search.attributes["chunkyard.index"] == index_name and search.attributes["chunkyard.mode"] == "hybrid"
     )
-    trace_ids = {span.context.trace_id for span in spans}
-    assert len(trace_ids) == 1  # one trace: the stages are children of the request
-    for span in spans:
-        for value in span.attributes.values():
-            assert QUERY not in str(value) and TEXT not in str(value) and KEY not in str(value), span.name
-    exporter.shutdown()  # later tests' spans are not kept
+    assert len({span.context.trace_id for span in spans}) == 1  # one trace: the stages are children
+    _no_secrets(spans, QUERY, TEXT, KEY)
+
+
+def test_indexing_steps_and_embedding_server_calls_are_spans(searcher: Searcher, embedder, exporter) -> None:
+    from chunkyard.pipeline.graph import INDEX_KINDS, run_index_steps
+    from chunkyard.retrieval.endpoint_embedder import EndpointEmbedder
+    from chunkyard.retrieval.endpoint_settings import EndpointSettings
+
+    from tests.fake_embedding_server import FakeEmbeddingServer
+
+    spec = make_spec(chunker={"strategy": "recursive", "size": 64, "overlap": 0})
+    searcher.store.documents.sync(spec.collection, [Document("a.md", TEXT)], [])
+    exporter.clear()
+    run_index_steps(searcher.store, spec, embedder)
+    steps = {span.name: span for span in exporter.get_finished_spans() if span.name.startswith("index.")}
+    assert sorted(steps) == sorted(f"index.{kind}" for kind in INDEX_KINDS)
+    assert all(span.attributes["index"] == str(spec.name) for span in steps.values())
+    with FakeEmbeddingServer() as server:
+        settings = EndpointSettings.from_options(
+            {"backend": "openai", "url": server.url, "model": server.model}
+        )
+        exporter.clear()
+        EndpointEmbedder("all-MiniLM-L6-v2", settings).embed([TEXT, QUERY])
+    calls = [span for span in exporter.get_finished_spans() if span.name == "embedding_server.request"]
+    assert (
+        calls
+        and calls[0].attributes["texts"] == 2
+        and calls[0].attributes["http.response.status_code"] == 200
+    )
+    _no_secrets(calls, QUERY, TEXT)

@@ -305,7 +305,7 @@ def test_cli_keys_and_audit(searcher: Searcher, pg_url: str, two_indexes, monkey
     )
 
 
-def test_expiry_in_the_past_is_refused_by_the_ring(searcher: Searcher) -> None:
+def test_an_expiry_in_the_past_is_refused() -> None:
     with pytest.raises(ApiKeyError, match="in the past"):
         parse_expiry((datetime.now(UTC) - timedelta(days=1)).isoformat())
 
@@ -335,3 +335,15 @@ def test_the_ui_proxy_takes_stored_admin_keys(searcher: Searcher, two_indexes) -
         searcher.store.keys.revoke(admin_name, actor="test")
         time.sleep(1.0)
         assert proxy.get("/runs", headers={"Authorization": f"Bearer {admin}"}).status_code == 401
+
+
+def test_changes_outside_the_service_are_audited_as_local(searcher: Searcher, two_indexes) -> None:
+    """`chunkyard alias set/rollback` (the library without a key) is logged as `local:<user>`."""
+    alias = _unique("cli-alias")
+    aliases.set_alias(searcher.store, alias, two_indexes[0])
+    aliases.set_alias(searcher.store, alias, two_indexes[1])
+    aliases.rollback(searcher.store, alias)
+    entries = searcher.store.audit.entries(target=alias)
+    assert [e.action for e in entries] == ["alias.rollback", "alias.set", "alias.set"]
+    assert all(e.actor.startswith("local") for e in entries)
+    assert entries[0].before["index"] == two_indexes[1] and entries[0].after["index"] == two_indexes[0]

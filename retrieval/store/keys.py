@@ -10,10 +10,27 @@ import psycopg
 from chunkyard.retrieval.keys import ApiKey, ApiKeyError, check_name, check_scope, new_token, token_hash
 from chunkyard.retrieval.store.audit import record
 from chunkyard.retrieval.store.pool import Pool
+from psycopg import sql
 
-_COLUMNS = (
-    "name, scope, collections, created_at, created_by, expires_at, revoked_at, rate_per_s, max_concurrent"
+_COLUMNS = sql.SQL(", ").join(
+    sql.Identifier(column)
+    for column in (
+        "name",
+        "scope",
+        "collections",
+        "created_at",
+        "created_by",
+        "expires_at",
+        "revoked_at",
+        "rate_per_s",
+        "max_concurrent",
+    )
 )
+
+
+def _select(where: str) -> sql.Composed:
+    """`SELECT <the key's columns> FROM api_keys <where>` (`where` is this module's own text)."""
+    return sql.SQL("SELECT {} FROM api_keys " + where).format(_COLUMNS)
 
 
 def _key(row: tuple[Any, ...]) -> ApiKey:
@@ -62,8 +79,10 @@ class ApiKeys:
             if conn.execute("SELECT 1 FROM api_keys WHERE name = %s", (name,)).fetchone():
                 raise ApiKeyError(f"name: a key named {name!r} exists already (names are never reused)")
             row = conn.execute(
-                f"INSERT INTO api_keys (name, token_hash, scope, collections, created_by, expires_at,"
-                f" rate_per_s, max_concurrent) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING {_COLUMNS}",
+                sql.SQL(
+                    "INSERT INTO api_keys (name, token_hash, scope, collections, created_by, expires_at,"
+                    " rate_per_s, max_concurrent) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING {}"
+                ).format(_COLUMNS),
                 (name, token_hash(token), scope, list(wanted), actor, expires_at, rate_per_s, max_concurrent),
             ).fetchone()
             key = _key(row)
@@ -73,21 +92,19 @@ class ApiKeys:
     def by_token(self, token: str) -> ApiKey | None:
         """The key a token belongs to (active or not), None when no key has it."""
         with self._pool.connection() as conn:
-            row = conn.execute(
-                f"SELECT {_COLUMNS} FROM api_keys WHERE token_hash = %s", (token_hash(token),)
-            ).fetchone()
+            row = conn.execute(_select("WHERE token_hash = %s"), (token_hash(token),)).fetchone()
         return None if row is None else _key(row)
 
     def get(self, name: str) -> ApiKey | None:
         with self._pool.connection() as conn:
-            row = conn.execute(f"SELECT {_COLUMNS} FROM api_keys WHERE name = %s", (name,)).fetchone()
+            row = conn.execute(_select("WHERE name = %s"), (name,)).fetchone()
         return None if row is None else _key(row)
 
     def list(self) -> list[ApiKey]:
         """Every key, revoked and expired ones included (their status says which)."""
         with self._pool.connection() as conn:
             try:
-                rows = conn.execute(f"SELECT {_COLUMNS} FROM api_keys ORDER BY name").fetchall()
+                rows = conn.execute(_select("ORDER BY name")).fetchall()
             except psycopg.errors.UndefinedTable:
                 return []
         return [_key(row) for row in rows]
@@ -115,9 +132,7 @@ class ApiKeys:
     def revoke(self, name: str, *, actor: str) -> ApiKey:
         """Revoke a key now; every service refuses it within a second (their key caches expire)."""
         with self._pool.connection() as conn, conn.transaction():
-            row = conn.execute(
-                f"SELECT {_COLUMNS} FROM api_keys WHERE name = %s FOR UPDATE", (name,)
-            ).fetchone()
+            row = conn.execute(_select("WHERE name = %s FOR UPDATE"), (name,)).fetchone()
             if row is None:
                 raise ApiKeyError(f"name: no key named {name!r}")
             before = _key(row)
@@ -127,7 +142,10 @@ class ApiKeys:
                 )
             after = _key(
                 conn.execute(
-                    f"UPDATE api_keys SET revoked_at = now() WHERE name = %s RETURNING {_COLUMNS}", (name,)
+                    sql.SQL("UPDATE api_keys SET revoked_at = now() WHERE name = %s RETURNING {}").format(
+                        _COLUMNS
+                    ),
+                    (name,),
                 ).fetchone()
             )
             record(conn, actor, "key.revoke", name, before.as_dict(), after.as_dict())
