@@ -142,7 +142,7 @@ def test_one_search_traces_its_stages(searcher: Searcher, index_name: str, expor
 
 
 def test_indexing_steps_and_embedding_server_calls_are_spans(searcher: Searcher, embedder, exporter) -> None:
-    from chunkyard.pipeline.graph import INDEX_KINDS, run_index_steps
+    from chunkyard.pipeline.graph import STEP_NAMES, run_index_steps
     from chunkyard.retrieval.endpoint_embedder import EndpointEmbedder
     from chunkyard.retrieval.endpoint_settings import EndpointSettings
 
@@ -153,7 +153,7 @@ def test_indexing_steps_and_embedding_server_calls_are_spans(searcher: Searcher,
     exporter.clear()
     run_index_steps(searcher.store, spec, embedder)
     steps = {span.name: span for span in exporter.get_finished_spans() if span.name.startswith("index.")}
-    assert sorted(steps) == sorted(f"index.{kind}" for kind in INDEX_KINDS)
+    assert sorted(steps) == sorted(f"index.{name}" for name in STEP_NAMES)
     assert all(span.attributes["index"] == str(spec.name) for span in steps.values())
     with FakeEmbeddingServer() as server:
         settings = EndpointSettings.from_options(
