@@ -41,7 +41,7 @@ def build(
 ) -> tuple[str, dict]:
     from chunkyard.chunking.documents.folder import load_folder
     from chunkyard.retrieval.config import IndexSpec, load_index_configs
-    from chunkyard.retrieval.indexing import build_index
+    from chunkyard.pipeline.graph import build_index
 
     documents, failures = load_folder(folder, include)
     if failures:

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from chunkyard.chunking.types import Document
 from chunkyard.retrieval.api.admission import Admission, AdmissionLimits
-from chunkyard.retrieval.indexing import build_index
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.service import create_app
 from chunkyard.retrieval.store import Store

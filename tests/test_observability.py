@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval.indexing import build_index
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.key_admin import create_key
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.service import create_app
