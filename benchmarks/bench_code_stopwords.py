@@ -19,10 +19,10 @@ import tempfile
 from pathlib import Path
 
 from chunkyard.chunking.documents.folder import load_folder
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.db import embedded_database_url
 from chunkyard.retrieval.embedder import load_embedder
-from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.store import Store
 

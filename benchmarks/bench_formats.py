@@ -24,10 +24,10 @@ from pathlib import Path
 
 from chunkyard.chunking.documents.files import load_file
 from chunkyard.chunking.types import Document
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.db import embedded_database_url
 from chunkyard.retrieval.embedder import load_embedder
-from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.store import Store
 

@@ -40,8 +40,8 @@ def build(
     store: Any, embedder: Any, collection: str, folder: Path, include: list[str], reuse: bool = False
 ) -> tuple[str, dict]:
     from chunkyard.chunking.documents.folder import load_folder
-    from chunkyard.retrieval.config import IndexSpec, load_index_configs
     from chunkyard.pipeline.graph import build_index
+    from chunkyard.retrieval.config import IndexSpec, load_index_configs
 
     documents, failures = load_folder(folder, include)
     if failures:

@@ -32,10 +32,10 @@ from pathlib import Path
 
 import httpx
 from chunkyard.chunking.types import Document
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.config_checks import load_index_specs
 from chunkyard.retrieval.db import embedded_database_url
 from chunkyard.retrieval.embedder import embedder_for_config
-from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.key_admin import create_key
 from chunkyard.retrieval.store import Store
 

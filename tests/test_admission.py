@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval.api.admission import Admission, AdmissionLimits
 from chunkyard.pipeline.graph import build_index
+from chunkyard.retrieval.api.admission import Admission, AdmissionLimits
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.service import create_app
 from chunkyard.retrieval.store import Store

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from chunkyard.chunking.types import Document
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval import aliases
 from chunkyard.retrieval.api.rate_limits import Limits
 from chunkyard.retrieval.client import AccessDeniedError, AuthenticationError, Client, RateLimitedError
-from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.key_admin import create_key
 from chunkyard.retrieval.keys import ApiKeyError, parse_expiry, token_hash
 from chunkyard.retrieval.query import Searcher
