@@ -38,7 +38,7 @@ from pathlib import Path
 
 import httpx
 from chunkyard.retrieval.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.db import embedded_database_url
+from chunkyard.retrieval.db import embedded_database_url, stop_embedded_servers
 from chunkyard.retrieval.embedder import shared_embedder
 from chunkyard.retrieval.names import DEFAULT_CONFIG
 from chunkyard.retrieval.store import Store
@@ -242,6 +242,8 @@ def main() -> None:
     finally:
         for _, process in running.values():
             stop_service(process)
+        store.close()
+        stop_embedded_servers()  # the services were its other users; the last one out stops it
     load_after = os.getloadavg()
     write(args.output, results, args, load_before, load_after)
 

@@ -27,7 +27,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Iterable
 from http.cookies import CookieError, SimpleCookie
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, unquote_plus, urlencode, urlsplit
 
 import httpx
 from chunkyard.chunking.environment import env_int
@@ -134,6 +134,17 @@ def same_origin(connection: HTTPConnection) -> bool:
     return urlsplit(origin).netloc.lower() == connection.headers.get("host", "").lower()
 
 
+def without_key(query: str, key: str) -> str:
+    """The query string less every parameter holding the key (`?api_key=...` is never accepted, and
+    must not reach the webserver's log either); unchanged when none does."""
+    if key not in unquote_plus(query):
+        return query
+    kept = [
+        (name, value) for name, value in parse_qsl(query, keep_blank_values=True) if key not in value + name
+    ]
+    return urlencode(kept)
+
+
 def _forward_headers(
     raw: Iterable[tuple[bytes, bytes]], drop: frozenset[str] = frozenset()
 ) -> list[tuple[bytes, bytes]]:
@@ -174,7 +185,7 @@ def build_app(upstream: str, key: str, stored: StoredKeys | None = None) -> Star
             headers.append((b"cookie", cookies.encode("latin-1")))
         outgoing = client.build_request(
             request.method,
-            httpx.URL(path=request.url.path, query=request.url.query.encode("latin-1")),
+            httpx.URL(path=request.url.path, query=without_key(request.url.query, key).encode("latin-1")),
             headers=headers,
             content=request.stream(),
         )
@@ -202,8 +213,9 @@ def build_app(upstream: str, key: str, stored: StoredKeys | None = None) -> Star
         from websockets.exceptions import ConnectionClosed
 
         target = base.replace("http", "ws", 1) + websocket.url.path
-        if websocket.url.query:
-            target += f"?{websocket.url.query}"
+        query = without_key(websocket.url.query, key)
+        if query:
+            target += f"?{query}"
         offered = websocket.scope.get("subprotocols") or None
         async with connect(target, subprotocols=offered, open_timeout=10, max_size=None) as upstream_ws:
             await websocket.accept(subprotocol=upstream_ws.subprotocol)

@@ -112,11 +112,11 @@ def create_app(
 
 
 def serve(host: str = "127.0.0.1", port: int = 8000, **app_options: Any) -> None:
-    """Run the service with uvicorn, warm (what `chunkyard serve` does)."""
-    import uvicorn
+    """Run the service with uvicorn, warm, with the server limits and redacted log of `chunkyard serve`."""
+    from chunkyard.retrieval.server_limits import serve as serve_app
 
     app_options.setdefault("warm", True)
-    uvicorn.run(create_app(**app_options), host=host, port=port)
+    serve_app(create_app(**app_options), host, port, secrets=[app_options.get("api_key") or ""])
 
 
 def __getattr__(name: str) -> Any:

@@ -151,6 +151,8 @@ def test_the_key_is_never_logged_or_forwarded(proxy: tuple[str, Path]) -> None:
     assert _get(f"{base}/server_info", _basic(KEY + "x"))[0] == 401
     assert _get(f"{base}/server_info?api_key={KEY}")[0] == 401  # never accepted, and never logged
     assert _get(f"{base}/{KEY}/x?token=t0ken123")[0] == 401
+    # with the key given properly too, the one in the query is not forwarded to the webserver
+    assert _get(f"{base}/server_info?api_key={KEY}&probe=2", {"Authorization": f"Bearer {KEY}"})[0] == 200
     for log in ("proxy.log", "web.log"):
         text = (folder / log).read_text(encoding="utf-8", errors="replace")
         assert KEY not in text and "t0ken123" not in text, log

@@ -31,8 +31,8 @@ TURNOVER_WEIGHT = 0.1  # weight of the newest gap between two slots coming free 
 
 
 def default_slots() -> int:
-    """Two searches per CPU: one embeds the query while the other waits on Postgres."""
-    return max(2, 2 * (os.cpu_count() or 1))
+    """Two searches per CPU (one embeds its query while the other waits on Postgres), at least 4."""
+    return max(4, 2 * (os.cpu_count() or 1))
 
 
 @dataclass(frozen=True)
