@@ -65,7 +65,7 @@ def materialize_result(context: AssetExecutionContext, report: StepReport) -> Ma
     metadata.update({key: MetadataValue.text(_id_list(ids)) for key, ids in report.ids.items()})
     metadata.update({key: MetadataValue.md(text) for key, text in report.markdown.items()})
     metadata.update({key: MetadataValue.path(path) for key, path in report.paths.items()})
-    if report.failures or "documents_failed" in report.metadata:
+    if report.failures is not None:  # the documents step's: a table the UI shows and the CLI reads
         rows = [TableRecord({"file": f.path, "reason": f.reason}) for f in report.failures[:FAILURE_ROWS]]
         metadata["failures"] = MetadataValue.table(rows, schema=FAILURE_SCHEMA)
     return MaterializeResult(

@@ -42,7 +42,7 @@ class IndexStep:
 
     name: str
     reads: tuple[str, ...]
-    run: StepFunction
+    function: StepFunction
     checks: tuple[DeclaredCheck, ...]
     code_version: str
     settings: tuple[str, ...]
@@ -56,7 +56,7 @@ INDEX_STEPS: tuple[IndexStep, ...] = (
     IndexStep(
         name="chunks",
         reads=(),
-        run=chunks.step_chunks,
+        function=chunks.step_chunks,
         checks=chunks.CHECKS,
         code_version=chunks.CODE_VERSION,
         settings=("chunker", "embedding_model"),
@@ -68,7 +68,7 @@ INDEX_STEPS: tuple[IndexStep, ...] = (
     IndexStep(
         name="embeddings",
         reads=("chunks",),
-        run=embeddings.step_embeddings,
+        function=embeddings.step_embeddings,
         checks=embeddings.CHECKS,
         code_version=embeddings.CODE_VERSION,
         settings=("chunker", "embedding_model", "embedder"),
@@ -80,7 +80,7 @@ INDEX_STEPS: tuple[IndexStep, ...] = (
     IndexStep(
         name="bm25",
         reads=("chunks",),
-        run=bm25.step_bm25,
+        function=bm25.step_bm25,
         checks=(),
         code_version=bm25.CODE_VERSION,
         settings=("chunker", "embedding_model", "bm25"),
@@ -92,7 +92,7 @@ INDEX_STEPS: tuple[IndexStep, ...] = (
     IndexStep(
         name="publish",
         reads=("embeddings", "bm25"),
-        run=publish.step_publish,
+        function=publish.step_publish,
         checks=publish.CHECKS,
         code_version=publish.CODE_VERSION,
         settings=("chunker", "embedding_model", "embedder", "bm25"),
@@ -151,7 +151,7 @@ def run_step(
     `index.<step>` when OTEL_* asks for traces)."""
     configure_tracing()
     with span(f"index.{declared.name}", index=str(spec.name), step=declared.name):
-        return declared.run(store, spec, embedder if declared.uses_embedder(spec.config) else None, run)
+        return declared.function(store, spec, embedder if declared.uses_embedder(spec.config) else None, run)
 
 
 def run_index_steps(

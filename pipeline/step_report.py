@@ -40,8 +40,8 @@ class StepReport:
     """One step's outcome, in plain values: the Dagster assets turn it into metadata and check
     results, `chunkyard eval` into its tables. Numbers stay numbers (the UI plots them).
 
-    `failures`: the files that produced no document (documents step), as typed rows; `stage`: the
-    indexing stage's own report (index steps), for callers that read its fields."""
+    `failures`: the files that produced no document (the documents step's; None for other steps);
+    `stage`: the indexing stage's own report (index steps), for callers that read its fields."""
 
     metadata: dict[str, Scalar] = field(default_factory=dict)
     ids: dict[str, list[str]] = field(default_factory=dict)
@@ -49,5 +49,5 @@ class StepReport:
     paths: dict[str, str] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    failures: list[DocumentFailure] = field(default_factory=list)
+    failures: list[DocumentFailure] | None = None
     stage: StageReport | None = None
