@@ -193,10 +193,11 @@ def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: s
     from chunkyard.retrieval.store import Store
 
     collection = unique_name("l")
+    # 200 words pass `check` (200 <= 256), but "word17" is two of the model's tokens: only the run can know
     words = " ".join(f"word{i} alpha beta gamma" for i in range(200))  # ~800 words, far over 256 tokens
     indexes = {
         "indexes": {
-            "words-300": {"chunker": {"strategy": "token", "size": 300, "overlap": 0, "tokenizer": "words"}}
+            "words-200": {"chunker": {"strategy": "token", "size": 200, "overlap": 0, "tokenizer": "words"}}
         }
     }
     _, indexes_path, collections_path = write_project(
@@ -206,17 +207,17 @@ def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: s
     with instance_for_test() as instance:
         result = _materialize_all(defs, instance, raise_on_error=False)
         assert not result.success  # an error-level check is blocking: nothing after it runs
-        check = check_results(result)[f"{collection}/words_300/chunks:within_model_token_limit"]
+        check = check_results(result)[f"{collection}/words_200/chunks:within_model_token_limit"]
         assert not check.passed and check.severity == AssetCheckSeverity.ERROR
         assert check.metadata["chunks_over_limit"].value >= 1
         assert check.metadata["model_token_limit"].value == 256
-        assert f"{collection}/words_300/publish" not in materializations(result)
-    info = Store(env).indexes.info(f"{collection}/words-300") or {}
+        assert f"{collection}/words_200/publish" not in materializations(result)
+    info = Store(env).indexes.info(f"{collection}/words-200") or {}
     assert not info.get("published_at") and not info.get("chunk_count")  # never published
     # A config that allows truncation passes the same chunks and reports the truncated share.
     check = check_token_limit(
         Store(env),
-        f"{collection}/words-300",
+        f"{collection}/words-200",
         get_tokenizer("model"),
         256,
         allow_truncation=True,
@@ -235,14 +236,14 @@ def test_a_failed_blocking_check_leaves_the_previous_version_published(tmp_path:
     collection = unique_name("b")
     indexes = {
         "indexes": {
-            "words-300": {"chunker": {"strategy": "token", "size": 300, "overlap": 0, "tokenizer": "words"}}
+            "words-200": {"chunker": {"strategy": "token", "size": 200, "overlap": 0, "tokenizer": "words"}}
         }
     }
     docs_dir, indexes_path, collections_path = write_project(
         tmp_path, collection, docs={"short.txt": "The zyxomorphic llama eats hay."}, indexes=indexes
     )
     defs = build_definitions(indexes_path, collections_path, database_url=env)
-    name = f"{collection}/words-300"
+    name = f"{collection}/words-200"
     store = Store(env)
     with instance_for_test() as instance:
         assert _materialize_all(defs, instance).success
@@ -253,11 +254,11 @@ def test_a_failed_blocking_check_leaves_the_previous_version_published(tmp_path:
         (docs_dir / "short.txt").write_text(" ".join(f"word{i} alpha beta gamma" for i in range(200)))
         result = _materialize_all(defs, instance, raise_on_error=False)
         assert not result.success
-        check = check_results(result)[f"{collection}/words_300/chunks:within_model_token_limit"]
+        check = check_results(result)[f"{collection}/words_200/chunks:within_model_token_limit"]
         assert not check.passed
         done = materializations(result)
-        assert f"{collection}/words_300/chunks" in done
-        assert not {f"{collection}/words_300/{kind}" for kind in ("embeddings", "bm25", "publish")} & set(
+        assert f"{collection}/words_200/chunks" in done
+        assert not {f"{collection}/words_200/{kind}" for kind in ("embeddings", "bm25", "publish")} & set(
             done
         )
         after = store.indexes.info(name)
