@@ -4,17 +4,22 @@ file repeats, give a code file its score?
 Corpus: the demo collection (docs/*.md) and, for the mixed folder, the same docs plus this repository's
 chunking/documents/*.py. Questions: the demo set (evaluation/datasets/demo_questions.jsonl); all are
 about the docs, so a code file in the top 2 is an unrelated hit. Each setup is indexed in the real
-Postgres with the real model (recursive 256, `analyzer: auto`, hybrid); reported per search mode:
-hit@5 (the question's document in the top 5) and the questions with a code file in their top 2.
+Postgres with the real model (recursive 256, hybrid): with `analyzer: auto` (English here, so code is
+analysed with English stop words), and the mixed folder with `analyzer: standard` (what `auto` picks
+as the main analyzer of a folder mostly in a language without stop-word list, CJK for one: code is
+then analysed without stop words). Each is searched before (the query analysed as the index reads,
+stop words and all) and after (`retrieval.query_terms`: the query's stop words dropped), side by side
+in one run; reported per search mode: hit@5 (the question's document in the top 5) and the number
+of questions with a code file in their top 2.
 
-    python -m benchmarks.bench_code_stopwords [label]   # one JSON line per setup and mode
+    python -m benchmarks.bench_code_stopwords   # one JSON line per setup, variant and mode
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -23,15 +28,20 @@ from chunkyard.retrieval.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.db import embedded_database_url
 from chunkyard.retrieval.embedder import load_embedder
 from chunkyard.retrieval.indexing import build_index
-from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.query import Searcher, lexical
+from chunkyard.retrieval.query.context import ranking
+from chunkyard.retrieval.query_terms import query_terms
 from chunkyard.retrieval.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 QUESTIONS = REPO / "evaluation" / "datasets" / "demo_questions.jsonl"
 
 
+def _keep_stop_words(analyzer):
+    return analyzer  # "before": the query's terms as the index's analyzers give them
+
+
 def main() -> None:
-    label = sys.argv[1] if len(sys.argv) > 1 else "current"
     work = Path(tempfile.mkdtemp(prefix="bench-code-stop-"))
     demo, mixed = work / "demo", work / "mixed"
     shutil.copytree(REPO / "docs", demo)
@@ -43,20 +53,23 @@ def main() -> None:
     embedder = load_embedder("all-MiniLM-L6-v2")
     searcher = Searcher(store, embedder)
     questions = [json.loads(line) for line in QUESTIONS.read_text(encoding="utf-8").splitlines() if line]
-    for name, folder in (("demo", demo), ("mixed", mixed)):
+    setups = (("demo", demo, "auto"), ("mixed", mixed, "auto"), ("mixed-standard", mixed, "standard"))
+    for name, folder, analyzer in setups:
         documents, _ = load_folder(folder, ["**/*.md", "**/*.py"])
         spec = IndexSpec(
             name,
             IndexConfig(
                 name="bench",
                 chunker={"strategy": "recursive", "size": 256, "tokenizer": "model"},
-                bm25={"analyzer": "auto"},
+                bm25={"analyzer": analyzer},
                 hybrid={"fusion": "rrf", "rrf_k": 60, "candidates": 50},
             ),
         )
         store.documents.sync(name, documents, [])
         build_index(store, spec, embedder)
-        for mode in ("bm25", "hybrid"):
+        for label, mode in itertools.product(("before", "after"), ("bm25", "hybrid")):
+            lexical.query_terms = _keep_stop_words if label == "before" else query_terms
+            ranking.query_terms = lexical.query_terms
             hits = code_top2 = 0
             for question in questions:
                 results = searcher.search(question["question"], str(spec.name), k=5, mode=mode)
