@@ -94,6 +94,7 @@ def test_scanned_pdf_is_read_page_by_page_with_confidence(
 def test_image_page_inside_a_text_pdf_is_read_and_the_text_pages_kept(tmp_path: Path) -> None:
     doc = load_file(_mixed_pdf(tmp_path))
     assert doc.metadata["pages"] == 3 and doc.metadata["ocr_pages"] == [2]
+    assert "ocr" not in doc.metadata  # its chunks' `page` and `ocr_pages` say which text came from OCR
     starts = doc.metadata["page_starts"]
     assert doc.text.index("Harbour rules") < starts[1] <= doc.text.index(UK.lines[0]) < starts[2]
     assert doc.text.endswith("Page three.")
