@@ -119,7 +119,9 @@ def test_multi_page_tiff_and_a_photo_of_a_page(tmp_path: Path) -> None:
     backdrop = Image.new("L", (photo.width + 160, photo.height + 120), 90)  # the desk around the sheet
     backdrop.paste(photo, (80, 50))
     backdrop.convert("RGB").save(tmp_path / "photo.jpg", quality=70)
-    assert EN.lines[3] in load_file(tmp_path / "photo.jpg").text
+    # tilted 2.5 degrees on a grey desk: a few characters may be misread
+    read = load_file(tmp_path / "photo.jpg").text
+    assert cer("\n".join(EN.lines), read, "en") < 0.05, read
 
 
 def test_an_ocr_page_is_cached_by_content_hash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

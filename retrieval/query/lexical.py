@@ -16,7 +16,6 @@ from chunkyard.retrieval import bm25 as bm25_lib
 from chunkyard.retrieval.options import SearchError
 from chunkyard.retrieval.query.fusion import Candidates
 from chunkyard.retrieval.query.handles import IndexHandle, IndexHandles
-from chunkyard.retrieval.query_terms import query_terms
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.indexes import split_index_name
 
@@ -44,7 +43,7 @@ class LexicalCandidates:
         n: int,
         filters: dict[str, Any] | None,
     ) -> Candidates:
-        terms = query_terms(handle.analyzer).analyze(query)  # no stop words (retrieval.query_terms)
+        terms = handle.analyzer.analyze(query)
         if not terms:
             return []
         if self.backend == "memory" and not filters:

@@ -18,7 +18,6 @@ from chunkyard.retrieval.query.context.statistics import ContextStatistics
 from chunkyard.retrieval.query.fusion import Ranked
 from chunkyard.retrieval.query.handles import IndexHandle
 from chunkyard.retrieval.query.plan import Query
-from chunkyard.retrieval.query_terms import query_terms
 
 
 def fuse_with_context(
@@ -113,7 +112,7 @@ def rank_with_context(
     plan, mode = query.plan, query.plan.mode
     context = ContextQuery(
         plan.context,
-        query_terms(handle.analyzer).analyze(query.text) if mode != "dense" else None,
+        handle.analyzer.analyze(query.text) if mode != "dense" else None,
         query.vector if mode != "bm25" else None,
     )
     candidates = [cid for cid, _ in fused]
