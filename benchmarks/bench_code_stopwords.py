@@ -4,25 +4,32 @@ file repeats, give a code file its score?
 Corpus: the demo collection (docs/*.md) and, for the mixed folder, the same docs plus this repository's
 chunking/documents/*.py. Questions: the demo set (evaluation/datasets/demo_questions.jsonl); all are
 about the docs, so a code file in the top 2 is an unrelated hit. Each setup is indexed in the real
-Postgres with the real model (recursive 256, `analyzer: auto`, hybrid); reported per search mode:
-hit@5 (the question's document in the top 5) and the questions with a code file in their top 2.
+Postgres with the real model (recursive 256, hybrid): with `analyzer: auto` (English here, so code is
+analysed with English stop words) and with `analyzer: standard` (what `auto` picks as the main analyzer
+of a folder mostly in a language without a stop-word list, CJK for one: code was then analysed
+keeping "what", "is", "the"). Each is indexed twice, side by side in one run: before (code chunks'
+terms as the main analyzer gives them) and after (`retrieval.code_terms`: English stop words dropped
+from code chunks' terms). Reported per search mode: hit@5 (the question's document in the top 5) and
+the number of questions with a code file in their top 2.
 
-    python -m benchmarks.bench_code_stopwords [label]   # one JSON line per setup and mode
+    python -m benchmarks.bench_code_stopwords   # one JSON line per setup, variant and mode
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 from chunkyard.chunking.documents.folder import load_folder
 from chunkyard.pipeline.graph import build_index
+from chunkyard.retrieval.code_terms import code_terms
 from chunkyard.retrieval.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.db import embedded_database_url
 from chunkyard.retrieval.embedder import load_embedder
+from chunkyard.retrieval.indexing import bm25 as terms_module
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.store import Store
 
@@ -30,11 +37,13 @@ REPO = Path(__file__).resolve().parent.parent
 QUESTIONS = REPO / "evaluation" / "datasets" / "demo_questions.jsonl"
 
 
+def _keep_stop_words(terms: list[str]) -> list[str]:
+    return terms  # "before": code chunks' terms as the main analyzer gives them
+
+
 def main() -> None:
-    label = sys.argv[1] if len(sys.argv) > 1 else "current"
     work = Path(tempfile.mkdtemp(prefix="bench-code-stop-"))
-    demo, mixed = work / "demo", work / "mixed"
-    shutil.copytree(REPO / "docs", demo)
+    mixed = work / "mixed"
     shutil.copytree(REPO / "docs", mixed)
     for path in sorted((REPO / "chunking" / "documents").glob("*.py")):
         shutil.copy(path, mixed / path.name)
@@ -43,18 +52,20 @@ def main() -> None:
     embedder = load_embedder("all-MiniLM-L6-v2")
     searcher = Searcher(store, embedder)
     questions = [json.loads(line) for line in QUESTIONS.read_text(encoding="utf-8").splitlines() if line]
-    for name, folder in (("demo", demo), ("mixed", mixed)):
+    setups = (("mixed", mixed, "auto"), ("mixed-standard", mixed, "standard"))  # docs/ alone: no code
+    for (name, folder, analyzer), label in itertools.product(setups, ("before", "after")):
+        terms_module.code_terms = _keep_stop_words if label == "before" else code_terms
         documents, _ = load_folder(folder, ["**/*.md", "**/*.py"])
         spec = IndexSpec(
-            name,
+            f"{name}-{label}",
             IndexConfig(
                 name="bench",
                 chunker={"strategy": "recursive", "size": 256, "tokenizer": "model"},
-                bm25={"analyzer": "auto"},
+                bm25={"analyzer": analyzer},
                 hybrid={"fusion": "rrf", "rrf_k": 60, "candidates": 50},
             ),
         )
-        store.documents.sync(name, documents, [])
+        store.documents.sync(spec.collection, documents, [])
         build_index(store, spec, embedder)
         for mode in ("bm25", "hybrid"):
             hits = code_top2 = 0

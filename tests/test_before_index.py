@@ -27,7 +27,9 @@ def test_search_and_serve_before_any_index(tmp_path: Path) -> None:
     project = tmp_path / "proj"
     docs = tmp_path / "docs"
     docs.mkdir()
-    (docs / "a.md").write_text("# A\n\nThis short English note has not been indexed yet, so nothing can find it.\n")
+    (docs / "a.md").write_text(
+        "# A\n\nThis short English note has not been indexed yet, so nothing can find it.\n"
+    )
     for argv in (["init", str(project)], ["add", "mine", str(docs)]):
         assert (
             subprocess.run(

@@ -94,6 +94,7 @@ def test_scanned_pdf_is_read_page_by_page_with_confidence(
 def test_image_page_inside_a_text_pdf_is_read_and_the_text_pages_kept(tmp_path: Path) -> None:
     doc = load_file(_mixed_pdf(tmp_path))
     assert doc.metadata["pages"] == 3 and doc.metadata["ocr_pages"] == [2]
+    assert "ocr" not in doc.metadata  # its chunks' `page` and `ocr_pages` say which text came from OCR
     starts = doc.metadata["page_starts"]
     assert doc.text.index("Harbour rules") < starts[1] <= doc.text.index(UK.lines[0]) < starts[2]
     assert doc.text.endswith("Page three.")
@@ -118,7 +119,9 @@ def test_multi_page_tiff_and_a_photo_of_a_page(tmp_path: Path) -> None:
     backdrop = Image.new("L", (photo.width + 160, photo.height + 120), 90)  # the desk around the sheet
     backdrop.paste(photo, (80, 50))
     backdrop.convert("RGB").save(tmp_path / "photo.jpg", quality=70)
-    assert EN.lines[3] in load_file(tmp_path / "photo.jpg").text
+    # tilted 2.5 degrees on a grey desk: a few characters may be misread
+    read = load_file(tmp_path / "photo.jpg").text
+    assert cer("\n".join(EN.lines), read, "en") < 0.05, read
 
 
 def test_an_ocr_page_is_cached_by_content_hash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

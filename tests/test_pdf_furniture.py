@@ -92,3 +92,29 @@ def test_furniture_rules() -> None:
     # two pages: too few to call a line repeated, but a bare page number still goes
     assert drop_furniture(["Title\nA\n1", "Title\nB\n2"])[0] == ["Title\nA", "Title\nB"]
     assert join_hyphenated("exam-\nple and X-\nRay, 10-\n12") == "example and X-\nRay, 10-\n12"
+
+
+def test_a_ruled_pdf_table_becomes_a_markdown_table_in_place(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_pdf import PdfPages
+
+    with PdfPages(tmp_path / "fleet.pdf") as pdf:
+        figure = plt.figure(figsize=(8.27, 11.69))
+        figure.text(0.08, 0.9, "Fleet list for the summer season.", fontsize=11)
+        axes = figure.add_axes((0.1, 0.5, 0.8, 0.3))
+        axes.axis("off")
+        rows = [["Aurora", "Vigo", "14"], ["Boreas", "Cadiz", "9"], ["Calypso", "Bilbao", "21"]]
+        axes.table(cellText=rows, colLabels=["vessel", "home port", "crew"], loc="center")
+        figure.text(0.08, 0.3, "Crews change every second Monday.", fontsize=11)
+        pdf.savefig(figure)
+        plt.close(figure)
+    doc = load_file(tmp_path / "fleet.pdf")
+    assert doc.text == (
+        "Fleet list for the summer season.\n\n| vessel | home port | crew |\n| --- | --- | --- |\n"
+        "| Aurora | Vigo | 14 |\n| Boreas | Cadiz | 9 |\n| Calypso | Bilbao | 21 |\n\n"
+        "Crews change every second Monday."
+    )
+    assert doc.metadata["table_pages"] == [1] and doc.metadata["tables"] == 1

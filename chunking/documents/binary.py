@@ -68,8 +68,10 @@ def parse_pdf(data: bytes) -> Parsed:
         raise bound_hit(exc, "PDF") or UnusableFile(
             f"broken or unreadable PDF: {type(exc).__name__}: {exc}"
         ) from None
-    pages, cleaned = clean_pdf_pages(data, pages)  # by column, furniture dropped (documents.furniture)
-    pages, ocr = read_scanned_pdf_pages(data, pages)  # scanned pages read by OCR (documents.scanned)
+    # read by column, ruled tables as Markdown, furniture dropped (chunking.documents.furniture); then
+    # the scanned pages read by OCR (chunking.documents.scanned)
+    pages, cleaned = clean_pdf_pages(data, pages)
+    pages, ocr = read_scanned_pdf_pages(data, pages)
     text, starts = join_blocks(pages)
     if not text.strip():
         why = ocr["ocr_failures"][0] if ocr.get("ocr_failures") else "no page has text or a scanned image"

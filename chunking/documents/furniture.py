@@ -14,6 +14,8 @@ import re
 from collections import Counter
 from typing import Any
 
+from chunkyard.chunking.documents.pdf_tables import pdf_table_pages
+
 EDGE_LINES = 2  # lines at the top and at the bottom of a page looked at as possible furniture
 MIN_PAGES = 3  # furniture is what repeats: a document needs this many pages to tell
 REPEATED_SHARE = 0.5  # a line at the edge of at least this share of the pages is furniture
@@ -35,6 +37,8 @@ def clean_pdf_pages(data: bytes, pages: list[str]) -> tuple[list[str], dict[str,
     if columns:
         pages = [columns.get(i, text) for i, text in enumerate(pages)]
         extra["columns_pages"] = sorted(i + 1 for i in columns)
+    pages, tables = pdf_table_pages(data, pages)  # ruled tables as Markdown (chunking.documents.pdf_tables)
+    extra.update(tables)
     pages, dropped = drop_furniture(pages)
     if dropped:
         extra["furniture_lines_dropped"] = dropped

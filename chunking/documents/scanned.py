@@ -3,9 +3,9 @@
 A PDF page whose text layer is (nearly) empty and that holds an image is rendered (pypdfium2) and
 read by `chunking.documents.ocr`; the other pages keep their text layer. Each page keeps its
 number (`page_starts`), and the document says which pages were read by OCR and how sure it was
-(`ocr_pages`, `ocr_confidence`). A page that cannot be read is named with its reason in
-`ocr_failures` while the rest of the file is kept; pages left when the file's time bound runs out
-are named the same way. OCR can be turned off per collection (`ocr: false`): `ocr_enabled`.
+(`ocr_pages`, `ocr_confidence`; `ocr: true` when all its text came from OCR; chunks copy them). A
+page that cannot be read is named with its reason in `ocr_failures` while the rest of the file is
+kept; pages left when the file's time bound runs out are named the same way. OCR can be turned off per collection (`ocr: false`): `ocr_enabled`.
 """
 
 from __future__ import annotations
@@ -151,7 +151,10 @@ def read_scanned_pdf_pages(data: bytes, pages: list[str]) -> tuple[list[str], di
             text = run.read(i + 1, len(pages), cache_key(data, f"pdf:{i}"), render)
             if text.strip():
                 out[i] = text
-        return out, run.metadata()
+        extra = run.metadata()
+        if any(_visible(text) for i, text in enumerate(pages) if i not in scanned):
+            extra.pop("ocr", None)  # text pages too: `ocr_pages` and each chunk's `page` tell which
+        return out, extra
     finally:
         pdf.close()
 

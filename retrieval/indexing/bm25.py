@@ -6,6 +6,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from chunkyard.retrieval.code_terms import code_terms
 from chunkyard.retrieval.config import IndexSpec
 from chunkyard.retrieval.indexing.stage_reports import Bm25StageReport, IndexingError
 from chunkyard.retrieval.indexing.staging import analyze_staged, clear_staging, merge_stage_report, staged_run
@@ -53,8 +54,8 @@ def stage_bm25(
         drop_next_tables(conn, index_name)
         # each chunk in its document's language (code chunks, with a `language`, in the main analyzer's)
         rows = conn.execute(
-            "SELECT chunk_id, embed_text, CASE WHEN metadata ? 'language' THEN NULL ELSE metadata->>%s END"
-            " FROM staged_chunks WHERE index_name = %s",
+            "SELECT chunk_id, embed_text, CASE WHEN metadata ? 'language' THEN NULL ELSE metadata->>%s END,"
+            " metadata ? 'language' FROM staged_chunks WHERE index_name = %s",
             (METADATA_KEY, index_name),
         ).fetchall()
         # a large full build's postings go straight into the next version's table, keyed here, so its
@@ -71,8 +72,10 @@ def stage_bm25(
                     ["text", "text", "text", "int4", "int4"] if swapping else ["text"] * 3 + ["int4"]
                 )
                 lengths = []
-                for done, (chunk_id, embed_text, language) in enumerate(rows, 1):
+                for done, (chunk_id, embed_text, language, is_code) in enumerate(rows, 1):
                     terms = analysis.for_language(language).analyze(embed_text)
+                    if is_code:  # never scored for a question's stop words (retrieval.code_terms)
+                        terms = code_terms(terms)
                     lengths.append((index_name, chunk_id, len(terms)))
                     counts = Counter(terms)
                     df.update(counts.keys())
