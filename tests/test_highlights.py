@@ -60,6 +60,10 @@ def test_the_snippet_is_around_the_highlight_and_marks_its_cuts() -> None:
     assert "The answer is 472 consultas." in shown
     assert shown.startswith("...") and shown.endswith("...") and len(shown) < 140
     assert snippet("short text", 0, None) == "short text"
+    long = "The answer " + "goes on and on " * 40 + "until it ends."
+    (whole,) = find_highlights(long, 0, {}, set(ENGLISH.analyze("answer")), ENGLISH)
+    assert whole.text == long and snippet(long, 0, whole, width=100).startswith("The answer goes on")
+    assert len(snippet(long, 0, whole, width=100)) <= 110
 
 
 def test_slides_are_cut_apart_unless_tiny() -> None:
