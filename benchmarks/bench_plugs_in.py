@@ -226,6 +226,7 @@ def write_report(args: argparse.Namespace, results: dict, times: dict, built: fl
         "",
         f"The {len(off) // args.repeat} demo questions on the demo index, in process (query embedding included),",
         f"highlights off and on interleaved per question, {args.repeat} rounds ({len(off)} searches each).",
+        "Off is today's search: the same stages, the highlights stage skipped (`highlights=False`).",
         "",
         "| highlights | median ms | p95 ms |",
         "| --- | --- | --- |",

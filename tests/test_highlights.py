@@ -60,6 +60,10 @@ def test_the_snippet_is_around_the_highlight_and_marks_its_cuts() -> None:
     assert "The answer is 472 consultas." in shown
     assert shown.startswith("...") and shown.endswith("...") and len(shown) < 140
     assert snippet("short text", 0, None) == "short text"
+    long = "The answer " + "goes on and on " * 40 + "until it ends."
+    (whole,) = find_highlights(long, 0, {}, set(ENGLISH.analyze("answer")), ENGLISH)
+    assert whole.text == long and snippet(long, 0, whole, width=100).startswith("The answer goes on")
+    assert len(snippet(long, 0, whole, width=100)) <= 110
 
 
 def test_slides_are_cut_apart_unless_tiny() -> None:
@@ -126,3 +130,28 @@ def test_highlights_can_be_turned_off_and_survive_the_json_round_trip(located) -
     (plain,) = searcher.search("When does the fuel dock close in winter?", index, k=1, highlights=False)
     assert plain.highlights == [] and plain.snippet == "" and "highlight_ms" not in plain.timings
     assert plain.chunk_id == hit.chunk_id
+
+
+def test_chunkyard_search_shows_the_snippet_and_the_highlights_page() -> None:
+    from chunkyard.orchestration.cli_search import shown, where
+    from chunkyard.retrieval.query.highlights import Highlight
+
+    mark = Highlight(60, 91, "A berth costs 2,60 $ per metre.", 3.0, page=2)
+    hit = SearchResult(
+        chunk_id="c",
+        doc_id="guide.pdf",
+        start=0,
+        end=120,
+        text="x" * 120,
+        metadata={"page": 1, "page_end": 3, "page_breaks": [50, 100]},
+        scores={},
+        rank=1,
+        highlights=[mark],
+        snippet="Mooring fees. A berth costs 2,60 $ per metre. Water",
+        page=2,
+    )
+    assert where(hit) == " (pages 1-3, highlight on page 2)"
+    assert shown(hit) == hit.snippet
+    assert shown(hit, bold=True) == "Mooring fees. \033[1mA berth costs 2,60 $ per metre.\033[0m Water"
+    plain = SearchResult("c", "notes.md", 0, 5, "short", {}, {}, 1)
+    assert where(plain) == "" and shown(plain) == "short"

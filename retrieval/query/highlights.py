@@ -152,15 +152,15 @@ def find_highlights(
 
 
 def snippet(text: str, start: int, highlight: Highlight | None, width: int = SNIPPET_CHARS) -> str:
-    """About `width` characters of the chunk around its first highlight (whitespace collapsed; `...` where
-    cut); the chunk's start without a highlight."""
+    """About `width` characters of the chunk around its first highlight, or its start when the highlight is
+    longer (whitespace collapsed; `...` where cut); the chunk's start without a highlight."""
     if highlight is None:
         lo, hi = 0, width
     else:
         a, b = highlight.start - start, highlight.end - start
-        room = max(0, width - (b - a))
+        room = max(0, width - (b - a))  # a highlight longer than the snippet: its first `width` characters
         lo = max(0, a - room // 3)
-        hi = max(b, lo + width)
+        hi = lo + width
         lo = _word_start(text, lo)
     hi = _word_end(text, min(len(text), hi))
     body = " ".join(text[lo:hi].split())
