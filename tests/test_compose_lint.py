@@ -184,7 +184,10 @@ def test_the_image_and_make_install_the_locked_versions() -> None:
     assert "COPY requirements/ requirements/" in (REPO_ROOT / "docker" / "Dockerfile").read_text()
     makefile = (REPO_ROOT / "Makefile").read_text(encoding="utf-8")
     assert "CONSTRAINTS := requirements/constraints.txt" in makefile
-    assert "$(BIN)/pip install --progress-bar on -c $(CONSTRAINTS) -e '.[dev,langchain,llamaindex,mcp]'" in makefile
+    assert (
+        "$(BIN)/pip install --progress-bar on -c $(CONSTRAINTS) -e '.[dev,langchain,llamaindex,mcp]'"
+        in makefile
+    )
     assert re.search(r"^lock:", makefile, re.M)
 
     pins: dict[str, str] = {}
