@@ -1,13 +1,14 @@
 """Budget stage: results trimmed to a context budget counted in the downstream LLM's tokens.
 
 `fit_to_budget` keeps whole results in rank order while they fit `max_context_tokens`; each result
-after the first that does not fit gets a share of what is left (the rest divided by the results
-left, at least `MIN_PIECE_TOKENS`) and is cut to its best run of sentences: the sentence sharing the
-most analysed terms with the query, grown towards its better-scoring neighbour while the run fits.
-A sentence longer than its share is split at whitespace (clauses in Thai, words elsewhere), and a
-piece still too long is cut to its best window of tokens. Every trimmed result keeps an exact span of its
-document (`text == document[start:end]`), and the results' token counts add up to at most the
-budget (each result's count is `scores["llm_tokens"]`; a trimmed one also has `scores["trimmed"]`).
+after the first that does not fit is cut to its best run of sentences: the sentence sharing the most
+analysed terms with the query (taken while it fits what is left), grown towards its better-scoring
+neighbour while the run stays within a fair share (what is left divided by the results left, at
+least `MIN_PIECE_TOKENS`); a later result that fits its share whole stays whole. A sentence longer
+than what is left is split at whitespace (clauses in Thai, words elsewhere), and a piece still too
+long is cut to its best window of tokens. Every trimmed result keeps an exact span of its document
+(`text == document[start:end]`), and the results' token counts add up to at most the budget (each
+result's count is `scores["llm_tokens"]`; a trimmed one also has `scores["trimmed"]`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from chunkyard.chunking.sentences import sentence_spans
 from chunkyard.chunking.tokenizers import Tokenizer, get_tokenizer
 from chunkyard.retrieval.query.results import SearchResult
 
-MIN_PIECE_TOKENS = 16  # a share below this is not worth a result: the lower-ranked ones are dropped
+MIN_PIECE_TOKENS = 16  # with less left than this nothing more is trimmed (a whole result may still fit)
 _NOT_SPACE = re.compile(r"\S+")
 Terms = Callable[[str], list[str]]
 Span = tuple[int, int]
@@ -40,21 +41,16 @@ def fit_to_budget(
     trimming = False
     for position, result in enumerate(results):
         count = tokenizer.count(result.text)
-        if not trimming and count <= left:
+        if count <= left and (not trimming or count <= left // (len(results) - position)):
             result.scores["llm_tokens"] = float(count)
             kept.append(result)
             left -= count
             continue
         trimming = True
-        share = min(left, max(left // (len(results) - position), MIN_PIECE_TOKENS))
-        if share < MIN_PIECE_TOKENS and share < count:
-            break
-        if count <= share:
-            result.scores["llm_tokens"] = float(count)
-            kept.append(result)
-            left -= count
-            continue
-        span = best_span(result.text, wanted, terms, share, tokenizer)
+        if left < MIN_PIECE_TOKENS:
+            continue  # a later, shorter result may still fit whole
+        share = max(left // (len(results) - position), MIN_PIECE_TOKENS)
+        span = best_span(result.text, wanted, terms, left, tokenizer, grow_to=share)
         if span is None:
             continue
         trimmed = _trimmed(result, span, tokenizer)
@@ -63,8 +59,12 @@ def fit_to_budget(
     return kept
 
 
-def best_span(text: str, wanted: set[str], terms: Terms, budget: int, tokenizer: Tokenizer) -> Span | None:
-    """The best-scoring run of `text`'s sentences (or clauses, or words) that fits `budget` tokens."""
+def best_span(
+    text: str, wanted: set[str], terms: Terms, budget: int, tokenizer: Tokenizer, grow_to: int | None = None
+) -> Span | None:
+    """The best-scoring run of `text`'s sentences (or clauses, or words) within `budget` tokens: the
+    best sentence, then its neighbours while the run stays within `grow_to` (default `budget`)."""
+    limit = budget if grow_to is None else min(budget, grow_to)
     pieces = _pieces(text, budget, tokenizer)
     if not pieces:
         return None
@@ -80,7 +80,7 @@ def best_span(text: str, wanted: set[str], terms: Terms, budget: int, tokenizer:
         side = "after" if after >= before else "before"
         i = last + 1 if side == "after" else first - 1
         s, e = (start, pieces[i][1]) if side == "after" else (pieces[i][0], end)
-        if tokenizer.count(text[s:e]) <= budget:
+        if tokenizer.count(text[s:e]) <= limit:
             start, end = s, e
             first, last = min(first, i), max(last, i)
             grow[side] = first > 0 if side == "before" else last < len(pieces) - 1
