@@ -225,7 +225,10 @@ class SearchOptions:
         le=MAX_CONTEXT_TOKENS,
     )
     llm_tokenizer: str | None = _option(
-        LLM_TOKENIZERS[0], "The LLM tokenizer max_context_tokens counts in.", "choice", choices=LLM_TOKENIZERS
+        None,
+        "The LLM encoding max_context_tokens counts in (default: cl100k_base).",
+        "choice",
+        choices=LLM_TOKENIZERS,
     )
 
     def __post_init__(self) -> None:
