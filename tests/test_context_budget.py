@@ -108,3 +108,26 @@ def test_results_fit_the_budget_in_cl100k_tokens_with_exact_spans(
             assert [r.chunk_id for r in served] == [r.chunk_id for r in whole[: len(served)]]
         untouched = searcher.search(question, spec.name, k=5, max_context_tokens=whole_tokens)
         assert [(r.start, r.end) for r in untouched] == [(r.start, r.end) for r in whole]
+
+
+def test_the_http_api_trims_to_the_budget_and_rejects_a_bad_one(store: Store, embedder) -> None:
+    from chunkyard.retrieval.service import create_app
+    from fastapi.testclient import TestClient
+
+    from tests.test_indexing_support import ParagraphChunker
+
+    text = (
+        "Trains leave every hour from the coastal station. The night train runs on Fridays in summer.\n\n"
+        "The library opens at nine. The community garden is near the bus station and has forty beds."
+    )
+    spec = make_spec(bm25={"analyzer": "english"})
+    store.documents.sync(spec.collection, [Document("a.md", text)], [])
+    build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
+    http = TestClient(create_app(Searcher(store, embedder)), raise_server_exceptions=False)
+    body = {"query": "where is the community garden", "index": spec.name, "k": 2, "mode": "bm25"}
+    results = http.post("/v1/search", json={**body, "max_context_tokens": 20}).json()["results"]
+    assert results and sum(CL100K.count(r["text"]) for r in results) <= 20
+    assert "community garden" in results[0]["text"]
+    assert all(r["text"] == text[r["start"] : r["end"]] for r in results)
+    bad = http.post("/v1/search", json={**body, "max_context_tokens": 0})
+    assert bad.status_code == 422 and "max_context_tokens" in bad.text
