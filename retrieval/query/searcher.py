@@ -32,6 +32,7 @@ from chunkyard.retrieval.languages import crosses_languages
 from chunkyard.retrieval.names import IndexName, IndexRef
 from chunkyard.retrieval.options import HNSW_MAX_EF, ResolvedSearch, SearchError, SearchOptions, SearchRequest
 from chunkyard.retrieval.query import coarse as coarse_stage
+from chunkyard.retrieval.query.budget import fit_to_budget, llm_tokenizer
 from chunkyard.retrieval.query.collapse import collapse_identical_texts
 from chunkyard.retrieval.query.context import Layouts, rank_with_context
 from chunkyard.retrieval.query.dense import QueryEmbedder, checked_vectors, dense_candidates, embed_queries
@@ -335,6 +336,10 @@ class Searcher:
         if plan.include_parent and out:
             with timed(timings, "parent_ms"):
                 attach_parents(self.store, handle, out, rows)
+        if plan.max_context_tokens is not None and out:
+            with timed(timings, "budget_ms"):
+                tokenizer = llm_tokenizer(plan.llm_tokenizer)
+                out = fit_to_budget(out, query.text, handle.analyzer, plan.max_context_tokens, tokenizer)
         if coarse is None:
             return out, gap, None
         timings["total_ms"] = (time.perf_counter() - started) * 1000 + timings.get("embed_ms", 0.0)

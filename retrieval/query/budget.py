@@ -1,0 +1,136 @@
+"""Budget stage: results trimmed to a context budget counted in the downstream LLM's tokens.
+
+`fit_to_budget` keeps whole results in rank order while they fit `max_context_tokens`; each result
+after the first that does not fit is cut to its best run of sentences: the sentence sharing the most
+analysed terms with the query (taken while it fits what is left), grown towards its better-scoring
+neighbour while the run stays within a fair share (what is left divided by the results left, at
+least `MIN_PIECE_TOKENS`); a later result that fits its share whole stays whole. A sentence longer
+than what is left is split at whitespace (clauses in Thai, words elsewhere), and a piece still too
+long is cut to its best window of tokens. Every trimmed result keeps an exact span of its document
+(`text == document[start:end]`), and the results' token counts add up to at most the budget (each
+result's count is `scores["llm_tokens"]`; a trimmed one also has `scores["trimmed"]`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from chunkyard.chunking.sentences import sentence_spans
+from chunkyard.chunking.tokenizers import Tokenizer, get_tokenizer
+from chunkyard.retrieval.query.results import SearchResult
+
+MIN_PIECE_TOKENS = 16  # with less left than this nothing more is trimmed (a whole result may still fit)
+_NOT_SPACE = re.compile(r"\S+")
+Terms = Callable[[str], list[str]]
+Span = tuple[int, int]
+
+
+def llm_tokenizer(name: str) -> Tokenizer:
+    """The tokenizer of the LLM encoding `name` (`cl100k_base`: tiktoken's, shipped offline)."""
+    return get_tokenizer(name)
+
+
+def fit_to_budget(
+    results: Sequence[SearchResult], query: str, terms: Terms, budget: int, tokenizer: Tokenizer
+) -> list[SearchResult]:
+    """`results` (best first) within `budget` tokens in all: whole, then trimmed (see the module)."""
+    wanted = set(terms(query))
+    kept: list[SearchResult] = []
+    left = budget
+    trimming = False
+    for position, result in enumerate(results):
+        count = tokenizer.count(result.text)
+        if count <= left and (not trimming or count <= left // (len(results) - position)):
+            result.scores["llm_tokens"] = float(count)
+            kept.append(result)
+            left -= count
+            continue
+        trimming = True
+        if left < MIN_PIECE_TOKENS:
+            continue  # a later, shorter result may still fit whole
+        share = max(left // (len(results) - position), MIN_PIECE_TOKENS)
+        span = best_span(result.text, wanted, terms, left, tokenizer, grow_to=share)
+        if span is None:
+            continue
+        trimmed = _trimmed(result, span, tokenizer)
+        kept.append(trimmed)
+        left -= int(trimmed.scores["llm_tokens"])
+    return kept
+
+
+def best_span(
+    text: str, wanted: set[str], terms: Terms, budget: int, tokenizer: Tokenizer, grow_to: int | None = None
+) -> Span | None:
+    """The best-scoring run of `text`'s sentences (or clauses, or words) within `budget` tokens: the
+    best sentence, then its neighbours while the run stays within `grow_to` (default `budget`)."""
+    limit = budget if grow_to is None else min(budget, grow_to)
+    pieces = _pieces(text, budget, tokenizer)
+    if not pieces:
+        return None
+    scores = [len(wanted.intersection(terms(text[s:e]))) for s, e in pieces]
+    first = last = max(range(len(pieces)), key=lambda i: (scores[i], -i))
+    start, end = pieces[first]
+    if tokenizer.count(text[start:end]) > budget:
+        return _token_window(text, (start, end), wanted, terms, budget, tokenizer)
+    grow = {"before": first > 0, "after": last < len(pieces) - 1}
+    while grow["before"] or grow["after"]:
+        before = scores[first - 1] if grow["before"] else -1
+        after = scores[last + 1] if grow["after"] else -1
+        side = "after" if after >= before else "before"
+        i = last + 1 if side == "after" else first - 1
+        s, e = (start, pieces[i][1]) if side == "after" else (pieces[i][0], end)
+        if tokenizer.count(text[s:e]) <= limit:
+            start, end = s, e
+            first, last = min(first, i), max(last, i)
+            grow[side] = first > 0 if side == "before" else last < len(pieces) - 1
+        else:
+            grow[side] = False
+    return start, end
+
+
+def _pieces(text: str, budget: int, tokenizer: Tokenizer) -> list[Span]:
+    """Sentence spans of `text`; one longer than `budget` tokens split at whitespace."""
+    pieces: list[Span] = []
+    for start, end in sentence_spans(text) or [(0, len(text))]:
+        if tokenizer.count(text[start:end]) <= budget:
+            pieces.append((start, end))
+            continue
+        words = [m.span() for m in _NOT_SPACE.finditer(text, start, end)]
+        pieces.extend(words or [(start, end)])
+    return pieces
+
+
+def _token_window(
+    text: str, span: Span, wanted: set[str], terms: Terms, budget: int, tokenizer: Tokenizer
+) -> Span | None:
+    """The window of `text[span]`, on token boundaries and within `budget` tokens, that shares the most
+    terms with the query (windows overlap by half; the earliest wins a tie)."""
+    start, end = span
+    tokens = tokenizer.spans(text[start:end])
+    size = min(budget, len(tokens))
+    best: tuple[int, Span] | None = None
+    starts = list(range(0, max(1, len(tokens) - size), max(1, size // 2)))
+    for first in [*starts, max(0, len(tokens) - size)]:
+        last = min(first + size, len(tokens)) - 1
+        while last >= first:
+            cut = (start + tokens[first][0], start + tokens[last][1])
+            if tokenizer.count(text[cut[0] : cut[1]]) <= budget:
+                break
+            last -= 1
+        if last < first:
+            continue
+        score = len(wanted.intersection(terms(text[cut[0] : cut[1]])))
+        if best is None or score > best[0]:
+            best = (score, cut)
+    return None if best is None else best[1]
+
+
+def _trimmed(result: SearchResult, span: Span, tokenizer: Tokenizer) -> SearchResult:
+    """`result` cut to `span` (offsets into its text), its document span moved with it."""
+    s, e = span
+    text = result.text[s:e]
+    result.scores["llm_tokens"] = float(tokenizer.count(text))
+    result.scores["trimmed"] = 1.0
+    result.start, result.end, result.text = result.start + s, result.start + e, text
+    return result
