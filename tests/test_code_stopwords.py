@@ -4,9 +4,9 @@ keeps stop words (`standard`): on the real Postgres with the real model."""
 from __future__ import annotations
 
 from chunkyard.chunking.types import Document
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.code_terms import code_terms
 from chunkyard.retrieval.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.indexing import build_index
 from chunkyard.retrieval.query import Searcher
 
 CODE = (
