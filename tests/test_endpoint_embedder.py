@@ -200,9 +200,11 @@ def test_config_load_checks_the_endpoint_and_its_model_shapes_the_config_hash(tm
         load_index_configs(bad)
     defaults = "defaults:\n  embedder: {backend: onnx, quantize: int8, batch_size: 32}\nindexes:\n  remote:\n"
     entry = "    chunker: {strategy: token, size: 64}\n    embedder: {backend: openai, url: 'http://127.0.0.1:1/v1', model: m"
-    bad.write_text(defaults + entry + "}\n")
+    bad.write_text(defaults + entry + "}\n")  # the defaults' int8 does not apply to a server: dropped
+    assert "quantize" not in load_index_configs(bad)["remote"].embedder
+    bad.write_text(defaults + entry + ", quantize: int8}\n")  # written on the config: refused
     with pytest.raises(SettingsError, match=r"indexes.remote.embedder.quantize"):
-        load_index_configs(bad)  # the bundled defaults' int8 must be turned off, as for static
+        load_index_configs(bad)
     bad.write_text(defaults + entry + ", quantize: null}\n")
     assert load_index_configs(bad)["remote"].embedder["model"] == "m"
     chunker = {"strategy": "token", "size": 64}
