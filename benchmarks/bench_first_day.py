@@ -121,7 +121,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--vs", nargs=2, metavar=("OLD", "NEW"), required=True, help="two chunkyard commands")
     parser.add_argument(
-        "--interrupt-share", type=float, default=0.6, help="of the embedding step, before SIGINT"
+        "--interrupt-share",
+        type=float,
+        default=0.6,
+        help="of the embedding step, after BM25's, before SIGINT",
     )
     parser.add_argument("--output", type=Path, default=RESULTS / "first_day.md")
     args = parser.parse_args()
