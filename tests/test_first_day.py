@@ -384,3 +384,10 @@ def test_a_request_naming_no_index_reads_the_project_s_default_in_the_service_an
         server.shutdown()
     assert "index" not in sent[0]  # the service decides: its project's default index
     assert sent[1]["index"] == "mine/token-256" and sent[1]["k"] == 3
+
+
+def test_a_batch_is_one_model_call_with_the_model_s_prompt_counted() -> None:
+    """e5's `passage: ` prompt is part of each text the encoder pads: a batch stays within one call."""
+    tokens = {h: 500 for h in "abcdefgh"}
+    assert [len(b) for b in embeddings.token_batches(list(tokens), tokens)] == [4, 4]  # 4 x 500 <= 2048
+    assert [len(b) for b in embeddings.token_batches(list(tokens), tokens, 100)] == [3, 3, 2]  # 3 x 600
