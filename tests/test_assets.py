@@ -186,9 +186,11 @@ def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: s
 
     collection = unique_name("l")
     words = " ".join(f"word{i} alpha beta gamma" for i in range(200))  # ~800 words, far over 256 tokens
+    # 250 words pass `check` (a size over the model's 256 tokens in words is refused before any run),
+    # but `wordN` is several word pieces: the chunks still run over the limit, which the check finds
     indexes = {
         "indexes": {
-            "words-300": {"chunker": {"strategy": "token", "size": 300, "overlap": 0, "tokenizer": "words"}}
+            "words-250": {"chunker": {"strategy": "token", "size": 250, "overlap": 0, "tokenizer": "words"}}
         }
     }
     _, indexes_path, collections_path = write_project(
@@ -198,17 +200,17 @@ def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: s
     with instance_for_test() as instance:
         result = _materialize_all(defs, instance, raise_on_error=False)
         assert not result.success  # an error-level check is blocking: nothing after it runs
-        check = check_results(result)[f"{collection}/words_300/chunks:within_model_token_limit"]
+        check = check_results(result)[f"{collection}/words_250/chunks:within_model_token_limit"]
         assert not check.passed and check.severity == AssetCheckSeverity.ERROR
         assert check.metadata["chunks_over_limit"].value >= 1
         assert check.metadata["model_token_limit"].value == 256
-        assert f"{collection}/words_300/index" not in materializations(result)
-    info = Store(env).indexes.info(f"{collection}/words-300") or {}
+        assert f"{collection}/words_250/index" not in materializations(result)
+    info = Store(env).indexes.info(f"{collection}/words-250") or {}
     assert not info.get("published_at") and not info.get("chunk_count")  # never published
     # A config that allows truncation passes the same chunks and reports the truncated share.
     check = check_token_limit(
         Store(env),
-        f"{collection}/words-300",
+        f"{collection}/words-250",
         get_tokenizer("model"),
         256,
         allow_truncation=True,
