@@ -229,14 +229,14 @@ def test_a_failed_blocking_check_leaves_the_previous_version_published(tmp_path:
     collection = unique_name("b")
     indexes = {
         "indexes": {
-            "words-300": {"chunker": {"strategy": "token", "size": 300, "overlap": 0, "tokenizer": "words"}}
+            "words-250": {"chunker": {"strategy": "token", "size": 250, "overlap": 0, "tokenizer": "words"}}
         }
     }
     docs_dir, indexes_path, collections_path = write_project(
         tmp_path, collection, docs={"short.txt": "The zyxomorphic llama eats hay."}, indexes=indexes
     )
     defs = build_definitions(indexes_path, collections_path, database_url=env)
-    name = f"{collection}/words-300"
+    name = f"{collection}/words-250"
     store = Store(env)
     with instance_for_test() as instance:
         assert _materialize_all(defs, instance).success
@@ -247,11 +247,11 @@ def test_a_failed_blocking_check_leaves_the_previous_version_published(tmp_path:
         (docs_dir / "short.txt").write_text(" ".join(f"word{i} alpha beta gamma" for i in range(200)))
         result = _materialize_all(defs, instance, raise_on_error=False)
         assert not result.success
-        check = check_results(result)[f"{collection}/words_300/chunks:within_model_token_limit"]
+        check = check_results(result)[f"{collection}/words_250/chunks:within_model_token_limit"]
         assert not check.passed
         done = materializations(result)
-        assert f"{collection}/words_300/chunks" in done
-        assert not {f"{collection}/words_300/{kind}" for kind in ("embeddings", "bm25", "index")} & set(done)
+        assert f"{collection}/words_250/chunks" in done
+        assert not {f"{collection}/words_250/{kind}" for kind in ("embeddings", "bm25", "index")} & set(done)
         after = store.indexes.info(name)
         assert after["version"] == published["version"] and after["chunk_count"] == 1
         # The chunks were materialized, but while their blocking check stands failed automation
