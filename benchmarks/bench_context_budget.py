@@ -37,10 +37,10 @@ def main() -> None:
     from chunkyard.chunking.e5_model import MODEL_NAME
     from chunkyard.chunking.tokenizers import get_tokenizer
     from chunkyard.chunking.types import Document
+    from chunkyard.pipeline.graph import build_index
     from chunkyard.retrieval.config import IndexConfig, IndexSpec
     from chunkyard.retrieval.db import embedded_database_url
     from chunkyard.retrieval.embedder import load_embedder
-    from chunkyard.retrieval.indexing import build_index
     from chunkyard.retrieval.query import Searcher
     from chunkyard.retrieval.store import Store
 

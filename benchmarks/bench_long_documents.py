@@ -33,10 +33,10 @@ VARIANTS = ("dense", "bm25", "served")
 def main() -> None:
     from chunkyard.evaluation.datasets import load_dataset
     from chunkyard.evaluation.runner import EvaluationRequest, evaluate_index
+    from chunkyard.pipeline.graph import build_index
     from chunkyard.retrieval.config import IndexSpec, load_index_configs
     from chunkyard.retrieval.db import embedded_database_url
     from chunkyard.retrieval.embedder import load_embedder
-    from chunkyard.retrieval.indexing import build_index
     from chunkyard.retrieval.names import DEFAULT_CONFIG
     from chunkyard.retrieval.query import Searcher
     from chunkyard.retrieval.store import Store

@@ -83,7 +83,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if running is None and took >= SLOW_IN_PROCESS_S:
         print(
             f"hint: {took:.1f} s of it loading the model and the index; `chunkyard serve` keeps them loaded, "
-            "and `chunkyard search` then goes through it (well under a second a query)",
+            "and `chunkyard search` then goes through it (0.8 s a call here: benchmarks/results/first_run.md)",
             file=sys.stderr,
         )
     for hit in results:  # names and text escaped: a document cannot drive the terminal

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from chunkyard.chunking.tokenizers import get_tokenizer
 from chunkyard.chunking.types import Document
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.analysis import shared_analyzer
 from chunkyard.retrieval.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.indexing import build_index
 from chunkyard.retrieval.options import SearchError, SearchOptions
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.query.budget import best_span, fit_to_budget

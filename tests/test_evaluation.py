@@ -495,11 +495,11 @@ def test_eval_stops_before_the_publish_when_an_error_check_fails(pg_url, tmp_pat
     configs = tmp_path / "configs"
     configs.mkdir()
     (configs / "indexes.yaml").write_text(
-        "indexes:\n  words-300:\n    chunker: {strategy: token, size: 300, overlap: 0, tokenizer: words}\n",
+        "indexes:\n  words-250:\n    chunker: {strategy: token, size: 250, overlap: 0, tokenizer: words}\n",
         encoding="utf-8",
     )
     (configs / "collections.yaml").write_text(
-        "collections:\n  gate-test:\n    dataset: gate.yaml\n    indexes: [words-300]\n", encoding="utf-8"
+        "collections:\n  gate-test:\n    dataset: gate.yaml\n    indexes: [words-250]\n", encoding="utf-8"
     )
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -512,13 +512,13 @@ def test_eval_stops_before_the_publish_when_an_error_check_fails(pg_url, tmp_pat
     monkeypatch.setenv("CHUNKYARD_CONFIGS", str(configs))
     monkeypatch.setattr(embedder_module, "embedder_for_config", lambda config: embedder)
     arguments = {
-        "configs": ["words-300"],
+        "configs": ["words-250"],
         "variants": ["dense"],
         "database_url": pg_url,
         "show_progress": False,
     }
     first = run_benchmark(BenchmarkRequest(str(eval_set), **arguments))
-    name = "eval-gate/words-300"
+    name = "eval-gate/words-250"
     published = Store(pg_url).indexes.info(name)
     assert first.reports and published is not None
 

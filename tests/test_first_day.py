@@ -384,3 +384,30 @@ def test_a_request_naming_no_index_reads_the_project_s_default_in_the_service_an
         server.shutdown()
     assert "index" not in sent[0]  # the service decides: its project's default index
     assert sent[1]["index"] == "mine/token-256" and sent[1]["k"] == 3
+
+
+def test_a_batch_is_one_model_call_with_the_model_s_prompt_counted() -> None:
+    """e5's `passage: ` prompt is part of each text the encoder pads: a batch stays within one call."""
+    tokens = {h: 500 for h in "abcdefgh"}
+    assert [len(b) for b in embeddings.token_batches(list(tokens), tokens)] == [4, 4]  # 4 x 500 <= 2048
+    assert [len(b) for b in embeddings.token_batches(list(tokens), tokens, 100)] == [3, 3, 2]  # 3 x 600
+
+
+def test_eval_with_no_dataset_or_collection_evaluates_the_default_index_s_collection(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    from chunkyard.pipeline.benchmark.cli import default_evaluated_collection
+
+    clean_env.chdir(tmp_path)
+    assert default_evaluated_collection() is None  # outside a project: chroma_general, as before
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "q.jsonl").write_text('{"question": "x", "answers": ["y"]}\n')
+    _project(tmp_path, "collections:\n  mine:\n    folders: [docs]\n    indexes: [recursive-256]\n")
+    assert default_evaluated_collection() is None  # no eval_set: nothing of its own to evaluate on
+    _project(
+        tmp_path,
+        "collections:\n  mine:\n    folders: [docs]\n    eval_set: q.jsonl\n    indexes: [recursive-256]\n",
+    )
+    assert default_evaluated_collection() == "mine"
+    clean_env.chdir(REPO_ROOT)
+    assert default_evaluated_collection() == "demo"  # `make eval` names --dataset chroma_general itself

@@ -69,6 +69,14 @@ def test_the_readme_walkthrough_on_a_spanish_and_ukrainian_folder(tmp_path: Path
     first = done.stdout.splitlines()
     assert first[0].startswith("mine/recursive-256-multilingual: "), done.stdout
     assert first[1].split()[1].endswith("huerto.md"), done.stdout
+    # the timings add up to the command's own, and a slow in-process search points to `serve`
+    parts = re.search(
+        r" in (\d+\.\d\d) s \((\d+\.\d\d) s starting, (\d+\.\d\d) s searching\), in-process", first[0]
+    )
+    assert parts, first[0]
+    assert abs(float(parts[1]) - float(parts[2]) - float(parts[3])) <= 0.011, first[0]
+    if float(parts[3]) >= 2.0:
+        assert "`chunkyard serve` keeps them loaded" in done.stderr, done.stderr
 
     # a document's chunks: spans and pages, and the name a user nearly typed
     shown = _run(["chunks", "horario.pdf"], project)

@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--dataset",
         default=None,
         help="chroma_general, a SQuAD .json, or a .jsonl/.yaml eval set (default: the --collection's "
-        f"eval_set, else {CHROMA_GENERAL})",
+        "eval_set; with neither flag, that of the default index's collection (the one `chunkyard search` "
+        f"reads), else {CHROMA_GENERAL})",
     )
     parser.add_argument(
         "--protocol",
@@ -130,6 +131,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def default_evaluated_collection() -> str | None:
+    """The collection `chunkyard eval` evaluates when given neither --dataset nor --collection: the
+    default index's (`retrieval.default_index`), when it has an `eval_set`; else None."""
+    from chunkyard.retrieval.config import load_collections
+    from chunkyard.retrieval.default_index import NoDefaultIndex, default_index
+    from chunkyard.retrieval.project import ProjectError, find_project
+
+    try:
+        if find_project() is None:
+            return None
+        name = default_index().collection
+        collection = load_collections().get(name)
+    except (NoDefaultIndex, ProjectError):
+        return None
+    return name if collection is not None and collection.eval_set else None
+
+
 def _default_output(dataset: str, protocol: str) -> Path:
     from chunkyard.retrieval.project import project_root
 
@@ -143,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         documents = None
+        if args.dataset is None and args.collection is None:
+            args.collection = default_evaluated_collection()  # None: chroma_general, as before
         if args.dataset is None:
             args.dataset, documents = (
                 collection_eval_set(args.collection) if args.collection else (CHROMA_GENERAL, None)

@@ -24,14 +24,16 @@ EMBED_BATCH = 32  # at most this many texts per embedding + cache round trip
 EMBED_BATCH_TOKENS = 2048  # and at most this many padded model tokens (texts x the longest)
 
 
-def token_batches(hashes: list[str], tokens: dict[str, int]) -> list[list[str]]:
+def token_batches(hashes: list[str], tokens: dict[str, int], prompt_tokens: int = 0) -> list[list[str]]:
     """`hashes` longest first, cut into batches of at most EMBED_BATCH texts and EMBED_BATCH_TOKENS
     padded tokens (the batch's size times its first, longest text); a text over the budget goes alone.
 
-    Sorted across all documents, so each batch pads to nearly equal lengths.
+    Sorted across all documents, so each batch pads to nearly equal lengths. `prompt_tokens`: what the
+    model's document prompt (e5's `passage: `) adds to every text, so a batch is one call as the
+    encoder counts it.
     """
     ordered = sorted(hashes, key=lambda h: -tokens.get(h, 0))
-    padded = [max(tokens.get(h, 0), 1) for h in ordered]
+    padded = [max(tokens.get(h, 0), 1) + prompt_tokens for h in ordered]
     batches: list[list[str]] = []
     current: list[str] = []
     longest = 0
@@ -47,6 +49,15 @@ def token_batches(hashes: list[str], tokens: dict[str, int]) -> list[list[str]]:
     return batches
 
 
+def prompt_tokens(embedder: Embedder) -> int:
+    """The tokens the model's document prompt adds to each text (0 without one)."""
+    prefix = (getattr(embedder, "prompts", None) or {}).get("document") or ""
+    if not prefix:
+        return 0
+    with_prompt, without = embedder.tokenizer.count_batch([prefix, ""])
+    return max(int(with_prompt) - int(without), 0)
+
+
 def _computed(
     embedder: Embedder,
     missing: list[str],
@@ -57,7 +68,7 @@ def _computed(
     (`embed_stream`): each answer is cached at once, so a kill loses only unanswered requests."""
     stream = getattr(embedder, "embed_stream", None)
     if stream is None:
-        for batch in token_batches(missing, tokens):
+        for batch in token_batches(missing, tokens, prompt_tokens(embedder)):
             yield batch, embedder.embed([texts_by_hash[h] for h in batch])
         return
     texts = [texts_by_hash[h] for h in missing]
