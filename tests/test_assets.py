@@ -67,10 +67,10 @@ def test_full_graph_materialises_with_checks_evaluation_and_leaderboard(tmp_path
         for config in ("token_48", "recursive_48"):
             prefix = f"{collection}/{config}"
             assert meta[f"{prefix}/chunks"]["chunks_staged"] > 0
-            assert meta[f"{prefix}/index"]["chunks_total"] == meta[f"{prefix}/chunks"]["chunks_staged"]
+            assert meta[f"{prefix}/publish"]["chunks_total"] == meta[f"{prefix}/chunks"]["chunks_staged"]
             # the UI shows how the index's text and queries are analysed (set explicitly: no languages)
-            assert meta[f"{prefix}/index"]["analyzers"] == "english"
-            assert meta[f"{prefix}/index"]["languages"] == "-"
+            assert meta[f"{prefix}/publish"]["analyzers"] == "english"
+            assert meta[f"{prefix}/publish"]["languages"] == "-"
             evaluation = meta[f"{prefix}/evaluation"]
             floats = {k: v for k, v in evaluation.items() if isinstance(v, float)}
             assert any(k.startswith("dense/") for k in floats) and any(k.startswith("bm25/") for k in floats)
@@ -108,6 +108,11 @@ def test_regression_check_flags_drops_beyond_tolerance() -> None:
     assert check.metadata["largest_drop"] == pytest.approx(-0.1)
 
 
+def failure_rows(meta: dict) -> list[tuple[str, str]]:
+    """(file, reason) of the documents asset's failures table: typed rows, read as the CLI reads them."""
+    return [(str(row.data["file"]), str(row.data["reason"])) for row in meta["failures"].records]
+
+
 def test_bad_files_are_reported_and_the_rest_is_indexed(tmp_path: Path, env: str) -> None:
     from chunkyard.assets.definitions import build_definitions
 
@@ -120,9 +125,11 @@ def test_bad_files_are_reported_and_the_rest_is_indexed(tmp_path: Path, env: str
         assert result.success
         meta = materializations(result)[f"{collection}/documents"]
         assert meta["documents_added"] == len(DOCS) and meta["documents_failed"] == 2
-        table = meta["failures"]
-        assert "| `empty.md` | empty file |" in table
-        assert "`latin1.txt` | not valid UTF-8: byte 0xe9 at offset 3" in table
+        rows = failure_rows(meta)
+        assert ("empty.md", "empty file") in rows
+        assert ("latin1.txt", "not valid UTF-8: byte 0xe9 at offset 3") in [
+            (f, r[: len("not valid UTF-8: byte 0xe9 at offset 3")]) for f, r in rows
+        ]
         warnings = [
             e.message
             for e in instance.all_logs(result.run_id)
@@ -147,9 +154,9 @@ def test_missing_folder_is_reported_and_keeps_the_index(tmp_path: Path, env: str
         assert result.success  # the run goes on
         meta = materializations(result)
         docs_meta = meta[f"{collection}/documents"]
-        assert "documents folder not found" in docs_meta["failures"]
+        assert any("documents folder not found" in reason for _, reason in failure_rows(docs_meta))
         assert docs_meta["documents_deleted"] == 0 and docs_meta["documents_unchanged"] == len(DOCS)
-        assert meta[f"{collection}/token_48/index"]["documents_total"] == len(DOCS)
+        assert meta[f"{collection}/token_48/publish"]["documents_total"] == len(DOCS)
         assert any(
             "documents folder not found" in (e.message or "") for e in instance.all_logs(result.run_id)
         )
@@ -173,7 +180,8 @@ def test_two_folders_one_missing_indexes_the_other(tmp_path: Path, env: str) -> 
         meta = materializations(result)
         assert meta[f"{collection}/documents"]["documents_added"] == 1
         assert ids(meta[f"{collection}/token_48/chunks"]["rechunked_documents"]) == ["notes/n.md"]
-        assert "`absent` | documents folder not found" in meta[f"{collection}/documents"]["failures"]
+        rows = failure_rows(meta[f"{collection}/documents"])
+        assert any(f == "absent" and r.startswith("documents folder not found") for f, r in rows)
         step_failures = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE]
         assert step_failures == []
 
@@ -185,9 +193,8 @@ def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: s
     from chunkyard.retrieval.store import Store
 
     collection = unique_name("l")
+    # 250 words pass `check` (250 <= 256), but "word17" is two of the model's tokens: only the run can know
     words = " ".join(f"word{i} alpha beta gamma" for i in range(200))  # ~800 words, far over 256 tokens
-    # 250 words pass `check` (a size over the model's 256 tokens in words is refused before any run),
-    # but `wordN` is several word pieces: the chunks still run over the limit, which the check finds
     indexes = {
         "indexes": {
             "words-250": {"chunker": {"strategy": "token", "size": 250, "overlap": 0, "tokenizer": "words"}}
@@ -204,7 +211,7 @@ def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: s
         assert not check.passed and check.severity == AssetCheckSeverity.ERROR
         assert check.metadata["chunks_over_limit"].value >= 1
         assert check.metadata["model_token_limit"].value == 256
-        assert f"{collection}/words_250/index" not in materializations(result)
+        assert f"{collection}/words_250/publish" not in materializations(result)
     info = Store(env).indexes.info(f"{collection}/words-250") or {}
     assert not info.get("published_at") and not info.get("chunk_count")  # never published
     # A config that allows truncation passes the same chunks and reports the truncated share.
@@ -251,7 +258,9 @@ def test_a_failed_blocking_check_leaves_the_previous_version_published(tmp_path:
         assert not check.passed
         done = materializations(result)
         assert f"{collection}/words_250/chunks" in done
-        assert not {f"{collection}/words_250/{kind}" for kind in ("embeddings", "bm25", "index")} & set(done)
+        assert not {f"{collection}/words_250/{kind}" for kind in ("embeddings", "bm25", "publish")} & set(
+            done
+        )
         after = store.indexes.info(name)
         assert after["version"] == published["version"] and after["chunk_count"] == 1
         # The chunks were materialized, but while their blocking check stands failed automation

@@ -202,9 +202,9 @@ def test_config_load_checks_the_endpoint_and_its_model_shapes_the_config_hash(tm
     entry = "    chunker: {strategy: token, size: 64}\n    embedder: {backend: openai, url: 'http://127.0.0.1:1/v1', model: m"
     bad.write_text(defaults + entry + "}\n")  # the defaults' int8 does not apply to a server: dropped
     assert "quantize" not in load_index_configs(bad)["remote"].embedder
-    bad.write_text(defaults + entry + ", quantize: int8}\n")  # written on the config: refused
+    bad.write_text(defaults + entry + ", quantize: int8}\n")
     with pytest.raises(SettingsError, match=r"indexes.remote.embedder.quantize"):
-        load_index_configs(bad)
+        load_index_configs(bad)  # written in the entry itself: refused
     bad.write_text(defaults + entry + ", quantize: null}\n")
     assert load_index_configs(bad)["remote"].embedder["model"] == "m"
     chunker = {"strategy": "token", "size": 64}
@@ -242,17 +242,19 @@ DOCS = [
 
 
 def test_a_build_records_usage_and_the_cache_keys_on_the_endpoints_model(store, server) -> None:
-    from chunkyard.pipeline.steps.embeddings import embed
+    from chunkyard.pipeline.step_report import StepRun
+    from chunkyard.pipeline.steps.embeddings import step_embeddings
     from chunkyard.retrieval.embedder import embedder_for_config
-    from chunkyard.retrieval.indexing import stage_bm25, stage_chunks
-    from chunkyard.retrieval.indexing.publishing import publish
+    from chunkyard.retrieval.indexing.bm25 import stage_bm25
+    from chunkyard.retrieval.indexing.chunks import stage_chunks
+    from chunkyard.retrieval.indexing.publish import publish
 
     spec = _spec(server, f"ep{uuid.uuid4().hex[:8]}")
     embedder = embedder_for_config(spec.config)
     assert embedder.model_id == "openai:fake-embed"
     store.documents.sync(spec.collection, DOCS, [])
     stage_chunks(store, spec, embedding_model=embedder)
-    step = embed(store, spec, embedder)
+    step = step_embeddings(store, spec, embedder, StepRun())
     metadata = step.metadata
     assert all(check.passed for check in step.checks)
     distinct = metadata["embeddings_computed"]
@@ -271,7 +273,7 @@ def test_a_build_records_usage_and_the_cache_keys_on_the_endpoints_model(store, 
     again = _spec(server, f"ep{uuid.uuid4().hex[:8]}")
     store.documents.sync(again.collection, DOCS, [])
     requests = server.requests
-    from chunkyard.retrieval.indexing import build_index
+    from chunkyard.pipeline.graph import build_index
 
     build_index(store, again, embedder)
     assert server.requests == requests  # every vector from the cache: the endpoint is not asked
@@ -290,9 +292,9 @@ def test_a_build_records_usage_and_the_cache_keys_on_the_endpoints_model(store, 
 
 
 def test_the_service_reports_the_endpoint_in_readyz_and_503s_searches_without_it(store) -> None:
+    from chunkyard.pipeline.graph import build_index
     from chunkyard.retrieval.embedder import embedder_for_config
     from chunkyard.retrieval.endpoint_embedder import forget_shared_endpoint_embedders
-    from chunkyard.retrieval.indexing import build_index
     from chunkyard.retrieval.query import Searcher
     from chunkyard.retrieval.service import ENDPOINT_UNAVAILABLE, create_app
     from fastapi.testclient import TestClient
