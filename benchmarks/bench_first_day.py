@@ -8,7 +8,7 @@ Ctrl-C, to the whole process group) part way through its embedding step, and the
 whose counts say how many chunks came back from the embedding cache and how many were embedded again.
 The model cache is shared (built before); every project has its own embedded Postgres.
 
-`python -m benchmarks.bench_first_day --vs /work/main/.venv/bin/chunkyard .venv/bin/chunkyard`
+`python -m benchmarks.bench_first_day --vs ../before/.venv/bin/chunkyard .venv/bin/chunkyard`
 writes benchmarks/results/first_day.md (`make bench-first-day`).
 """
 

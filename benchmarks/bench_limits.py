@@ -1,6 +1,6 @@
 """Slow clients and overload, before and after the server limits: connections held, latency and refusals.
 
-    python -m benchmarks.bench_limits [--before-repo /work/main --before-python /work/main/.venv/bin/python]
+    python -m benchmarks.bench_limits [--before-repo ../before --before-python ../before/.venv/bin/python]
         [--levels 20 50 200] [--seconds 20] [--slow 300] [--short-body 50] [--hold 75]
 
 Builds `loadtest/recursive-256` from docs/ (as bench_load does) on an embedded Postgres of its own,

@@ -7,7 +7,7 @@ next `chunkyard index` is timed: seconds until it starts indexing ("Indexing ...
 "still waiting" after `--give-up` seconds (then it is stopped with SIGTERM). Writes
 benchmarks/results/faults_not_started.json; `make bench-faults` renders it into faults.md.
 
-    python -m benchmarks.bench_not_started [--baseline /work/main/.venv/bin/python] [--rounds 2]
+    python -m benchmarks.bench_not_started [--baseline ../before/.venv/bin/python] [--rounds 2]
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ deletion is the walk's doing, never a true absence.
 It imports whichever chunkyard its Python has, so one script measures two checkouts:
 
     python benchmarks/bench_symlink_race.py --label after --scans 20000          # this checkout
-    /work/main/.venv/bin/python benchmarks/bench_symlink_race.py --label before  # main's code
+    ../before/.venv/bin/python benchmarks/bench_symlink_race.py --label before  # main's code
 
 Each run adds its counts under its label to benchmarks/results/symlink_race.json;
 `benchmarks/bench_faults.py` renders them into benchmarks/results/faults.md (`race_section`).

@@ -1,10 +1,11 @@
 """The folder walk's cost: 5 scans of a tree of 200 Markdown pages beside 20,000 files in a hidden folder.
 
 The tree is the shape of a documents folder that is also a git checkout (`.git/objects/xx/...`, never
-selected). Run it under two checkouts' Pythons side by side, as benchmarks/results/walk.md does:
+selected). Run it under two checkouts' Pythons, alternating, each as a whole process timed with
+`/usr/bin/time -v`, as benchmarks/results/walk.md does:
 
-    farm-bench -n 9 --vs "/work/main/.venv/bin/python benchmarks/bench_walk.py --tree /tmp/walk-tree" \\
-        -- .venv/bin/python benchmarks/bench_walk.py --tree /tmp/walk-tree
+    /usr/bin/time -v ../before/.venv/bin/python benchmarks/bench_walk.py --tree /tmp/walk-tree
+    /usr/bin/time -v .venv/bin/python benchmarks/bench_walk.py --tree /tmp/walk-tree
 """
 
 from __future__ import annotations
