@@ -24,9 +24,10 @@ import anyio
 from chunkyard.retrieval.aliases import list_aliases
 from chunkyard.retrieval.aliases import resolve as resolve_alias
 from chunkyard.retrieval.config import default_collection
+from chunkyard.retrieval.default_index import named
 from chunkyard.retrieval.integrations.source import hit_metadata, ranking_score
 from chunkyard.retrieval.lag import index_lag
-from chunkyard.retrieval.names import DEFAULT_CONFIG, IndexName, IndexRef
+from chunkyard.retrieval.names import IndexName, IndexRef
 from chunkyard.retrieval.options import MODES, REQUEST_MAX_K, SearchError, SearchOptions
 from chunkyard.retrieval.query.highlights import locate
 from chunkyard.retrieval.query.results import IndexNotFoundError, SearchResult
@@ -55,9 +56,10 @@ def create_server(searcher: Searcher | None = None) -> MCPServer:
 
     @server.tool(structured_output=True)
     async def search(
-        query: str, index: str = DEFAULT_CONFIG, k: int = 5, mode: str | None = None
+        query: str, index: str | None = None, k: int = 5, mode: str | None = None
     ) -> dict[str, Any]:
-        """Search an index or alias for passages answering `query`. `k`: 1-100 hits; `mode`: dense, bm25,
+        """Search an index or alias (default: the project's default index) for passages answering `query`.
+        `k`: 1-100 hits; `mode`: dense, bm25,
         hybrid, hybrid_weighted or hybrid_auto (default: the index's). Each hit has a citation (document,
         span, page or slide), the snippet around its best-matching sentence, and the chunk's text."""
         if not 1 <= k <= REQUEST_MAX_K:
@@ -67,7 +69,7 @@ def create_server(searcher: Searcher | None = None) -> MCPServer:
         options = SearchOptions(k=k, mode=mode)
         results, plan = await _run(lambda: current().search_with_plan(query, index, options))
         return {
-            "index": str(results[0].index) if results else index,
+            "index": str(results[0].index) if results else str(named(index)),
             "mode": plan.mode,
             "k": plan.k,
             "hits": [_hit(hit, plan.mode) for hit in results],
@@ -80,11 +82,11 @@ def create_server(searcher: Searcher | None = None) -> MCPServer:
 
     @server.tool(structured_output=True)
     async def read_span(
-        doc_id: str, index: str = DEFAULT_CONFIG, start: int = 0, end: int = 2000, widen: int = 0
+        doc_id: str, index: str | None = None, start: int = 0, end: int = 2000, widen: int = 0
     ) -> dict[str, Any]:
         """The text of document `doc_id` (of the collection of `index`, an index or alias) from `start` to
         `end` (character offsets, as a hit's citation gives them), `widen` more characters on each side."""
-        return await _run(lambda: _read_span(current(), doc_id, index, start, end, widen))
+        return await _run(lambda: _read_span(current(), doc_id, str(named(index)), start, end, widen))
 
     return server
 

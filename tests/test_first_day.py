@@ -4,6 +4,7 @@ inherited defaults dropped where a backend does not read them, and embedding tha
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -376,14 +377,27 @@ def test_a_request_naming_no_index_reads_the_project_s_default_in_the_service_an
     server = HTTPServer(("127.0.0.1", 0), Recorder)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        with Client(f"http://127.0.0.1:{server.server_address[1]}") as client:
+        with Client(url) as client:
             client.search("x")
             client.search("x", index="mine/token-256", k=3)
+        retrievers = []  # the framework retrievers name no index either, unless told (issue 36's extras)
+        if importlib.util.find_spec("langchain_core") is not None:
+            from chunkyard.retrieval.integrations.langchain import ChunkyardRetriever as LangChainRetriever
+
+            retrievers.append(lambda: LangChainRetriever(url=url).invoke("x"))
+        if importlib.util.find_spec("llama_index") is not None:
+            from chunkyard.retrieval.integrations.llamaindex import ChunkyardRetriever as LlamaRetriever
+
+            retrievers.append(lambda: LlamaRetriever(url=url).retrieve("x"))
+        for retrieve in retrievers:
+            retrieve()
     finally:
         server.shutdown()
     assert "index" not in sent[0]  # the service decides: its project's default index
     assert sent[1]["index"] == "mine/token-256" and sent[1]["k"] == 3
+    assert len(sent) == 2 + len(retrievers) and all("index" not in body for body in sent[2:])
 
 
 def test_a_batch_is_one_model_call_with_the_model_s_prompt_counted() -> None:

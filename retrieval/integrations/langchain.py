@@ -18,7 +18,6 @@ from typing import Any
 
 from chunkyard.retrieval.client import Client
 from chunkyard.retrieval.integrations.source import HitSource, hit_metadata
-from chunkyard.retrieval.names import DEFAULT_CONFIG
 from chunkyard.retrieval.options import SearchOptions
 from chunkyard.retrieval.query.results import SearchResult
 from chunkyard.retrieval.query.searcher import Searcher
@@ -36,7 +35,10 @@ class ChunkyardRetriever(BaseRetriever):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    index: str = Field(DEFAULT_CONFIG, description="`collection/config`, a bare config name, or an alias.")
+    index: str | None = Field(
+        None,
+        description="`collection/config`, a bare config name, or an alias (None: the project's default).",
+    )
     options: SearchOptions = Field(default_factory=SearchOptions, description="k, mode, filters, ...")
     url: str | None = Field(None, description="A running `chunkyard serve`; None: search in process.")
     api_key: str | None = Field(None, description="The service's key (default: CHUNKYARD_API_KEY).")

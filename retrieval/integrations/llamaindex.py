@@ -17,7 +17,6 @@ from typing import Any
 
 from chunkyard.retrieval.client import Client
 from chunkyard.retrieval.integrations.source import HitSource, hit_metadata, ranking_score
-from chunkyard.retrieval.names import DEFAULT_CONFIG
 from chunkyard.retrieval.options import SearchOptions
 from chunkyard.retrieval.query.results import SearchResult
 from chunkyard.retrieval.query.searcher import Searcher
@@ -36,7 +35,7 @@ class ChunkyardRetriever(BaseRetriever):
 
     def __init__(
         self,
-        index: str = DEFAULT_CONFIG,
+        index: str | None = None,  # None: the project's default index
         options: SearchOptions | None = None,
         *,
         url: str | None = None,

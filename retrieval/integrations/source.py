@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 from chunkyard.retrieval.client import Client
-from chunkyard.retrieval.names import DEFAULT_CONFIG
+from chunkyard.retrieval.default_index import named
 from chunkyard.retrieval.options import SearchError, SearchOptions
 from chunkyard.retrieval.query.fusion import RANKING_KEYS
 from chunkyard.retrieval.query.results import SearchResult
@@ -52,22 +52,23 @@ class HitSource:
         return "service" if self.client is not None else "in-process"
 
     def search(
-        self, query: str, index: str, options: SearchOptions
+        self, query: str, index: str | None, options: SearchOptions
     ) -> tuple[list[SearchResult], dict[str, Any]]:
-        """The hits for `query` and the options that ran (`index`, `mode`, `k` and every option set)."""
+        """The hits for `query` in `index` (None: the project's default index) and the options that ran (`index`, `mode`, `k` and every option set)."""
         if self.client is not None:
             body = self.client.search_response(query, index, options)
             results = [SearchResult.from_dict(item) for item in body["results"]]
             ran = {"index": body["index"], "mode": body["mode"], "k": body["k"]}
         else:
             searcher = self._searcher or default_searcher()
-            results, plan = searcher.search_with_plan(query, index or DEFAULT_CONFIG, options)
-            ran = {"index": str(results[0].index) if results else index, "mode": plan.mode, "k": plan.k}
+            results, plan = searcher.search_with_plan(query, index, options)
+            named_index = str(results[0].index) if results else str(named(index))
+            ran = {"index": named_index, "mode": plan.mode, "k": plan.k}
         effective = {**{k: v for k, v in options.given().items() if not callable(v)}, **ran}
         return results, effective
 
     async def asearch(
-        self, query: str, index: str, options: SearchOptions
+        self, query: str, index: str | None, options: SearchOptions
     ) -> tuple[list[SearchResult], dict[str, Any]]:
         """`search` off the event loop (a worker thread), so an async pipeline keeps running."""
         return await asyncio.to_thread(self.search, query, index, options)
