@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import httpx
 import pytest
 from chunkyard.retrieval.options import SearchError, SearchOptions
@@ -20,6 +22,14 @@ def base(pg_url: str, embedder) -> str:
     store.migrate()
     with serve_in_thread(create_app(Searcher(store, embedder), api_key=KEY)) as url:
         yield url
+
+
+def test_a_stored_admin_key_sees_the_details_too(base: str, pg_url: str) -> None:
+    _, token = Store(pg_url).keys.create(f"readyz-admin-{uuid.uuid4().hex[:6]}", "admin", actor="test")
+    admin = httpx.get(f"{base}/readyz", headers={"X-API-Key": token}, timeout=30)
+    assert admin.status_code == 200 and {"schema_version", "database", "indexes"} <= set(admin.json())
+    malformed = httpx.get(f"{base}/readyz", headers={"X-API-Key": "cky_" + "x" * 43}, timeout=30)
+    assert malformed.status_code == 200 and malformed.json() == {"status": "ready"}
 
 
 def test_readyz_tells_versions_and_counts_only_to_a_caller_with_the_key(base: str) -> None:

@@ -57,6 +57,16 @@ class ServiceContext:
     def store(self) -> Store:
         return self.searcher().store
 
+    def holds_admin_key(self, token: str) -> bool:
+        """True when the service is open (no key) or `token` is the bootstrap key or a stored admin key
+        (routes that answer everyone but say more to an admin: `/readyz`)."""
+        if self._keys is None:
+            return True
+        try:
+            return self._keys.caller(token).admin
+        except AuthError:
+            return False
+
     def require_key_dependency(self) -> Callable[..., Caller]:
         """A FastAPI dependency: the request's `Caller` (401 without a valid key, 429 over its rate)."""
         key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="An API key.")

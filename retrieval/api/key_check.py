@@ -1,8 +1,6 @@
-"""Whether a request carries the service's API key, for routes that answer everyone but say more to holders."""
+"""The API key a request presents, for routes that answer everyone but say more to an admin."""
 
 from __future__ import annotations
-
-import hmac
 
 from starlette.requests import HTTPConnection
 
@@ -14,11 +12,3 @@ def presented_key(connection: HTTPConnection) -> str:
         return supplied
     scheme, _, value = connection.headers.get("authorization", "").partition(" ")
     return value.strip() if scheme.lower() == "bearer" else ""
-
-
-def holds_key(connection: HTTPConnection, api_key: str | None) -> bool:
-    """True when the service has no key (it is open, on loopback) or the request carries it."""
-    if not api_key:
-        return True
-    given = presented_key(connection).encode("utf-8", "surrogateescape")
-    return hmac.compare_digest(given, api_key.encode())

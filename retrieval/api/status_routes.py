@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from chunkyard.retrieval.api.auth import Caller
 from chunkyard.retrieval.api.common import ENDPOINT_UNAVAILABLE, UNAVAILABLE, ServiceContext
-from chunkyard.retrieval.api.key_check import holds_key
+from chunkyard.retrieval.api.key_check import presented_key
 from chunkyard.retrieval.api.models import error, picked
 from chunkyard.retrieval.db import verify_server
 from chunkyard.retrieval.endpoint_settings import EndpointError, endpoint_identity
@@ -154,8 +154,8 @@ def add_status_routes(
         With an index on an embedding server, `dependencies` says whether it answers a probe; when it
         does not, the status is `degraded` but the code stays 200 (BM25 searches still work). The
         schema version, the database's versions and the index count are shown only to a caller
-        holding the key (or by a service without one)."""
-        detailed = holds_key(request, ctx.api_key)
+        holding the key or a stored admin key (or by a service without one)."""
+        detailed = ctx.holds_admin_key(presented_key(request))
         if readiness.fatal is not None:
             return _self_check_failed(readiness.fatal, detailed)
         if not readiness.done.is_set():
