@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from chunkyard.chunking.e5_model import MODEL_NAME
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval import indexing
+from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.embedder import Embedder, load_embedder
 from chunkyard.retrieval.languages import crosses_languages
@@ -46,7 +46,7 @@ def test_served_follows_dense_for_english_questions_over_spanish(store: Store, e
     )
     spec = IndexSpec(make_spec().collection, config)
     store.documents.sync(spec.collection, docs, [])
-    indexing.build_index(store, spec, e5_int8)
+    build_index(store, spec, e5_int8)
     info = store.indexes.info(spec.name)
     assert info is not None
     languages = info["config"]["bm25"]["languages"]
