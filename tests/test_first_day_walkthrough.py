@@ -75,7 +75,7 @@ def test_the_readme_walkthrough_on_a_spanish_and_ukrainian_folder(tmp_path: Path
     )
     assert parts, first[0]
     assert abs(float(parts[1]) - float(parts[2]) - float(parts[3])) <= 0.011, first[0]
-    if float(parts[3]) >= 2.0:
+    if float(parts[3]) > 2.005:  # printed to two places: 2.00 may be a search of 1.996 s, no hint
         assert "`chunkyard serve` keeps them loaded" in done.stderr, done.stderr
 
     # a document's chunks: spans and pages, and the name a user nearly typed

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from chunkyard.chunking.documents import files, ocr
+from chunkyard.chunking.documents import files, ocr, parse_bounds
 from chunkyard.chunking.documents.errors import UnusableFile
 from chunkyard.chunking.documents.files import load_file
 from PIL import Image
@@ -79,6 +79,8 @@ def _mixed_pdf(tmp_path: Path) -> Path:
 def test_scanned_pdf_is_read_page_by_page_with_confidence(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
+    # a parsing worker started by an earlier test writes to that test's stderr: start one under this one
+    parse_bounds._stop_all()
     (tmp_path / "scan.pdf").write_bytes(page_pdf([_scan(EN), _scan(AR)], 200))
     doc = load_file(tmp_path / "scan.pdf")
     assert EN.lines[0] in doc.text and AR.lines[3] in doc.text

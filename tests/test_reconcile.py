@@ -212,7 +212,9 @@ def test_a_gap_runs_keep_leaving_open_is_retried_with_backoff_then_given_up() ->
     assert given_up.action == "give_up" and "2 failed" in given_up.reason
 
 
-def test_a_gap_that_runs_keep_failing_to_close_is_given_up_and_reported(project, pg_url: str, capsys) -> None:
+def test_a_gap_that_runs_keep_failing_to_close_is_given_up_and_reported(
+    project, pg_url: str, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """After CHUNKYARD_RECONCILE_ATTEMPTS failed runs of one gap the tick requests nothing more and
     records it as reported; `chunkyard lag` still shows the index behind."""
     import argparse
@@ -251,6 +253,8 @@ def test_a_gap_that_runs_keep_failing_to_close_is_given_up_and_reported(project,
     assert [r for r in quiet.run_requests if r.tags["chunkyard/trigger"] == "reconcile"] == []
     assert json.loads(quiet.cursor)["reported"] == {collection: gap.digest()}
 
+    # lag lists the indexes the settings declare: this test's own files, not the repository's project
+    monkeypatch.setenv("CHUNKYARD_CONFIGS", str(collections_path.parent))
     cmd_lag(argparse.Namespace(collection=collection, json=False))
     out = capsys.readouterr().out
     assert f"{collection}/recursive-48: 1 document(s) behind (0 added, 0 changed, 1 deleted)" in out

@@ -27,6 +27,8 @@ def settled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CHUNKYARD_PROJECT", str(tmp_path))
     monkeypatch.setattr(project, "_parsed", {})
+    # utime moved the inode's ctime to now, which no call can set back: wait until the file has settled
+    time.sleep(project.SETTLED_S + 0.05)
     return tmp_path
 
 
