@@ -85,17 +85,20 @@ def reconcile(
     policy: RetryPolicy,
     small_run_config: Mapping,
     small_max: int,
+    seen: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Reconciled:
     """Run requests for every collection (not in `skip`) whose indexes do not serve its folder.
 
-    `targets`: name -> (the asset keys an indexing run selects, the index names it publishes).
+    `targets`: name -> (the asset keys an indexing run selects, the index names it publishes);
+    `seen`: name -> the tick's scan (id -> content hash), so a file written after it is left to the
+    next tick's change request instead of getting a reconcile run too.
     """
     out = Reconciled()
     now = time.time()
     store = postgres.store()
     for name in sorted(set(collections) - skip):
         keys, index_names = targets[name]
-        gap: Gap = collection_gap(store, collections[name], index_names)
+        gap: Gap = collection_gap(store, collections[name], index_names, (seen or {}).get(name))
         out.checked.add(name)
         if not gap:
             continue

@@ -280,7 +280,7 @@ def build_document_sensor(
         for request in requests:
             requested[request.tags["chunkyard/collections"]] = [request.run_key, now]
         reconciled = (
-            run_reconciler(context, postgres, watched, indexing_keys, index_names, requested, now)
+            run_reconciler(context, postgres, watched, indexing_keys, index_names, requested, now, current)
             if index_names is not None
             else Reconciled()
         )
@@ -356,6 +356,7 @@ def run_reconciler(
     index_names: Mapping[str, list[str]],
     requested: Mapping[str, list],
     now: float,
+    seen: Mapping[str, Mapping[str, str]],
 ) -> Reconciled:
     """`assets.reconciling.reconcile` for the collections no run covers; never fails the tick."""
     try:
@@ -372,6 +373,7 @@ def run_reconciler(
             policy=RetryPolicy.from_environment(),
             small_run_config=IN_PROCESS_RUN_CONFIG,
             small_max=IN_PROCESS_MAX_CHANGED,
+            seen=seen,
         )
     except Exception as exc:  # a repair: the change-driven requests of this tick still go out
         context.log.warning(f"reconciler failed ({exc}); it tries again next tick")

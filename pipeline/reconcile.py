@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from chunkyard.chunking.environment import env_int
@@ -42,12 +42,13 @@ class FolderGap:
         return len(self.added) + len(self.changed) + len(self.deleted)
 
 
-def folder_gap(store: Store, collection: Collection) -> FolderGap:
+def folder_gap(store: Store, collection: Collection, seen: Mapping[str, str] | None = None) -> FolderGap:
     """What a documents sync of `collection` would change now.
 
     Only files whose stat signature differs from the stored one are read (a touched file is read and
     found unchanged); files that fail to load and documents of an unreadable folder are kept by the
-    sync, so they are no gap either.
+    sync, so they are no gap either. `seen` (id -> content hash, the sensor's scan of this tick) keeps
+    only what that scan saw too: a file written after the scan is the next tick's change, not a gap.
     """
     name = collection.name
     loaded = load_collection_documents(collection, store.documents.signatures(name))
@@ -63,6 +64,10 @@ def folder_gap(store: Store, collection: Collection) -> FolderGap:
             for doc_id in stored
             if doc_id not in present and not any(doc_id == p or doc_id.startswith(p + "/") for p in failed)
         )
+    if seen is not None:
+        added = [i for i in added if i in seen]
+        changed = [i for i in changed if i in seen and seen[i] != stored[i]]
+        deleted = [i for i in deleted if i not in seen]
     return FolderGap(added, changed, deleted)
 
 
@@ -107,11 +112,17 @@ class Gap:
         return f"{self.collection}: " + ("; ".join(parts) or "up to date")
 
 
-def collection_gap(store: Store, collection: Collection, index_names: Sequence[str]) -> Gap:
-    """The gap of `collection` against the indexes `index_names` (the ones the pipeline builds)."""
+def collection_gap(
+    store: Store,
+    collection: Collection,
+    index_names: Sequence[str],
+    seen: Mapping[str, str] | None = None,
+) -> Gap:
+    """The gap of `collection` against the indexes `index_names` (the ones the pipeline builds);
+    `seen`: as `folder_gap`'s."""
     return Gap(
         collection=collection.name,
-        folder=folder_gap(store, collection),
+        folder=folder_gap(store, collection, seen),
         lags=[index_lag(store, name, collection.name) for name in index_names],
     )
 

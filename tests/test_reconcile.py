@@ -259,3 +259,28 @@ def test_a_gap_that_runs_keep_failing_to_close_is_given_up_and_reported(
     out = capsys.readouterr().out
     assert f"{collection}/recursive-48: 1 document(s) behind (0 added, 0 changed, 1 deleted)" in out
     assert "\n  BM25 analysis: english\n" in out  # how its text and queries are analysed (set explicitly)
+
+
+def test_a_file_written_after_the_ticks_scan_is_the_next_ticks_change_not_a_gap(project, pg_url: str) -> None:
+    """The reconciler compares the store with what the tick's scan saw: a file written between the scan
+    and the comparison gets one change request on the next tick, not a reconcile run as well."""
+    from chunkyard.pipeline.documents import hash_folder
+    from chunkyard.pipeline.reconcile import collection_gap
+    from chunkyard.retrieval.config import load_collections
+
+    collection, docs_dir, indexes_path, collections_path, defs = project
+    instance = DagsterInstance.get()
+    first = _tick(defs, instance, None)
+    assert _run(defs, instance, first.run_requests[0])
+    settings = load_collections(collections_path)[collection]
+    scanned = hash_folder(settings).hashes  # the tick's scan
+    (docs_dir / "late.txt").write_text("A note written after the scan about otters.\n")
+    (docs_dir / "gamma.txt").unlink()
+    store = Store(pg_url)
+    index = [f"{collection}/recursive-48"]
+    assert not collection_gap(store, settings, index, scanned)
+    unfiltered = collection_gap(store, settings, index)
+    assert unfiltered.folder.added == ["late.txt"] and unfiltered.folder.deleted == ["gamma.txt"]
+    # what the scan did see stays a gap: a run that died leaves it behind
+    rescanned = hash_folder(settings).hashes
+    assert collection_gap(store, settings, index, rescanned).folder == unfiltered.folder
