@@ -25,9 +25,9 @@ from chunkyard.assets.schedules import build_nightly_evaluation_schedule
 from chunkyard.assets.sensors import build_document_sensor, build_janitor_sensor
 from chunkyard.chunking.environment import env_int
 from chunkyard.pipeline.graph import STEP_NAMES
-from chunkyard.retrieval.config import Collection, IndexSpec, load_collections
-from chunkyard.retrieval.config_checks import load_index_specs
-from chunkyard.retrieval.project import automation_enabled
+from chunkyard.retrieval.settings.config import Collection, IndexSpec, load_collections
+from chunkyard.retrieval.settings.config_checks import load_index_specs
+from chunkyard.retrieval.settings.project import automation_enabled
 from dagster import (
     AssetKey,
     AssetsDefinition,

@@ -6,7 +6,7 @@ from chunkyard.assets.resources import PostgresResource
 from chunkyard.assets.results import materialize_result
 from chunkyard.pipeline.steps.documents import CODE_VERSION, sync_documents
 from chunkyard.pipeline.versions import code_version
-from chunkyard.retrieval.config import Collection
+from chunkyard.retrieval.settings.config import Collection
 from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, asset
 
 

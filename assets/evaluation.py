@@ -20,7 +20,7 @@ from chunkyard.pipeline.steps import leaderboard as leaderboard_step
 from chunkyard.pipeline.steps import promotion as promotion_step
 from chunkyard.pipeline.steps.evaluation import EVALUATION_K, evaluation_variants
 from chunkyard.pipeline.versions import code_version, config_settings
-from chunkyard.retrieval.config import Collection, IndexSpec
+from chunkyard.retrieval.settings.config import Collection, IndexSpec
 from dagster import (
     AssetExecutionContext,
     AssetsDefinition,

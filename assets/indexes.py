@@ -22,8 +22,8 @@ from chunkyard.chunking.environment import env_int
 from chunkyard.pipeline.graph import INDEX_STEPS, IndexStep, run_step, step
 from chunkyard.pipeline.step_report import StepRun
 from chunkyard.pipeline.versions import code_version, config_settings
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.embedder import Embedder
+from chunkyard.retrieval.embedders.embedder import Embedder
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
@@ -78,7 +78,7 @@ BACKEND_KINDS = {"torch": "pytorch", "onnx": "onnx", "static": "numpy", "openai"
 
 def embedding_kind(config: IndexConfig) -> str:
     """The kind tag of an index's embeddings asset: the backend that computes its vectors (the
-    CHUNKYARD_EMBEDDER_BACKEND override included, as `retrieval.embedder.embedder_for_config` reads it)."""
+    CHUNKYARD_EMBEDDER_BACKEND override included, as `retrieval.embedders.embedder.embedder_for_config` reads it)."""
     backend = (config.embedder or {}).get("backend") or "torch"
     if backend != "openai":
         backend = os.environ.get("CHUNKYARD_EMBEDDER_BACKEND") or backend

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from chunkyard.retrieval.config import SettingsError
-from chunkyard.retrieval.names import IndexName
+from chunkyard.retrieval.settings.config import SettingsError
+from chunkyard.retrieval.settings.names import IndexName
 from dagster import AssetKey
 
 

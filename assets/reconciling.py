@@ -17,7 +17,7 @@ from chunkyard.assets.keys import index_job_name
 from chunkyard.assets.resources import PostgresResource
 from chunkyard.assets.runs import COLLECTIONS_TAG, WRITER_TAG, collections_in_flight, host_tags
 from chunkyard.pipeline.reconcile import Attempt, Gap, RetryPolicy, collection_gap, decide
-from chunkyard.retrieval.config import Collection
+from chunkyard.retrieval.settings.config import Collection
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunRequest, RunsFilter
 
 GAP_TAG = "chunkyard/gap"

@@ -14,8 +14,8 @@ from dagster import ConfigurableResource, InitResourceContext
 from pydantic import PrivateAttr
 
 if TYPE_CHECKING:
-    from chunkyard.retrieval.config import IndexConfig
-    from chunkyard.retrieval.embedder import Embedder
+    from chunkyard.retrieval.embedders.embedder import Embedder
+    from chunkyard.retrieval.settings.config import IndexConfig
     from chunkyard.retrieval.store import Store
 
 
@@ -26,7 +26,7 @@ class PostgresResource(ConfigurableResource):
     _store: Store | None = PrivateAttr(default=None)
 
     def database_url(self) -> str:
-        from chunkyard.retrieval.db import database_url
+        from chunkyard.retrieval.store.db import database_url
 
         return self.url or database_url()
 
@@ -62,7 +62,7 @@ class EmbedderResource(ConfigurableResource):
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         # Models load inside the run, never at code-location load: here with `preload`, else on first
-        # use. The ONNX backend needs neither torch nor sentence-transformers (retrieval.onnx_encoder).
+        # use. The ONNX backend needs neither torch nor sentence-transformers (retrieval.embedders.onnx_encoder).
         if self.preload:
             self.get()
 
@@ -70,11 +70,11 @@ class EmbedderResource(ConfigurableResource):
         """The process-wide Embedder for `model` (default: this resource's) with an index config's
         `embedder:` options over this resource's defaults; an unknown option is an error naming it.
 
-        The same shared instance the query side uses (`retrieval.embedder.shared_embedder`), so an
+        The same shared instance the query side uses (`retrieval.embedders.embedder.shared_embedder`), so an
         asset and a search of one config load one model and agree on its options. `model` is
         positional: an embedding server's options (`backend: openai`) have a `model` of their own.
         """
-        from chunkyard.retrieval.embedder import shared_embedder
+        from chunkyard.retrieval.embedders.embedder import shared_embedder
 
         settings = {"backend": self.backend, "batch_size": self.batch_size, "device": self.device}
         settings.update(overrides)

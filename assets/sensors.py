@@ -54,7 +54,7 @@ from chunkyard.assets.runs import host_tags, sweep_dead_runs
 from chunkyard.chunking.environment import env_int
 from chunkyard.pipeline.documents import FolderHashes, hash_folder
 from chunkyard.pipeline.reconcile import RetryPolicy
-from chunkyard.retrieval.config import Collection
+from chunkyard.retrieval.settings.config import Collection
 from dagster import (
     AssetKey,
     DefaultSensorStatus,

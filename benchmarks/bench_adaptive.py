@@ -29,10 +29,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main(argv: list[str] | None = None) -> int:
-    from chunkyard.retrieval.config import load_index_configs
-    from chunkyard.retrieval.embedder import embedder_for_config
+    from chunkyard.retrieval.embedders.embedder import embedder_for_config
     from chunkyard.retrieval.query import Searcher
     from chunkyard.retrieval.query import searcher as searcher_module
+    from chunkyard.retrieval.settings.config import load_index_configs
     from chunkyard.retrieval.store import Store
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

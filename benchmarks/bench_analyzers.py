@@ -37,7 +37,7 @@ _THAI_RUN = regex.compile(r"[\u0e00-\u0e7f]+")
 
 def thai_ngrams(n: int) -> Callable[[str], list[str]]:
     """`standard`'s words, with every Thai run turned into its character n-grams (a short run stays whole)."""
-    from chunkyard.retrieval.analysis import Analyzer
+    from chunkyard.retrieval.lexical.analysis import Analyzer
 
     standard = Analyzer("standard")
 
@@ -53,7 +53,7 @@ def thai_ngrams(n: int) -> Callable[[str], list[str]]:
 def pymorphy_lemmas() -> Callable[[str], list[str]]:
     """The `ukrainian` analyzer's words and stop words, each word replaced by pymorphy3's first lemma."""
     import pymorphy3
-    from chunkyard.retrieval.analysis import Analyzer
+    from chunkyard.retrieval.lexical.analysis import Analyzer
 
     words = Analyzer("ukrainian", stem=False)
     morph = pymorphy3.MorphAnalyzer(lang="uk")
@@ -67,7 +67,7 @@ def pymorphy_lemmas() -> Callable[[str], list[str]]:
 
 def candidates(script: str) -> dict[str, Callable[[str], list[str]]]:
     import snowballstemmer
-    from chunkyard.retrieval.analysis import Analyzer
+    from chunkyard.retrieval.lexical.analysis import Analyzer
 
     if script == "thai":
         return {

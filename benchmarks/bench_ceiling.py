@@ -21,15 +21,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.db import embedded_database_url, stop_embedded_servers
-from chunkyard.retrieval.endpoint_embedder import EndpointEmbedder
-from chunkyard.retrieval.endpoint_settings import EndpointSettings
+from chunkyard.retrieval.embedders.endpoint_backend import EndpointEmbedder
+from chunkyard.retrieval.embedders.endpoint_settings import EndpointSettings
 from chunkyard.retrieval.indexing.bm25 import stage_bm25
 from chunkyard.retrieval.indexing.chunks import stage_chunks
 from chunkyard.retrieval.indexing.embeddings import stage_embeddings
 from chunkyard.retrieval.indexing.publish import publish
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.db import embedded_database_url, stop_embedded_servers
 
 from benchmarks.bench_endpoint import WORDS_PER_CHUNK, corpus, fake_server, uptime
 from benchmarks.scale_report import RESULTS, save_section

@@ -8,7 +8,7 @@ Postgres with the real model (recursive 256, hybrid): with `analyzer: auto` (Eng
 analysed with English stop words) and with `analyzer: standard` (what `auto` picks as the main analyzer
 of a folder mostly in a language without a stop-word list, CJK for one: code was then analysed
 keeping "what", "is", "the"). Each is indexed twice, side by side in one run: before (code chunks'
-terms as the main analyzer gives them) and after (`retrieval.code_terms`: English stop words dropped
+terms as the main analyzer gives them) and after (`retrieval.lexical.code_terms`: English stop words dropped
 from code chunks' terms). Reported per search mode: hit@5 (the question's document in the top 5) and
 the number of questions with a code file in their top 2.
 
@@ -25,13 +25,13 @@ from pathlib import Path
 
 from chunkyard.chunking.documents.folder import load_folder
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.code_terms import code_terms
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.db import embedded_database_url
-from chunkyard.retrieval.embedder import load_embedder
+from chunkyard.retrieval.embedders.embedder import load_embedder
 from chunkyard.retrieval.indexing import bm25 as terms_module
+from chunkyard.retrieval.lexical.code_terms import code_terms
 from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.db import embedded_database_url
 
 REPO = Path(__file__).resolve().parent.parent
 QUESTIONS = REPO / "evaluation" / "datasets" / "demo_questions.jsonl"

@@ -38,11 +38,11 @@ def main() -> None:
     from chunkyard.chunking.tokenizers import get_tokenizer
     from chunkyard.chunking.types import Document
     from chunkyard.pipeline.graph import build_index
-    from chunkyard.retrieval.config import IndexConfig, IndexSpec
-    from chunkyard.retrieval.db import embedded_database_url
-    from chunkyard.retrieval.embedder import load_embedder
+    from chunkyard.retrieval.embedders.embedder import load_embedder
     from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
     from chunkyard.retrieval.store import Store
+    from chunkyard.retrieval.store.db import embedded_database_url
 
     cl100k = get_tokenizer("cl100k_base")
     store = Store(embedded_database_url(tempfile.mkdtemp(prefix="chunkyard-budget-")))

@@ -3,7 +3,7 @@
 English questions over each other language's documents of tests/data/multilingual (the same 12
 questions in every language, 6 short documents each), and each language's own questions, per model
 and chunk size: dense, BM25, RRF (`hybrid`), `hybrid_auto` as it was (its calibrated weight for
-every query) and as served now (dense alone when `retrieval.languages.crosses_languages`). Writes
+every query) and as served now (dense alone when `retrieval.lexical.languages.crosses_languages`). Writes
 the "Cross-language fusion" section of benchmarks/results/languages.md and `cross_language.json`.
 
     python -m benchmarks.bench_cross_language [SIZE ...]   (default 64 32)
@@ -33,11 +33,11 @@ def measure(sizes: tuple[int, ...]) -> list[dict[str, object]]:
     from chunkyard.chunking.types import Document
     from chunkyard.evaluation.runner import SERVED_VARIANT, EvaluationRequest, evaluate_index
     from chunkyard.pipeline.graph import build_index
-    from chunkyard.retrieval.config import IndexSpec, load_index_configs
-    from chunkyard.retrieval.db import embedded_database_url
-    from chunkyard.retrieval.embedder import load_embedder
+    from chunkyard.retrieval.embedders.embedder import load_embedder
     from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.settings.config import IndexSpec, load_index_configs
     from chunkyard.retrieval.store import Store
+    from chunkyard.retrieval.store.db import embedded_database_url
 
     store = Store(embedded_database_url(tempfile.mkdtemp(prefix="chunkyard-cross-")))
     store.migrate()
@@ -102,7 +102,7 @@ def write(rows: list[dict[str, object]]) -> None:
         "points); `en->xx`: the English questions over language xx's documents. `auto before`: `hybrid_auto` "
         "with its calibrated weight on every query (the served mode until now); `served`: dense alone when "
         "the question's language is not the documents' and the model is multilingual "
-        "(`retrieval.languages.crosses_languages`; never for all-MiniLM-L6-v2, whose rows must not move).",
+        "(`retrieval.lexical.languages.crosses_languages`; never for all-MiniLM-L6-v2, whose rows must not move).",
         "",
         "| model | size | set | chunks | dense | BM25 | RRF | auto before | served |",
         "|---|---|---|---|---|---|---|---|---|",

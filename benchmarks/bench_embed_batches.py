@@ -21,7 +21,7 @@ from pathlib import Path
 
 from chunkyard.chunking.registry import build_chunker
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval.embedder import load_embedder
+from chunkyard.retrieval.embedders.embedder import load_embedder
 from chunkyard.retrieval.indexing import embeddings
 
 from benchmarks.bench_first_day import RESULTS, folder

@@ -76,7 +76,7 @@ def load_demo_set() -> tuple[object | None, str]:
     import tempfile
 
     from chunkyard.evaluation.datasets import DatasetError, load_dataset, load_documents_folder
-    from chunkyard.retrieval.config import load_collections
+    from chunkyard.retrieval.settings.config import load_collections
 
     collection = load_collections()["demo"]
     documents = load_documents_folder(REPO_ROOT / "docs", collection.include, collection.exclude)
@@ -127,12 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     from chunkyard.evaluation.runner import EvaluationRequest, evaluate_index
     from chunkyard.evaluation.tuning import suggest_fusion_weight
     from chunkyard.pipeline.graph import build_index
-    from chunkyard.retrieval.config import IndexSpec, load_index_configs
-    from chunkyard.retrieval.db import chunkyard_home, embedded_database_url
-    from chunkyard.retrieval.embedder import load_embedder
-    from chunkyard.retrieval.names import DEFAULT_CONFIG
+    from chunkyard.retrieval.embedders.embedder import load_embedder
     from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.settings.config import IndexSpec, load_index_configs
+    from chunkyard.retrieval.settings.names import DEFAULT_CONFIG
     from chunkyard.retrieval.store import Store
+    from chunkyard.retrieval.store.db import chunkyard_home, embedded_database_url
 
     url = os.environ.get("CHUNKYARD_BENCH_DATABASE_URL") or embedded_database_url(
         chunkyard_home() / "bench-pg"
@@ -349,7 +349,7 @@ MODELS_SECTION = "## Embedding models"
 # ru_maxrss would count the forking parent's pages (Linux keeps it across exec); VmHWM is this image's own.
 PEAK = """
 import json, sys
-from chunkyard.retrieval.embedder import load_embedder
+from chunkyard.retrieval.embedders.embedder import load_embedder
 def high_water_mb():
     line = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:"))
     return int(line.split()[1]) / 1024
@@ -368,7 +368,7 @@ def compare_models(args: argparse.Namespace) -> int:
 
     from chunkyard.chunking import build_chunker
     from chunkyard.evaluation.datasets import load_dataset
-    from chunkyard.retrieval.embedder import load_embedder
+    from chunkyard.retrieval.embedders.embedder import load_embedder
 
     documents = load_dataset("chroma_general").documents
     # Each model on its own chunks: 256 tokens of its own tokenizer, as an index with that model cuts

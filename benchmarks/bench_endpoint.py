@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.db import embedded_database_url
-from chunkyard.retrieval.endpoint_embedder import EndpointEmbedder
-from chunkyard.retrieval.endpoint_settings import EndpointSettings
+from chunkyard.retrieval.embedders.endpoint_backend import EndpointEmbedder
+from chunkyard.retrieval.embedders.endpoint_settings import EndpointSettings
 from chunkyard.retrieval.indexing.chunks import stage_chunks
 from chunkyard.retrieval.indexing.embeddings import stage_embeddings
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.db import embedded_database_url
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = REPO_ROOT / "benchmarks" / "results"

@@ -44,8 +44,8 @@ from typing import Any
 
 import yaml
 from chunkyard.orchestration.instance import DEQUEUE_INTERVAL_SECONDS
-from chunkyard.retrieval.db import postgres_bin
-from chunkyard.retrieval.names import DEFAULT_CONFIG
+from chunkyard.retrieval.settings.names import DEFAULT_CONFIG
+from chunkyard.retrieval.store.db import postgres_bin
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = REPO_ROOT / "benchmarks" / "results"
@@ -440,7 +440,7 @@ def markdown(report: dict[str, Any], runs: list[dict[str, Any]] | None = None) -
         "(`MIN_INTERVAL_LOOP_TIME` in `dagster._daemon.sensor`, 1.13.27), so a change waits for up to "
         f"about 5 s for its tick (median {med['sensor tick wait']:.1f} s here).",
         f"- **Step start-up** (RUN_START -> the first step, median {med['step start-up']:.1f} s) is the "
-        "run's resources. The ONNX backend runs on onnxruntime alone (`retrieval/onnx_encoder.py`), so "
+        "run's resources. The ONNX backend runs on onnxruntime alone (`retrieval/embedders/onnx_encoder.py`), so "
         "no run imports torch or sentence-transformers; before that change this segment was 14.6 s of "
         "a 31.4 s p50 (the 13:26 UTC run of this benchmark, load 3-9), because "
         "`import sentence_transformers, torch` took 17 s at load 9.",

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from chunkyard.retrieval.names import DEFAULT_CONFIG
+from chunkyard.retrieval.settings.names import DEFAULT_CONFIG
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = REPO_ROOT / "benchmarks" / "results"
@@ -80,7 +80,7 @@ def build_corpus(target_docs: int, out_dir: Path) -> list[Path]:
 
 
 def write_configs(root: Path, docs_dir: Path, config_name: str) -> tuple[Path, Path]:
-    from chunkyard.retrieval.config import load_index_configs
+    from chunkyard.retrieval.settings.config import load_index_configs
 
     config = load_index_configs(REPO_ROOT / "configs" / "indexes.yaml")[config_name]
     entry = {k: v for k, v in config.as_dict().items() if k != "name"}
@@ -132,7 +132,7 @@ def sensor_run(
     defs, instance, cursor: str | None, executor: str = "in_process"
 ) -> tuple[dict[str, Any], str]:
     """Tick the document sensor and execute the run it requests; returns timings and the new cursor."""
-    from chunkyard.retrieval.embedder import forget_shared_embedders
+    from chunkyard.retrieval.embedders.embedder import forget_shared_embedders
     from dagster import AssetSelection, build_sensor_context, execute_job, materialize, reconstructable
 
     forget_shared_embedders()  # a new run process loads the model again
@@ -189,7 +189,7 @@ def sensor_run(
 
 def rebuild_warm(defs, instance, store, index_name: str) -> dict[str, Any]:
     """Drop the index (the cache stays) and rebuild every asset: re-chunk all, reuse all vectors."""
-    from chunkyard.retrieval.embedder import forget_shared_embedders
+    from chunkyard.retrieval.embedders.embedder import forget_shared_embedders
     from dagster import AssetSelection, materialize
 
     forget_shared_embedders()
@@ -287,7 +287,7 @@ def measure(executor: str, args: argparse.Namespace) -> dict[str, Any]:
     """Full index, then one changed document, on a fresh database and corpus."""
     with tempfile.TemporaryDirectory(prefix="chunkyard-bench-") as tmp:
         root = Path(tmp)
-        from chunkyard.retrieval.db import embedded_database_url
+        from chunkyard.retrieval.store.db import embedded_database_url
 
         url = embedded_database_url(root / "pg")
         os.environ["DATABASE_URL"] = url

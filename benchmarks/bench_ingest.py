@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chunkyard.retrieval.names import DEFAULT_CONFIG
+from chunkyard.retrieval.settings.names import DEFAULT_CONFIG
 
 from benchmarks.ingest_peers import ROUNDS, TOP_K
 
@@ -46,7 +46,7 @@ SYSTEMS = (
     "haystack-batch8",
 )
 # peer system -> (framework, texts per model call): `haystack-batch8` is Haystack given the batch that
-# chunkyard's embedder uses for 256-token chunks (retrieval.onnx_encoder.BATCH_TOKENS = 8 x 256), so
+# chunkyard's embedder uses for 256-token chunks (retrieval.embedders.onnx_encoder.BATCH_TOKENS = 8 x 256), so
 # the table shows how much of the difference is that setting alone
 PEERS = {"llamaindex": ("llamaindex", 32), "haystack": ("haystack", 32), "haystack-batch8": ("haystack", 8)}
 BACKENDS = {
@@ -65,7 +65,7 @@ def peak_rss_mb() -> float:
 def write_configs(root: Path, docs_dir: Path, embedder: dict[str, Any]) -> tuple[Path, Path]:
     """bench_incremental's configs with the embedder backend of this run."""
     import yaml
-    from chunkyard.retrieval.config import load_index_configs
+    from chunkyard.retrieval.settings.config import load_index_configs
 
     config = load_index_configs(REPO_ROOT / "configs" / "indexes.yaml")[CONFIG]
     entry = json.loads(json.dumps({k: v for k, v in config.as_dict().items() if k != "name"}, default=dict))
@@ -91,10 +91,10 @@ def run_chunkyard_library(system: str, url: str, docs_dir: Path, root: Path) -> 
     """The pipeline steps in one warm process (what `build_index` runs, plus document sync and checks)."""
     from chunkyard.pipeline.graph import run_index_steps
     from chunkyard.pipeline.steps.documents import sync_documents
-    from chunkyard.retrieval.config import load_collections
-    from chunkyard.retrieval.config_checks import load_index_specs
-    from chunkyard.retrieval.embedder import load_embedder
+    from chunkyard.retrieval.embedders.embedder import load_embedder
     from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.settings.config import load_collections
+    from chunkyard.retrieval.settings.config_checks import load_index_specs
     from chunkyard.retrieval.store import Store
 
     from benchmarks.ingest_peers import exercise
@@ -147,7 +147,7 @@ def run_chunkyard_dagster(system: str, url: str, docs_dir: Path, root: Path) -> 
     """The deployed path: the document sensor, then `execute_job` with the multiprocess executor."""
     from chunkyard.assets.definitions import build_definitions
     from chunkyard.orchestration.instance import get_instance
-    from chunkyard.retrieval.config_checks import load_index_specs
+    from chunkyard.retrieval.settings.config_checks import load_index_specs
     from chunkyard.retrieval.store import Store
 
     from benchmarks.bench_incremental import sensor_run
@@ -172,7 +172,7 @@ def run_chunkyard_dagster(system: str, url: str, docs_dir: Path, root: Path) -> 
         return int(runs[-1]["chunks_total"])
 
     def query_finds(needle: str) -> bool:
-        from chunkyard.retrieval.embedder import shared_embedder
+        from chunkyard.retrieval.embedders.embedder import shared_embedder
         from chunkyard.retrieval.query import Searcher
 
         embedder = shared_embedder(spec.config.embedding_model, **BACKENDS[system])
@@ -571,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker(args)
         return 0
-    from chunkyard.retrieval.db import embedded_database_url
+    from chunkyard.retrieval.store.db import embedded_database_url
 
     load_start = [round(x, 2) for x in os.getloadavg()]
     results = []

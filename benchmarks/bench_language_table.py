@@ -11,11 +11,11 @@ from chunkyard.chunking.types import Document
 from chunkyard.evaluation.datasets.evalset import read_eval_set
 from chunkyard.evaluation.runner import SERVED_VARIANT, EvaluationRequest, evaluate_index
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.db import embedded_database_url
-from chunkyard.retrieval.embedder import load_embedder
+from chunkyard.retrieval.embedders.embedder import load_embedder
 from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.db import embedded_database_url
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "multilingual"
 OUT = Path(__file__).resolve().parent / "results" / "languages_table.md"

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from chunkyard.retrieval.names import DEFAULT_CONFIG
+from chunkyard.retrieval.settings.names import DEFAULT_CONFIG
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
@@ -186,7 +186,7 @@ def _lingua(restrict: bool) -> Callable[[str], str]:
 
 
 def _current_detector(restrict: bool) -> Callable[[str], str]:
-    from chunkyard.retrieval.languages import detect_language
+    from chunkyard.retrieval.lexical.languages import detect_language
 
     # chunkyard maps Malay to the Indonesian analyzer, so `ms` counts as `id` here
     def detect(text: str) -> str:
@@ -240,7 +240,7 @@ def measure_detectors() -> list[dict[str, object]]:
 
 def measure_ukrainian_stemmers() -> list[dict[str, object]]:
     import snowballstemmer
-    from chunkyard.retrieval.analysis import Analyzer
+    from chunkyard.retrieval.lexical.analysis import Analyzer
 
     candidates: dict[str, Callable[[str], str]] = {
         "none (stop words only)": lambda w: w,
@@ -308,11 +308,11 @@ def measure_retrieval(sizes: tuple[int, ...]) -> list[dict[str, object]]:
     from chunkyard.evaluation.datasets.squad import load_squad
     from chunkyard.evaluation.runner import SERVED_VARIANT, EvaluationRequest, evaluate_index
     from chunkyard.pipeline.graph import build_index
-    from chunkyard.retrieval.config import IndexSpec, load_index_configs
-    from chunkyard.retrieval.db import embedded_database_url
-    from chunkyard.retrieval.embedder import load_embedder
+    from chunkyard.retrieval.embedders.embedder import load_embedder
     from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.settings.config import IndexSpec, load_index_configs
     from chunkyard.retrieval.store import Store
+    from chunkyard.retrieval.store.db import embedded_database_url
 
     from benchmarks.bench_embedder import load_demo_set
 

@@ -37,11 +37,11 @@ import time
 from pathlib import Path
 
 import httpx
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.db import embedded_database_url, stop_embedded_servers
-from chunkyard.retrieval.embedder import shared_embedder
-from chunkyard.retrieval.names import DEFAULT_CONFIG
+from chunkyard.retrieval.embedders.embedder import shared_embedder
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.settings.names import DEFAULT_CONFIG
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.db import embedded_database_url, stop_embedded_servers
 
 from benchmarks.bench_load import QUERIES, percentile, publish
 from tests.service_process import free_port, wait_for

@@ -24,11 +24,11 @@ from pathlib import Path
 import httpx
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.db import embedded_database_url
-from chunkyard.retrieval.embedder import shared_embedder
-from chunkyard.retrieval.names import DEFAULT_CONFIG
+from chunkyard.retrieval.embedders.embedder import shared_embedder
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.settings.names import DEFAULT_CONFIG
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.db import embedded_database_url
 
 from tests.service_process import rss_kib, service
 

@@ -41,7 +41,7 @@ def build(
 ) -> tuple[str, dict]:
     from chunkyard.chunking.documents.folder import load_folder
     from chunkyard.pipeline.graph import build_index
-    from chunkyard.retrieval.config import IndexSpec, load_index_configs
+    from chunkyard.retrieval.settings.config import IndexSpec, load_index_configs
 
     documents, failures = load_folder(folder, include)
     if failures:
@@ -154,10 +154,10 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from chunkyard.retrieval.db import embedded_database_url
-    from chunkyard.retrieval.embedder import load_embedder
+    from chunkyard.retrieval.embedders.embedder import load_embedder
     from chunkyard.retrieval.query import Searcher
     from chunkyard.retrieval.store import Store
+    from chunkyard.retrieval.store.db import embedded_database_url
 
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-plugs-in-") as scratch:

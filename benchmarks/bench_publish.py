@@ -36,8 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.db import embedded_database_url, stop_embedded_servers
 from chunkyard.retrieval.indexing.hnsw import create_hnsw
 from chunkyard.retrieval.indexing.publish import publish
 from chunkyard.retrieval.indexing.staging import merge_stage_report
@@ -47,7 +45,9 @@ from chunkyard.retrieval.indexing.swap import (
     create_next_postings,
     index_next_postings,
 )
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.db import embedded_database_url, stop_embedded_servers
 from chunkyard.retrieval.store.partitions import partition_names
 from psycopg import sql
 

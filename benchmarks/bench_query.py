@@ -216,11 +216,11 @@ class PrecomputedChunker:
 def build(
     store: Any, embedder: Any, corpus: ExpandedCorpus, name: str
 ) -> tuple[Any, dict[str, float], np.ndarray]:
-    from chunkyard.retrieval.config import IndexConfig, IndexSpec
     from chunkyard.retrieval.indexing.bm25 import stage_bm25
     from chunkyard.retrieval.indexing.chunks import stage_chunks
     from chunkyard.retrieval.indexing.embeddings import stage_embeddings
     from chunkyard.retrieval.indexing.publish import publish
+    from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 
     spec = IndexSpec(
         f"bench-{name}",
@@ -284,14 +284,14 @@ def run_size(
     questions: list[str],
     warmup: list[str],
 ) -> dict[str, Any]:
-    from chunkyard.retrieval import bm25 as bm25_lib
     from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.store import bm25 as bm25_lib
 
     name = variant_name(n, expansion, args)
     log(f"== {name}: build")
     existing = store.indexes.info(f"bench-{name}/{name}")
     if args.reuse and existing and existing["chunk_count"] == n and name in args.previous_builds:
-        from chunkyard.retrieval.config import IndexConfig, IndexSpec
+        from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 
         log("  reusing the index built by a previous run (build times from that run)")
         spec = IndexSpec(f"bench-{name}", IndexConfig(**{k: v for k, v in existing["config"].items()}))
@@ -556,9 +556,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("CHUNKYARD_PG_SHARED_BUFFERS", "6GB")
     os.environ["CHUNKYARD_HNSW_M"] = str(args.hnsw_m)
     os.environ["CHUNKYARD_HNSW_EF_CONSTRUCTION"] = str(args.hnsw_ef_construction)
-    from chunkyard.retrieval.db import chunkyard_home, embedded_database_url
-    from chunkyard.retrieval.embedder import load_embedder
+    from chunkyard.retrieval.embedders.embedder import load_embedder
     from chunkyard.retrieval.store import Store
+    from chunkyard.retrieval.store.db import chunkyard_home, embedded_database_url
 
     url = os.environ.get("CHUNKYARD_BENCH_DATABASE_URL") or embedded_database_url(
         chunkyard_home() / "bench-pg"

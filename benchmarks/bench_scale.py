@@ -41,7 +41,7 @@ from chunkyard.orchestration.celery_local import (
     step_spans,
     worker_names,
 )
-from chunkyard.retrieval.names import DEFAULT_CONFIG
+from chunkyard.retrieval.settings.names import DEFAULT_CONFIG
 
 from benchmarks.bench_incremental import build_corpus
 from benchmarks.scale_report import (
@@ -60,7 +60,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 def write_configs(root: Path, docs_dir: Path, config_name: str, embedder: dict | None = None) -> None:
     """indexes.yaml (the one config, from configs/indexes.yaml, its `embedder:` replaced when given) and
     collections.yaml (`bench`) under root."""
-    from chunkyard.retrieval.config import load_index_configs
+    from chunkyard.retrieval.settings.config import load_index_configs
 
     config = load_index_configs(REPO_ROOT / "configs" / "indexes.yaml")[config_name]
     # plain YAML types (the config's sections are read-only mappings)
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.with_suffix(".json").write_text(json.dumps(sections, indent=2, sort_keys=True))
         print(compose(sections))
         return 0
-    from chunkyard.retrieval.db import embedded_database_url
+    from chunkyard.retrieval.store.db import embedded_database_url
 
     extra_env: dict[str, str] = {}
     embedder = None

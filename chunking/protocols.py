@@ -9,7 +9,7 @@ import numpy as np
 
 @runtime_checkable
 class EmbeddingModel(Protocol):
-    """Every `retrieval.embedder.Embedder` backend implements this; tests use a small fake."""
+    """Every `retrieval.embedders.embedder.Embedder` backend implements this; tests use a small fake."""
 
     max_seq_length: int
 

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from chunkyard.pipeline.graph import build_index
-    from chunkyard.retrieval.client import Client
-    from chunkyard.retrieval.embedder import Embedder, load_embedder
-    from chunkyard.retrieval.names import IndexRef
-    from chunkyard.retrieval.options import SearchOptions, SearchRequest
+    from chunkyard.retrieval.embedders.embedder import Embedder, load_embedder
+    from chunkyard.retrieval.integrations.client import Client
     from chunkyard.retrieval.query import Searcher, SearchResult
+    from chunkyard.retrieval.settings.names import IndexRef
+    from chunkyard.retrieval.settings.options import SearchOptions, SearchRequest
     from chunkyard.retrieval.store import Store
 
 __all__ = [
@@ -36,7 +36,7 @@ def search(
     query: str, index: str | None = None, options: SearchOptions | None = None, **overrides: Any
 ) -> list[SearchResult]:
     """In-process search with the default Searcher (same options and results as `Client.search`); with
-    no `index`, the project's default index (`chunkyard.retrieval.default_index`)."""
+    no `index`, the project's default index (`chunkyard.retrieval.settings.default_index`)."""
     from chunkyard.retrieval.query import default_searcher
 
     return default_searcher().search(query, index, options, **overrides)  # None: the default index
@@ -45,11 +45,11 @@ def search(
 def __getattr__(name: str) -> Any:
     # Each public name is imported by a statement of its own (no module named by a string).
     if name == "Client":
-        from chunkyard.retrieval.client import Client
+        from chunkyard.retrieval.integrations.client import Client
 
         return Client
     if name in ("Embedder", "load_embedder"):
-        from chunkyard.retrieval import embedder
+        from chunkyard.retrieval.embedders import embedder
 
         return getattr(embedder, name)
     if name == "build_index":
@@ -57,11 +57,11 @@ def __getattr__(name: str) -> Any:
 
         return build_index
     if name == "IndexRef":
-        from chunkyard.retrieval.names import IndexRef
+        from chunkyard.retrieval.settings.names import IndexRef
 
         return IndexRef
     if name in ("SearchOptions", "SearchRequest"):
-        from chunkyard.retrieval import options
+        from chunkyard.retrieval.settings import options
 
         return getattr(options, name)
     if name in ("Searcher", "SearchResult"):

@@ -12,7 +12,7 @@ from chunkyard.retrieval.store.partitions import partition_names
 from psycopg import sql
 
 if TYPE_CHECKING:
-    from chunkyard.retrieval.config import IndexSpec
+    from chunkyard.retrieval.settings.config import IndexSpec
     from chunkyard.retrieval.store import Store
 
 

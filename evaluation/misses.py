@@ -8,7 +8,7 @@ from typing import Any, Protocol
 from chunkyard.chunking.types import Document
 from chunkyard.evaluation.datasets.types import Question
 from chunkyard.evaluation.metrics import MetricSummary
-from chunkyard.retrieval.names import IndexName
+from chunkyard.retrieval.settings.names import IndexName
 
 SNIPPET_CHARS = 160  # characters of each retrieved or reference text kept per miss
 MISSES_KEPT = 100  # misses kept per variant in a report (the count is always exact)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from chunkyard.evaluation.datasets import load_dataset, read_records, resolve_records
 from chunkyard.evaluation.datasets.types import Question
-from chunkyard.retrieval.config import Collection
-from chunkyard.retrieval.project import project_root
+from chunkyard.retrieval.settings.config import Collection
+from chunkyard.retrieval.settings.project import project_root
 from chunkyard.retrieval.store import Store
 
 _DOC_KEYS = ("doc", "doc_id", "document")

@@ -30,7 +30,7 @@ COST_COLUMNS = (
     "endpoint_retries",
     "endpoint_seconds",
 )
-# An embedding server's usage (`retrieval.endpoint_settings.EndpointUsage`): shown only when a row has it.
+# An embedding server's usage (`retrieval.embedders.endpoint_settings.EndpointUsage`): shown only when a row has it.
 ENDPOINT_COST_COLUMNS = ("endpoint_tokens", "endpoint_requests", "endpoint_retries", "endpoint_seconds")
 # The short view printed by `chunkyard demo`: quality headline plus the fair-budget recall.
 TIE_BREAKERS = ("mrr_at_{k}", "hit_at_{k}", "iou_at_{k}", "budget_recall_1024")

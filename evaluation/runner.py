@@ -33,12 +33,12 @@ from chunkyard.evaluation.metrics import (
     score_questions,
 )
 from chunkyard.evaluation.misses import collect_misses, misses_markdown
-from chunkyard.retrieval.names import IndexName
-from chunkyard.retrieval.options import DEFAULT_MODE, SearchOptions
+from chunkyard.retrieval.settings.names import IndexName
+from chunkyard.retrieval.settings.options import DEFAULT_MODE, SearchOptions
 
 if TYPE_CHECKING:
-    from chunkyard.retrieval.config import IndexSpec
     from chunkyard.retrieval.query import Searcher, SearchResult
+    from chunkyard.retrieval.settings.config import IndexSpec
     from chunkyard.retrieval.store import Store
 
 DEFAULT_VARIANTS = ("dense", "bm25", "hybrid", "served")

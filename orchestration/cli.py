@@ -77,7 +77,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def cmd_add(args: argparse.Namespace) -> int:
     from chunkyard.orchestration.project_file import add_collection
-    from chunkyard.retrieval.project import PROJECT_FILE, project_root
+    from chunkyard.retrieval.settings.project import PROJECT_FILE, project_root
 
     root = project_root()
     entry, choice = add_collection(
@@ -126,7 +126,7 @@ def cmd_instance(args: argparse.Namespace) -> int:
 
     store = Store()  # the versions Dagster and the indexes run on (Postgres, pgvector)
     try:
-        from chunkyard.retrieval.db import verify_server
+        from chunkyard.retrieval.store.db import verify_server
 
         _print(f"Database: {store.vector_features().describe()}; {verify_server(store.url).describe()}")
     finally:
@@ -135,12 +135,12 @@ def cmd_instance(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from chunkyard.retrieval import service_file
+    from chunkyard.retrieval.api import service_file
     from chunkyard.retrieval.api.admission import AdmissionLimits
-    from chunkyard.retrieval.db import chunkyard_home, database_url
-    from chunkyard.retrieval.http_guards import exposure_error
-    from chunkyard.retrieval.server_limits import ServerLimits
-    from chunkyard.retrieval.server_limits import serve as serve_app
+    from chunkyard.retrieval.api.http_guards import exposure_error
+    from chunkyard.retrieval.api.server_limits import ServerLimits
+    from chunkyard.retrieval.api.server_limits import serve as serve_app
+    from chunkyard.retrieval.store.db import chunkyard_home, database_url
 
     refused = exposure_error(args.host, os.environ.get("CHUNKYARD_API_KEY"))
     if refused:  # an open API on a network interface: refuse before anything starts
@@ -155,7 +155,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"Query service for project {os.environ.get('CHUNKYARD_PROJECT')} on {record['url']} (docs at /docs)"
     )
     try:
-        serve_app("chunkyard.retrieval.service:app", args.host, args.port, limits=limits)  # redacted log
+        serve_app("chunkyard.retrieval.api.service:app", args.host, args.port, limits=limits)  # redacted log
     finally:
         service_file.remove(chunkyard_home(), os.getpid())
     return 0
@@ -377,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _enter_project(args: argparse.Namespace, command: str) -> None:
     """Resolve the project once and name it in the environment, so the processes a command starts
     (dagster dev, run workers) find the same project wherever they run."""
-    from chunkyard.retrieval.project import BENCHMARKS_ENV, PROJECT_ENV, project_root
+    from chunkyard.retrieval.settings.project import BENCHMARKS_ENV, PROJECT_ENV, project_root
 
     if getattr(args, "project", None):
         os.environ[PROJECT_ENV] = str(Path(args.project).expanduser().resolve())

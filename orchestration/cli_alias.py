@@ -10,7 +10,7 @@ from chunkyard.orchestration.cli_errors import UsageError
 
 def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """`alias set|show|rollback` under the command's subparsers."""
-    from chunkyard.retrieval.options import SearchOptions
+    from chunkyard.retrieval.settings.options import SearchOptions
 
     alias = sub.add_parser("alias", help="serving aliases: set, show, roll back", parents=[common])
     actions = alias.add_subparsers(dest="alias_command", required=True, metavar="ACTION")
@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
 
 
 def _line(target: object) -> str:
-    from chunkyard.retrieval.aliases import AliasTarget
+    from chunkyard.retrieval.query.aliases import AliasTarget
 
     assert isinstance(target, AliasTarget)
     options = " ".join(f"{key}={value}" for key, value in sorted(target.options.given().items()))
@@ -45,10 +45,10 @@ def _line(target: object) -> str:
 
 
 def cmd_alias(args: argparse.Namespace) -> int:
-    from chunkyard.retrieval import aliases
-    from chunkyard.retrieval.config import default_collection
-    from chunkyard.retrieval.names import IndexName
-    from chunkyard.retrieval.options import SearchOptions
+    from chunkyard.retrieval.query import aliases
+    from chunkyard.retrieval.settings.config import default_collection
+    from chunkyard.retrieval.settings.names import IndexName
+    from chunkyard.retrieval.settings.options import SearchOptions
     from chunkyard.retrieval.store import Store
 
     store = Store()
@@ -84,8 +84,8 @@ def cmd_alias(args: argparse.Namespace) -> int:
 def index_or_alias(text: str, default_collection: str) -> str:
     """`text` unchanged when it names an alias, else the index it means."""
     import psycopg
-    from chunkyard.retrieval import aliases
-    from chunkyard.retrieval.names import IndexName
+    from chunkyard.retrieval.query import aliases
+    from chunkyard.retrieval.settings.names import IndexName
     from chunkyard.retrieval.store import Store
 
     if aliases.could_be_alias(text):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from chunkyard.retrieval.config_checks import PlannedCollection, check_project
+from chunkyard.retrieval.settings.config_checks import PlannedCollection, check_project
 
 DESCRIPTION = (
     "Check every field of chunkyard.yaml and the index configs (each problem with file:line and the "
@@ -30,8 +30,8 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
 def chosen_collections(name: str | None) -> list[str]:
     """The collections a command names (default: all of the project's); UsageError for an unknown one."""
     from chunkyard.orchestration.cli_errors import UsageError
-    from chunkyard.retrieval.config import load_collections
-    from chunkyard.retrieval.project import PROJECT_FILE, project_root
+    from chunkyard.retrieval.settings.config import load_collections
+    from chunkyard.retrieval.settings.project import PROJECT_FILE, project_root
 
     collections = load_collections()
     if not collections:
@@ -58,7 +58,7 @@ def language_warnings(planned: list[PlannedCollection]) -> list[str]:
     """An English-only model on a folder that is not English: a warning, not an error (it runs, and
     ranks poorly); each collection's folders are read to measure their languages."""
     from chunkyard.orchestration.model_choice import folder_languages, language_warning
-    from chunkyard.retrieval.endpoint_settings import ENDPOINT_BACKEND
+    from chunkyard.retrieval.embedders.endpoint_settings import ENDPOINT_BACKEND
 
     warnings = []
     for plan in planned:
@@ -77,7 +77,7 @@ def language_warnings(planned: list[PlannedCollection]) -> list[str]:
 
 def print_plan(planned: list[PlannedCollection]) -> None:
     """The collections, their folders and evaluation sets, and the index configs each would build."""
-    from chunkyard.retrieval.project import PROJECT_FILE, project_root
+    from chunkyard.retrieval.settings.project import PROJECT_FILE, project_root
 
     print(f"Configuration OK ({project_root() / PROJECT_FILE}). `chunkyard index` would build:", flush=True)
     for plan in planned:

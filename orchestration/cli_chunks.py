@@ -24,12 +24,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def cmd_chunks(args: argparse.Namespace) -> int:
     from chunkyard.orchestration.cli_errors import UsageError
-    from chunkyard.retrieval.config import default_collection
-    from chunkyard.retrieval.db import database_url
-    from chunkyard.retrieval.default_index import default_index
-    from chunkyard.retrieval.names import IndexName
     from chunkyard.retrieval.query.results import NOTHING_INDEXED
+    from chunkyard.retrieval.settings.config import default_collection
+    from chunkyard.retrieval.settings.default_index import default_index
+    from chunkyard.retrieval.settings.names import IndexName
     from chunkyard.retrieval.store import Store
+    from chunkyard.retrieval.store.db import database_url
     from chunkyard.retrieval.store.document_chunks import document_chunks, document_ids, published_version
 
     index = default_index() if args.index is None else IndexName.parse(args.index, default_collection())

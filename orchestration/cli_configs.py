@@ -36,8 +36,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def cmd_configs(args: argparse.Namespace) -> int:
-    from chunkyard.retrieval.config import load_collections, load_index_configs
-    from chunkyard.retrieval.project import ProjectError
+    from chunkyard.retrieval.settings.config import load_collections, load_index_configs
+    from chunkyard.retrieval.settings.project import ProjectError
 
     configs = load_index_configs()
     try:

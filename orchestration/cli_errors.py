@@ -30,7 +30,7 @@ class stops_embedded_postgres:
     is stopped unless another chunkyard process still uses it (pgserver's handle list)."""
 
     def __enter__(self) -> None:
-        from chunkyard.retrieval.db import embedded_servers
+        from chunkyard.retrieval.store.db import embedded_servers
 
         self._before = embedded_servers()  # a caller's own servers (tests calling main()) stay up
         self._previous = signal.getsignal(signal.SIGTERM)
@@ -38,7 +38,7 @@ class stops_embedded_postgres:
             signal.signal(signal.SIGTERM, _raise_interrupt)
 
     def __exit__(self, *exc: object) -> None:
-        from chunkyard.retrieval.db import stop_embedded_servers
+        from chunkyard.retrieval.store.db import stop_embedded_servers
 
         try:
             stop_embedded_servers(keep=self._before)
@@ -58,12 +58,12 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 def report(command: str, exc: Exception) -> int:
     """One line naming what is at fault; exit 2 for configuration and usage, 1 (plus a hint) otherwise."""
     from chunkyard.pipeline.benchmark.run import BenchmarkError
-    from chunkyard.retrieval.client import AuthenticationError, ServiceError
-    from chunkyard.retrieval.config import SettingsError
-    from chunkyard.retrieval.config_checks import SettingsErrors
-    from chunkyard.retrieval.options import SearchError
+    from chunkyard.retrieval.integrations.client import AuthenticationError, ServiceError
     from chunkyard.retrieval.query.results import IndexNotFoundError
-    from chunkyard.retrieval.selfcheck import DatabaseSelfCheckError
+    from chunkyard.retrieval.settings.config import SettingsError
+    from chunkyard.retrieval.settings.config_checks import SettingsErrors
+    from chunkyard.retrieval.settings.options import SearchError
+    from chunkyard.retrieval.store.selfcheck import DatabaseSelfCheckError
 
     prefix = f"chunkyard {command}" if command else "chunkyard"
     if isinstance(exc, SettingsErrors):
@@ -100,7 +100,7 @@ def report(command: str, exc: Exception) -> int:
 def _print_server_log(message: str) -> None:
     """After a failure on a lost database connection, what the embedded server's log says about it
     (a crashed backend's signal, recovery, a full disk): the cause is there, not in the client's error."""
-    from chunkyard.retrieval.db import embedded_log_excerpt, lost_connection
+    from chunkyard.retrieval.store.db import embedded_log_excerpt, lost_connection
 
     if not lost_connection(message):
         return

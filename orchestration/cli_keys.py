@@ -10,7 +10,7 @@ from chunkyard.orchestration.cli_errors import UsageError
 
 def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """`keys create|list|revoke` and `audit` under the command's subparsers."""
-    from chunkyard.retrieval.keys import SCOPES
+    from chunkyard.retrieval.store.api_key import SCOPES
     from chunkyard.retrieval.store.audit import ACTIONS
 
     keys = sub.add_parser(
@@ -54,7 +54,7 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
 
 
 def _key_line(key: object) -> str:
-    from chunkyard.retrieval.keys import ApiKey
+    from chunkyard.retrieval.store.api_key import ApiKey
 
     assert isinstance(key, ApiKey)
     where = ",".join(key.collections) if key.collections else "all collections"
@@ -71,10 +71,10 @@ def _key_line(key: object) -> str:
 def cmd_keys(args: argparse.Namespace) -> int:
     import os
 
-    from chunkyard.retrieval.aliases import local_actor
-    from chunkyard.retrieval.key_admin import create_key
-    from chunkyard.retrieval.keys import ApiKeyError
+    from chunkyard.retrieval.api.key_admin import create_key
+    from chunkyard.retrieval.query.aliases import local_actor
     from chunkyard.retrieval.store import Store
+    from chunkyard.retrieval.store.api_key import ApiKeyError
 
     store = Store()
     store.migrate()

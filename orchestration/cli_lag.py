@@ -1,4 +1,4 @@
-"""`chunkyard lag`: how far each published index is behind its collection's documents (`retrieval.lag`)."""
+"""`chunkyard lag`: how far each published index is behind its collection's documents (`retrieval.indexing.lag`)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
 
 
 def cmd_lag(args: argparse.Namespace) -> int:
-    from chunkyard.retrieval.db import database_url
-    from chunkyard.retrieval.lag import index_lags
+    from chunkyard.retrieval.indexing.lag import index_lags
     from chunkyard.retrieval.store import Store
+    from chunkyard.retrieval.store.db import database_url
 
     declared = declared_indexes()
     store = Store(database_url())
@@ -64,8 +64,8 @@ def cmd_lag(args: argparse.Namespace) -> int:
 
 def declared_indexes() -> set[str] | None:
     """The indexes chunkyard.yaml declares now (None outside a project: every registered one counts)."""
-    from chunkyard.retrieval.config_checks import load_index_specs
-    from chunkyard.retrieval.project import ProjectError
+    from chunkyard.retrieval.settings.config_checks import load_index_specs
+    from chunkyard.retrieval.settings.project import ProjectError
 
     try:
         return {str(spec.name) for spec in load_index_specs()}

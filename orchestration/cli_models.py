@@ -36,7 +36,7 @@ def cmd_models(args: argparse.Namespace) -> int:
             size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
             print(f"  {folder.relative_to(root)}  {size / 1e6:.0f} MB")
         return 0
-    from chunkyard.retrieval.embedder import load_embedder
+    from chunkyard.retrieval.embedders.embedder import load_embedder
 
     for name in args.names or [DEFAULT_MODEL, *BUILT_MODELS]:
         started = time.perf_counter()

@@ -49,9 +49,9 @@ def cmd_questions(args: argparse.Namespace) -> int:
     from chunkyard.evaluation.generate import ChatClient, LLMEndpointError, generate_questions, write_eval_set
     from chunkyard.orchestration.project_file import set_eval_set
     from chunkyard.pipeline.documents import load_collection_documents
-    from chunkyard.retrieval.config import load_collections, load_index_configs
-    from chunkyard.retrieval.names import DEFAULT_CONFIG
-    from chunkyard.retrieval.project import PROJECT_FILE, project_root
+    from chunkyard.retrieval.settings.config import load_collections, load_index_configs
+    from chunkyard.retrieval.settings.names import DEFAULT_CONFIG
+    from chunkyard.retrieval.settings.project import PROJECT_FILE, project_root
 
     root = project_root()
     collections = load_collections()

@@ -18,7 +18,7 @@ SLOW_IN_PROCESS_S = 2.0  # an in-process search this slow gets the hint to run `
 
 
 def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
-    from chunkyard.retrieval.options import SearchOptions
+    from chunkyard.retrieval.settings.options import SearchOptions
 
     search = sub.add_parser("search", help="query an index", parents=parents)
     search.add_argument("query", help="the question or keywords")
@@ -39,11 +39,11 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
 
 def cmd_search(args: argparse.Namespace) -> int:
     from chunkyard.orchestration.cli_alias import index_or_alias
-    from chunkyard.retrieval import service_file
-    from chunkyard.retrieval.config import default_collection
-    from chunkyard.retrieval.db import chunkyard_home
-    from chunkyard.retrieval.default_index import default_index
-    from chunkyard.retrieval.options import SearchOptions
+    from chunkyard.retrieval.api import service_file
+    from chunkyard.retrieval.settings.config import default_collection
+    from chunkyard.retrieval.settings.default_index import default_index
+    from chunkyard.retrieval.settings.options import SearchOptions
+    from chunkyard.retrieval.store.db import chunkyard_home
 
     options = SearchOptions.from_arguments(args)
     # none named: the project's default index; a bare config name: a config of the project's collection
@@ -51,7 +51,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     running = None if args.no_service else service_file.running(chunkyard_home())
     if running is not None:
-        from chunkyard.retrieval.client import Client
+        from chunkyard.retrieval.integrations.client import Client
 
         with Client(running["url"]) as client:
             body = client.search_response(args.query, index=index, options=options)
@@ -62,7 +62,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
         # one query: BM25 from the postings in Postgres (loading the in-memory copy would cost more)
         results, plan = Searcher(bm25_backend="sql").search_with_plan(args.query, index, options)
-        body = {  # the HTTP response's shape (retrieval.service.SearchResponse)
+        body = {  # the HTTP response's shape (retrieval.api.service.SearchResponse)
             "index": results[0].index if results else index,
             "mode": plan.mode,
             "k": plan.k,
@@ -161,12 +161,12 @@ def suggestion(
     """What to type next after `chunkyard index`: the leaderboard's best (index, variant) when there is
     one, else the collection's first index config."""
     from chunkyard.evaluation.runner import SERVED_VARIANT, configured_reranker, parse_variant
-    from chunkyard.retrieval.config import load_collections, load_index_configs
-    from chunkyard.retrieval.options import DEFAULT_MODE
+    from chunkyard.retrieval.settings.config import load_collections, load_index_configs
+    from chunkyard.retrieval.settings.options import DEFAULT_MODE
 
     index, variant = best or (None, None)
     if not index or not index.startswith(f"{collection}/"):
-        from chunkyard.retrieval.default_index import collection_default
+        from chunkyard.retrieval.settings.default_index import collection_default
 
         chosen = load_collections()[collection]
         index, variant = (f"{collection}/{collection_default(chosen)}" if chosen.indexes else None), None
@@ -191,7 +191,7 @@ def suggestion(
 
 
 def _default_or_none() -> str | None:
-    from chunkyard.retrieval.default_index import NoDefaultIndex, default_index
+    from chunkyard.retrieval.settings.default_index import NoDefaultIndex, default_index
 
     try:
         return str(default_index())

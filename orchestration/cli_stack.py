@@ -63,8 +63,8 @@ def cmd_stack(args: argparse.Namespace) -> int:
         return 0
     from chunkyard.chunking.environment import env_int
     from chunkyard.orchestration.stack import AUTOMATION_INTERVAL_ENV, SENSOR_INTERVAL_ENV
-    from chunkyard.retrieval.db import chunkyard_home
-    from chunkyard.retrieval.project import project_root
+    from chunkyard.retrieval.settings.project import project_root
+    from chunkyard.retrieval.store.db import chunkyard_home
 
     root = project_root()  # `up` and `down` work on a project (`compose` needs none)
     home = chunkyard_home()

@@ -21,8 +21,8 @@ def _print(message: str = "") -> None:
 def cmd_ui(args: argparse.Namespace) -> int:
     """`dagster dev` on the code location `chunkyard` with DAGSTER_HOME and DATABASE_URL set."""
     from chunkyard.orchestration.instance import WORKSPACE_FILE, ensure_instance
-    from chunkyard.retrieval.db import chunkyard_home
-    from chunkyard.retrieval.project import AUTOMATION_ENV, read_project, ui_automation
+    from chunkyard.retrieval.settings.project import AUTOMATION_ENV, read_project, ui_automation
+    from chunkyard.retrieval.store.db import chunkyard_home
 
     automation = ui_automation(read_project())
     home = ensure_instance()
@@ -122,7 +122,7 @@ def add_proxy_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentP
 
 def cmd_ui_proxy(args: argparse.Namespace) -> int:
     from chunkyard.orchestration.ui_proxy import KEY_ENV, build_app
-    from chunkyard.retrieval.server_limits import ServerLimits, serve
+    from chunkyard.retrieval.api.server_limits import ServerLimits, serve
 
     key = os.environ.get(KEY_ENV, "")
     if not key:

@@ -55,7 +55,7 @@ CONNECT_WAIT_SECONDS = 60
 
 def default_dagster_home() -> Path:
     """DAGSTER_HOME if set, else `<chunkyard home>/dagster` (`.chunkyard/dagster`)."""
-    from chunkyard.retrieval.db import chunkyard_home
+    from chunkyard.retrieval.store.db import chunkyard_home
 
     env = os.environ.get("DAGSTER_HOME")
     return Path(env).resolve() if env else chunkyard_home() / "dagster"
@@ -152,7 +152,7 @@ def create_dagster_schema(database_url: str, schema: str = DAGSTER_SCHEMA) -> No
     the first connections after its health check may still fail.
     """
     import psycopg
-    from chunkyard.retrieval.db import verify_server
+    from chunkyard.retrieval.store.db import verify_server
     from psycopg import sql
 
     wait = env_int(CONNECT_WAIT_ENV, CONNECT_WAIT_SECONDS, minimum=0, unit="whole seconds") or 0
@@ -218,7 +218,7 @@ def ensure_instance(database_url: str | None = None) -> Path:
     Sets DAGSTER_HOME (if unset) and DATABASE_URL (to the resolved URL, so child processes
     such as `dagster dev` attach to the same database instead of resolving it again).
     """
-    from chunkyard.retrieval.db import database_url as resolve_database_url
+    from chunkyard.retrieval.store.db import database_url as resolve_database_url
 
     url = database_url or resolve_database_url()
     home = default_dagster_home()

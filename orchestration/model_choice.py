@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from chunkyard.retrieval.names import DEFAULT_CONFIG
+from chunkyard.retrieval.settings.names import DEFAULT_CONFIG
 
 # A folder that is not English only gets the multilingual model instead (benchmarks/results/languages.md).
 MULTILINGUAL_INDEX = "recursive-256-multilingual"
@@ -57,7 +57,7 @@ def folder_languages(
 ) -> dict[str, float]:
     """Each detected language's share of the folders' text (py3langid per document, as `analyzer: auto`)."""
     from chunkyard.chunking.documents.folder import load_folder
-    from chunkyard.retrieval.languages import choose_analyzer, document_language
+    from chunkyard.retrieval.lexical.languages import choose_analyzer, document_language
 
     text_by_language: dict[str, int] = {}
     for folder in folders:

@@ -7,8 +7,13 @@ from typing import Any
 
 import yaml
 from chunkyard.orchestration.model_choice import ModelChoice, choose_index, folder_languages
-from chunkyard.retrieval.config import SettingsError, is_valid_name, load_collections, load_index_configs
-from chunkyard.retrieval.project import PROJECT_FILE, STATE_DIR, read_project
+from chunkyard.retrieval.settings.config import (
+    SettingsError,
+    is_valid_name,
+    load_collections,
+    load_index_configs,
+)
+from chunkyard.retrieval.settings.project import PROJECT_FILE, STATE_DIR, read_project
 
 HEADER = """\
 # A chunkyard project. `chunkyard add NAME FOLDER` adds a collection here;

@@ -28,7 +28,7 @@ from chunkyard.orchestration.instance import (
     DEFINITIONS_MODULE,
     WORKSPACE_FILE,
 )
-from chunkyard.retrieval.stack_database import DB_NAME, DB_USER
+from chunkyard.retrieval.store.stack_database import DB_NAME, DB_USER
 
 UI_PROXY_HEALTH = "/__chunkyard/healthz"  # orchestration.ui_proxy.HEALTH_PATH (answered without the key)
 

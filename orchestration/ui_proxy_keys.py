@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import httpx
-from chunkyard.retrieval.keys import token_hash, well_formed
+from chunkyard.retrieval.store.api_key import token_hash, well_formed
 
 API_URL_ENV = "CHUNKYARD_API_URL"
 CACHE_S = 0.5

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from chunkyard.chunking.documents.folder import DocumentFailure, file_signature, scan_folder
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval.config import Collection
+from chunkyard.retrieval.settings.config import Collection
 
 
 @dataclass

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from chunkyard.pipeline.checks import Check, DeclaredCheck
 from chunkyard.pipeline.step_report import StepReport, StepRun
 from chunkyard.pipeline.steps import bm25, chunks, embeddings, publish
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.embedder import Embedder
+from chunkyard.retrieval.embedders.embedder import Embedder
 from chunkyard.retrieval.indexing.stage_reports import PublishReport
+from chunkyard.retrieval.observability.telemetry import configure_tracing, span
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.store import Store
-from chunkyard.retrieval.telemetry import configure_tracing, span
 
 StepFunction = Callable[[Store, IndexSpec, Embedder | None, StepRun], StepReport]
 

@@ -5,7 +5,7 @@ The document sensor requests a run when it SEES a change, and its cursor moves o
 dies (killed, daemon gone, Postgres stopped) leaves the change unindexed with nothing left to notice it.
 So each tick also compares the three states directly: files the documents table has not caught up
 with (`folder_gap`, by the same signature and content-hash rules as the documents step) and documents
-each index lacks, holds stale or still serves after a deletion (`retrieval.lag`). A gap that no queued
+each index lacks, holds stale or still serves after a deletion (`retrieval.indexing.lag`). A gap that no queued
 or running run covers gets a run; one that runs keep failing to close is retried with exponential
 backoff and, after `RetryPolicy.max_attempts`, reported and left alone until it changes (`decide`).
 """
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from chunkyard.chunking.environment import env_int
 from chunkyard.pipeline.documents import load_collection_documents
-from chunkyard.retrieval.config import Collection
-from chunkyard.retrieval.lag import IndexLag, index_lag
+from chunkyard.retrieval.indexing.lag import IndexLag, index_lag
+from chunkyard.retrieval.settings.config import Collection
 from chunkyard.retrieval.store import Store
 
 BACKOFF_ENV = "CHUNKYARD_RECONCILE_BACKOFF"  # seconds before the first retry of a gap (then doubling)

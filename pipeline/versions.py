@@ -2,7 +2,7 @@
 
 Each step declares `CODE_VERSION` at the top of its module (`pipeline.steps.<step>`), each chunking
 strategy its `code_version` in `chunking.registry`, each embedder backend its class's `code_version`
-(`retrieval.embedders`, `retrieval.endpoint_embedder`). Nothing is read from source files, so moving
+(`retrieval.embedders`, `retrieval.embedders.endpoint_backend`). Nothing is read from source files, so moving
 a helper between files changes no version; a change to what a step writes is a bump, visible in review.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from chunkyard.chunking.registry import strategy_versions
-from chunkyard.retrieval.config import IndexConfig
-from chunkyard.retrieval.embedder import backend_code_version
+from chunkyard.retrieval.embedders.embedder import backend_code_version
+from chunkyard.retrieval.settings.config import IndexConfig
 
 
 def code_version(kind: str, declared: str, settings: Mapping[str, Any]) -> str:

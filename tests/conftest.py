@@ -28,7 +28,7 @@ requires_chroma = pytest.mark.skipif(
 @pytest.fixture(scope="session")
 def pg_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A fresh real PostgreSQL 18 + pgvector 0.8 for this test session; DATABASE_URL is never touched."""
-    from chunkyard.retrieval.db import embedded_database_url
+    from chunkyard.retrieval.store.db import embedded_database_url
 
     return embedded_database_url(tmp_path_factory.mktemp("pg"))
 
@@ -46,7 +46,7 @@ def store(pg_url: str):
 @pytest.fixture(scope="session")
 def embedder():
     """The real all-MiniLM-L6-v2 from the local package, loaded once per session."""
-    from chunkyard.retrieval.embedder import load_embedder
+    from chunkyard.retrieval.embedders.embedder import load_embedder
 
     return load_embedder("all-MiniLM-L6-v2")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from chunkyard.chunking.documents.folder import load_folder
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.config import IndexSpec, load_index_configs
+from chunkyard.retrieval.settings.config import IndexSpec, load_index_configs
 
 from benchmarks.located_set import QUESTIONS, LocatedQuestion, write_located_set
 

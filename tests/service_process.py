@@ -1,9 +1,9 @@
 """Run the query service as its own uvicorn process, as `chunkyard serve` does, for tests and benchmarks.
 
 `python -m tests.service_process PORT --pg-data DIR` attaches to (or starts) the embedded Postgres in
-DIR, sets DATABASE_URL like `cmd_serve`, and serves `retrieval.service:app` (warm); `--database-url`
+DIR, sets DATABASE_URL like `cmd_serve`, and serves `retrieval.api.service:app` (warm); `--database-url`
 serves a given URL, `--cold` skips warming, `--api-key` requires a key, `--log-level info` writes the
-access log. The server limits come from the environment (`retrieval.server_limits`).
+access log. The server limits come from the environment (`retrieval.api.server_limits`).
 """
 
 from __future__ import annotations
@@ -120,9 +120,9 @@ def main() -> None:
     parser.add_argument("--api-key")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args()
-    from chunkyard.retrieval.db import embedded_database_url
-    from chunkyard.retrieval.server_limits import serve
-    from chunkyard.retrieval.service import create_app
+    from chunkyard.retrieval.api.server_limits import serve
+    from chunkyard.retrieval.api.service import create_app
+    from chunkyard.retrieval.store.db import embedded_database_url
 
     os.environ["DATABASE_URL"] = args.database_url or embedded_database_url(args.pg_data)
     app = create_app(api_key=args.api_key, warm=not args.cold)

@@ -11,8 +11,8 @@ import pytest
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.api.admission import Admission, AdmissionLimits
+from chunkyard.retrieval.api.service import create_app
 from chunkyard.retrieval.query import Searcher
-from chunkyard.retrieval.service import create_app
 from chunkyard.retrieval.store import Store
 
 from tests.service_process import serve_in_thread

@@ -7,8 +7,7 @@ import uuid
 import pytest
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval import aliases
-from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.query import Searcher, aliases
 from chunkyard.retrieval.store.partitions import partition_names
 
 from tests.test_indexing_support import ParagraphChunker, make_spec

@@ -9,10 +9,9 @@ import uuid
 import pytest
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval import aliases
-from chunkyard.retrieval.aliases import AliasError
-from chunkyard.retrieval.options import SearchOptions
-from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.query import Searcher, aliases
+from chunkyard.retrieval.query.aliases import AliasError
+from chunkyard.retrieval.settings.options import SearchOptions
 
 from tests.test_indexing_support import ParagraphChunker, make_spec
 from tests.test_search import TOPICS
@@ -215,7 +214,7 @@ def test_cli_alias_set_show_rollback_and_search(
 @pytest.fixture
 def service_url(searcher):
     """The app (API key `s3cret`) under uvicorn on a loopback socket."""
-    from chunkyard.retrieval.service import create_app
+    from chunkyard.retrieval.api.service import create_app
 
     from tests.service_process import serve_in_thread
 
@@ -227,7 +226,7 @@ def test_the_api_and_client_pin_show_roll_back_and_search_an_alias(
     two_indexes, searcher, service_url
 ) -> None:
     import httpx
-    from chunkyard.retrieval.client import AuthenticationError, Client
+    from chunkyard.retrieval.integrations.client import AuthenticationError, Client
     from chunkyard.retrieval.query.results import SearchError
 
     a, b = two_indexes
@@ -284,7 +283,7 @@ def test_a_bare_config_name_means_the_projects_collection_in_cli_http_and_python
     """One rule for a bare name: the project's only collection (not `demo`), on every surface."""
     import httpx
     from chunkyard.orchestration.cli import main
-    from chunkyard.retrieval.service import create_app
+    from chunkyard.retrieval.api.service import create_app
 
     from tests.service_process import serve_in_thread
 

@@ -14,9 +14,9 @@ import pytest
 from chunkyard.assets.keys import safe_name
 from chunkyard.pipeline.graph import build_index
 from chunkyard.pipeline.steps.documents import sync_documents
-from chunkyard.retrieval.config import load_collections
-from chunkyard.retrieval.config_checks import load_index_specs
 from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.settings.config import load_collections
+from chunkyard.retrieval.settings.config_checks import load_index_specs
 from chunkyard.retrieval.store import Store
 from dagster import AssetKey, AssetMaterialization, instance_for_test
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval import bm25 as bm25_lib
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store import bm25 as bm25_lib
 from chunkyard.retrieval.store.partitions import partition_names
 from rank_bm25 import BM25Okapi
 

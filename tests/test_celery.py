@@ -119,7 +119,7 @@ def latest_run(home: str):
 
 
 def index_rows(url: str, index: str) -> tuple[list[str], np.ndarray]:
-    from chunkyard.retrieval.db import connect
+    from chunkyard.retrieval.store.db import connect
 
     with connect(url) as conn:
         rows = conn.execute(

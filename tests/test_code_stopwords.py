@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.code_terms import code_terms
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.lexical.code_terms import code_terms
 from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 
 CODE = (
     "def what_is_the_value(of_the_item):\n"

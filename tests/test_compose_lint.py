@@ -124,7 +124,7 @@ def test_the_password_is_url_encoded_into_database_url(
 
 
 def test_the_query_service_refuses_to_listen_beyond_loopback_without_a_key(tmp_path: Path) -> None:
-    from chunkyard.retrieval.http_guards import exposure_error
+    from chunkyard.retrieval.api.http_guards import exposure_error
 
     assert exposure_error("127.0.0.1", None) is None and exposure_error("::1", None) is None
     assert exposure_error("0.0.0.0", "k") is None

@@ -7,8 +7,8 @@ import re
 
 import pytest
 import yaml
+from chunkyard.retrieval.api.service import create_app
 from chunkyard.retrieval.query import Searcher
-from chunkyard.retrieval.service import create_app
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 

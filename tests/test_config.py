@@ -3,8 +3,8 @@
 from pathlib import Path
 
 import pytest
-from chunkyard.retrieval.config import SettingsError, load_index_configs
-from chunkyard.retrieval.config_checks import load_index_specs
+from chunkyard.retrieval.settings.config import SettingsError, load_index_configs
+from chunkyard.retrieval.settings.config_checks import load_index_specs
 
 
 def test_shipped_configs_load_and_pair_up(monkeypatch: pytest.MonkeyPatch) -> None:

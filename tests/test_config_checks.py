@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from chunkyard.orchestration.cli import main
-from chunkyard.retrieval.config_checks import SettingsErrors, load_index_specs
+from chunkyard.retrieval.settings.config_checks import SettingsErrors, load_index_specs
 
 STATE_VARIABLES = (
     "CHUNKYARD_PROJECT",

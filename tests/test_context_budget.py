@@ -10,12 +10,12 @@ import pytest
 from chunkyard.chunking.tokenizers import get_tokenizer
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.analysis import shared_analyzer
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.options import SearchError, SearchOptions
+from chunkyard.retrieval.lexical.analysis import shared_analyzer
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.query.budget import best_span, fit_to_budget
 from chunkyard.retrieval.query.results import SearchResult
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.settings.options import SearchError, SearchOptions
 from chunkyard.retrieval.store import Store
 
 from tests.test_indexing_support import make_spec
@@ -111,7 +111,7 @@ def test_results_fit_the_budget_in_cl100k_tokens_with_exact_spans(
 
 
 def test_the_http_api_trims_to_the_budget_and_rejects_a_bad_one(store: Store, embedder) -> None:
-    from chunkyard.retrieval.service import create_app
+    from chunkyard.retrieval.api.service import create_app
     from fastapi.testclient import TestClient
 
     from tests.test_indexing_support import ParagraphChunker

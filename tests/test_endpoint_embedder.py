@@ -15,8 +15,12 @@ import uuid
 import numpy as np
 import pytest
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval.endpoint_embedder import EndpointEmbedder
-from chunkyard.retrieval.endpoint_settings import EndpointConfigError, EndpointError, EndpointSettings
+from chunkyard.retrieval.embedders.endpoint_backend import EndpointEmbedder
+from chunkyard.retrieval.embedders.endpoint_settings import (
+    EndpointConfigError,
+    EndpointError,
+    EndpointSettings,
+)
 
 from tests.fake_embedding_server import FakeEmbeddingServer, fake_vector
 
@@ -42,7 +46,7 @@ def _drop_endpoint_indexes(request):
     yield
     if "store" not in request.fixturenames:
         return
-    from chunkyard.retrieval.endpoint_embedder import forget_shared_endpoint_embedders
+    from chunkyard.retrieval.embedders.endpoint_backend import forget_shared_endpoint_embedders
 
     store = request.getfixturevalue("store")
     for info in store.indexes.list():
@@ -189,8 +193,8 @@ def test_options_are_checked_with_the_field_named() -> None:
 
 
 def test_config_load_checks_the_endpoint_and_its_model_shapes_the_config_hash(tmp_path, monkeypatch) -> None:
-    from chunkyard.retrieval.config import IndexConfig, load_index_configs
-    from chunkyard.retrieval.project import SettingsError
+    from chunkyard.retrieval.settings.config import IndexConfig, load_index_configs
+    from chunkyard.retrieval.settings.project import SettingsError
 
     bad = tmp_path / "indexes.yaml"
     bad.write_text(
@@ -224,7 +228,7 @@ def test_config_load_checks_the_endpoint_and_its_model_shapes_the_config_hash(tm
 
 
 def _spec(server: FakeEmbeddingServer, collection: str, **embedder: object):
-    from chunkyard.retrieval.config import IndexConfig, IndexSpec
+    from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 
     config = IndexConfig(
         name="endpoint-token-32",
@@ -244,7 +248,7 @@ DOCS = [
 def test_a_build_records_usage_and_the_cache_keys_on_the_endpoints_model(store, server) -> None:
     from chunkyard.pipeline.step_report import StepRun
     from chunkyard.pipeline.steps.embeddings import step_embeddings
-    from chunkyard.retrieval.embedder import embedder_for_config
+    from chunkyard.retrieval.embedders.embedder import embedder_for_config
     from chunkyard.retrieval.indexing.bm25 import stage_bm25
     from chunkyard.retrieval.indexing.chunks import stage_chunks
     from chunkyard.retrieval.indexing.publish import publish
@@ -293,10 +297,10 @@ def test_a_build_records_usage_and_the_cache_keys_on_the_endpoints_model(store, 
 
 def test_the_service_reports_the_endpoint_in_readyz_and_503s_searches_without_it(store) -> None:
     from chunkyard.pipeline.graph import build_index
-    from chunkyard.retrieval.embedder import embedder_for_config
-    from chunkyard.retrieval.endpoint_embedder import forget_shared_endpoint_embedders
+    from chunkyard.retrieval.api.service import ENDPOINT_UNAVAILABLE, create_app
+    from chunkyard.retrieval.embedders.embedder import embedder_for_config
+    from chunkyard.retrieval.embedders.endpoint_backend import forget_shared_endpoint_embedders
     from chunkyard.retrieval.query import Searcher
-    from chunkyard.retrieval.service import ENDPOINT_UNAVAILABLE, create_app
     from fastapi.testclient import TestClient
 
     with FakeEmbeddingServer() as server:

@@ -17,14 +17,14 @@ import time
 import uuid
 
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 
 from tests.conftest import REPO_ROOT
 from tests.fake_embedding_server import FakeEmbeddingServer
 
 CHILD = """
 import sys
-from chunkyard.retrieval.embedder import embedder_for_config
+from chunkyard.retrieval.embedders.embedder import embedder_for_config
 from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.store import Store
 from tests.test_endpoint_kill_resume import spec
@@ -58,8 +58,8 @@ def _cached(store, index_name: str) -> tuple[int, int]:
 
 def test_kill_9_mid_build_then_resume_embeds_no_chunk_twice(store, pg_url: str) -> None:
     from chunkyard.pipeline.graph import build_index
-    from chunkyard.retrieval.embedder import embedder_for_config
-    from chunkyard.retrieval.endpoint_embedder import forget_shared_endpoint_embedders
+    from chunkyard.retrieval.embedders.embedder import embedder_for_config
+    from chunkyard.retrieval.embedders.endpoint_backend import forget_shared_endpoint_embedders
 
     run = uuid.uuid4().hex[:8]
     docs = [

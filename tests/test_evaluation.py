@@ -72,8 +72,8 @@ QUESTIONS = [
 @pytest.fixture(scope="module")
 def built_index(pg_url, embedder):
     from chunkyard.pipeline.graph import build_index
-    from chunkyard.retrieval.config import IndexConfig, IndexSpec
     from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
     from chunkyard.retrieval.store import Store
 
     store = Store(pg_url)
@@ -350,7 +350,7 @@ def test_suggest_fusion_weight_uses_the_searcher(built_index):
 
 
 def test_interrupted_benchmark_resumes_from_cached_embeddings(pg_url, tmp_path, monkeypatch, embedder):
-    import chunkyard.retrieval.embedder as embedder_module
+    import chunkyard.retrieval.embedders.embedder as embedder_module
     import chunkyard.retrieval.indexing.embeddings as embeddings_module
     from chunkyard.pipeline.benchmark import BenchmarkRequest, run_benchmark
 
@@ -487,7 +487,7 @@ def test_eval_cli_tune_flag(pg_url, tmp_path, capsys):
 def test_eval_stops_before_the_publish_when_an_error_check_fails(pg_url, tmp_path, monkeypatch, embedder):
     """`chunkyard eval` runs the steps of `pipeline.graph`: a failed staged error-level check stops
     it with an error naming the check, and the previous version stays published."""
-    import chunkyard.retrieval.embedder as embedder_module
+    import chunkyard.retrieval.embedders.embedder as embedder_module
     from chunkyard.pipeline.benchmark import BenchmarkRequest, run_benchmark
     from chunkyard.pipeline.benchmark.run import BenchmarkError
     from chunkyard.retrieval.store import Store

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from chunkyard.orchestration.cli import main
-from chunkyard.retrieval.config import load_index_configs
-from chunkyard.retrieval.default_index import NoDefaultIndex, default_index
 from chunkyard.retrieval.indexing import embeddings
-from chunkyard.retrieval.names import IndexName
+from chunkyard.retrieval.settings.config import load_index_configs
+from chunkyard.retrieval.settings.default_index import NoDefaultIndex, default_index
+from chunkyard.retrieval.settings.names import IndexName
 
 from tests.conftest import REPO_ROOT
 
@@ -255,7 +255,7 @@ def test_search_timings_add_up_and_counts_are_plain_words() -> None:
 def test_add_takes_an_eval_set_and_eval_help_shows_its_format(
     tmp_path: Path, clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from chunkyard.retrieval.config import load_collections
+    from chunkyard.retrieval.settings.config import load_collections
 
     root = tmp_path / "proj"
     assert main(["init", str(root)]) == 0
@@ -350,7 +350,7 @@ def test_a_request_naming_no_index_reads_the_project_s_default_in_the_service_an
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
     from chunkyard.retrieval.api.models import SearchBody, search_request
-    from chunkyard.retrieval.client import Client
+    from chunkyard.retrieval.integrations.client import Client
 
     (tmp_path / "docs").mkdir()
     _project(

@@ -13,7 +13,7 @@ from chunkyard.chunking.documents.folder import scan_folder
 from chunkyard.chunking.documents.safe_open import PathChanged, open_resolved
 from chunkyard.chunking.types import sha256_text
 from chunkyard.pipeline.documents import FAILED_PREFIX, hash_folder
-from chunkyard.retrieval.config import Collection
+from chunkyard.retrieval.settings.config import Collection
 
 SECRET = "TOPSECRET outside the documents folder"
 

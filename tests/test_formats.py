@@ -193,8 +193,8 @@ def test_every_format_is_indexed_and_searchable_and_bad_files_reported(
     tmp_path: Path, store, embedder
 ) -> None:
     from chunkyard.pipeline.graph import build_index
-    from chunkyard.retrieval.config import IndexConfig, IndexSpec
     from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 
     expected_failures = _corrupt_files(tmp_path)
     (tmp_path / "notes.md").write_text("# Notes\n\nThe glacier survey measured crevasse depth.", "utf-8")

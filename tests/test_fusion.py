@@ -10,11 +10,11 @@ from chunkyard.chunking.types import Document
 from chunkyard.evaluation.datasets.evalset import read_eval_set
 from chunkyard.evaluation.runner import SERVED_VARIANT, EvaluationReport, EvaluationRequest, evaluate_index
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.index_defaults import AUTO_WEIGHT, auto_weight
-from chunkyard.retrieval.options import DEFAULT_MODE, SearchOptions, default_of, option_schemas
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.query.fusion import calibrated_weight, corroboration, fuse
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.settings.index_defaults import AUTO_WEIGHT, auto_weight
+from chunkyard.retrieval.settings.options import DEFAULT_MODE, SearchOptions, default_of, option_schemas
 from chunkyard.retrieval.store import Store
 
 from tests.test_indexing_support import ParagraphChunker, make_spec
@@ -88,7 +88,7 @@ def test_auto_weight_follows_the_models_languages() -> None:
 
 
 def test_the_default_mode_is_hybrid_auto_everywhere() -> None:
-    from chunkyard.retrieval.service import request_model
+    from chunkyard.retrieval.api.service import request_model
 
     assert default_of("mode") == DEFAULT_MODE == "hybrid_auto" and SearchOptions().mode is None
     assert next(s for s in option_schemas() if s.name == "mode").default == DEFAULT_MODE

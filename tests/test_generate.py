@@ -173,8 +173,8 @@ def test_written_set_loads_and_evaluates_like_a_hand_written_one(fake_llm, store
     from chunkyard.evaluation.reports import leaderboard
     from chunkyard.evaluation.runner import EvaluationRequest, evaluate_index, latest_reports
     from chunkyard.pipeline.graph import build_index
-    from chunkyard.retrieval.config import Collection, IndexConfig, IndexSpec
     from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.settings.config import Collection, IndexConfig, IndexSpec
 
     documents = _documents()
     client = ChatClient(fake_llm, "fake-model", timeout=0.5)
@@ -244,7 +244,7 @@ def test_url_rule_and_proposal_parsing() -> None:
 
 def test_cli_generate_writes_the_set_and_sets_eval(fake_llm, tmp_path, monkeypatch, capsys) -> None:
     from chunkyard.orchestration.cli import main
-    from chunkyard.retrieval.config import load_collections
+    from chunkyard.retrieval.settings.config import load_collections
 
     for name in (
         "CHUNKYARD_HOME",

@@ -9,10 +9,10 @@ import pytest
 from chunkyard.chunking import build_chunker
 from chunkyard.chunking.documents.folder import load_folder
 from chunkyard.chunking.locations import slide_cuts
-from chunkyard.retrieval.bm25 import build_analyzer
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.query.highlights import find_highlights, sentence_spans, snippet
 from chunkyard.retrieval.query.results import SearchResult
+from chunkyard.retrieval.store.bm25 import build_analyzer
 
 from benchmarks.located_set import DECKS, write_deck, write_pdf
 from tests.located_index import build_located

@@ -17,7 +17,7 @@ import pytest
 from chunkyard.chunking import Document, build_chunker
 from chunkyard.chunking.documents.folder import load_folder
 from chunkyard.chunking.documents.walk import list_files
-from chunkyard.retrieval.analysis import MAX_TERM_BYTES, Analyzer
+from chunkyard.retrieval.lexical.analysis import MAX_TERM_BYTES, Analyzer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -241,8 +241,8 @@ def test_collection_with_an_overlong_word_publishes_and_the_rest_is_searchable(
     tmp_path: Path, store, embedder
 ) -> None:
     from chunkyard.pipeline.graph import build_index
-    from chunkyard.retrieval.config import IndexConfig, IndexSpec
     from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 
     for rel, text in GOOD.items():
         _write(tmp_path, rel, text)

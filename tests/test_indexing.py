@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.indexing.bm25 import stage_bm25
 from chunkyard.retrieval.indexing.chunks import stage_chunks
 from chunkyard.retrieval.indexing.embeddings import stage_embeddings
 from chunkyard.retrieval.indexing.publish import publish
 from chunkyard.retrieval.indexing.stage_reports import IndexingError
 from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.vectors import as_array
 
@@ -304,7 +304,7 @@ def test_a_bulk_publish_vacuums_the_staging_tables_and_a_small_one_does_not(
     store, embedder, monkeypatch
 ) -> None:
     from chunkyard.retrieval.indexing import publish as publishing
-    from chunkyard.retrieval.migrations import STAGING_TABLES
+    from chunkyard.retrieval.store.migrations import STAGING_TABLES
 
     def vacuum_counts() -> dict[str, int]:
         with store.connection() as conn:

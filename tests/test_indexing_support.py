@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 from chunkyard.chunking.types import Chunk, Document
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 
 _PARAGRAPH = re.compile(r"[^\n]+(?:\n(?!\n)[^\n]*)*")
 

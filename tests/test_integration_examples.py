@@ -11,9 +11,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from chunkyard.retrieval.aliases import set_alias
+from chunkyard.retrieval.api.service import create_app
 from chunkyard.retrieval.query import Searcher
-from chunkyard.retrieval.service import create_app
+from chunkyard.retrieval.query.aliases import set_alias
 
 from tests.located_index import build_located
 from tests.service_process import serve_in_thread

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from chunkyard.retrieval.client import AuthenticationError, Client
-from chunkyard.retrieval.options import SearchOptions
+from chunkyard.retrieval.api.service import create_app
+from chunkyard.retrieval.integrations.client import AuthenticationError, Client
 from chunkyard.retrieval.query import Searcher
-from chunkyard.retrieval.service import create_app
+from chunkyard.retrieval.settings.options import SearchOptions
 
 from tests.located_index import build_located
 from tests.service_process import serve_in_thread

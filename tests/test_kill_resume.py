@@ -19,8 +19,8 @@ import time
 import uuid
 
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.migrations import STAGING_TABLES
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.store.migrations import STAGING_TABLES
 
 from tests.conftest import REPO_ROOT
 
@@ -33,11 +33,11 @@ N_DOCS, WORDS_PER_DOC = 24, 1000
 
 CHILD = """
 import sys
-from chunkyard.retrieval.embedder import load_embedder
+from chunkyard.retrieval.embedders.embedder import load_embedder
 from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.store import Store
 from tests.test_kill_resume import CONFIG
-from chunkyard.retrieval.config import IndexSpec
+from chunkyard.retrieval.settings.config import IndexSpec
 
 build_index(Store(sys.argv[1]), IndexSpec(sys.argv[2], CONFIG), load_embedder("all-MiniLM-L6-v2"))
 print("finished", flush=True)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from chunkyard.chunking.types import Document
 from chunkyard.retrieval.indexing.chunks import stage_chunks
-from chunkyard.retrieval.language_identifier import WINDOW, WindowedIdentifier, load_identifier
-from chunkyard.retrieval.languages import METADATA_KEY, SAMPLE_CHARS
+from chunkyard.retrieval.lexical.language_identifier import WINDOW, WindowedIdentifier, load_identifier
+from chunkyard.retrieval.lexical.languages import METADATA_KEY, SAMPLE_CHARS
 from chunkyard.retrieval.store import Store
 from py3langid.langid import MODEL_FILE, LanguageIdentifier, visit_counts
 

@@ -10,8 +10,8 @@ from chunkyard.evaluation.datasets.evalset import read_eval_set
 from chunkyard.evaluation.datasets.types import Question, Span
 from chunkyard.evaluation.metrics import hit_at_k
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.analysis import Analyzer, MultiAnalyzer, build_analyzer, shared_analyzer
-from chunkyard.retrieval.languages import crosses_languages, language_analyzers
+from chunkyard.retrieval.lexical.analysis import Analyzer, MultiAnalyzer, build_analyzer, shared_analyzer
+from chunkyard.retrieval.lexical.languages import crosses_languages, language_analyzers
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.query.fusion import fuse
 from chunkyard.retrieval.store import Store

@@ -10,10 +10,10 @@ from chunkyard.evaluation.datasets.evalset import read_eval_set
 from chunkyard.evaluation.datasets.types import Span
 from chunkyard.evaluation.metrics import hit_at_k
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.analysis import Analyzer, UkrainianStemmer, analyzer_name, build_analyzer
-from chunkyard.retrieval.config import SettingsError, load_index_configs
-from chunkyard.retrieval.languages import choose_analyzer, detect_language
+from chunkyard.retrieval.lexical.analysis import Analyzer, UkrainianStemmer, analyzer_name, build_analyzer
+from chunkyard.retrieval.lexical.languages import choose_analyzer, detect_language
 from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.settings.config import SettingsError, load_index_configs
 from chunkyard.retrieval.store import Store
 
 from tests.test_indexing_support import ParagraphChunker, make_spec, random_unit_vector_for
@@ -91,8 +91,8 @@ def test_ukrainian_apostrophes_and_reflexive_verbs() -> None:
 
 def test_every_snowball_language_has_an_analyzer_with_stop_words_where_a_list_exists() -> None:
     """German, Turkish, Arabic, Hindi, French ... stem and drop function words; auto maps their codes."""
-    from chunkyard.retrieval.analysis import SNOWBALL_LANGUAGES
-    from chunkyard.retrieval.languages import analyzer_for_language
+    from chunkyard.retrieval.lexical.analysis import SNOWBALL_LANGUAGES
+    from chunkyard.retrieval.lexical.languages import analyzer_for_language
 
     for language in SNOWBALL_LANGUAGES:
         assert Analyzer(language).analyze("") == []  # every one builds

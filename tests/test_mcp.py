@@ -96,7 +96,7 @@ def test_stdio_server_is_chunkyard_mcp(index: str, pg_url: str, tmp_path: Path) 
 def test_streamable_http_wants_the_api_key(index: str, store, embedder) -> None:
     import httpx
     import httpx2
-    from chunkyard.retrieval.mcp_server import create_server, http_app
+    from chunkyard.retrieval.integrations.mcp_server import create_server, http_app
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 

@@ -21,7 +21,7 @@ EXPORT_NOISE = ("model.onnx", "TracerWarning", "torch_dtype", "save_pretrained",
 LOAD_INT8 = """
 import json, sys, time
 started = time.perf_counter()
-from chunkyard.retrieval.embedder import load_embedder
+from chunkyard.retrieval.embedders.embedder import load_embedder
 embedder = load_embedder(backend="onnx", quantize="int8")
 vector = embedder.embed(["a second project"])[0]
 print(json.dumps({"seconds": time.perf_counter() - started, "torch": "torch" in sys.modules,

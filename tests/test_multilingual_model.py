@@ -15,9 +15,9 @@ from chunkyard.chunking.e5_model import MODEL_NAME, TOKENIZER, WEIGHTS, E5ModelE
 from chunkyard.chunking.model_cache import READY
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.embedder import Embedder, load_embedder
+from chunkyard.retrieval.embedders.embedder import Embedder, load_embedder
 from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DATA = REPO_ROOT / "tests" / "data" / "multilingual"

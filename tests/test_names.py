@@ -6,7 +6,7 @@ import copy
 import pickle
 
 import pytest
-from chunkyard.retrieval.names import IndexName, IndexNameError
+from chunkyard.retrieval.settings.names import IndexName, IndexNameError
 
 
 def test_an_index_name_is_its_two_parts_and_cannot_drift_from_them() -> None:

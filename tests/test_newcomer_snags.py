@@ -126,7 +126,7 @@ def test_snag_13_runs_are_named_per_collection_and_the_embeddings_kind_is_the_ba
     """`chunkyard index demo` runs job `index_demo` (not `__ephemeral_asset_job__`), over exactly the
     collection's assets; the UI's kind tag on an embeddings asset names the backend that embeds it."""
     from chunkyard.assets.definitions import INDEX_ALL_JOB, build_definitions, index_job
-    from chunkyard.retrieval.config import load_index_configs
+    from chunkyard.retrieval.settings.config import load_index_configs
 
     monkeypatch.delenv("CHUNKYARD_EMBEDDER_BACKEND", raising=False)
     defs = build_definitions()
@@ -172,7 +172,12 @@ def test_snag_7_the_ui_runs_no_automation_unless_the_project_says_so(
     lines say which it is. Elsewhere (the stack's daemon) both start running, as before."""
     from chunkyard.assets.definitions import build_definitions
     from chunkyard.orchestration.cli_ui import what_it_runs
-    from chunkyard.retrieval.project import AUTOMATION_ENV, SettingsError, read_project, ui_automation
+    from chunkyard.retrieval.settings.project import (
+        AUTOMATION_ENV,
+        SettingsError,
+        read_project,
+        ui_automation,
+    )
     from dagster import DefaultSensorStatus
 
     def statuses() -> set[DefaultSensorStatus]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.key_admin import create_key
+from chunkyard.retrieval.api.key_admin import create_key
+from chunkyard.retrieval.api.service import create_app
 from chunkyard.retrieval.query import Searcher
-from chunkyard.retrieval.service import create_app
 from chunkyard.retrieval.store import Store
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
@@ -108,7 +108,7 @@ def test_metrics_need_an_admin_key_unless_opened(searcher: Searcher, monkeypatch
 @pytest.fixture(scope="module")
 def exporter():
     """The in-memory exporter of this test process's tracer provider (the SDK allows one per process)."""
-    from chunkyard.retrieval import telemetry
+    from chunkyard.retrieval.observability import telemetry
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     exporter = InMemorySpanExporter()
@@ -143,8 +143,8 @@ def test_one_search_traces_its_stages(searcher: Searcher, index_name: str, expor
 
 def test_indexing_steps_and_embedding_server_calls_are_spans(searcher: Searcher, embedder, exporter) -> None:
     from chunkyard.pipeline.graph import STEP_NAMES, run_index_steps
-    from chunkyard.retrieval.endpoint_embedder import EndpointEmbedder
-    from chunkyard.retrieval.endpoint_settings import EndpointSettings
+    from chunkyard.retrieval.embedders.endpoint_backend import EndpointEmbedder
+    from chunkyard.retrieval.embedders.endpoint_settings import EndpointSettings
 
     from tests.fake_embedding_server import FakeEmbeddingServer
 

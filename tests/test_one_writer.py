@@ -14,13 +14,13 @@ import uuid
 import numpy as np
 import pytest
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.indexing.bm25 import stage_bm25
 from chunkyard.retrieval.indexing.chunks import stage_chunks
 from chunkyard.retrieval.indexing.embeddings import stage_embeddings
 from chunkyard.retrieval.indexing.publish import publish
 from chunkyard.retrieval.indexing.stage_reports import IndexingError
 from chunkyard.retrieval.indexing.staging import StagingTakenOver
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 
 CONFIG = IndexConfig(
     name="writer-token-48",

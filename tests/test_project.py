@@ -10,9 +10,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from chunkyard.retrieval.config import SettingsError, load_collections, load_index_configs
-from chunkyard.retrieval.config_checks import load_index_specs
-from chunkyard.retrieval.project import ProjectError, find_project, project_root
+from chunkyard.retrieval.settings.config import SettingsError, load_collections, load_index_configs
+from chunkyard.retrieval.settings.config_checks import load_index_specs
+from chunkyard.retrieval.settings.project import ProjectError, find_project, project_root
 
 from tests.conftest import REPO_ROOT
 
@@ -60,7 +60,7 @@ def test_the_repository_is_a_project(clean_env) -> None:
 
 
 def test_state_lives_in_the_project_and_never_outside_one(tmp_path: Path, clean_env) -> None:
-    from chunkyard.retrieval.db import chunkyard_home
+    from chunkyard.retrieval.store.db import chunkyard_home
 
     clean_env.chdir(tmp_path)
     with pytest.raises(ProjectError):
@@ -169,7 +169,7 @@ def test_the_installed_package_works_outside_the_repository(tmp_path: Path) -> N
     env["PYTHONPATH"] = str(site)  # ahead of the editable checkout
     probe = (
         "import chunkyard, chunkyard.evaluation.datasets as d, importlib.resources as r;"
-        "from chunkyard.retrieval.project import bundled_configs_dir;"
+        "from chunkyard.retrieval.settings.project import bundled_configs_dir;"
         "print(chunkyard.__file__); print(bundled_configs_dir());"
         "print(r.files(d).joinpath('demo_questions.jsonl').is_file())"
     )

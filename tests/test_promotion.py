@@ -17,11 +17,10 @@ from chunkyard.evaluation.reports import Leaderboard, LeaderboardRow
 from chunkyard.evaluation.runner import EvaluationRequest, evaluate_index
 from chunkyard.pipeline.graph import build_index
 from chunkyard.pipeline.steps.promotion import decide, promote
-from chunkyard.retrieval import aliases
-from chunkyard.retrieval.config import Collection, PromotionPolicy, SettingsError, _promotion_policy
-from chunkyard.retrieval.names import IndexName
-from chunkyard.retrieval.options import DEFAULT_MODE, SearchOptions
-from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.query import Searcher, aliases
+from chunkyard.retrieval.settings.config import Collection, PromotionPolicy, SettingsError, _promotion_policy
+from chunkyard.retrieval.settings.names import IndexName
+from chunkyard.retrieval.settings.options import DEFAULT_MODE, SearchOptions
 from dagster import DagsterInstance, materialize
 
 from tests.test_evaluation import PASSAGES, QUESTIONS
@@ -205,8 +204,8 @@ def test_readers_see_no_error_while_promotions_swap_the_alias(store, evaluated) 
 
 def test_a_collection_with_serve_gets_a_promotion_asset(tmp_path) -> None:
     from chunkyard.assets.definitions import build_collection_assets
-    from chunkyard.retrieval.config import load_collections
-    from chunkyard.retrieval.config_checks import load_index_specs
+    from chunkyard.retrieval.settings.config import load_collections
+    from chunkyard.retrieval.settings.config_checks import load_index_specs
 
     path = tmp_path / "collections.yaml"
     path.write_text(

@@ -137,7 +137,7 @@ def test_span_check_names_a_mismatched_chunk(bounded_store) -> None:
 def test_a_query_past_the_statement_timeout_is_cancelled(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chunkyard.retrieval.db import STATEMENT_TIMEOUT_ENV, connect, session_options
+    from chunkyard.retrieval.store.db import STATEMENT_TIMEOUT_ENV, connect, session_options
 
     monkeypatch.setenv(STATEMENT_TIMEOUT_ENV, "1s")
     with connect(pg_url, autocommit=True) as conn:
@@ -156,7 +156,7 @@ def test_a_killed_clients_query_dies_with_it(pg_url: str) -> None:
     """kill -9 a client mid-query: the server notices the dead socket and ends the query itself."""
     tag = f"chunkyard-kill-{uuid.uuid4().hex[:8]}"
     script = (
-        "import sys\nfrom chunkyard.retrieval.db import connect\n"
+        "import sys\nfrom chunkyard.retrieval.store.db import connect\n"
         "conn = connect(sys.argv[1], autocommit=True)\n"
         "conn.execute(\"SELECT set_config('application_name', %s, false)\", (sys.argv[2],))\n"
         "conn.execute('SELECT pg_sleep(600)')\n"

@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from chunkyard.pipeline.reconcile import Attempt, RetryPolicy, decide
-from chunkyard.retrieval.lag import index_lag
+from chunkyard.retrieval.indexing.lag import index_lag
 from chunkyard.retrieval.store import Store
 from dagster import (
     AssetSelection,
@@ -223,7 +223,7 @@ def test_a_gap_that_runs_keep_failing_to_close_is_given_up_and_reported(
     from chunkyard.assets.reconciling import COLLECTIONS_TAG, GAP_TAG
     from chunkyard.orchestration.cli_lag import cmd_lag
     from chunkyard.pipeline.reconcile import collection_gap
-    from chunkyard.retrieval.config import load_collections
+    from chunkyard.retrieval.settings.config import load_collections
     from dagster import DagsterRun
 
     collection, docs_dir, indexes_path, collections_path, defs = project
@@ -266,7 +266,7 @@ def test_a_file_written_after_the_ticks_scan_is_the_next_ticks_change_not_a_gap(
     and the comparison gets one change request on the next tick, not a reconcile run as well."""
     from chunkyard.pipeline.documents import hash_folder
     from chunkyard.pipeline.reconcile import collection_gap
-    from chunkyard.retrieval.config import load_collections
+    from chunkyard.retrieval.settings.config import load_collections
 
     collection, docs_dir, indexes_path, collections_path, defs = project
     instance = DagsterInstance.get()

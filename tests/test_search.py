@@ -229,7 +229,7 @@ def test_module_level_search_uses_the_default_searcher(monkeypatch, pg_url, text
 
 
 def test_include_parent_returns_the_hierarchical_parent_span(store, embedder) -> None:
-    from chunkyard.retrieval.config import IndexConfig, IndexSpec
+    from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 
     spec = IndexSpec(
         "hier-test",

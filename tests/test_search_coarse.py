@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from chunkyard.chunking.types import Chunk, Document
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.config import IndexConfig, IndexSpec, SettingsError, load_index_configs
-from chunkyard.retrieval.config_checks import load_index_specs
 from chunkyard.retrieval.query import IndexNotFoundError, Searcher, SearchError
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec, SettingsError, load_index_configs
+from chunkyard.retrieval.settings.config_checks import load_index_specs
 from chunkyard.retrieval.store import Store
 
 from tests.test_indexing_support import ParagraphChunker
@@ -136,7 +136,7 @@ def test_errors_are_clear(store, embedder, indexes, searcher) -> None:
 
 
 def test_the_http_service_passes_the_override(indexes, searcher) -> None:
-    from chunkyard.retrieval.service import create_app
+    from chunkyard.retrieval.api.service import create_app
     from fastapi.testclient import TestClient
 
     fine, coarse, _ = indexes

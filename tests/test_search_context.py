@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.bm25 import Analyzer
-from chunkyard.retrieval.config import IndexConfig, IndexSpec, SettingsError, load_index_configs
 from chunkyard.retrieval.query import Searcher, SearchError
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec, SettingsError, load_index_configs
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.bm25 import Analyzer
 
 from tests.test_indexing_support import ParagraphChunker
 
@@ -343,7 +343,7 @@ def test_collapse_duplicates_config_must_be_a_boolean(tmp_path: Path) -> None:
 
 
 def test_the_http_service_ranks_with_the_same_code_path(plain_index, context_index, searcher) -> None:
-    from chunkyard.retrieval.service import create_app
+    from chunkyard.retrieval.api.service import create_app
     from fastapi.testclient import TestClient
 
     http = TestClient(create_app(searcher), raise_server_exceptions=False)

@@ -9,13 +9,13 @@ import pytest
 from chunkyard.chunking.models import resolve_model_path
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.query import Searcher
-from chunkyard.retrieval.rerankers import (
+from chunkyard.retrieval.embedders.rerankers import (
     CrossEncoderReranker,
     MaxSimReranker,
     RerankerConfigError,
     build_reranker,
 )
+from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.store import Store
 
 from tests.test_indexing_support import ParagraphChunker, make_spec

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.client import AuthenticationError, Client
+from chunkyard.retrieval.api.service import create_app
+from chunkyard.retrieval.integrations.client import AuthenticationError, Client
 from chunkyard.retrieval.query import IndexNotFoundError, Searcher, SearchError
-from chunkyard.retrieval.service import create_app
 from chunkyard.retrieval.store import Store
 from fastapi.testclient import TestClient
 
@@ -78,7 +78,7 @@ def test_indexes_health_and_readiness(http: TestClient, index_name: str) -> None
     assert ready.status_code == 200 and ready.json()["status"] == "ready"
     listed = {i["name"]: i for i in http.get("/v1/indexes").json()}
     assert listed[index_name]["version"] == 1 and listed[index_name]["chunk_count"] == 4
-    assert listed[index_name]["lag"]["documents_behind"] == 0  # retrieval.lag: nothing unindexed
+    assert listed[index_name]["lag"]["documents_behind"] == 0  # retrieval.indexing.lag: nothing unindexed
     # the analyzers its documents and queries use, and (for `analyzer: auto`) the detected languages
     assert listed[index_name]["analyzers"] == ["english"] and listed[index_name]["languages"] == {}
     assert "/v1/search" in http.get("/openapi.json").json()["paths"]
@@ -201,8 +201,8 @@ def test_service_client_and_cli_take_exactly_the_search_options() -> None:
 
     import httpx
     from chunkyard.orchestration.cli import build_parser
-    from chunkyard.retrieval.options import SearchOptions, option_schemas
-    from chunkyard.retrieval.service import SearchBody
+    from chunkyard.retrieval.api.service import SearchBody
+    from chunkyard.retrieval.settings.options import SearchOptions, option_schemas
 
     fields = {f.name for f in dataclasses.fields(SearchOptions)}
     assert {spec.name for spec in option_schemas()} == fields
@@ -241,7 +241,7 @@ def test_service_client_and_cli_take_exactly_the_search_options() -> None:
 
 
 def test_search_options_validate_and_name_the_field() -> None:
-    from chunkyard.retrieval.options import MODES, SearchOptions, default_of
+    from chunkyard.retrieval.settings.options import MODES, SearchOptions, default_of
 
     # unset is explicit: nothing is filled in until the index's and the built-in defaults are
     assert SearchOptions().k is None and SearchOptions().given() == {}

@@ -273,7 +273,7 @@ def test_a_tick_loads_only_the_files_whose_stat_signature_changed(tmp_path: Path
     from chunkyard.chunking.documents.folder import RACY_SECONDS
     from chunkyard.chunking.types import sha256_text
     from chunkyard.pipeline.documents import hash_folder
-    from chunkyard.retrieval.config import load_collections
+    from chunkyard.retrieval.settings.config import load_collections
 
     collection = unique_name("h")
     docs_dir, _, collections_path = write_project(tmp_path, collection)
@@ -304,7 +304,7 @@ def test_a_failing_file_has_a_fingerprint_that_changes_with_it(tmp_path: Path) -
     from chunkyard.chunking.documents.folder import RACY_SECONDS
     from chunkyard.chunking.types import sha256_text
     from chunkyard.pipeline.documents import FAILED_PREFIX, hash_folder
-    from chunkyard.retrieval.config import load_collections
+    from chunkyard.retrieval.settings.config import load_collections
 
     collection = unique_name("f")
     docs = {**DOCS, "broken.md": b"\xff\xfe not UTF-8 \xff"}
@@ -335,7 +335,7 @@ def test_a_folder_that_cannot_be_read_has_a_fingerprint_too(tmp_path: Path) -> N
     """A folder that gives no documents (missing here; unreadable goes the same way) is fingerprinted
     under its id prefix like a failing file: stable while it stays so, gone when it is back."""
     from chunkyard.pipeline.documents import FAILED_PREFIX, hash_folder
-    from chunkyard.retrieval.config import Collection
+    from chunkyard.retrieval.settings.config import Collection
 
     docs, later = tmp_path / "docs", tmp_path / "later"
     docs.mkdir()

@@ -1,7 +1,7 @@
 """Slow and greedy clients against the service process as `chunkyard serve` runs it: timeouts, caps, a clean log.
 
 The service runs as its own process (tests.service_process, the server limits of
-`retrieval.server_limits` read from the environment), its database unreachable: these limits act
+`retrieval.api.server_limits` read from the environment), its database unreachable: these limits act
 before any route runs, and `/healthz` answers without a database.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from chunkyard.retrieval.log_redaction import REDACTED, RedactSecrets, redact
+from chunkyard.retrieval.observability.log_redaction import REDACTED, RedactSecrets, redact
 
 from tests.service_process import REPO_ROOT, free_port, service, wait_for
 

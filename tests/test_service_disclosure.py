@@ -6,9 +6,9 @@ import uuid
 
 import httpx
 import pytest
-from chunkyard.retrieval.options import SearchError, SearchOptions
+from chunkyard.retrieval.api.service import create_app
 from chunkyard.retrieval.query import Searcher
-from chunkyard.retrieval.service import create_app
+from chunkyard.retrieval.settings.options import SearchError, SearchOptions
 from chunkyard.retrieval.store import Store
 
 from tests.service_process import serve_in_thread

@@ -11,8 +11,8 @@ import requests
 import schemathesis
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
+from chunkyard.retrieval.api.service import create_app
 from chunkyard.retrieval.query import Searcher
-from chunkyard.retrieval.service import create_app
 from chunkyard.retrieval.store import Store
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable

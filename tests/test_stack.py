@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chunkyard.retrieval.embedder import load_embedder
+from chunkyard.retrieval.embedders.embedder import load_embedder
 
 from tests.conftest import REPO_ROOT
 from tests.dagster_helpers import DOCS

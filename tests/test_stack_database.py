@@ -1,5 +1,5 @@
 """Commands find the stack's database in a `chunkyard stack up` project (issue 41 #7): without
-DATABASE_URL, `chunkyard lag` (and every command through `retrieval.db.database_url`) uses the
+DATABASE_URL, `chunkyard lag` (and every command through `retrieval.store.db.database_url`) uses the
 stack's running Postgres instead of starting an empty embedded one beside it, and refuses with the fix
 when the stack is stopped."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 from chunkyard.orchestration import stack_local
 from chunkyard.orchestration.stack import services
 from chunkyard.orchestration.stack_stop import postmaster_pid, stop_postgres
-from chunkyard.retrieval.stack_database import running_stack_url
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.stack_database import running_stack_url
 
 from tests.conftest import REPO_ROOT
 from tests.service_process import free_port

@@ -47,7 +47,7 @@ def test_a_document_whose_file_breaks_is_served_marked_stale_until_it_loads_agai
 
 
 def test_the_stale_mark_reaches_http_clients(store, embedder, tmp_path) -> None:
-    from chunkyard.retrieval.service import create_app
+    from chunkyard.retrieval.api.service import create_app
     from fastapi.testclient import TestClient
 
     folder = tmp_path / "docs"

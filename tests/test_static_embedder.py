@@ -14,11 +14,11 @@ import pytest
 from chunkyard.chunking.model_cache import READY
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.embedder import Embedder, load_embedder
 from chunkyard.retrieval.embedders.base import EmbedderConfigError
+from chunkyard.retrieval.embedders.embedder import Embedder, load_embedder
+from chunkyard.retrieval.embedders.static_model import static_cache_dir
 from chunkyard.retrieval.query import Searcher
-from chunkyard.retrieval.static_model import static_cache_dir
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 
 VOCABULARY = 4000
 OPTIONS = {"backend": "static", "quantize": None, "batch_size": 256, "vocabulary_size": VOCABULARY}
@@ -75,7 +75,7 @@ def test_similar_sentences_score_higher_than_unrelated_ones(static_embedder) -> 
 
 
 def test_static_gives_no_token_vectors_and_names_the_option(static_embedder) -> None:
-    from chunkyard.retrieval.rerankers import MaxSimReranker
+    from chunkyard.retrieval.embedders.rerankers import MaxSimReranker
 
     with pytest.raises(EmbedderConfigError, match="embedder.backend: static"):
         static_embedder.embed_tokens("late chunking needs contextual vectors")
@@ -132,7 +132,7 @@ def test_dagster_assets_get_the_static_options_of_the_index_config(
     """The Dagster resource passes every `embedder:` option (vocabulary_size, pca_dims) on, and hands
     out the instance the query side uses: a dropped option would index with another model."""
     from chunkyard.assets.resources import EmbedderResource
-    from chunkyard.retrieval.embedder import embedder_for_config
+    from chunkyard.retrieval.embedders.embedder import embedder_for_config
 
     config = IndexConfig(
         name="static-resource",

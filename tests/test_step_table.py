@@ -91,7 +91,7 @@ def test_the_assets_are_made_from_the_table(tmp_path: Path) -> None:
     its declared checks (error-level ones blocking)."""
     from chunkyard.assets.indexes import build_index_assets
     from chunkyard.assets.keys import documents_key, index_key
-    from chunkyard.retrieval.config import IndexSpec, load_index_configs
+    from chunkyard.retrieval.settings.config import IndexSpec, load_index_configs
 
     spec = IndexSpec("demo", load_index_configs()["recursive-256"])
     assets = {a.key.path[-1]: a for a in build_index_assets(spec)}

@@ -11,9 +11,9 @@ from chunkyard.chunking.types import Document
 from chunkyard.evaluation.estimates import Estimate
 from chunkyard.evaluation.metrics import MetricSummary
 from chunkyard.evaluation.runner import EvaluationReport
-from chunkyard.retrieval.migrations import MIGRATIONS
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.indexes import split_index_name
+from chunkyard.retrieval.store.migrations import MIGRATIONS
 from chunkyard.retrieval.store.partitions import partition_names
 
 from tests.test_indexing_support import make_spec
@@ -116,7 +116,7 @@ def test_embedded_server_takes_the_shared_buffers_asked_for(
 ) -> None:
     """CHUNKYARD_PG_SHARED_BUFFERS restarts the embedded server once with that size; nonsense is refused."""
     import psycopg
-    from chunkyard.retrieval.db import embedded_database_url
+    from chunkyard.retrieval.store.db import embedded_database_url
 
     monkeypatch.setenv("CHUNKYARD_PG_SHARED_BUFFERS", "256MB")
     url = embedded_database_url(tmp_path / "pg-buffers")
@@ -134,7 +134,7 @@ def test_embedded_server_takes_the_wal_level_asked_for(
     """CHUNKYARD_PG_WAL_LEVEL=minimal restarts the embedded server once with it (and no WAL senders),
     together with the shared_buffers asked for; a level Postgres has not is refused."""
     import psycopg
-    from chunkyard.retrieval.db import embedded_database_url
+    from chunkyard.retrieval.store.db import embedded_database_url
 
     monkeypatch.setenv("CHUNKYARD_PG_WAL_LEVEL", "minimal")
     monkeypatch.setenv("CHUNKYARD_PG_SHARED_BUFFERS", "160MB")

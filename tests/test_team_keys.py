@@ -10,14 +10,18 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval import aliases
+from chunkyard.retrieval.api.key_admin import create_key
 from chunkyard.retrieval.api.rate_limits import Limits
-from chunkyard.retrieval.client import AccessDeniedError, AuthenticationError, Client, RateLimitedError
-from chunkyard.retrieval.key_admin import create_key
-from chunkyard.retrieval.keys import ApiKeyError, parse_expiry, token_hash
-from chunkyard.retrieval.query import Searcher
-from chunkyard.retrieval.service import create_app
+from chunkyard.retrieval.api.service import create_app
+from chunkyard.retrieval.integrations.client import (
+    AccessDeniedError,
+    AuthenticationError,
+    Client,
+    RateLimitedError,
+)
+from chunkyard.retrieval.query import Searcher, aliases
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.api_key import ApiKeyError, parse_expiry, token_hash
 from fastapi.testclient import TestClient
 
 from tests.service_process import serve_in_thread, service

@@ -9,7 +9,7 @@ import chunkyard.chunking.documents.folder as folder_scan
 import pytest
 from chunkyard.chunking.documents.folder import file_signature, scan_folder
 from chunkyard.pipeline.steps.documents import sync_documents
-from chunkyard.retrieval.config import Collection
+from chunkyard.retrieval.settings.config import Collection
 from chunkyard.retrieval.store.documents import StaleSignatures
 
 

@@ -24,7 +24,7 @@ def datasets_dir() -> Path:
     env = os.environ.get("CHUNKYARD_DATA")
     if env:
         return Path(env).expanduser().resolve()
-    from chunkyard.retrieval.project import project_root
+    from chunkyard.retrieval.settings.project import project_root
 
     candidates = [project_root().parent / "shared" / "datasets"]
     package_root = Path(__file__).resolve().parents[2]

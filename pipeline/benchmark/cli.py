@@ -133,10 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def default_evaluated_collection() -> str | None:
     """The collection `chunkyard eval` evaluates when given neither --dataset nor --collection: the
-    default index's (`retrieval.default_index`), when it has an `eval_set`; else None."""
-    from chunkyard.retrieval.config import load_collections
-    from chunkyard.retrieval.default_index import NoDefaultIndex, default_index
-    from chunkyard.retrieval.project import ProjectError, find_project
+    default index's (`retrieval.settings.default_index`), when it has an `eval_set`; else None."""
+    from chunkyard.retrieval.settings.config import load_collections
+    from chunkyard.retrieval.settings.default_index import NoDefaultIndex, default_index
+    from chunkyard.retrieval.settings.project import ProjectError, find_project
 
     try:
         if find_project() is None:
@@ -149,7 +149,7 @@ def default_evaluated_collection() -> str | None:
 
 
 def _default_output(dataset: str, protocol: str) -> Path:
-    from chunkyard.retrieval.project import project_root
+    from chunkyard.retrieval.settings.project import project_root
 
     name = "chroma" if dataset == CHROMA_GENERAL and protocol == "chroma" else Path(dataset).stem
     suffix = "" if protocol == "chroma" else f"_{protocol}"
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         output = args.output
         if output is None and documents is not None:  # a project's own collection: its reports folder
-            from chunkyard.retrieval.db import chunkyard_home
+            from chunkyard.retrieval.store.db import chunkyard_home
 
             output = chunkyard_home() / "reports" / args.collection / f"eval_{args.protocol}"
         elif output is None and not args.json and not args.configs and not args.limit_questions:

@@ -36,8 +36,8 @@ from chunkyard.pipeline.benchmark.results import PROTOCOLS, BenchmarkResult
 from chunkyard.pipeline.graph import INDEX_STEPS, PUBLISH, ChecksFailed, IndexStep, run_index_steps
 from chunkyard.pipeline.step_report import StepReport
 from chunkyard.pipeline.steps.evaluation import evaluate, searcher_for
-from chunkyard.retrieval import embedder as embedder_module
-from chunkyard.retrieval.config import IndexSpec, load_index_configs, with_coarse_companions
+from chunkyard.retrieval.embedders import embedder as embedder_module
+from chunkyard.retrieval.settings.config import IndexSpec, load_index_configs, with_coarse_companions
 from chunkyard.retrieval.store import Store
 
 
@@ -47,7 +47,7 @@ class BenchmarkError(RuntimeError):
 
 def _collection_for(dataset_arg: str, collection: str | None) -> tuple[str, tuple[str, ...]]:
     """The collection a dataset is indexed as, and the configs collections.yaml lists for it."""
-    from chunkyard.retrieval.config import SettingsError, load_collections
+    from chunkyard.retrieval.settings.config import SettingsError, load_collections
 
     try:
         collections = load_collections(include_benchmarks=True)  # chroma_general, enabled or not
@@ -96,8 +96,8 @@ def collection_eval_set(name: str) -> tuple[str, list[Document] | None]:
     """`chunkyard eval --collection NAME`: the collection's dataset, or its `eval_set` with the documents
     of its folders read as indexing reads them (the same ids the eval set's `doc` names)."""
     from chunkyard.pipeline.documents import load_collection_documents
-    from chunkyard.retrieval.config import load_collections
-    from chunkyard.retrieval.project import PROJECT_FILE, project_root
+    from chunkyard.retrieval.settings.config import load_collections
+    from chunkyard.retrieval.settings.project import PROJECT_FILE, project_root
 
     collections = load_collections(include_benchmarks=True)
     if name not in collections:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from chunkyard.pipeline.step_report import StepReport, StepRun
-from chunkyard.retrieval.config import IndexSpec
-from chunkyard.retrieval.embedder import Embedder
+from chunkyard.retrieval.embedders.embedder import Embedder
 from chunkyard.retrieval.indexing.bm25 import stage_bm25
+from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store
 
-# Bump when this module, `retrieval.indexing.bm25` or the BM25 analysis it runs (`retrieval.analysis`,
-# `retrieval.languages`) changes the postings it stages.
+# Bump when this module, `retrieval.indexing.bm25` or the BM25 analysis it runs (`retrieval.lexical.analysis`,
+# `retrieval.lexical.languages`) changes the postings it stages.
 CODE_VERSION = "1"
 
 

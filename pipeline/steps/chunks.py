@@ -8,9 +8,9 @@ from chunkyard.chunking.tokenizers import get_tokenizer
 from chunkyard.pipeline import checks
 from chunkyard.pipeline.checks import DeclaredCheck
 from chunkyard.pipeline.step_report import StepReport, StepRun
-from chunkyard.retrieval.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.embedder import Embedder
+from chunkyard.retrieval.embedders.embedder import Embedder
 from chunkyard.retrieval.indexing.chunks import stage_chunks
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.store import Store
 
 # Bump when this module or `retrieval.indexing.chunks` changes the chunks it stages (the strategies

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from chunkyard.chunking.documents.printable import printable
 from chunkyard.pipeline.documents import CollectionDocuments, load_collection_documents
 from chunkyard.pipeline.step_report import StepReport
-from chunkyard.retrieval.config import Collection
+from chunkyard.retrieval.settings.config import Collection
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.documents import DocumentSync, StaleSignatures
 

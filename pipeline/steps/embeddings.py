@@ -5,10 +5,10 @@ from __future__ import annotations
 from chunkyard.pipeline import checks
 from chunkyard.pipeline.checks import DeclaredCheck
 from chunkyard.pipeline.step_report import StepReport, StepRun
-from chunkyard.retrieval.config import IndexSpec
-from chunkyard.retrieval.embedder import Embedder
+from chunkyard.retrieval.embedders.embedder import Embedder
 from chunkyard.retrieval.indexing.embed_shards import embed_shard
 from chunkyard.retrieval.indexing.embeddings import stage_embeddings
+from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store
 
 # Bump when this module, `retrieval.indexing.embeddings` or `retrieval.indexing.embed_shards` changes

@@ -13,9 +13,9 @@ from chunkyard.evaluation.questions import collection_questions
 from chunkyard.evaluation.runner import EvaluationReport, EvaluationRequest, evaluate_index, latest_reports
 from chunkyard.pipeline import checks
 from chunkyard.pipeline.step_report import StepReport
-from chunkyard.retrieval.config import Collection, IndexConfig, IndexSpec
-from chunkyard.retrieval.embedder import Embedder
+from chunkyard.retrieval.embedders.embedder import Embedder
 from chunkyard.retrieval.query.searcher import Searcher
+from chunkyard.retrieval.settings.config import Collection, IndexConfig, IndexSpec
 from chunkyard.retrieval.store import Store
 
 # Bump when this module or the evaluation it runs (`evaluation.runner`, `evaluation.metrics`, the query

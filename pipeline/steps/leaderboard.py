@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from chunkyard.evaluation.reports import SUMMARY_METRICS, LeaderboardRow, leaderboard
 from chunkyard.evaluation.runner import latest_reports
 from chunkyard.pipeline.step_report import StepReport
-from chunkyard.retrieval.db import chunkyard_home
-from chunkyard.retrieval.names import IndexName
+from chunkyard.retrieval.settings.names import IndexName
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.db import chunkyard_home
 
 # Bump when this module or `evaluation.reports` changes the leaderboard.
 CODE_VERSION = "1"

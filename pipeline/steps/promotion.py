@@ -17,9 +17,9 @@ from chunkyard.evaluation.reports import Leaderboard, LeaderboardRow, leaderboar
 from chunkyard.evaluation.runner import configured_reranker, latest_reports, variant_options
 from chunkyard.pipeline.checks import Check
 from chunkyard.pipeline.step_report import StepReport
-from chunkyard.retrieval import aliases
-from chunkyard.retrieval.config import PromotionPolicy
-from chunkyard.retrieval.names import IndexName
+from chunkyard.retrieval.query import aliases
+from chunkyard.retrieval.settings.config import PromotionPolicy
+from chunkyard.retrieval.settings.names import IndexName
 from chunkyard.retrieval.store import Store
 
 # Bump when this module changes which target an alias is promoted to.

@@ -5,10 +5,10 @@ from __future__ import annotations
 from chunkyard.pipeline import checks
 from chunkyard.pipeline.checks import DeclaredCheck
 from chunkyard.pipeline.step_report import StepReport, StepRun
-from chunkyard.retrieval.config import IndexSpec
-from chunkyard.retrieval.embedder import Embedder
+from chunkyard.retrieval.embedders.embedder import Embedder
+from chunkyard.retrieval.indexing.lag import index_lag
 from chunkyard.retrieval.indexing.publish import publish
-from chunkyard.retrieval.lag import index_lag
+from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store
 
 # Bump when this module or `retrieval.indexing.publish` (with `swap`, `staging`, `hnsw`) changes what

@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from chunkyard.chunking.environment import EnvironmentSettingError, env_int
-from chunkyard.retrieval.http_guards import ASGIApp, Receive, Scope, Send
+from chunkyard.retrieval.api.http_guards import ASGIApp, Receive, Scope, Send
 
 LATENCY_ENV = "CHUNKYARD_SEARCH_LATENCY_S"
 SLOTS_ENV = "CHUNKYARD_SEARCH_SLOTS"

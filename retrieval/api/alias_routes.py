@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from chunkyard.retrieval import aliases
 from chunkyard.retrieval.api.auth import AuthError, Caller
 from chunkyard.retrieval.api.common import ServiceContext, refused
 from chunkyard.retrieval.api.models import StrictBody, picked
-from chunkyard.retrieval.options import SearchError
+from chunkyard.retrieval.query import aliases
+from chunkyard.retrieval.settings.options import SearchError
 from chunkyard.retrieval.store import Store
 from fastapi import Depends, FastAPI, HTTPException
 from pydantic import Field

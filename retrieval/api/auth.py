@@ -14,12 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from chunkyard.retrieval.aliases import AliasError, get_alias
 from chunkyard.retrieval.api.rate_limits import Limits
-from chunkyard.retrieval.config import default_collection
-from chunkyard.retrieval.keys import BOOTSTRAP_NAME, ApiKey, token_hash, well_formed
-from chunkyard.retrieval.names import IndexName, IndexNameError, IndexRef
+from chunkyard.retrieval.query.aliases import AliasError, get_alias
+from chunkyard.retrieval.settings.config import default_collection
+from chunkyard.retrieval.settings.names import IndexName, IndexNameError, IndexRef
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.api_key import BOOTSTRAP_NAME, ApiKey, token_hash, well_formed
 
 CACHE_S = 0.5
 _CACHE_MAX = 10_000  # distinct tokens remembered (wrong ones too) before the cache starts over

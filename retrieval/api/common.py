@@ -10,10 +10,10 @@ from importlib.resources import files
 
 import psycopg
 from chunkyard.retrieval.api.auth import AuthError, Caller, KeyRing, open_caller
+from chunkyard.retrieval.api.http_guards import validation_error_body
 from chunkyard.retrieval.api.limits import RequestLimits
 from chunkyard.retrieval.api.rate_limits import Limits, RateLimited, RateLimiter
-from chunkyard.retrieval.endpoint_settings import EndpointError
-from chunkyard.retrieval.http_guards import validation_error_body
+from chunkyard.retrieval.embedders.endpoint_settings import EndpointError
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.store import Store
 from fastapi import FastAPI, HTTPException, Request, Security

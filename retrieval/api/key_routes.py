@@ -7,9 +7,9 @@ from typing import Any, Literal
 
 from chunkyard.retrieval.api.auth import AuthError, Caller
 from chunkyard.retrieval.api.common import ServiceContext, refused
+from chunkyard.retrieval.api.key_admin import create_key
 from chunkyard.retrieval.api.models import StrictBody, picked
-from chunkyard.retrieval.key_admin import create_key
-from chunkyard.retrieval.keys import KEY_NAME, SCOPES, ApiKeyError
+from chunkyard.retrieval.store.api_key import KEY_NAME, SCOPES, ApiKeyError
 from chunkyard.retrieval.store.audit import ACTIONS
 from fastapi import Depends, FastAPI, HTTPException, Query
 from pydantic import Field

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chunkyard.retrieval.options import MAX_K, SearchError, SearchOptions
+from chunkyard.retrieval.settings.options import MAX_K, SearchError, SearchOptions
 
 
 def allowed_rerankers() -> set[str]:

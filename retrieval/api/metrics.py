@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chunkyard.retrieval.api.auth import AuthError, Caller
-from chunkyard.retrieval.embedder import model_load_seconds
-from chunkyard.retrieval.lag import index_lag
+from chunkyard.retrieval.embedders.embedder import model_load_seconds
+from chunkyard.retrieval.indexing.lag import index_lag
 from chunkyard.retrieval.store import Store
 from fastapi import Depends, FastAPI, HTTPException, Response
 from prometheus_client import (

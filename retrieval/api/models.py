@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from chunkyard.retrieval.default_index import named
-from chunkyard.retrieval.filters import operator_error
-from chunkyard.retrieval.http_guards import check_json_values
-from chunkyard.retrieval.names import IndexRef
-from chunkyard.retrieval.options import (
+from chunkyard.retrieval.api.http_guards import check_json_values
+from chunkyard.retrieval.query import SearchResult
+from chunkyard.retrieval.settings.default_index import named
+from chunkyard.retrieval.settings.filters import operator_error
+from chunkyard.retrieval.settings.names import IndexRef
+from chunkyard.retrieval.settings.options import (
     SERVICE_MAX_K,
     OptionSchema,
     SearchOptions,
     SearchRequest,
     option_schemas,
 )
-from chunkyard.retrieval.query import SearchResult
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 DEFAULT_MAX_K = SERVICE_MAX_K
@@ -72,7 +72,7 @@ def request_model(max_k: int = DEFAULT_MAX_K) -> type[BaseModel]:
                 min_length=1,
                 max_length=200,
                 description="`collection/config`, a bare config name, or an alias; left out, the "
-                "project's default index (`retrieval.default_index`).",
+                "project's default index (`retrieval.settings.default_index`).",
             ),
         ),
         **{spec.name: _request_field(spec, max_k) for spec in option_schemas()},

@@ -11,11 +11,11 @@ from chunkyard.retrieval.api.common import OUTAGE_ERRORS, ServiceContext, refuse
 from chunkyard.retrieval.api.metrics import ServiceMetrics
 from chunkyard.retrieval.api.models import ERRORS, SearchResponse, search_request
 from chunkyard.retrieval.api.rate_limits import RateLimited
-from chunkyard.retrieval.default_index import NoDefaultIndex
-from chunkyard.retrieval.names import IndexNameError
+from chunkyard.retrieval.embedders.rerankers import RerankerConfigError
+from chunkyard.retrieval.observability.telemetry import span
 from chunkyard.retrieval.query import IndexNotFoundError, SearchError
-from chunkyard.retrieval.rerankers import RerankerConfigError
-from chunkyard.retrieval.telemetry import span
+from chunkyard.retrieval.settings.default_index import NoDefaultIndex
+from chunkyard.retrieval.settings.names import IndexNameError
 from fastapi import Depends, FastAPI, HTTPException, Request
 from pydantic import BaseModel
 

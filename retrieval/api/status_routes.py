@@ -13,13 +13,13 @@ from chunkyard.retrieval.api.auth import Caller
 from chunkyard.retrieval.api.common import ENDPOINT_UNAVAILABLE, UNAVAILABLE, ServiceContext
 from chunkyard.retrieval.api.key_check import presented_key
 from chunkyard.retrieval.api.models import error, picked
-from chunkyard.retrieval.db import verify_server
-from chunkyard.retrieval.endpoint_settings import EndpointError, endpoint_identity
-from chunkyard.retrieval.lag import index_lag
+from chunkyard.retrieval.embedders.endpoint_settings import EndpointError, endpoint_identity
+from chunkyard.retrieval.indexing.lag import index_lag
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.query.results import NOTHING_INDEXED
-from chunkyard.retrieval.selfcheck import DatabaseSelfCheckError
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.db import verify_server
+from chunkyard.retrieval.store.selfcheck import DatabaseSelfCheckError
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
@@ -201,6 +201,6 @@ def add_status_routes(
         (`?full=true`: all)."""
         store = ctx.searcher().store
         listed = [info for info in store.indexes.list() if caller.may_read(info["collection"])]
-        for info in listed:  # documents behind and the oldest unindexed change (retrieval.lag)
+        for info in listed:  # documents behind and the oldest unindexed change (retrieval.indexing.lag)
             info["lag"] = index_lag(store, info["name"], info["collection"]).as_dict()
         return listed if full else [_index_summary(info) for info in listed]

@@ -1,1 +1,1 @@
-"""One class per local embedding backend (torch, ONNX, static); `retrieval.embedder` picks one per config."""
+"""Models that turn text into vectors and scores: the embedder protocol and factory, its local and endpoint backends, rerankers."""

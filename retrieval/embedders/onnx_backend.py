@@ -1,6 +1,6 @@
 """The ONNX backend: the model exported once per machine (fp32 and int8), run with onnxruntime alone.
 
-torch and sentence-transformers are imported only to make the export (`retrieval.onnx_encoder` runs it).
+torch and sentence-transformers are imported only to make the export (`retrieval.embedders.onnx_encoder` runs it).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from chunkyard.chunking.model_cache import build_once, folder_digest, library_output_to_log, model_cache_dir
 from chunkyard.retrieval.embedders.base import LocalEmbedder
-from chunkyard.retrieval.onnx_encoder import OnnxEncoder
+from chunkyard.retrieval.embedders.onnx_encoder import OnnxEncoder
 
 QUANTIZATIONS = (None, "int8")
 ONNX_FP32_FILE = "onnx/model.onnx"

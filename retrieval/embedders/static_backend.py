@@ -1,4 +1,4 @@
-"""The static backend: a token lookup table distilled once from the model (`retrieval.static_model`)."""
+"""The static backend: a token lookup table distilled once from the model (`retrieval.embedders.static_model`)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ class StaticEmbedder(LocalEmbedder):
     def __init__(
         self, model: str, *, batch_size: int, device: str, pca_dims: int | None, vocabulary_size: int | None
     ) -> None:
-        from chunkyard.retrieval.static_model import (
+        from chunkyard.retrieval.embedders.static_model import (
             DEFAULT_PCA_DIMS,
             STATIC_MAX_TOKENS,
             StaticModelError,
@@ -38,7 +38,7 @@ class StaticEmbedder(LocalEmbedder):
         self.model_id = f"{model}@{self.static_settings.suffix}"
 
     def _encode(self, texts: list[str]) -> np.ndarray:
-        from chunkyard.retrieval.static_model import encode_static
+        from chunkyard.retrieval.embedders.static_model import encode_static
 
         return encode_static(self._model, texts, self.batch_size, self.max_seq_length)
 

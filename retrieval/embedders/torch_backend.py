@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 from chunkyard.retrieval.embedders.base import LocalEmbedder
-from chunkyard.retrieval.onnx_encoder import BATCH_TOKENS, length_groups
+from chunkyard.retrieval.embedders.onnx_encoder import BATCH_TOKENS, length_groups
 
 
 class TorchEmbedder(LocalEmbedder):

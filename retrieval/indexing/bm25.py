@@ -6,8 +6,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from chunkyard.retrieval.code_terms import code_terms
-from chunkyard.retrieval.config import IndexSpec
 from chunkyard.retrieval.indexing.stage_reports import Bm25StageReport, IndexingError
 from chunkyard.retrieval.indexing.staging import analyze_staged, clear_staging, merge_stage_report, staged_run
 from chunkyard.retrieval.indexing.swap import (
@@ -16,7 +14,9 @@ from chunkyard.retrieval.indexing.swap import (
     index_next_postings,
     swaps,
 )
-from chunkyard.retrieval.languages import METADATA_KEY, index_analysis
+from chunkyard.retrieval.lexical.code_terms import code_terms
+from chunkyard.retrieval.lexical.languages import METADATA_KEY, index_analysis
+from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.partitions import drop_next_tables
 from psycopg import sql
@@ -33,7 +33,7 @@ def stage_bm25(
 ) -> Bm25StageReport:
     """Term frequencies and lengths of every staged chunk's `embed_text`, for the inverted index.
 
-    `analyzer: auto` is resolved here (`retrieval.languages.index_analysis`), each chunk analysed in
+    `analyzer: auto` is resolved here (`retrieval.lexical.languages.index_analysis`), each chunk analysed in
     its document's language; the choice is staged for publish, which records it in the published config. Writes only while `owner` owns the staging.
     `progress(done, total)` is called with the chunks analysed, every few hundred and at the end.
     """
@@ -74,7 +74,7 @@ def stage_bm25(
                 lengths = []
                 for done, (chunk_id, embed_text, language, is_code) in enumerate(rows, 1):
                     terms = analysis.for_language(language).analyze(embed_text)
-                    if is_code:  # never scored for a question's stop words (retrieval.code_terms)
+                    if is_code:  # never scored for a question's stop words (retrieval.lexical.code_terms)
                         terms = code_terms(terms)
                     lengths.append((index_name, chunk_id, len(terms)))
                     counts = Counter(terms)

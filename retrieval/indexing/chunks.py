@@ -9,17 +9,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 from chunkyard.chunking.base import BaseChunker
 from chunkyard.chunking.types import Chunk, Document, without_locations
-from chunkyard.retrieval.config import IndexSpec
 from chunkyard.retrieval.indexing.stage_reports import ChunkStageReport, IndexingError
 from chunkyard.retrieval.indexing.staging import analyze_staged, clear_staging, merge_stage_report
-from chunkyard.retrieval.languages import METADATA_KEY, document_language
+from chunkyard.retrieval.lexical.languages import METADATA_KEY, document_language
+from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.partitions import partition_names
 from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
 
 if TYPE_CHECKING:
-    from chunkyard.retrieval.embedder import Embedder
+    from chunkyard.retrieval.embedders.embedder import Embedder
 
 CHUNK_DOC_BATCH = 64  # documents per chunker call
 

@@ -13,14 +13,14 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from chunkyard.retrieval.config import IndexSpec
 from chunkyard.retrieval.indexing.embeddings import embed_and_cache
 from chunkyard.retrieval.indexing.stage_reports import IndexingError, flat_metadata
 from chunkyard.retrieval.indexing.staging import staged_run
+from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store
 
 if TYPE_CHECKING:
-    from chunkyard.retrieval.embedder import Embedder
+    from chunkyard.retrieval.embedders.embedder import Embedder
 
 HASH_DIGITS = 7  # leading hex digits of the content hash that pick its shard (28 bits: a positive int4)
 

@@ -9,13 +9,13 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
-from chunkyard.retrieval.config import IndexSpec
 from chunkyard.retrieval.indexing.stage_reports import EmbeddingStageReport, IndexingError
 from chunkyard.retrieval.indexing.staging import analyze_staged, merge_stage_report, staged_run
+from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store
 
 if TYPE_CHECKING:
-    from chunkyard.retrieval.embedder import Embedder
+    from chunkyard.retrieval.embedders.embedder import Embedder
 
 # One batch is one model call (the ONNX encoder's own budget: 2,048 padded tokens, 8 chunks of 256):
 # each is cached and counted as soon as it is embedded, so Ctrl-C or a crash loses at most one batch

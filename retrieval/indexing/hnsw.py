@@ -6,8 +6,8 @@ import os
 from typing import Any
 
 from chunkyard.chunking.environment import env_int
-from chunkyard.retrieval.capabilities import HNSW_MAX_DIMS, VectorFeatureError, detect_features
 from chunkyard.retrieval.indexing.stage_reports import IndexingError
+from chunkyard.retrieval.store.capabilities import HNSW_MAX_DIMS, VectorFeatureError, detect_features
 from chunkyard.retrieval.store.partitions import partition_names
 from psycopg import Connection, sql
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from chunkyard.retrieval.bm25 import CorpusStats, refresh_stats
-from chunkyard.retrieval.config import IndexSpec
 from chunkyard.retrieval.indexing.hnsw import check_storage, create_hnsw, has_graph
 from chunkyard.retrieval.indexing.stage_reports import IndexingError, PublishReport, stage_timings
 from chunkyard.retrieval.indexing.staging import (
@@ -20,9 +18,11 @@ from chunkyard.retrieval.indexing.staging import (
     insert_staged_postings,
 )
 from chunkyard.retrieval.indexing.swap import POSTINGS_PREPARED, build_next, clear_staging_for_swap, swap_in
-from chunkyard.retrieval.languages import published_config
-from chunkyard.retrieval.migrations import STAGING_TABLES
+from chunkyard.retrieval.lexical.languages import published_config
+from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.bm25 import CorpusStats, refresh_stats
+from chunkyard.retrieval.store.migrations import STAGING_TABLES
 from chunkyard.retrieval.store.partitions import partition_names
 from psycopg import Connection, sql
 from psycopg.types.json import Jsonb

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from chunkyard.retrieval.indexing.hnsw import create_hnsw, has_graph, vector_storage
-from chunkyard.retrieval.names import IndexName
+from chunkyard.retrieval.settings.names import IndexName
 from chunkyard.retrieval.store.partitions import create_partitions, drop_index_in, partition_names
 from psycopg import Connection, sql
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from chunkyard.retrieval.indexing.stage_reports import IndexingError
-from chunkyard.retrieval.migrations import STAGING_TABLES
+from chunkyard.retrieval.store.migrations import STAGING_TABLES
 from chunkyard.retrieval.store.partitions import drop_next_tables
 from psycopg import Connection, sql
 from psycopg.types.json import Jsonb

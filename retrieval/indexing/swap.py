@@ -8,7 +8,7 @@ partitions and attaches the new ones under the same names. The postings, which n
 embeddings make, are prepared by the BM25 stage (`create_next_postings`, `index_next_postings`): its
 transaction commits them, keyed and analyzed, as a table no reader knows of, so the publish builds
 only the chunk rows and their graph. Readers keep the old version until the publish commits (see
-`retrieval.read_lock` for REPEATABLE READ readers), and a failed publish leaves the old version as it
+`retrieval.store.read_lock` for REPEATABLE READ readers), and a failed publish leaves the old version as it
 was and the staging, prepared postings included, ready for a retry. Re-staging the index drops them
 (`staging.clear_staging`). Incremental publishes keep the in-place path.
 """
@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import psycopg
 from chunkyard.chunking.environment import env_int
-from chunkyard.retrieval.bm25 import CorpusStats, refresh_stats
 from chunkyard.retrieval.indexing.hnsw import create_hnsw, has_graph, maintenance_work_mem
 from chunkyard.retrieval.indexing.stage_reports import IndexingError
 from chunkyard.retrieval.indexing.staging import insert_staged_chunks
-from chunkyard.retrieval.migrations import STAGING_TABLES
+from chunkyard.retrieval.store.bm25 import CorpusStats, refresh_stats
+from chunkyard.retrieval.store.migrations import STAGING_TABLES
 from chunkyard.retrieval.store.partitions import next_name, partition_names
 from psycopg import Connection, sql
 
@@ -247,7 +247,7 @@ def swap_in(conn: Connection, index_name: str) -> None:
 
 
 def _lock_live(conn: Connection, parts: dict[str, str]) -> None:
-    """The swap's locks: both parents (readers lock `chunks` first, see `retrieval.read_lock`) and the
+    """The swap's locks: both parents (readers lock `chunks` first, see `retrieval.store.read_lock`) and the
     live partitions. Each try waits at most SWAP_LOCK_TIMEOUT, so a long reader holds up only the swap,
     not every reader queued behind it; the last try waits as long as it takes."""
     tables = [sql.SQL("ONLY chunks"), sql.SQL("ONLY bm25_postings")]

@@ -1,1 +1,1 @@
-"""Retrievers for LangChain and LlamaIndex over chunkyard, against a running service or in process."""
+"""Ways in from outside: the HTTP client, the MCP server, and retrievers for LangChain and LlamaIndex."""

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from chunkyard.retrieval.client import Client
+from chunkyard.retrieval.embedders.rerankers import Reranker
+from chunkyard.retrieval.integrations.client import Client
 from chunkyard.retrieval.integrations.source import HitSource, hit_metadata
-from chunkyard.retrieval.options import SearchOptions
 from chunkyard.retrieval.query.results import SearchResult
 from chunkyard.retrieval.query.searcher import Searcher
-from chunkyard.retrieval.rerankers import Reranker
+from chunkyard.retrieval.settings.options import SearchOptions
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from chunkyard.retrieval.client import Client
+from chunkyard.retrieval.integrations.client import Client
 from chunkyard.retrieval.integrations.source import HitSource, hit_metadata, ranking_score
-from chunkyard.retrieval.options import SearchOptions
 from chunkyard.retrieval.query.results import SearchResult
 from chunkyard.retrieval.query.searcher import Searcher
+from chunkyard.retrieval.settings.options import SearchOptions
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode

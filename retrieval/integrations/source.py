@@ -12,12 +12,12 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from chunkyard.retrieval.client import Client
-from chunkyard.retrieval.default_index import named
-from chunkyard.retrieval.options import SearchError, SearchOptions
+from chunkyard.retrieval.integrations.client import Client
 from chunkyard.retrieval.query.fusion import RANKING_KEYS
 from chunkyard.retrieval.query.results import SearchResult
 from chunkyard.retrieval.query.searcher import Searcher, default_searcher
+from chunkyard.retrieval.settings.default_index import named
+from chunkyard.retrieval.settings.options import SearchError, SearchOptions
 
 
 class HitSource:

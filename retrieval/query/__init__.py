@@ -1,7 +1,7 @@
 """Query-time search: a `Searcher` composing one module per stage over a read transaction of an index.
 
 Stages: dense and lexical candidates, fusion, context scoring, collapse, coarse fallback, rows,
-MMR and rerank; `options` (`retrieval.options`) says what each does for one request.
+MMR and rerank; `options` (`retrieval.settings.options`) says what each does for one request.
 """
 
 from chunkyard.retrieval.query.results import IndexNotFoundError, SearchError, SearchResult

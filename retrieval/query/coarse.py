@@ -22,11 +22,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
 import numpy as np
-from chunkyard.retrieval.index_defaults import CoarseFallback
-from chunkyard.retrieval.options import SearchOptions
 from chunkyard.retrieval.query.fusion import RANKING_KEYS, Ranked
 from chunkyard.retrieval.query.handles import IndexHandle
 from chunkyard.retrieval.query.results import IndexNotFoundError, SearchResult
+from chunkyard.retrieval.settings.index_defaults import CoarseFallback
+from chunkyard.retrieval.settings.options import SearchOptions
 
 BatchSearch = Callable[[list[str], str, SearchOptions, np.ndarray | None], list[list[SearchResult]]]
 

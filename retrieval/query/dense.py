@@ -14,11 +14,11 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import psycopg
 from chunkyard.chunking.environment import env_int
-from chunkyard.retrieval.capabilities import VECTOR_STORAGES, VectorFeatures
-from chunkyard.retrieval.options import HNSW_MAX_EF, SearchError
+from chunkyard.retrieval.observability.telemetry import span
 from chunkyard.retrieval.query.fusion import Candidates
 from chunkyard.retrieval.query.handles import IndexHandle
-from chunkyard.retrieval.telemetry import span
+from chunkyard.retrieval.settings.options import HNSW_MAX_EF, SearchError
+from chunkyard.retrieval.store.capabilities import VECTOR_STORAGES, VectorFeatures
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -42,7 +42,7 @@ EXACT_MAX_CHUNKS = 5000
 
 @runtime_checkable
 class QueryEmbedder(Protocol):
-    """What the Searcher needs of an embedder (`retrieval.embedder.Embedder` is one)."""
+    """What the Searcher needs of an embedder (`retrieval.embedders.embedder.Embedder` is one)."""
 
     def embed(self, texts: list[str], role: str = "document") -> np.ndarray: ...
 

@@ -33,7 +33,7 @@ def fuse(
     normalised scores with dense weight `weight`; `hybrid_auto` mixes them with the per-query
     weight of `calibrated_weight(dense, lexical, auto_weight)` (kept as `scores["auto_weight"]`),
     or with dense alone (weight 1: BM25 only orders what dense ties or never found) for a question in
-    another language than the documents (`cross_language`, `retrieval.languages.crosses_languages`):
+    another language than the documents (`cross_language`, `retrieval.lexical.languages.crosses_languages`):
     there BM25 matches only names, numbers and look-alike words, and a multilingual model does not
     need it (measured in benchmarks/results/languages.md).
     """

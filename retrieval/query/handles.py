@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from chunkyard.retrieval import bm25 as bm25_lib
-from chunkyard.retrieval.index_defaults import ContextConfigError, IndexDefaults
-from chunkyard.retrieval.names import IndexName
-from chunkyard.retrieval.options import SearchError
 from chunkyard.retrieval.query.results import NOTHING_INDEXED, IndexNotFoundError
-from chunkyard.retrieval.read_lock import lock_for_read
+from chunkyard.retrieval.settings.index_defaults import ContextConfigError, IndexDefaults
+from chunkyard.retrieval.settings.names import IndexName
+from chunkyard.retrieval.settings.options import SearchError
+from chunkyard.retrieval.store import bm25 as bm25_lib
 from chunkyard.retrieval.store.indexes import split_index_name
 from chunkyard.retrieval.store.partitions import partition_names
+from chunkyard.retrieval.store.read_lock import lock_for_read
 
 
 @dataclass(frozen=True)

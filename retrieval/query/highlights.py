@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chunkyard.chunking.locations import BREAKS_SUFFIX, unit_at
-from chunkyard.retrieval.bm25 import TermAnalyzer
+from chunkyard.retrieval.store.bm25 import TermAnalyzer
 
 MAX_HIGHLIGHTS = 3
 SNIPPET_CHARS = 300  # the snippet's length around the first highlight (what the CLI shows)

@@ -13,11 +13,11 @@ import time
 from typing import Any
 
 import psycopg
-from chunkyard.retrieval import bm25 as bm25_lib
-from chunkyard.retrieval.options import SearchError
 from chunkyard.retrieval.query.fusion import Candidates
 from chunkyard.retrieval.query.handles import IndexHandle, IndexHandles
+from chunkyard.retrieval.settings.options import SearchError
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store import bm25 as bm25_lib
 from chunkyard.retrieval.store.indexes import split_index_name
 
 log = logging.getLogger("chunkyard.search")

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
-from chunkyard.retrieval.options import MAX_K, ResolvedSearch
-from chunkyard.retrieval.rerankers import Reranker
-from chunkyard.retrieval.telemetry import span
+from chunkyard.retrieval.embedders.rerankers import Reranker
+from chunkyard.retrieval.observability.telemetry import span
+from chunkyard.retrieval.settings.options import MAX_K, ResolvedSearch
 
 
 @dataclass(frozen=True)

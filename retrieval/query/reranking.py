@@ -1,13 +1,13 @@
-"""Rerank stage: reorder the first-stage hits by a second-stage reranker (`retrieval.rerankers`)."""
+"""Rerank stage: reorder the first-stage hits by a second-stage reranker (`retrieval.embedders.rerankers`)."""
 
 from __future__ import annotations
 
 import threading
 
+from chunkyard.retrieval.embedders.rerankers import Reranker
 from chunkyard.retrieval.query.dense import QueryEmbedder
 from chunkyard.retrieval.query.fusion import Ranked
 from chunkyard.retrieval.query.rows import ChunkRow
-from chunkyard.retrieval.rerankers import Reranker
 
 
 class Rerankers:
@@ -25,7 +25,7 @@ class Rerankers:
             return rerank
         with self._lock:
             if rerank not in self._built:
-                from chunkyard.retrieval.rerankers import build_reranker
+                from chunkyard.retrieval.embedders.rerankers import build_reranker
 
                 self._built[rerank] = build_reranker(rerank, embedder=self._embedder)
             return self._built[rerank]

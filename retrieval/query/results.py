@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chunkyard.retrieval.options import SearchError
 from chunkyard.retrieval.query.highlights import Highlight
+from chunkyard.retrieval.settings.options import SearchError
 
 __all__ = ["NOTHING_INDEXED", "Highlight", "IndexNotFoundError", "SearchError", "SearchResult"]
 

@@ -23,15 +23,9 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from chunkyard.retrieval.aliases import resolve as resolve_alias
-from chunkyard.retrieval.capabilities import VectorFeatures
-from chunkyard.retrieval.config import default_collection
-from chunkyard.retrieval.default_index import named
-from chunkyard.retrieval.index_defaults import COARSE_DEFAULT_RANK
-from chunkyard.retrieval.languages import crosses_languages
-from chunkyard.retrieval.names import IndexName, IndexRef
-from chunkyard.retrieval.options import HNSW_MAX_EF, ResolvedSearch, SearchError, SearchOptions, SearchRequest
+from chunkyard.retrieval.lexical.languages import crosses_languages
 from chunkyard.retrieval.query import coarse as coarse_stage
+from chunkyard.retrieval.query.aliases import resolve as resolve_alias
 from chunkyard.retrieval.query.budget import fit_to_budget, llm_tokenizer
 from chunkyard.retrieval.query.collapse import collapse_identical_texts
 from chunkyard.retrieval.query.context import Layouts, rank_with_context
@@ -45,8 +39,20 @@ from chunkyard.retrieval.query.plan import Query, Shape, rounded, timed
 from chunkyard.retrieval.query.reranking import Rerankers, rerank
 from chunkyard.retrieval.query.results import IndexNotFoundError, SearchResult
 from chunkyard.retrieval.query.rows import attach_parents, fetch_rows, to_results
-from chunkyard.retrieval.read_lock import lock_for_read
+from chunkyard.retrieval.settings.config import default_collection
+from chunkyard.retrieval.settings.default_index import named
+from chunkyard.retrieval.settings.index_defaults import COARSE_DEFAULT_RANK
+from chunkyard.retrieval.settings.names import IndexName, IndexRef
+from chunkyard.retrieval.settings.options import (
+    HNSW_MAX_EF,
+    ResolvedSearch,
+    SearchError,
+    SearchOptions,
+    SearchRequest,
+)
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.capabilities import VectorFeatures
+from chunkyard.retrieval.store.read_lock import lock_for_read
 
 CONTEXT_BACKENDS = ("sql", "memory")
 # Up to this many queries per call, the coarse index is searched beside the fine ranking (see
@@ -111,7 +117,7 @@ class Searcher:
         """The embedder for `index_name`'s queries (the index config's model when none was given; an
         embedding server's with its query timeout)."""
         if self._embedder_for is None:
-            from chunkyard.retrieval.embedder import embedder_for_config
+            from chunkyard.retrieval.embedders.embedder import embedder_for_config
 
             return embedder_for_config(config or {}, queries=True)
         if isinstance(self._embedder_for, QueryEmbedder):
@@ -179,7 +185,7 @@ class Searcher:
         """Like `search` for many queries; all query vectors are computed in one embedding call.
 
         `query_vectors` (one row per query, from the index's own model) skips the query embedding.
-        See `retrieval.options.SearchOptions` for the options and `coarse` for the coarse fallback.
+        See `retrieval.settings.options.SearchOptions` for the options and `coarse` for the coarse fallback.
         """
         request = SearchOptions.of(options, overrides)
         return self._planned(queries, IndexRef.of(named(index)), request, query_vectors)[0]
@@ -206,7 +212,7 @@ class Searcher:
     def _through_alias(self, ref: IndexRef, options: SearchOptions) -> tuple[IndexName, SearchOptions]:
         """An alias becomes its target index, the request's set options over the alias's pinned ones.
 
-        Resolved once per call: every query of the call reads that one target (see `retrieval.aliases`).
+        Resolved once per call: every query of the call reads that one target (see `retrieval.query.aliases`).
         """
         if ref.alias is not None:
             with self.store.connection() as conn:
@@ -419,7 +425,7 @@ _default_lock = threading.Lock()
 
 
 def default_searcher() -> Searcher:
-    """A Searcher on `retrieval.db.database_url()`, created on first use."""
+    """A Searcher on `retrieval.store.db.database_url()`, created on first use."""
     global _default
     with _default_lock:
         if _default is None:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import psycopg
-from chunkyard.retrieval.migrations import MIGRATIONS
 from chunkyard.retrieval.store.audit import AuditLog
 from chunkyard.retrieval.store.documents import Documents
 from chunkyard.retrieval.store.embedding_cache import EmbeddingCache
 from chunkyard.retrieval.store.evaluations import Evaluations
 from chunkyard.retrieval.store.indexes import Indexes
 from chunkyard.retrieval.store.keys import ApiKeys
+from chunkyard.retrieval.store.migrations import MIGRATIONS
 from chunkyard.retrieval.store.pool import Pool
 
 _MIGRATION_LOCK_KEY = 0x63686B79  # "chky": serialises concurrent migrate() calls

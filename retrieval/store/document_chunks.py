@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from chunkyard.retrieval.names import IndexName
+from chunkyard.retrieval.settings.names import IndexName
 from chunkyard.retrieval.store.partitions import partition_names
 from chunkyard.retrieval.store.pool import Pool
 from psycopg import sql

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from chunkyard.retrieval.analysis import analyzer_name, analyzer_names
-from chunkyard.retrieval.names import IndexName
+from chunkyard.retrieval.lexical.analysis import analyzer_name, analyzer_names
+from chunkyard.retrieval.settings.names import IndexName
 from chunkyard.retrieval.store.evaluations import Evaluations
 from chunkyard.retrieval.store.partitions import create_partitions, drop_index_in, partition_names
 from chunkyard.retrieval.store.pool import Pool

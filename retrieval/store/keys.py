@@ -7,7 +7,14 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from chunkyard.retrieval.keys import ApiKey, ApiKeyError, check_name, check_scope, new_token, token_hash
+from chunkyard.retrieval.store.api_key import (
+    ApiKey,
+    ApiKeyError,
+    check_name,
+    check_scope,
+    new_token,
+    token_hash,
+)
 from chunkyard.retrieval.store.audit import record
 from chunkyard.retrieval.store.pool import Pool
 from psycopg import sql

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 
 import psycopg
-from chunkyard.retrieval.migrations import STAGING_TABLES
+from chunkyard.retrieval.store.migrations import STAGING_TABLES
 from psycopg import sql
 
 

@@ -8,8 +8,8 @@ import threading
 from collections.abc import Iterator
 
 import psycopg
-from chunkyard.retrieval.capabilities import VectorFeatures, detect_features
-from chunkyard.retrieval.db import connect, database_url, is_alive, revive_embedded
+from chunkyard.retrieval.store.capabilities import VectorFeatures, detect_features
+from chunkyard.retrieval.store.db import connect, database_url, is_alive, revive_embedded
 
 
 class Pool:
@@ -40,7 +40,7 @@ class Pool:
     def connection(self) -> Iterator[psycopg.Connection]:
         """An autocommit connection (use `with conn.transaction():` for atomic work).
 
-        A pooled connection is handed out only while it is alive (see `retrieval.db.is_alive`), so
+        A pooled connection is handed out only while it is alive (see `retrieval.store.db.is_alive`), so
         after a database restart callers get fresh connections instead of the dead ones; a failed
         connect to this process's embedded server starts that server again and tries once more.
         """

@@ -15,7 +15,7 @@ frequencies and lengths summed over its chunks, the index's idf, the mean contex
 avgdl; without chunk overlap this is exactly BM25 of the concatenated span) and the cosine
 between the query and the mean of the context's chunk vectors. Nothing new is stored or
 embedded: chunk ids, spans and vectors stay those of the index, and returned chunks are still
-exact spans; only their order changes. The settings (`ContextScoring`) are in `retrieval.options`.
+exact spans; only their order changes. The settings (`ContextScoring`) are in `retrieval.settings.options`.
 
 What the contexts are scored with (term frequencies, document frequencies, vectors, each chunk's
 analysed terms) is loaded once per index version (`ContextStatistics`, like the in-memory BM25

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import psycopg
-from chunkyard.retrieval import bm25 as bm25_lib
-from chunkyard.retrieval.index_defaults import ContextScoring
 from chunkyard.retrieval.query.context.layout import ChunkLayout
 from chunkyard.retrieval.query.context.statistics import ContextStatistics
 from chunkyard.retrieval.query.context.windows import _best_windows, _best_windows_at_hits, best_window_score
 from chunkyard.retrieval.query.handles import IndexHandle
+from chunkyard.retrieval.settings.index_defaults import ContextScoring
+from chunkyard.retrieval.store import bm25 as bm25_lib
 from psycopg import sql
 
 

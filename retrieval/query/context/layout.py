@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import psycopg
-from chunkyard.retrieval.index_defaults import ContextScoring
+from chunkyard.retrieval.settings.index_defaults import ContextScoring
 from psycopg import sql
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 
 import psycopg
-from chunkyard.retrieval.index_defaults import ContextScoring
 from chunkyard.retrieval.query.context.layout import ChunkLayout
 from chunkyard.retrieval.query.context.statistics import ContextStatistics
 from chunkyard.retrieval.query.handles import IndexHandle
+from chunkyard.retrieval.settings.index_defaults import ContextScoring
 
 
 class Layouts:

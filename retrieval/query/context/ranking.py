@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import psycopg
-from chunkyard.retrieval.index_defaults import ContextScoring
 from chunkyard.retrieval.query.context.evidence import (
     ContextEvidence,
     ContextQuery,
@@ -18,6 +17,7 @@ from chunkyard.retrieval.query.context.statistics import ContextStatistics
 from chunkyard.retrieval.query.fusion import Ranked
 from chunkyard.retrieval.query.handles import IndexHandle
 from chunkyard.retrieval.query.plan import Query
+from chunkyard.retrieval.settings.index_defaults import ContextScoring
 
 
 def fuse_with_context(

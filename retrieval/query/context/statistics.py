@@ -6,11 +6,11 @@ import threading
 
 import numpy as np
 import psycopg
-from chunkyard.retrieval import bm25 as bm25_lib
-from chunkyard.retrieval.index_defaults import ContextScoring
 from chunkyard.retrieval.query.context.layout import ChunkLayout
 from chunkyard.retrieval.query.context.windows import _window_means
 from chunkyard.retrieval.query.handles import IndexHandle
+from chunkyard.retrieval.settings.index_defaults import ContextScoring
+from chunkyard.retrieval.store import bm25 as bm25_lib
 from psycopg import sql
 
 # Context means are computed this many chunks at a time (bounds the temporaries on a large index).

@@ -6,7 +6,7 @@ over the cap, 415 for non-JSON bodies); a database outage gets 503 with a generi
 only in the log); a 500 means a bug. The API docs (`/docs`, `/redoc`) load their assets from the
 installed `fastapi_offline` package, never from a CDN.
 
-Run with `chunkyard serve` or `uvicorn retrieval.service:app` (which warms the model and the BM25
+Run with `chunkyard serve` or `uvicorn retrieval.api.service:app` (which warms the model and the BM25
 copies before `/readyz` answers 200).
 """
 
@@ -27,15 +27,15 @@ from chunkyard.retrieval.api.common import (
     add_docs_routes,
     add_error_handlers,
 )
+from chunkyard.retrieval.api.http_guards import BodyLimit
 from chunkyard.retrieval.api.key_routes import add_key_routes
 from chunkyard.retrieval.api.limits import RequestLimits
 from chunkyard.retrieval.api.metrics import ServiceMetrics, add_metrics_route
 from chunkyard.retrieval.api.models import DEFAULT_MAX_K, SearchBody, SearchResponse, request_model
 from chunkyard.retrieval.api.search_routes import add_search_routes
 from chunkyard.retrieval.api.status_routes import Readiness, add_status_routes, headline
-from chunkyard.retrieval.http_guards import BodyLimit
+from chunkyard.retrieval.observability.telemetry import instrument_app
 from chunkyard.retrieval.query import Searcher
-from chunkyard.retrieval.telemetry import instrument_app
 from fastapi import FastAPI
 
 DEFAULT_MAX_QUERY_CHARS = 4000
@@ -113,20 +113,20 @@ def create_app(
 
 def serve(host: str = "127.0.0.1", port: int = 8000, **app_options: Any) -> None:
     """Run the service with uvicorn, warm, with the server limits and redacted log of `chunkyard serve`."""
-    from chunkyard.retrieval.server_limits import serve as serve_app
+    from chunkyard.retrieval.api.server_limits import serve as serve_app
 
     app_options.setdefault("warm", True)
     serve_app(create_app(**app_options), host, port, secrets=[app_options.get("api_key") or ""])
 
 
 def __getattr__(name: str) -> Any:
-    """`retrieval.service:app` for uvicorn: the default app, warm, created on first access."""
+    """`retrieval.api.service:app` for uvicorn: the default app, warm, created on first access."""
     if name == "app":
         global _app
         if _app is None:
             _app = create_app(warm=True)
         return _app
-    raise AttributeError(f"module 'chunkyard.retrieval.service' has no attribute {name!r}")
+    raise AttributeError(f"module 'chunkyard.retrieval.api.service' has no attribute {name!r}")
 
 
 _app: FastAPI | None = None

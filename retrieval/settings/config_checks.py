@@ -1,7 +1,7 @@
 """Every field of a project's settings files checked before anything runs (`chunkyard check`, `chunkyard
 index`, the Dagster definitions), so a typo stops the command at once instead of a step half a minute in.
 
-The loaders (`retrieval.config`) check each entry's shape; this adds what needs more than the entry:
+The loaders (`retrieval.settings.config`) check each entry's shape; this adds what needs more than the entry:
 each chunker built as the chunks step builds it, the embedder options and model, the hybrid
 settings with the search options' own wording, the folders and evaluation sets on disk. Every
 problem names `file:line`, the field and what is allowed; all of them are reported at once.
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chunkyard.retrieval.config import (
+from chunkyard.retrieval.settings.config import (
     Collection,
     IndexConfig,
     IndexSpec,
@@ -22,7 +22,7 @@ from chunkyard.retrieval.config import (
     load_index_configs,
     with_coarse_companions,
 )
-from chunkyard.retrieval.project import SettingsError, project_root, read_yaml
+from chunkyard.retrieval.settings.project import SettingsError, project_root, read_yaml
 
 
 class SettingsErrors(SettingsError):
@@ -88,10 +88,10 @@ def index_config_problems(
     from chunkyard.chunking.base import ChunkerConfigError
     from chunkyard.chunking.models import resolve_model_path
     from chunkyard.chunking.registry import build_chunker, needs_embedding_model
-    from chunkyard.retrieval.embedder import check_options
     from chunkyard.retrieval.embedders.base import EmbedderConfigError
-    from chunkyard.retrieval.endpoint_settings import ENDPOINT_BACKEND
-    from chunkyard.retrieval.options import SearchError, option_schemas
+    from chunkyard.retrieval.embedders.embedder import check_options
+    from chunkyard.retrieval.embedders.endpoint_settings import ENDPOINT_BACKEND
+    from chunkyard.retrieval.settings.options import SearchError, option_schemas
 
     lines = lines or _Lines()
     problems: list[str] = []
@@ -135,7 +135,7 @@ def _oversized(config: IndexConfig) -> str | None:
     """`chunker.size` beyond the model's input limit, known before any chunk is made (the chunks step
     would fail its token-limit check after the run had started), unless `allow_truncation` says so."""
     from chunkyard.chunking.models import model_token_limit
-    from chunkyard.retrieval.endpoint_settings import ENDPOINT_BACKEND
+    from chunkyard.retrieval.embedders.endpoint_settings import ENDPOINT_BACKEND
 
     chunker = dict(config.chunker)
     size, unit = chunker.get("size", 256), chunker.get("tokenizer", "model")

@@ -10,7 +10,7 @@ mark where a request is. Past a timeout the client gets `408 Request Timeout` an
 closes; past the header cap, 431; past the connection cap, 503 with `Retry-After` at once.
 
 `serve` runs an app (the query service, the ui-proxy) with these limits and the redacting log
-configuration of `retrieval.log_redaction`.
+configuration of `retrieval.observability.log_redaction`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chunkyard.chunking.environment import EnvironmentSettingError
-from chunkyard.retrieval.log_redaction import log_config, secrets_from_env
+from chunkyard.retrieval.observability.log_redaction import log_config, secrets_from_env
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger("uvicorn.error")

@@ -1,7 +1,7 @@
 """Sentence embeddings: the one protocol every backend serves, and the factory that picks the backend.
 
 A local model runs on torch, ONNX or static vectors (`retrieval.embedders`, one class per backend);
-`backend: openai` is an embedding server (`retrieval.endpoint_embedder`). The backend is chosen
+`backend: openai` is an embedding server (`retrieval.embedders.endpoint_backend`). The backend is chosen
 once, from the config, by `load_embedder` (local) or `shared_embedder` (any). Heavy imports (torch,
 sentence_transformers, model2vec) happen when a backend is built, so importing this module is cheap.
 """
@@ -18,10 +18,10 @@ from typing import Any, Protocol
 import numpy as np
 from chunkyard.chunking.models import DEFAULT_MODEL
 from chunkyard.retrieval.embedders.base import EmbedderConfigError, LocalEmbedder
+from chunkyard.retrieval.embedders.endpoint_settings import ENDPOINT_BACKEND
 from chunkyard.retrieval.embedders.onnx_backend import QUANTIZATIONS, OnnxEmbedder
 from chunkyard.retrieval.embedders.static_backend import StaticEmbedder
 from chunkyard.retrieval.embedders.torch_backend import TorchEmbedder
-from chunkyard.retrieval.endpoint_settings import ENDPOINT_BACKEND
 
 # The local backends by `embedder.backend`, each class declaring its `code_version`.
 BACKEND_CLASSES: dict[str, type[LocalEmbedder]] = {
@@ -96,11 +96,11 @@ def shared_embedder(model: str = DEFAULT_MODEL, /, *, queries: bool = False, **o
     """One embedder per (model, options) per process: models are large and slow to load.
 
     Options left out count as `load_embedder`'s defaults, so callers that spell them out or not share one.
-    `backend: openai` is an embedding server (`retrieval.endpoint_embedder`); `queries` gives its
+    `backend: openai` is an embedding server (`retrieval.embedders.endpoint_backend`); `queries` gives its
     query-time twin (own timeout). A local model serves queries and documents alike.
     """
     if options.get("backend") == ENDPOINT_BACKEND:
-        from chunkyard.retrieval.endpoint_embedder import shared_endpoint_embedder
+        from chunkyard.retrieval.embedders.endpoint_backend import shared_endpoint_embedder
 
         return shared_endpoint_embedder(model, options, queries=queries)
     defaults = _option_defaults()
@@ -118,7 +118,10 @@ def check_options(options: dict[str, Any]) -> None:
     """The `embedder:` options of an index config, checked without loading anything (the names,
     then each value against its backend); EmbedderConfigError names the option and what is allowed."""
     if options.get("backend") == ENDPOINT_BACKEND:  # an embedding server: its own options
-        from chunkyard.retrieval.endpoint_settings import EndpointConfigError, check_endpoint_options
+        from chunkyard.retrieval.embedders.endpoint_settings import (
+            EndpointConfigError,
+            check_endpoint_options,
+        )
 
         try:
             check_endpoint_options(options)
@@ -176,7 +179,7 @@ def backend_code_version(embedder: dict[str, Any] | None) -> str:
     CHUNKYARD_EMBEDDER_BACKEND override included, as `embedder_for_config` reads it)."""
     backend = (embedder or {}).get("backend") or "torch"
     if backend == ENDPOINT_BACKEND:
-        from chunkyard.retrieval.endpoint_embedder import EndpointEmbedder
+        from chunkyard.retrieval.embedders.endpoint_backend import EndpointEmbedder
 
         return EndpointEmbedder.code_version
     backend = os.environ.get("CHUNKYARD_EMBEDDER_BACKEND") or backend

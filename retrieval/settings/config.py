@@ -13,7 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from chunkyard.chunking.models import DEFAULT_MODEL
-from chunkyard.retrieval.config_fields import (
+from chunkyard.retrieval.embedders.endpoint_settings import (
+    EndpointConfigError,
+    check_endpoint_options,
+    endpoint_identity,
+)
+from chunkyard.retrieval.settings.config_fields import (
     checked_coarse,
     checked_vector_storage,
     inherited_embedder,
@@ -23,14 +28,9 @@ from chunkyard.retrieval.config_fields import (
     validate_bm25,
     where_field,
 )
-from chunkyard.retrieval.endpoint_settings import (
-    EndpointConfigError,
-    check_endpoint_options,
-    endpoint_identity,
-)
-from chunkyard.retrieval.index_defaults import ContextConfigError, ContextScoring
-from chunkyard.retrieval.names import IndexName
-from chunkyard.retrieval.project import (
+from chunkyard.retrieval.settings.index_defaults import ContextConfigError, ContextScoring
+from chunkyard.retrieval.settings.names import IndexName
+from chunkyard.retrieval.settings.project import (
     PROJECT_FILE,
     SettingsError,
     as_bool,
@@ -92,7 +92,7 @@ class IndexConfig:
     # How the HNSW graph stores vectors: `vector` (float32) or `halfvec` (float16, about half the
     # index size; pgvector >= 0.7). The chunk rows keep float32 either way.
     vector_storage: str = "vector"
-    # `file:line` of the entry, for errors about it (`retrieval.config_checks`).
+    # `file:line` of the entry, for errors about it (`retrieval.settings.config_checks`).
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -205,7 +205,7 @@ class Collection:
     allow_empty: bool = False
     # Scanned pages and image files are read by OCR (chunking/documents/ocr.py); `ocr: false` skips them.
     ocr: bool = True
-    # The index config a search of this collection reads when it names none (`retrieval.default_index`).
+    # The index config a search of this collection reads when it names none (`retrieval.settings.default_index`).
     default_index: str | None = None
     # `file:line` of the entry, for errors about it.
     source: str = field(default="", compare=False)
@@ -370,8 +370,8 @@ def with_coarse_companions(names: list[str], configs: dict[str, IndexConfig]) ->
 def default_collection() -> str:
     """The collection a bare index config name means, in the CLI, the HTTP API and Python alike: the
     project's only collection; else (several, or no project) `demo`."""
-    from chunkyard.retrieval.names import DEFAULT_COLLECTION
-    from chunkyard.retrieval.project import ProjectError
+    from chunkyard.retrieval.settings.names import DEFAULT_COLLECTION
+    from chunkyard.retrieval.settings.project import ProjectError
 
     try:
         names = list(load_collections())

@@ -6,9 +6,9 @@ import os
 from typing import Any
 
 import httpx
-from chunkyard.retrieval.names import IndexRef
-from chunkyard.retrieval.options import SearchOptions
 from chunkyard.retrieval.query.results import IndexNotFoundError, SearchError, SearchResult
+from chunkyard.retrieval.settings.names import IndexRef
+from chunkyard.retrieval.settings.options import SearchOptions
 
 
 class ServiceError(RuntimeError):
@@ -102,7 +102,7 @@ class Client:
         Only the options set are sent, so an alias's pinned ones apply to the rest."""
         sent = SearchOptions.of(options, overrides)
         body: dict[str, Any] = {"query": query, **_sent(sent)}
-        if index is not None:  # none: the service's project default (`retrieval.default_index`)
+        if index is not None:  # none: the service's project default (`retrieval.settings.default_index`)
             body["index"] = str(IndexRef.of(index))
         return self._request("POST", "/v1/search", json=body)
 
@@ -142,8 +142,8 @@ def _sent(options: SearchOptions) -> dict[str, Any]:
 
 def _project_service() -> str:
     """The URL of the current project's running `chunkyard serve` (its `.chunkyard/service.json`)."""
-    from chunkyard.retrieval import service_file
-    from chunkyard.retrieval.db import chunkyard_home
+    from chunkyard.retrieval.api import service_file
+    from chunkyard.retrieval.store.db import chunkyard_home
 
     home = chunkyard_home()
     running = service_file.running(home)

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from chunkyard.chunking.models import MODEL_LANGUAGES
+
 MAX_NEIGHBOURS = 20
 MAX_FOCUS_SIZE = 1000
 MAX_RRF_K = 10_000
@@ -26,11 +28,6 @@ DEFAULT_WEIGHT = 0.5
 # 30 hit@5 points below BM25, benchmarks/results/defaults.md).
 AUTO_WEIGHT = 0.25
 FOREIGN_LANGUAGE_STRENGTH = 0.4
-# Languages an embedding model was trained on; a model not listed is taken to cover every language.
-MODEL_LANGUAGES: dict[str, tuple[str, ...]] = {
-    "all-MiniLM-L6-v2": ("en",),
-    "sentence-transformers/all-MiniLM-L6-v2": ("en",),
-}
 
 
 class ContextConfigError(ValueError):

@@ -81,7 +81,7 @@ class IndexRef:
     """What a search names: an alias or an index, as the caller wrote it.
 
     `collection/config` is always an index. A bare name is an alias when one by that name exists,
-    else a config name in the default collection (`retrieval.config.default_collection`); only the
+    else a config name in the default collection (`retrieval.settings.config.default_collection`); only the
     database can tell, so the Searcher decides once per call (`index(default_collection)`).
     """
 

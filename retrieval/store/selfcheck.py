@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
-from chunkyard.retrieval.project import ProjectError
+from chunkyard.retrieval.settings.project import ProjectError
 from psycopg import sql
 
 DEFAULT_DIM = 384  # all-MiniLM-L6-v2 and multilingual-e5-small

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from chunkyard.retrieval.filters import operator_error
-from chunkyard.retrieval.index_defaults import (
+from chunkyard.retrieval.settings.filters import operator_error
+from chunkyard.retrieval.settings.index_defaults import (
     AUTO_WEIGHT,
     MAX_FOCUS_SIZE,
     MAX_NEIGHBOURS,
@@ -31,10 +31,10 @@ from chunkyard.retrieval.index_defaults import (
     ContextScoring,
     IndexDefaults,
 )
-from chunkyard.retrieval.names import IndexRef
+from chunkyard.retrieval.settings.names import IndexRef
 
 if TYPE_CHECKING:
-    from chunkyard.retrieval.rerankers import Reranker
+    from chunkyard.retrieval.embedders.rerankers import Reranker
 
 MODES = ("dense", "bm25", "hybrid", "hybrid_weighted", "hybrid_auto")
 # What a request that names no mode gets: `hybrid_auto`, the fusion that calibrates its dense weight

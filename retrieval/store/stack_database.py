@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from urllib.parse import quote
 
-from chunkyard.retrieval.project import ProjectError
+from chunkyard.retrieval.settings.project import ProjectError
 
 STACK_STATE_DIR = "stack"  # <chunkyard home>/stack: the stack's data, password, logs and pid record
 PGDATA_DIR = "pgdata"

@@ -1,6 +1,6 @@
 """Field checks of the settings files' entries, each error naming `file:line`, the field and what is allowed.
 
-Below `retrieval.config` (which reads the files) and beside `retrieval.project` (which finds them):
+Below `retrieval.settings.config` (which reads the files) and beside `retrieval.settings.project` (which finds them):
 a value of the wrong shape is refused where it is read, before anything runs, so `indexes:
 recursive-256` (a string, not a list) is not read as the configs 'r', 'e', 'c', ...
 """
@@ -10,11 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from chunkyard.retrieval.analysis import AnalyzerConfigError, analyzer_setting, validate_analyzer
-from chunkyard.retrieval.bm25 import Bm25Params
-from chunkyard.retrieval.capabilities import VECTOR_STORAGES
-from chunkyard.retrieval.index_defaults import COARSE_DEFAULT_RANK
-from chunkyard.retrieval.project import SettingsError
+from chunkyard.retrieval.lexical.analysis import AnalyzerConfigError, analyzer_setting, validate_analyzer
+from chunkyard.retrieval.lexical.bm25_params import Bm25Params
+from chunkyard.retrieval.settings.index_defaults import COARSE_DEFAULT_RANK
+from chunkyard.retrieval.settings.project import SettingsError
+
+VECTOR_STORAGES = ("vector", "halfvec")  # how an index stores its vectors (pgvector types)
 
 
 def field_at(path: Path, entry: Any, key: str, fallback: str) -> str:

@@ -9,9 +9,15 @@ Outside a project (a database named by DATABASE_URL alone) it is `demo/recursive
 
 from __future__ import annotations
 
-from chunkyard.retrieval.config import Collection, load_collections
-from chunkyard.retrieval.names import DEFAULT_COLLECTION, DEFAULT_CONFIG, IndexName, IndexNameError, IndexRef
-from chunkyard.retrieval.project import (
+from chunkyard.retrieval.settings.config import Collection, load_collections
+from chunkyard.retrieval.settings.names import (
+    DEFAULT_COLLECTION,
+    DEFAULT_CONFIG,
+    IndexName,
+    IndexNameError,
+    IndexRef,
+)
+from chunkyard.retrieval.settings.project import (
     PROJECT_FILE,
     ProjectError,
     SettingsError,

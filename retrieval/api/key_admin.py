@@ -5,14 +5,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 
-from chunkyard.retrieval.keys import ApiKey, ApiKeyError, parse_expiry
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.api_key import ApiKey, ApiKeyError, parse_expiry
 
 
 def known_collections(store: Store) -> set[str]:
     """The collections a key may name: the project's declared ones and those the database holds."""
-    from chunkyard.retrieval.config import load_collections
-    from chunkyard.retrieval.project import ProjectError
+    from chunkyard.retrieval.settings.config import load_collections
+    from chunkyard.retrieval.settings.project import ProjectError
 
     known = store.keys.collections_known()
     with contextlib.suppress(ProjectError):

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
+from chunkyard.chunking.models import MODEL_LANGUAGES
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval.analysis import (
+from chunkyard.retrieval.lexical.analysis import (
     AUTO,
     DEFAULT_ANALYZER,
     LANGUAGES_KEY,
@@ -30,7 +31,6 @@ from chunkyard.retrieval.analysis import (
     build_analyzer,
     shared_analyzer,
 )
-from chunkyard.retrieval.index_defaults import MODEL_LANGUAGES
 from psycopg import Connection
 
 METADATA_KEY = "text_language"
@@ -62,7 +62,7 @@ def _py3langid() -> Any:
     global _identifier
     with _identifier_lock:
         if _identifier is None:
-            from chunkyard.retrieval.language_identifier import load_identifier
+            from chunkyard.retrieval.lexical.language_identifier import load_identifier
 
             _identifier = load_identifier()
     return _identifier

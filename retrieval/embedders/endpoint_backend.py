@@ -21,15 +21,15 @@ import httpx
 import numpy as np
 import tenacity
 from chunkyard.chunking.models import DEFAULT_MODEL
-from chunkyard.retrieval.batching import budget_batches
-from chunkyard.retrieval.endpoint_settings import (
+from chunkyard.retrieval.embedders.batching import budget_batches
+from chunkyard.retrieval.embedders.endpoint_settings import (
     ENDPOINT_BACKEND,
     EndpointConfigError,
     EndpointError,
     EndpointSettings,
     EndpointUsage,
 )
-from chunkyard.retrieval.telemetry import span
+from chunkyard.retrieval.observability.telemetry import span
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-# The analyzers live in retrieval.analysis; these names stay importable from here.
-from chunkyard.retrieval.analysis import (  # noqa: F401
+# The analyzers and parameters live in retrieval.lexical; these names stay importable from here.
+from chunkyard.retrieval.lexical.analysis import (  # noqa: F401
     ANALYZERS,
     ENGLISH_STOPWORDS,
     SPANISH_STOPWORDS,
@@ -30,29 +30,9 @@ from chunkyard.retrieval.analysis import (  # noqa: F401
     TermAnalyzer,
     build_analyzer,
 )
-from chunkyard.retrieval.read_lock import READ_LOCK
+from chunkyard.retrieval.lexical.bm25_params import DEFAULT_PARAMS, Bm25Params  # noqa: F401
+from chunkyard.retrieval.store.read_lock import READ_LOCK
 from psycopg import sql
-
-DEFAULT_PARAMS = {"k1": 1.5, "b": 0.75, "epsilon": 0.25}
-
-
-@dataclass(frozen=True)
-class Bm25Params:
-    k1: float = 1.5
-    b: float = 0.75
-    epsilon: float = 0.25
-
-    @classmethod
-    def from_config(cls, bm25_config: dict[str, Any] | None) -> Bm25Params:
-        given = bm25_config or {}
-        params = cls(
-            k1=float(given.get("k1", DEFAULT_PARAMS["k1"])),
-            b=float(given.get("b", DEFAULT_PARAMS["b"])),
-            epsilon=float(given.get("epsilon", DEFAULT_PARAMS["epsilon"])),
-        )
-        if params.k1 < 0 or not 0 <= params.b <= 1:
-            raise AnalyzerConfigError(f"bm25: need k1 >= 0 and 0 <= b <= 1, got k1={params.k1}, b={params.b}")
-        return params
 
 
 @dataclass(frozen=True)
@@ -231,7 +211,7 @@ class MemoryBm25:
 
         with conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            conn.execute(READ_LOCK)  # before the snapshot (retrieval.read_lock)
+            conn.execute(READ_LOCK)  # before the snapshot (retrieval.store.read_lock)
             row = conn.execute(
                 "SELECT partition, version FROM indexes WHERE name = %s", (index_name,)
             ).fetchone()

@@ -1,6 +1,6 @@
 """Code chunks' BM25 terms without English stop words, so a question's "what is the" never scores a code file.
 
-Code is analysed with its index's main analyzer (code chunks do not vote for it, `retrieval.languages`).
+Code is analysed with its index's main analyzer (code chunks do not vote for it, `retrieval.lexical.languages`).
 Where that analyzer keeps stop words (`standard`: the main analyzer of a folder mostly in CJK or a
 language without a stop-word list) a code file's comments and names made "what", "is" and "the"
 terms, and English questions ranked code first (issue 38). Prose keeps its analyzer's terms: dropping
@@ -9,7 +9,7 @@ stop words from `standard` queries instead was measured to cost hit@5 (benchmark
 
 from __future__ import annotations
 
-from chunkyard.retrieval.analysis import STOPWORDS
+from chunkyard.retrieval.lexical.analysis import STOPWORDS
 
 CODE_STOPWORDS = STOPWORDS["english"]  # code is written with English words
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 if TYPE_CHECKING:
-    from chunkyard.retrieval.embedder import Embedder
+    from chunkyard.retrieval.embedders.embedder import Embedder
 
 
 class RerankerConfigError(ValueError):
@@ -75,7 +75,7 @@ class MaxSimReranker:
 
     def __init__(self, embedder: Embedder | None = None) -> None:
         if embedder is None:
-            from chunkyard.retrieval.embedder import shared_embedder
+            from chunkyard.retrieval.embedders.embedder import shared_embedder
 
             embedder = shared_embedder()
         if getattr(embedder, "backend", None) == "static":

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import psycopg
+from chunkyard.retrieval.settings.config_fields import VECTOR_STORAGES
 
-VECTOR_STORAGES = ("vector", "halfvec")
 HALFVEC_SINCE = (0, 7, 0)  # pgvector 0.7.0: the halfvec type and halfvec_cosine_ops
 ITERATIVE_SCAN_SINCE = (0, 8, 0)  # pgvector 0.8.0: hnsw.iterative_scan, hnsw.max_scan_tuples
 # pgvector's limit on the dimensions an HNSW index takes, per storage type.
@@ -78,7 +78,7 @@ class VectorFeatures:
 
 
 def detect_features(conn: psycopg.Connection) -> VectorFeatures:
-    """The connected server's versions (the `vector` extension must exist: `retrieval.db.connect` creates it)."""
+    """The connected server's versions (the `vector` extension must exist: `retrieval.store.db.connect` creates it)."""
     row = conn.execute(
         "SELECT current_setting('server_version'), current_setting('server_version_num')::int,"
         " (SELECT extversion FROM pg_extension WHERE extname = 'vector')"

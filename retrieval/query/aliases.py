@@ -25,8 +25,14 @@ from typing import Any
 import psycopg
 from chunkyard.chunking.environment import EnvironmentSettingError, env_int
 from chunkyard.retrieval.indexing.snapshots import SnapshotError, drop_unreferenced, freeze
-from chunkyard.retrieval.names import ALIAS_NAME, DEFAULT_COLLECTION, SNAPSHOT_MARK, IndexName, IndexNameError
-from chunkyard.retrieval.options import SearchError, SearchOptions, default_of
+from chunkyard.retrieval.settings.names import (
+    ALIAS_NAME,
+    DEFAULT_COLLECTION,
+    SNAPSHOT_MARK,
+    IndexName,
+    IndexNameError,
+)
+from chunkyard.retrieval.settings.options import SearchError, SearchOptions, default_of
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.audit import record as audit
 

@@ -8,7 +8,7 @@ snowballstemmer has no Ukrainian algorithm, so Ukrainian uses the light suffix s
 (measured against the Russian stemmer and no stemming in benchmarks/results/languages.md). Stop
 words: the hand-written lists below for English, Spanish, Indonesian, Russian and Ukrainian, else
 the `stopwords` package's function-word list of the language (ISC, 100-200 words), else none. `auto` (the default) is resolved per index from its documents'
-languages when the index is built (`retrieval.languages`): each document is analysed in its own
+languages when the index is built (`retrieval.lexical.languages`): each document is analysed in its own
 language, the choice is stored in the published config (`bm25.resolved_analyzer`, the main one, and
 `bm25.analyzers`, per language), and a query is analysed under every analyzer present (`MultiAnalyzer`).
 """

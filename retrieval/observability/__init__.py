@@ -1,0 +1,1 @@
+"""Traces and logs: OpenTelemetry spans, opt-in, and log records that never hold a secret."""

@@ -1,0 +1,1 @@
+"""Settings: the project and its files, index configs and collections, names, search options, defaults."""
