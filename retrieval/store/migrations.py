@@ -6,6 +6,58 @@ the store when an index is registered), so each index has its own HNSW graph.
 
 from __future__ import annotations
 
+# Column lists written once: each table's columns after `index_name`, as (name, type), shared by the
+# tables that hold the same rows (a chunk staged and published, a document staged and built from) and by
+# the statements that copy rows between them (`retrieval.store.staging`, `.published`, `.snapshots`).
+STAGED_CHUNK_COLUMNS = (
+    ("chunk_id", "text NOT NULL"),
+    ("doc_id", "text NOT NULL"),
+    ("start", "integer NOT NULL"),
+    ("end", "integer NOT NULL"),
+    ("text", "text NOT NULL"),
+    ("embed_text", "text NOT NULL"),
+    ("token_count", "integer NOT NULL DEFAULT 0"),
+    ("content_hash", "text NOT NULL"),
+    ("metadata", "jsonb NOT NULL DEFAULT '{}'::jsonb"),
+    ("parent_id", "text"),
+)
+# a published chunk: the staged one with its BM25 length and vector
+CHUNK_COLUMNS = (
+    *STAGED_CHUNK_COLUMNS,
+    ("bm25_length", "integer NOT NULL DEFAULT 0"),
+    ("embedding", "vector"),
+)
+POSTING_COLUMNS = (
+    ("term", "text NOT NULL"),
+    ("chunk_id", "text NOT NULL"),
+    ("tf", "integer NOT NULL"),
+    ("doc_len", "integer NOT NULL"),
+)
+# a term's document frequency, published (`bm25_terms`) and staged (`staged_bm25_terms`)
+TERM_COLUMNS = (("term", "text NOT NULL"), ("df", "integer NOT NULL"))
+STATS_COLUMNS = (
+    ("n_docs", "bigint NOT NULL"),
+    ("total_length", "bigint NOT NULL"),
+    ("vocab_size", "bigint NOT NULL"),
+    ("idf_sum", "double precision NOT NULL"),
+)
+# a document an index was built from (`index_documents`) or is about to be (`staged_documents`)
+INDEX_DOCUMENT_COLUMNS = (("doc_id", "text NOT NULL"), ("sha256", "text NOT NULL"))
+
+
+def column_names(columns: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    """The column names of one of the lists above, in order."""
+    return tuple(name for name, _ in columns)
+
+
+def _definitions(columns: tuple[tuple[str, str], ...]) -> str:
+    """`index_name` and `columns` as the lines of a CREATE TABLE (a name SQL reserves, `end`, quoted)."""
+    rows = (("index_name", "text NOT NULL"), *columns)
+    return ",\n".join(f"    {_RESERVED.get(name, name):<12} {kind}" for name, kind in rows)
+
+
+_RESERVED = {"end": '"end"'}
+
 # The staging area shared by the indexing stages (per index; emptied on publish and on drop).
 STAGING_TABLES = (
     "staged_chunks",
@@ -57,26 +109,16 @@ CREATE TABLE IF NOT EXISTS indexes (
     created_at   timestamptz NOT NULL DEFAULT now()
 );
 CREATE TABLE IF NOT EXISTS chunks (
-    index_name   text NOT NULL,
-    chunk_id     text NOT NULL,
-    doc_id       text NOT NULL,
-    start        integer NOT NULL,
-    "end"        integer NOT NULL,
-    text         text NOT NULL,
-    embed_text   text NOT NULL,
-    token_count  integer NOT NULL DEFAULT 0,
-    content_hash text NOT NULL,
-    metadata     jsonb NOT NULL DEFAULT '{}'::jsonb,
-    parent_id    text,
-    bm25_length  integer NOT NULL DEFAULT 0,
-    embedding    vector,
+"""
+        + _definitions(CHUNK_COLUMNS)
+        + """,
     PRIMARY KEY (index_name, chunk_id)
 ) PARTITION BY LIST (index_name);
 CREATE INDEX IF NOT EXISTS chunks_doc_idx ON chunks (index_name, doc_id);
 CREATE TABLE IF NOT EXISTS index_documents (
-    index_name text NOT NULL,
-    doc_id     text NOT NULL,
-    sha256     text NOT NULL,
+"""
+        + _definitions(INDEX_DOCUMENT_COLUMNS)
+        + """,
     PRIMARY KEY (index_name, doc_id)
 );
 CREATE TABLE IF NOT EXISTS embedding_cache (
@@ -102,26 +144,23 @@ CREATE INDEX IF NOT EXISTS evaluations_index_idx ON evaluations (index_name, cre
         "BM25 inverted index: postings (partitioned by index), document frequencies, corpus stats",
         """
 CREATE TABLE IF NOT EXISTS bm25_postings (
-    index_name text NOT NULL,
-    term       text NOT NULL,
-    chunk_id   text NOT NULL,
-    tf         integer NOT NULL,
-    doc_len    integer NOT NULL,
+"""
+        + _definitions(POSTING_COLUMNS)
+        + """,
     PRIMARY KEY (index_name, term, chunk_id)
 ) PARTITION BY LIST (index_name);
 CREATE INDEX IF NOT EXISTS bm25_postings_chunk_idx ON bm25_postings (index_name, chunk_id);
 CREATE TABLE IF NOT EXISTS bm25_terms (
-    index_name text NOT NULL,
-    term       text NOT NULL,
-    df         integer NOT NULL,
+"""
+        + _definitions(TERM_COLUMNS)
+        + """,
     PRIMARY KEY (index_name, term)
 );
 CREATE TABLE IF NOT EXISTS bm25_stats (
-    index_name   text PRIMARY KEY,
-    n_docs       bigint NOT NULL,
-    total_length bigint NOT NULL,
-    vocab_size   bigint NOT NULL,
-    idf_sum      double precision NOT NULL
+"""
+        + _definitions(STATS_COLUMNS)
+        + """,
+    PRIMARY KEY (index_name)
 );
 """,
     ),
@@ -138,17 +177,9 @@ CREATE TABLE IF NOT EXISTS staged_runs (
     staged_at    timestamptz NOT NULL DEFAULT now()
 );
 CREATE TABLE IF NOT EXISTS staged_chunks (
-    index_name   text NOT NULL,
-    chunk_id     text NOT NULL,
-    doc_id       text NOT NULL,
-    start        integer NOT NULL,
-    "end"        integer NOT NULL,
-    text         text NOT NULL,
-    embed_text   text NOT NULL,
-    token_count  integer NOT NULL DEFAULT 0,
-    content_hash text NOT NULL,
-    metadata     jsonb NOT NULL DEFAULT '{}'::jsonb,
-    parent_id    text,
+"""
+        + _definitions(STAGED_CHUNK_COLUMNS)
+        + """,
     PRIMARY KEY (index_name, chunk_id)
 );
 CREATE TABLE IF NOT EXISTS staged_embeddings (
@@ -176,9 +207,9 @@ CREATE TABLE IF NOT EXISTS staged_removals (
     PRIMARY KEY (index_name, doc_id)
 );
 CREATE TABLE IF NOT EXISTS staged_documents (
-    index_name text NOT NULL,
-    doc_id     text NOT NULL,
-    sha256     text NOT NULL,
+"""
+        + _definitions(INDEX_DOCUMENT_COLUMNS)
+        + """,
     PRIMARY KEY (index_name, doc_id)
 );
 """,
@@ -243,9 +274,9 @@ ALTER TABLE chunks ALTER COLUMN embedding SET STORAGE MAIN;
         # every posting (31 s at 40 million postings)
         """
 CREATE TABLE IF NOT EXISTS staged_bm25_terms (
-    index_name text NOT NULL,
-    term       text NOT NULL,
-    df         integer NOT NULL,
+"""
+        + _definitions(TERM_COLUMNS)
+        + """,
     PRIMARY KEY (index_name, term)
 );
 -- a staging written before this migration publishes with its terms counted here once
