@@ -19,7 +19,12 @@ from chunkyard.retrieval.lexical.languages import METADATA_KEY, index_analysis
 from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.partitions import drop_next_tables
-from psycopg import sql
+from chunkyard.retrieval.store.staging import (
+    chunks_to_analyze,
+    copy_postings,
+    copy_staged_lengths,
+    copy_staged_terms,
+)
 
 PROGRESS_EVERY = 500  # chunks between progress calls
 
@@ -53,24 +58,13 @@ def stage_bm25(
         clear_staging(conn, index_name, ("staged_bm25", "staged_bm25_lengths", "staged_bm25_terms"))
         drop_next_tables(conn, index_name)
         # each chunk in its document's language (code chunks, with a `language`, in the main analyzer's)
-        rows = conn.execute(
-            "SELECT chunk_id, embed_text, CASE WHEN metadata ? 'language' THEN NULL ELSE metadata->>%s END,"
-            " metadata ? 'language' FROM staged_chunks WHERE index_name = %s",
-            (METADATA_KEY, index_name),
-        ).fetchall()
+        rows = chunks_to_analyze(conn, index_name, METADATA_KEY)
         # a large full build's postings go straight into the next version's table, keyed here, so its
         # publish builds only the chunk rows and the graph (retrieval.indexing.swap)
         swapping = swaps(conn, index_name, full_rebuild, len(rows))
-        if swapping:
-            target = sql.SQL("COPY {} (index_name, term, chunk_id, tf, doc_len) FROM STDIN (FORMAT BINARY)")
-            copy_sql = target.format(sql.Identifier(create_next_postings(conn, index_name)))
-        else:
-            copy_sql = sql.SQL("COPY staged_bm25 (index_name, term, chunk_id, tf) FROM STDIN (FORMAT BINARY)")
+        next_postings = create_next_postings(conn, index_name) if swapping else None
         with conn.cursor() as cur:
-            with cur.copy(copy_sql) as copy:
-                copy.set_types(
-                    ["text", "text", "text", "int4", "int4"] if swapping else ["text"] * 3 + ["int4"]
-                )
+            with copy_postings(cur, next_postings) as copy:
                 lengths = []
                 for done, (chunk_id, embed_text, language, is_code) in enumerate(rows, 1):
                     terms = analysis.for_language(language).analyze(embed_text)
@@ -88,16 +82,8 @@ def stage_bm25(
                     report.postings_staged += len(counts)
                     if progress and (done % PROGRESS_EVERY == 0 or done == len(rows)):
                         progress(done, len(rows))
-            with cur.copy(
-                "COPY staged_bm25_lengths (index_name, chunk_id, length) FROM STDIN (FORMAT BINARY)"
-            ) as copy:
-                copy.set_types(["text", "text", "int4"])
-                for row in lengths:
-                    copy.write_row(row)
-            with cur.copy("COPY staged_bm25_terms (index_name, term, df) FROM STDIN (FORMAT BINARY)") as copy:
-                copy.set_types(["text", "text", "int4"])
-                for term, count in df.items():
-                    copy.write_row((index_name, term, count))
+            copy_staged_lengths(cur, lengths)
+            copy_staged_terms(cur, index_name, df)
         if swapping:
             keyed = time.perf_counter()
             index_next_postings(conn, index_name)

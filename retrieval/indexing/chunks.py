@@ -13,9 +13,10 @@ from chunkyard.retrieval.indexing.stage_reports import ChunkStageReport, Indexin
 from chunkyard.retrieval.indexing.staging import analyze_staged, clear_staging, merge_stage_report
 from chunkyard.retrieval.lexical.languages import METADATA_KEY, document_language
 from chunkyard.retrieval.settings.config import IndexSpec
-from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store import Store, published
+from chunkyard.retrieval.store import staging as staging_rows
 from chunkyard.retrieval.store.partitions import partition_names
-from psycopg import Connection, sql
+from psycopg import Connection
 from psycopg.types.json import Jsonb
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def stage_chunks(
     report = ChunkStageReport(index=index_name)
     parts = partition_names(index_name)
     with store.connection() as conn, conn.transaction():
-        conn.execute("SELECT 1 FROM indexes WHERE name = %s FOR UPDATE", (index_name,))
+        published.lock_index(conn, index_name)
         _stage(store, conn, spec, info, report, parts, embedding_model, chunker, owner, progress)
         report.seconds = report.chunk_stage_seconds = round(time.perf_counter() - started, 3)
         report.load_seconds, report.chunk_seconds = (
@@ -89,16 +90,8 @@ def _stage(
     """The body of `stage_chunks`, inside its transaction (the index row locked)."""
     index_name = spec.name
     info = store.indexes.info(index_name) or info  # as of the lock: a publish may have landed meanwhile
-    current = dict(
-        conn.execute(
-            "SELECT doc_id, sha256 FROM documents WHERE collection = %s", (spec.collection,)
-        ).fetchall()
-    )
-    built = dict(
-        conn.execute(
-            "SELECT doc_id, sha256 FROM index_documents WHERE index_name = %s", (index_name,)
-        ).fetchall()
-    )
+    current = published.document_hashes(conn, spec.collection)
+    built = published.built_hashes(conn, index_name)
     report.full_rebuild = bool(info["version"] > 0 and info["config_hash"] != spec.config.config_hash)
     previous = {} if report.full_rebuild else built
     added = sorted(d for d in current if d not in previous)
@@ -121,27 +114,15 @@ def _stage(
             embedding_model=embedding_model,
         )
     clear_staging(conn, index_name)
-    conn.execute(
-        "INSERT INTO staged_runs (index_name, config_hash, full_rebuild, report) VALUES (%s, %s, %s, %s)",
-        (index_name, spec.config.config_hash, report.full_rebuild, Jsonb({"owner": owner} if owner else {})),
+    staging_rows.insert_staged_run(
+        conn, index_name, spec.config.config_hash, report.full_rebuild, {"owner": owner} if owner else {}
     )
     if removals:
-        with conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO staged_removals (index_name, doc_id) VALUES (%s, %s)",
-                [(index_name, d) for d in removals],
-            )
+        staging_rows.insert_removals(conn, index_name, removals)
     # counted over the removed documents only (the doc_id index), not the whole partition: the
     # published chunk count (BM25's N, checked against the partition at every publish) gives the rest
     if removals:
-        report.chunks_to_delete = int(
-            conn.execute(
-                sql.SQL("SELECT count(*) FROM {} WHERE index_name = %s AND doc_id = ANY(%s)").format(
-                    sql.Identifier(parts["chunks"])
-                ),
-                (index_name, removals),
-            ).fetchone()[0]
-        )
+        report.chunks_to_delete = published.count_chunks_of(conn, parts["chunks"], index_name, removals)
     report.chunks_kept = max(int(info["chunk_count"]) - report.chunks_to_delete, 0)
 
     to_chunk = added + changed
@@ -151,10 +132,7 @@ def _stage(
             load_started = time.perf_counter()
             docs = store.documents.read(spec.collection, to_chunk[i : i + CHUNK_DOC_BATCH])
             report.load_seconds += time.perf_counter() - load_started
-            cur.executemany(
-                "INSERT INTO staged_documents (index_name, doc_id, sha256) VALUES (%s, %s, %s)",
-                [(index_name, d.id, d.sha256) for d in docs],
-            )
+            staging_rows.insert_staged_documents(cur, index_name, [(d.id, d.sha256) for d in docs])
             chunk_started = time.perf_counter()
             chunk_lists = chunker.chunk_batch(docs)  # type: ignore[union-attr]
             report.chunk_seconds += time.perf_counter() - chunk_started
@@ -187,34 +165,9 @@ def _stage(
                     )
                     if chunk.embedding is not None:  # late chunking: stored as computed
                         vectors.append((index_name, chunk_id, np.asarray(chunk.embedding, dtype=np.float32)))
-            with cur.copy(
-                'COPY staged_chunks (index_name, chunk_id, doc_id, start, "end", text, embed_text,'
-                " token_count, content_hash, metadata, parent_id) FROM STDIN (FORMAT BINARY)"
-            ) as copy:
-                copy.set_types(
-                    [
-                        "text",
-                        "text",
-                        "text",
-                        "int4",
-                        "int4",
-                        "text",
-                        "text",
-                        "int4",
-                        "text",
-                        "jsonb",
-                        "text",
-                    ]
-                )
-                for row in rows:
-                    copy.write_row(row)
+            staging_rows.copy_staged_chunks(cur, rows)
             if vectors:
-                with cur.copy(
-                    "COPY staged_embeddings (index_name, chunk_id, embedding) FROM STDIN (FORMAT BINARY)"
-                ) as copy:
-                    copy.set_types(["text", "text", "vector"])
-                    for row in vectors:
-                        copy.write_row(row)
+                staging_rows.copy_staged_embeddings(cur, vectors)
             report.chunks_staged += len(rows)
             report.chunks_precomputed_embeddings += len(vectors)
             if progress:

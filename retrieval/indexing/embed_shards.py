@@ -18,6 +18,7 @@ from chunkyard.retrieval.indexing.stage_reports import IndexingError, flat_metad
 from chunkyard.retrieval.indexing.staging import staged_run
 from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.staging import shard_texts
 
 if TYPE_CHECKING:
     from chunkyard.retrieval.embedders.embedder import Embedder
@@ -26,7 +27,7 @@ HASH_DIGITS = 7  # leading hex digits of the content hash that pick its shard (2
 
 
 def shard_of(content_hash: str, shards: int) -> int:
-    """The shard (0 .. shards-1) of a content hash; the same rule as the SQL in `embed_shard`."""
+    """The shard (0 .. shards-1) of a content hash; the same rule as the SQL of `store.staging.shard_texts`."""
     return int(content_hash[:HASH_DIGITS], 16) % shards
 
 
@@ -70,13 +71,7 @@ def embed_shard(
             raise IndexingError(
                 f"embed_shard: {index_name!r} was staged with another config; re-run stage_chunks"
             )
-        rows = conn.execute(
-            "SELECT DISTINCT ON (s.content_hash) s.content_hash, s.embed_text FROM staged_chunks s"
-            " WHERE s.index_name = %s AND NOT EXISTS (SELECT 1 FROM staged_embeddings e"
-            " WHERE e.index_name = s.index_name AND e.chunk_id = s.chunk_id)"
-            " AND (('x' || substr(s.content_hash, 1, %s))::bit(28)::integer) %% %s = %s",
-            (index_name, HASH_DIGITS, shards, shard),
-        ).fetchall()
+        rows = shard_texts(conn, index_name, HASH_DIGITS, shards, shard)
     texts_by_hash = {h: text for h, text in rows}
     report.texts = len(texts_by_hash)
     cached = store.embedding_cache.lookup(embedder.model_id, texts_by_hash)

@@ -13,6 +13,7 @@ from chunkyard.retrieval.indexing.stage_reports import EmbeddingStageReport, Ind
 from chunkyard.retrieval.indexing.staging import analyze_staged, merge_stage_report, staged_run
 from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store import staging as staging_rows
 
 if TYPE_CHECKING:
     from chunkyard.retrieval.embedders.embedder import Embedder
@@ -186,20 +187,9 @@ def stage_embeddings(
             raise IndexingError(
                 f"stage_embeddings: {index_name!r} was staged with another config; re-run stage_chunks"
             )
-        conn.execute(
-            "UPDATE staged_runs SET model_id = %s WHERE index_name = %s", (embedder.model_id, index_name)
-        )
-        report.embeddings_precomputed = int(
-            conn.execute(
-                "SELECT count(*) FROM staged_embeddings WHERE index_name = %s", (index_name,)
-            ).fetchone()[0]
-        )
-        pending = conn.execute(
-            "SELECT s.chunk_id, s.content_hash, s.embed_text FROM staged_chunks s"
-            " WHERE s.index_name = %s AND NOT EXISTS (SELECT 1 FROM staged_embeddings e"
-            " WHERE e.index_name = s.index_name AND e.chunk_id = s.chunk_id) ORDER BY s.chunk_id",
-            (index_name,),
-        ).fetchall()
+        staging_rows.set_run_model(conn, index_name, embedder.model_id)
+        report.embeddings_precomputed = staging_rows.count_staged_vectors(conn, index_name)
+        pending = staging_rows.chunks_without_vector(conn, index_name)
     report.chunks = len(pending) + report.embeddings_precomputed
     texts_by_hash: dict[str, str] = {}  # one text per content hash: never embedded twice in a run
     for _, content_hash, embed_text in pending:
@@ -233,12 +223,9 @@ def stage_embeddings(
     write_started = time.perf_counter()
     with store.connection() as conn, conn.transaction(), conn.cursor() as cur:
         staged_run(conn, index_name, "stage_embeddings", owner)  # still ours, locked until commit
-        with cur.copy(
-            "COPY staged_embeddings (index_name, chunk_id, embedding) FROM STDIN (FORMAT BINARY)"
-        ) as copy:
-            copy.set_types(["text", "text", "vector"])
-            for chunk_id, content_hash, _ in pending:
-                copy.write_row((index_name, chunk_id, vectors[content_hash]))
+        staging_rows.copy_staged_embeddings(
+            cur, ((index_name, chunk_id, vectors[content_hash]) for chunk_id, content_hash, _ in pending)
+        )
         analyze_staged(conn, len(pending), "staged_embeddings")
         report.stage_write_seconds = round(time.perf_counter() - write_started, 3)
         report.seconds = round(time.perf_counter() - started, 3)

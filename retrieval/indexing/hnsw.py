@@ -8,8 +8,9 @@ from typing import Any
 from chunkyard.chunking.environment import env_int
 from chunkyard.retrieval.indexing.stage_reports import IndexingError
 from chunkyard.retrieval.store.capabilities import HNSW_MAX_DIMS, VectorFeatureError, detect_features
+from chunkyard.retrieval.store.maintenance import create_graph
 from chunkyard.retrieval.store.partitions import partition_names
-from psycopg import Connection, sql
+from psycopg import Connection
 
 
 def maintenance_work_mem() -> str:
@@ -51,18 +52,13 @@ def create_hnsw(
     """
     check_storage(conn, storage, f"{index_name}: vector_storage")
     parts = partition_names(index_name)
-    conn.execute(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(maintenance_work_mem())))
-    conn.execute("SET LOCAL max_parallel_maintenance_workers = 1")
-    conn.execute(
-        sql.SQL(
-            "CREATE INDEX {} ON {} USING hnsw ((embedding::{}({})) {}) WITH (m = {}, ef_construction = {})"
-        ).format(
-            sql.Identifier(name or parts["hnsw"]),
-            sql.Identifier(table or parts["chunks"]),
-            sql.SQL(storage),  # one of VECTOR_STORAGES (checked above)
-            sql.Literal(int(dim)),
-            sql.Identifier(f"{storage}_cosine_ops"),
-            sql.Literal(env_int("CHUNKYARD_HNSW_M", 16)),
-            sql.Literal(env_int("CHUNKYARD_HNSW_EF_CONSTRUCTION", 64)),
-        )
+    create_graph(
+        conn,
+        table or parts["chunks"],
+        name or parts["hnsw"],
+        int(dim),
+        storage,
+        env_int("CHUNKYARD_HNSW_M", 16),
+        env_int("CHUNKYARD_HNSW_EF_CONSTRUCTION", 64),
+        maintenance_work_mem(),
     )

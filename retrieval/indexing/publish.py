@@ -11,20 +11,16 @@ from collections.abc import Callable
 
 from chunkyard.retrieval.indexing.hnsw import check_storage, create_hnsw, has_graph
 from chunkyard.retrieval.indexing.stage_reports import IndexingError, PublishReport, stage_timings
-from chunkyard.retrieval.indexing.staging import (
-    check_owner,
-    clear_staging,
-    insert_staged_chunks,
-    insert_staged_postings,
-)
+from chunkyard.retrieval.indexing.staging import check_owner, clear_staging
 from chunkyard.retrieval.indexing.swap import POSTINGS_PREPARED, build_next, clear_staging_for_swap, swap_in
 from chunkyard.retrieval.lexical.languages import published_config
 from chunkyard.retrieval.settings.config import IndexSpec
-from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store import Store, maintenance, published
+from chunkyard.retrieval.store import staging as staging_rows
 from chunkyard.retrieval.store.bm25 import CorpusStats, refresh_stats
 from chunkyard.retrieval.store.migrations import STAGING_TABLES
 from chunkyard.retrieval.store.partitions import partition_names
-from psycopg import Connection, sql
+from psycopg import Connection
 from psycopg.types.json import Jsonb
 
 ANALYZE_SHARE = 0.1  # a publish changing at least this share of a partition's rows re-analyzes it
@@ -54,7 +50,6 @@ def publish(
     tick = progress or _no_progress  # the phases done, of PUBLISH_PHASES
     index_name = spec.name
     parts = partition_names(index_name)
-    chunks_t = sql.Identifier(parts["chunks"])
     features = store.vector_features()
     report = PublishReport(
         index=index_name,
@@ -63,59 +58,39 @@ def publish(
         pgvector_version=features.pgvector_version,
     )
     with store.connection() as conn, conn.transaction():
-        row = conn.execute(
-            "SELECT version, dim FROM indexes WHERE name = %s FOR UPDATE", (index_name,)
-        ).fetchone()
+        row = published.lock_version(conn, index_name)
         if row is None:
             raise IndexingError(f"publish: unknown index {index_name!r}; run stage_chunks first")
-        version, old_dim = int(row[0]), row[1]
-        run = conn.execute(
-            "SELECT config_hash, full_rebuild, model_id, report FROM staged_runs WHERE index_name = %s",
-            (index_name,),
-        ).fetchone()
-        check_owner("publish", index_name, owner, (run[3] or {}).get("owner") if run else None)
+        version, old_dim = row
+        run = staging_rows.read_staged_run(conn, index_name)
+        check_owner("publish", index_name, owner, run.owner if run else None)
         if run is None:  # nothing staged: the published index is already current
             report.version = version
-            report.chunks_total, report.documents_total = _sizes(conn, index_name, chunks_t)
+            report.chunks_total, report.documents_total = _sizes(conn, index_name, parts["chunks"])
             report.seconds = round(time.perf_counter() - started, 3)
             return report
-        config_hash, full_rebuild, model_id, staged_report = run
+        full_rebuild, model_id = run.full_rebuild, run.model_id
         report.full_rebuild = bool(full_rebuild or version == 0)
-        report.staged = dict(staged_report or {})
-        if config_hash != spec.config.config_hash:
+        report.staged = dict(run.report)
+        if run.config_hash != spec.config.config_hash:
             raise IndexingError(
                 f"publish: {index_name!r} was staged with another config; re-run stage_chunks"
             )
-        staged_chunks, staged_removals = conn.execute(
-            "SELECT (SELECT count(*) FROM staged_chunks WHERE index_name = %s),"
-            " (SELECT count(*) FROM staged_removals WHERE index_name = %s)",
-            (index_name, index_name),
-        ).fetchone()
+        staged_chunks, staged_removals = staging_rows.staged_counts(conn, index_name)
         if version > 0 and not full_rebuild and staged_chunks == 0 and staged_removals == 0:
             # nothing to index: keep the version (caches keyed on it stay valid), unless only the
             # retrieval options changed (hybrid, context_scoring: outside the config hash), which
             # are republished under a new version so every Searcher picks them up
             config = Jsonb(published_config(conn, index_name, spec.config.as_dict(), report.staged))
-            bumped = conn.execute(
-                "UPDATE indexes SET version = version + 1, published_at = now(), config = %s"
-                " WHERE name = %s AND config IS DISTINCT FROM %s RETURNING version",
-                (config, index_name, config),
-            ).fetchone()
+            bumped = published.republish_config(conn, index_name, config)
             clear_staging(conn, index_name)
             report.published = bumped is not None
-            version = int(bumped[0]) if bumped else version
+            version = bumped if bumped is not None else version
             report.version = version
-            report.chunks_total, report.documents_total = _sizes(conn, index_name, chunks_t)
+            report.chunks_total, report.documents_total = _sizes(conn, index_name, parts["chunks"])
             report.seconds = round(time.perf_counter() - started, 3)
             return report
-        missing_vectors, missing_terms = conn.execute(
-            "SELECT count(*) FILTER (WHERE e.chunk_id IS NULL), count(*) FILTER (WHERE l.chunk_id IS NULL)"
-            " FROM staged_chunks s"
-            " LEFT JOIN staged_embeddings e ON e.index_name = s.index_name AND e.chunk_id = s.chunk_id"
-            " LEFT JOIN staged_bm25_lengths l ON l.index_name = s.index_name AND l.chunk_id = s.chunk_id"
-            " WHERE s.index_name = %s",
-            (index_name,),
-        ).fetchone()
+        missing_vectors, missing_terms = staging_rows.missing_vectors_and_terms(conn, index_name)
         if missing_vectors:
             raise IndexingError(
                 f"publish: {missing_vectors} staged chunks have no vector; run stage_embeddings"
@@ -123,10 +98,7 @@ def publish(
         if missing_terms:
             raise IndexingError(f"publish: {missing_terms} staged chunks have no BM25 terms; run stage_bm25")
         report.vectors_checked = _check_vectors(conn, index_name, model_id, report.staged)
-        dims = conn.execute(
-            "SELECT DISTINCT vector_dims(embedding) FROM staged_embeddings WHERE index_name = %s",
-            (index_name,),
-        ).fetchall()
+        dims = staging_rows.staged_dims(conn, index_name)
         if len(dims) > 1:
             raise IndexingError(f"publish: staged vectors of {index_name!r} have mixed dimensions {dims}")
         new_dim = int(dims[0][0]) if dims else old_dim
@@ -140,9 +112,7 @@ def publish(
 
         # the published sizes, kept up to date by each publish (check_bm25_counts compares N with the
         # partition): an incremental publish adjusts them by what it removes and adds instead of scanning
-        sizes = conn.execute(
-            "SELECT n_docs, total_length FROM bm25_stats WHERE index_name = %s", (index_name,)
-        ).fetchone()
+        sizes = published.bm25_sizes(conn, index_name)
 
         # a large full build (the BM25 stage decided, and prepared its postings): new partitions beside
         # the live ones, swapped in at the end
@@ -169,17 +139,14 @@ def publish(
         report.bm25_vocabulary = stats.vocab_size
         tick(1, PUBLISH_PHASES)
 
-        new_version = conn.execute(
-            "UPDATE indexes SET version = version + 1, published_at = now(), config = %s, config_hash = %s,"
-            " model_id = coalesce(%s, model_id), dim = %s WHERE name = %s RETURNING version",
-            (
-                Jsonb(published_config(conn, index_name, spec.config.as_dict(), report.staged)),
-                spec.config.config_hash,
-                model_id,
-                new_dim,
-                index_name,
-            ),
-        ).fetchone()[0]
+        new_version = published.publish_version(
+            conn,
+            index_name,
+            Jsonb(published_config(conn, index_name, spec.config.as_dict(), report.staged)),
+            spec.config.config_hash,
+            model_id,
+            new_dim,
+        )
         if swapping:
             clear_staging_for_swap(conn, index_name)
             swap_in(conn, index_name)  # last: its locks last only until the commit
@@ -188,11 +155,7 @@ def publish(
         report.version = int(new_version)
         report.published = True
         report.chunks_total = stats.n_docs
-        report.documents_total = int(
-            conn.execute(
-                "SELECT count(*) FROM index_documents WHERE index_name = %s", (index_name,)
-            ).fetchone()[0]
-        )
+        report.documents_total = published.count_index_documents(conn, index_name)
     tick(2, PUBLISH_PHASES)
     _analyze_partition(store, parts["chunks"], report)
     if not swapping:  # a swap's postings were analyzed before they were attached
@@ -222,51 +185,35 @@ def _apply_in_place(
     """Removals, new chunks with vectors, postings, BM25 terms and statistics, and the HNSW graph, applied
     to the live partitions inside the publish transaction; returns the new BM25 statistics."""
     parts = partition_names(index_name)
-    chunks_t, postings_t = sql.Identifier(parts["chunks"]), sql.Identifier(parts["postings"])
     old_dim, new_dim = dims
 
     # 1. removals: old chunks of changed, deleted (or, on a rebuild, all) documents, with their postings
-    deleted, deleted_length = _remove_chunks(conn, index_name, chunks_t, postings_t, bool(full_rebuild))
+    deleted, deleted_length = published.remove_chunks(
+        conn, index_name, parts["chunks"], parts["postings"], bool(full_rebuild)
+    )
     report.chunks_deleted = int(deleted)
-    if full_rebuild:
-        conn.execute("DELETE FROM index_documents WHERE index_name = %s", (index_name,))
-    else:
-        conn.execute(
-            "DELETE FROM index_documents WHERE index_name = %s"
-            " AND doc_id IN (SELECT doc_id FROM staged_removals WHERE index_name = %s)",
-            (index_name, index_name),
-        )
+    published.delete_index_documents(conn, index_name, removed_only=not full_rebuild)
 
     # 2. HNSW: bulk loads drop the graph and rebuild it after the load (much faster than inserting)
     incremental = sizes is not None and not report.full_rebuild
     if incremental:
         remaining = int(sizes[0]) - report.chunks_deleted
     else:
-        remaining = int(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(chunks_t)).fetchone()[0])
+        remaining = published.count_rows(conn, parts["chunks"])
     incoming = int(staged_chunks)
-    hnsw_exists = conn.execute("SELECT to_regclass(%s)", (parts["hnsw"],)).fetchone()[0] is not None
+    hnsw_exists = maintenance.relation_exists(conn, parts["hnsw"])
     if hnsw_exists and (incoming > remaining or new_dim != old_dim):
-        conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(parts["hnsw"])))
+        maintenance.drop_graph(conn, parts["hnsw"])
         hnsw_exists = False
 
     # 3. new chunks with vectors and BM25 lengths, postings, document frequencies
     inserted_length = 0
     if incoming:  # a delete stages no chunk: nothing to insert
-        inserted, inserted_length = insert_staged_chunks(conn, parts["chunks"], index_name)
+        inserted, inserted_length = published.insert_staged_chunks(conn, parts["chunks"], index_name)
         report.chunks_inserted = int(inserted)
-        insert_staged_postings(conn, parts["postings"], index_name)
-        conn.execute(
-            "INSERT INTO bm25_terms (index_name, term, df)"
-            " SELECT index_name, term, df FROM staged_bm25_terms WHERE index_name = %s"
-            " ON CONFLICT (index_name, term) DO UPDATE SET df = bm25_terms.df + excluded.df",
-            (index_name,),
-        )
-    conn.execute(
-        "INSERT INTO index_documents (index_name, doc_id, sha256)"
-        " SELECT index_name, doc_id, sha256 FROM staged_documents WHERE index_name = %s"
-        " ON CONFLICT (index_name, doc_id) DO UPDATE SET sha256 = excluded.sha256",
-        (index_name,),
-    )
+        published.insert_staged_postings(conn, parts["postings"], index_name)
+        published.insert_staged_terms(conn, index_name, add=True)
+    published.insert_staged_index_documents(conn, index_name, update=True)
     new_sizes = None
     if incremental:
         new_sizes = (
@@ -296,76 +243,13 @@ def _check_vectors(conn: Connection, index_name: str, model_id: str | None, stag
     """
     if model_id is None or int(staged.get("chunks_precomputed_embeddings") or 0) > 0:
         return 0
-    checked, wrong, example = conn.execute(
-        "SELECT count(*), count(*) FILTER (WHERE c.embedding IS DISTINCT FROM e.embedding),"
-        " min(s.chunk_id) FILTER (WHERE c.embedding IS DISTINCT FROM e.embedding)"
-        " FROM staged_chunks s JOIN staged_embeddings e ON e.index_name = s.index_name AND e.chunk_id = s.chunk_id"
-        " LEFT JOIN embedding_cache c ON c.model_id = %s AND c.content_hash = s.content_hash"
-        " WHERE s.index_name = %s",
-        (model_id, index_name),
-    ).fetchone()
-    if wrong:
+    check = staging_rows.compare_with_cache(conn, index_name, model_id)
+    if check.wrong:
         raise IndexingError(
-            f"publish: {wrong} staged vector(s) of {index_name!r} are not the embedding of their chunk's "
-            f"text (e.g. chunk {example!r}); nothing published, re-run the index's stages"
+            f"publish: {check.wrong} staged vector(s) of {index_name!r} are not the embedding of their chunk's "
+            f"text (e.g. chunk {check.example!r}); nothing published, re-run the index's stages"
         )
-    return int(checked)
-
-
-def _remove_chunks(
-    conn: Connection,
-    index_name: str,
-    chunks_t: sql.Identifier,
-    postings_t: sql.Identifier,
-    full_rebuild: bool,
-) -> tuple[int, int]:
-    """Delete the old chunks of changed and deleted documents (on a rebuild, all of them) with their
-    postings and document frequencies; returns (chunks deleted, their total BM25 length)."""
-    conn.execute("CREATE TEMP TABLE _removed (chunk_id text PRIMARY KEY) ON COMMIT DROP")
-    removing = conn.execute(
-        sql.SQL(
-            "INSERT INTO _removed SELECT c.chunk_id FROM {} c WHERE c.index_name = %s"
-            " AND (%s OR c.doc_id IN (SELECT doc_id FROM staged_removals WHERE index_name = %s))"
-        ).format(chunks_t),
-        (index_name, full_rebuild, index_name),
-    ).rowcount
-    if not removing:  # only added documents
-        return 0, 0
-    # planner statistics for the temp table: without them it hash-joins a whole postings partition
-    # (30 ms at 100k postings) where the chunk_id index finds a one-document removal's rows
-    conn.execute("ANALYZE _removed")
-    if full_rebuild:  # every chunk goes, so does every term
-        conn.execute("DELETE FROM bm25_terms WHERE index_name = %s", (index_name,))
-    else:
-        lowered = conn.execute(
-            sql.SQL(
-                "UPDATE bm25_terms t SET df = t.df - d.n FROM (SELECT p.term, count(*) AS n FROM {} p"
-                " JOIN _removed r ON r.chunk_id = p.chunk_id WHERE p.index_name = %s GROUP BY p.term) d"
-                " WHERE t.index_name = %s AND t.term = d.term RETURNING t.term, t.df"
-            ).format(postings_t),
-            (index_name, index_name),
-        ).fetchall()
-        emptied = [term for term, df in lowered if df <= 0]  # deleted by key: no vocabulary scan
-        if emptied:
-            conn.execute(
-                "DELETE FROM bm25_terms WHERE index_name = %s AND term = ANY(%s) AND df <= 0",
-                (index_name, emptied),
-            )
-    conn.execute(
-        sql.SQL(
-            "DELETE FROM {} p USING _removed r WHERE p.index_name = %s AND p.chunk_id = r.chunk_id"
-        ).format(postings_t),
-        (index_name,),
-    )
-    deleted, length = conn.execute(
-        sql.SQL(
-            "WITH d AS (DELETE FROM {} c USING _removed r WHERE c.index_name = %s"
-            " AND c.chunk_id = r.chunk_id RETURNING c.bm25_length)"
-            " SELECT count(*), coalesce(sum(bm25_length), 0) FROM d"
-        ).format(chunks_t),
-        (index_name,),
-    ).fetchone()
-    return int(deleted), int(length)
+    return check.checked
 
 
 def _analyze_partition(store: Store, partition: str, report: PublishReport) -> None:
@@ -378,7 +262,7 @@ def _analyze_partition(store: Store, partition: str, report: PublishReport) -> N
     if changed == 0 or changed < ANALYZE_SHARE * report.chunks_total:
         return
     with store.connection() as conn:
-        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(partition)))
+        maintenance.analyze(conn, partition)
 
 
 def _vacuum_staging(store: Store, report: PublishReport) -> set[str]:
@@ -392,8 +276,7 @@ def _vacuum_staging(store: Store, report: PublishReport) -> set[str]:
     if report.chunks_inserted + report.chunks_deleted < VACUUM_STAGING_CHUNKS:
         return set()
     with store.connection() as conn:
-        for table in STAGING_TABLES:
-            conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(table)))
+        maintenance.vacuum_analyze(conn, STAGING_TABLES)
     return set(STAGING_TABLES)
 
 
@@ -411,29 +294,15 @@ def _vacuum_bloated(store: Store, parts: dict[str, str], done: set[str]) -> list
     tables = [*STAGING_TABLES, parts["chunks"], parts["postings"], "bm25_terms", "bm25_stats"]
     tables += ["index_documents", "indexes", "documents"]
     with store.connection() as conn:
-        due = [
-            name
-            for (name,) in conn.execute(
-                "SELECT name FROM (SELECT t.name, to_regclass(quote_ident(t.name)) AS rel"
-                " FROM unnest(%s::text[]) AS t(name)) r"
-                " WHERE pg_stat_get_dead_tuples(r.rel) >= greatest(%s, %s * pg_stat_get_live_tuples(r.rel))"
-                " ORDER BY name",
-                ([t for t in tables if t not in done], VACUUM_MIN_DEAD, VACUUM_DEAD_SHARE),
-            ).fetchall()
-        ]
+        due = maintenance.bloated(
+            conn, [t for t in tables if t not in done], VACUUM_MIN_DEAD, VACUUM_DEAD_SHARE
+        )
         # SKIP_LOCKED: a table another VACUUM (autovacuum's or a concurrent publish's) holds is left to it;
         # staging tables also get fresh planner statistics, as their sizes swing most
         for table in due:
-            options = "SKIP_LOCKED, ANALYZE" if table in STAGING_TABLES else "SKIP_LOCKED"
-            conn.execute(sql.SQL("VACUUM ({}) {}").format(sql.SQL(options), sql.Identifier(table)))
+            maintenance.vacuum(conn, table, analyze=table in STAGING_TABLES)
     return due
 
 
-def _sizes(conn: Connection, index_name: str, chunks_t: sql.Identifier) -> tuple[int, int]:
-    chunks = int(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(chunks_t)).fetchone()[0])
-    docs = int(
-        conn.execute("SELECT count(*) FROM index_documents WHERE index_name = %s", (index_name,)).fetchone()[
-            0
-        ]
-    )
-    return chunks, docs
+def _sizes(conn: Connection, index_name: str, chunks: str) -> tuple[int, int]:
+    return published.count_rows(conn, chunks), published.count_index_documents(conn, index_name)

@@ -18,15 +18,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import psycopg
 from chunkyard.chunking.environment import env_int
 from chunkyard.retrieval.indexing.hnsw import create_hnsw, has_graph, maintenance_work_mem
 from chunkyard.retrieval.indexing.stage_reports import IndexingError
-from chunkyard.retrieval.indexing.staging import insert_staged_chunks
+from chunkyard.retrieval.store import published
+from chunkyard.retrieval.store import swap as tables
 from chunkyard.retrieval.store.bm25 import CorpusStats, refresh_stats
-from chunkyard.retrieval.store.migrations import STAGING_TABLES
+from chunkyard.retrieval.store.maintenance import analyze, relation_exists
 from chunkyard.retrieval.store.partitions import next_name, partition_names
-from psycopg import Connection, sql
+from chunkyard.retrieval.store.staging import empty_staging_for_swap
+from psycopg import Connection
 
 SWAP_MIN_CHUNKS_ENV = "CHUNKYARD_PUBLISH_SWAP_MIN_CHUNKS"
 # below this many staged chunks a full build is applied in place: a few thousand rows cost
@@ -36,26 +37,6 @@ SWAP_MIN_CHUNKS = 10_000
 # reader would otherwise queue every new reader behind the waiting swap), then the swap retries
 SWAP_LOCK_TIMEOUT = "2s"
 SWAP_LOCK_TRIES = 5
-
-# (parent, partition key, its keys and indexes as (suffix, columns, primary key?)) in the live schema
-_TABLES = (
-    (
-        "chunks",
-        "chunks",
-        (
-            ("pkey", ("index_name", "chunk_id"), True),
-            ("index_name_doc_id_idx", ("index_name", "doc_id"), False),
-        ),
-    ),
-    (
-        "bm25_postings",
-        "postings",
-        (
-            ("pkey", ("index_name", "term", "chunk_id"), True),
-            ("index_name_chunk_id_idx", ("index_name", "chunk_id"), False),
-        ),
-    ),
-)
 
 
 # the BM25 stage's report says it prepared the postings for a swap (the publish swaps exactly then)
@@ -74,8 +55,7 @@ def swaps(conn: Connection, index_name: str, full_rebuild: bool, staged_chunks: 
         return False
     if full_rebuild:
         return True
-    row = conn.execute("SELECT version FROM indexes WHERE name = %s", (index_name,)).fetchone()
-    return row is not None and int(row[0]) == 0
+    return published.version_of(conn, index_name) == 0
 
 
 @dataclass
@@ -99,35 +79,23 @@ def build_next(
     """
     parts = partition_names(index_name)
     postings_next = next_name(parts["postings"])
-    if conn.execute("SELECT to_regclass(%s)", (postings_next,)).fetchone()[0] is None:
+    if not relation_exists(conn, postings_next):
         raise IndexingError(
             f"publish: the postings stage_bm25 prepared for {index_name!r} are gone; re-run stage_bm25"
         )
     # held to the commit: re-staging the index (which drops them) waits for this publish
-    conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(postings_next)))
+    tables.lock_next(conn, postings_next)
     if old_chunks is None:
-        old_chunks = int(
-            conn.execute(
-                sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(parts["chunks"]))
-            ).fetchone()[0]
-        )
+        old_chunks = published.count_rows(conn, parts["chunks"])
     chunks_next = next_name(parts["chunks"])
-    _create_next(conn, index_name, "chunks")
+    tables.create_next(conn, index_name, "chunks")
     # the same rows, in the same order, as the in-place path inserts
-    inserted, inserted_length = insert_staged_chunks(conn, chunks_next, index_name)
-    _build_keys(conn, index_name, "chunks")
-    conn.execute("DELETE FROM bm25_terms WHERE index_name = %s", (index_name,))
-    conn.execute(
-        "INSERT INTO bm25_terms (index_name, term, df)"
-        " SELECT index_name, term, df FROM staged_bm25_terms WHERE index_name = %s",
-        (index_name,),
-    )
-    conn.execute("DELETE FROM index_documents WHERE index_name = %s", (index_name,))
-    conn.execute(
-        "INSERT INTO index_documents (index_name, doc_id, sha256)"
-        " SELECT index_name, doc_id, sha256 FROM staged_documents WHERE index_name = %s",
-        (index_name,),
-    )
+    inserted, inserted_length = published.insert_staged_chunks(conn, chunks_next, index_name)
+    tables.build_keys(conn, index_name, "chunks", maintenance_work_mem())
+    published.delete_terms(conn, index_name)
+    published.insert_staged_terms(conn, index_name, add=False)
+    published.delete_index_documents(conn, index_name, removed_only=False)
+    published.insert_staged_index_documents(conn, index_name, update=False)
     stats = refresh_stats(conn, index_name, chunks_next, (int(inserted), int(inserted_length)))
     build = SwapBuild(inserted=int(inserted), deleted=int(old_chunks), stats=stats)
     if stats.n_docs > 0 and has_graph(dim, storage):
@@ -140,128 +108,24 @@ def build_next(
 def create_next_postings(conn: Connection, index_name: str) -> str:
     """An empty table for the next version's postings beside the live partition (the BM25 stage's
     transaction, which fills it and then calls `index_next_postings`); returns its name."""
-    _create_next(conn, index_name, "postings")
+    tables.create_next(conn, index_name, "postings")
     return next_name(partition_names(index_name)["postings"])
 
 
 def index_next_postings(conn: Connection, index_name: str) -> None:
     """The filled next postings table's keys, by sort, and its planner statistics (which stay with the
     table when the publish attaches it)."""
-    _build_keys(conn, index_name, "postings")
-    part = next_name(partition_names(index_name)["postings"])
-    conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(part)))
-
-
-def _create_next(conn: Connection, index_name: str, kind: str) -> None:
-    """An empty table LIKE the parent of the partition `kind`, under the partition's next name, with a
-    CHECK of the partition bound (so attaching it scans nothing)."""
-    parent = next(parent for parent, k, _ in _TABLES if k == kind)
-    part = next_name(partition_names(index_name)[kind])
-    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(part)))  # a killed build's
-    conn.execute(
-        sql.SQL(
-            "CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING STORAGE INCLUDING COMPRESSION,"
-            " CONSTRAINT {} CHECK (index_name = {}))"
-        ).format(
-            sql.Identifier(part),
-            sql.Identifier(parent),
-            sql.Identifier(f"{part}_key"),
-            sql.Literal(index_name),  # DDL takes no parameters; the partition bound is the same literal
-        )
-    )
-
-
-def _build_keys(conn: Connection, index_name: str, kind: str) -> None:
-    """The primary key and B-trees of the loaded next table of `kind`, built by sort (caller's transaction)."""
-    live = partition_names(index_name)[kind]
-    keys = next(keys for _, k, keys in _TABLES if k == kind)
-    conn.execute(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(maintenance_work_mem())))
-    for suffix, columns, primary in keys:
-        listed = sql.SQL(", ").join(map(sql.Identifier, columns))
-        name = sql.Identifier(next_name(f"{live}_{suffix}"))
-        table = sql.Identifier(next_name(live))
-        if primary:
-            conn.execute(
-                sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY ({})").format(table, name, listed)
-            )
-        else:
-            conn.execute(sql.SQL("CREATE INDEX {} ON {} ({})").format(name, table, listed))
+    tables.build_keys(conn, index_name, "postings", maintenance_work_mem())
+    analyze(conn, next_name(partition_names(index_name)["postings"]))
 
 
 def clear_staging_for_swap(conn: Connection, index_name: str) -> None:
-    """Empty the index's staging: TRUNCATE each table that holds no other index's rows (deleting a
-    million rows one by one is slower than the swap's whole build), DELETE from the others."""
-    for table in STAGING_TABLES:
-        ident = sql.Identifier(table)
-        others = conn.execute(
-            sql.SQL(
-                "SELECT EXISTS (SELECT 1 FROM {0} WHERE index_name < %s)"
-                " OR EXISTS (SELECT 1 FROM {0} WHERE index_name > %s)"
-            ).format(ident),
-            (index_name, index_name),
-        ).fetchone()[0]
-        if not others:
-            conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(ident))
-            # checked again under the lock: a stage of another index may have written meanwhile
-            others = conn.execute(
-                sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE index_name <> %s)").format(ident),
-                (index_name,),
-            ).fetchone()[0]
-        if others:
-            conn.execute(sql.SQL("DELETE FROM {} WHERE index_name = %s").format(ident), (index_name,))
-        else:
-            conn.execute(sql.SQL("TRUNCATE {}").format(ident))
+    """Empty the index's staging, TRUNCATE where no other index has rows (`store.staging.empty_staging_for_swap`)."""
+    empty_staging_for_swap(conn, index_name)
 
 
 def swap_in(conn: Connection, index_name: str) -> None:
     """Drop the live partitions and attach the ones `build_next` made under their names: the last
-    statements of the publish transaction, so its ACCESS EXCLUSIVE locks last only until its commit."""
-    parts = partition_names(index_name)
-    _lock_live(conn, parts)
-    for parent, kind, keys in _TABLES:
-        live, part = parts[kind], next_name(parts[kind])
-        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(live)))
-        conn.execute(
-            sql.SQL("ALTER TABLE {} RENAME TO {}").format(sql.Identifier(part), sql.Identifier(live))
-        )
-        names = [f"{live}_{suffix}" for suffix, _, _ in keys]
-        if kind == "chunks":
-            names.append(parts["hnsw"])
-        for name in names:
-            conn.execute(
-                sql.SQL("ALTER INDEX IF EXISTS {} RENAME TO {}").format(
-                    sql.Identifier(next_name(name)), sql.Identifier(name)
-                )
-            )
-        # the CHECK constraint proves the partition bound: ATTACH scans no row
-        conn.execute(
-            sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES IN ({})").format(
-                sql.Identifier(parent), sql.Identifier(live), sql.Literal(index_name)
-            )
-        )
-        conn.execute(
-            sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(
-                sql.Identifier(live), sql.Identifier(f"{part}_key")
-            )
-        )
-
-
-def _lock_live(conn: Connection, parts: dict[str, str]) -> None:
-    """The swap's locks: both parents (readers lock `chunks` first, see `retrieval.store.read_lock`) and the
-    live partitions. Each try waits at most SWAP_LOCK_TIMEOUT, so a long reader holds up only the swap,
-    not every reader queued behind it; the last try waits as long as it takes."""
-    tables = [sql.SQL("ONLY chunks"), sql.SQL("ONLY bm25_postings")]
-    tables += [sql.Identifier(parts[kind]) for kind in ("chunks", "postings")]
-    statement = sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(sql.SQL(", ").join(tables))
-    previous = conn.execute("SELECT current_setting('lock_timeout')").fetchone()[0]
-    for attempt in range(SWAP_LOCK_TRIES - 1):
-        try:
-            with conn.transaction():  # a savepoint: a timed-out try leaves the build intact
-                conn.execute("SELECT set_config('lock_timeout', %s, true)", (SWAP_LOCK_TIMEOUT,))
-                conn.execute(statement)
-        except psycopg.errors.LockNotAvailable:
-            time.sleep(0.1 * 2**attempt)
-            continue
-        conn.execute("SELECT set_config('lock_timeout', %s, true)", (previous,))
-        return
-    conn.execute(statement)
+    statements of the publish transaction, so its ACCESS EXCLUSIVE locks last only until its commit.
+    Each try for the locks waits at most SWAP_LOCK_TIMEOUT (SWAP_LOCK_TRIES tries, the last unbounded)."""
+    tables.swap_in(conn, index_name, SWAP_LOCK_TIMEOUT, SWAP_LOCK_TRIES)
