@@ -12,7 +12,7 @@ from collections.abc import Callable
 from chunkyard.retrieval.indexing.hnsw import check_storage, create_hnsw, has_graph
 from chunkyard.retrieval.indexing.stage_reports import IndexingError, PublishReport, stage_timings
 from chunkyard.retrieval.indexing.staging import check_owner, clear_staging
-from chunkyard.retrieval.indexing.swap import POSTINGS_PREPARED, build_next, clear_staging_for_swap, swap_in
+from chunkyard.retrieval.indexing.swap import POSTINGS_PREPARED, build_next, swap_in
 from chunkyard.retrieval.lexical.languages import published_config
 from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store, maintenance, published
@@ -148,7 +148,7 @@ def publish(
             new_dim,
         )
         if swapping:
-            clear_staging_for_swap(conn, index_name)
+            staging_rows.empty_staging_for_swap(conn, index_name)
             swap_in(conn, index_name)  # last: its locks last only until the commit
         else:
             clear_staging(conn, index_name)

@@ -26,7 +26,6 @@ from chunkyard.retrieval.store import swap as tables
 from chunkyard.retrieval.store.bm25 import CorpusStats, refresh_stats
 from chunkyard.retrieval.store.maintenance import analyze, relation_exists
 from chunkyard.retrieval.store.partitions import next_name, partition_names
-from chunkyard.retrieval.store.staging import empty_staging_for_swap
 from psycopg import Connection
 
 SWAP_MIN_CHUNKS_ENV = "CHUNKYARD_PUBLISH_SWAP_MIN_CHUNKS"
@@ -117,11 +116,6 @@ def index_next_postings(conn: Connection, index_name: str) -> None:
     table when the publish attaches it)."""
     tables.build_keys(conn, index_name, "postings", maintenance_work_mem())
     analyze(conn, next_name(partition_names(index_name)["postings"]))
-
-
-def clear_staging_for_swap(conn: Connection, index_name: str) -> None:
-    """Empty the index's staging, TRUNCATE where no other index has rows (`store.staging.empty_staging_for_swap`)."""
-    empty_staging_for_swap(conn, index_name)
 
 
 def swap_in(conn: Connection, index_name: str) -> None:
