@@ -18,15 +18,6 @@ def published_names(conn: psycopg.Connection) -> list[str]:
     return [r[0] for r in conn.execute("SELECT name FROM indexes WHERE version > 0 ORDER BY name")]
 
 
-def published_bm25_config(conn: psycopg.Connection, index_name: str) -> dict[str, Any] | None:
-    """The `bm25` section of the published index's config ({} when it has none); None when the index
-    is not published."""
-    row = conn.execute(
-        "SELECT config->'bm25' FROM indexes WHERE name = %s AND version > 0", (index_name,)
-    ).fetchone()
-    return None if row is None else dict(row[0] or {})
-
-
 def schema_and_published(conn: psycopg.Connection) -> tuple[int, int]:
     """The schema version and the number of published indexes.
 
