@@ -8,8 +8,8 @@ import numpy as np
 from chunkyard.chunking.models import model_token_limit
 from chunkyard.chunking.tokenizers import get_tokenizer
 from chunkyard.evaluation.metrics import merge_intervals
+from chunkyard.retrieval.store import published_chunks
 from chunkyard.retrieval.store.partitions import partition_names
-from psycopg import sql
 
 if TYPE_CHECKING:
     from chunkyard.retrieval.settings.config import IndexSpec
@@ -27,13 +27,10 @@ def index_cost(store: Store | None, index_name: str, spec: IndexSpec | str | Non
         return {}
     part = partition_names(index_name)["chunks"]
     with store.connection() as conn:
-        exists = conn.execute("SELECT to_regclass(%s)", (part,)).fetchone()[0]
-        if exists is None:
+        if not published_chunks.partition_exists(conn, part):
             return {}
-        rows = conn.execute(
-            sql.SQL('SELECT doc_id, start, "end", embed_text FROM {}').format(sql.Identifier(part))
-        ).fetchall()
-        size = conn.execute("SELECT pg_total_relation_size(%s)", (part,)).fetchone()[0]
+        rows = published_chunks.spans_and_embed_texts(conn, part)
+        size = published_chunks.partition_bytes(conn, part)
     if not rows:
         return {"chunks": 0.0}
     model = getattr(getattr(spec, "config", None), "embedding_model", None) or "all-MiniLM-L6-v2"

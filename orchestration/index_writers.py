@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import psycopg
 from chunkyard.assets.runs import COLLECTIONS_TAG, WRITER_TAG, collections_in_flight
+from chunkyard.retrieval.store.advisory_locks import try_lock, wait_lock
 from dagster import DagsterInstance
 
 POLL_SECONDS = 2.0
@@ -62,14 +63,13 @@ def sole_writer(
     names = sorted(prefixes)  # one order for every process: no lock-order deadlock
     with psycopg.connect(database_url, autocommit=True) as conn:
         for name in names:
-            key = ("chunkyard.index-writer:" + name,)
-            taken = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", key).fetchone()
-            if taken and taken[0]:
+            key = "chunkyard.index-writer:" + name
+            if try_lock(conn, key):
                 continue
             if not wait:
                 raise WriterBusy(f"collection {name}: another `chunkyard index` is indexing it")
             say(f"Waiting for another `chunkyard index` of {name} to finish (Ctrl-C to stop) ...")
-            conn.execute("SELECT pg_advisory_lock(hashtext(%s))", key)
+            wait_lock(conn, key)
         announced = False
         while busy := collections_in_flight(instance, prefixes):
             if not wait:

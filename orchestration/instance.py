@@ -153,22 +153,20 @@ def create_dagster_schema(database_url: str, schema: str = DAGSTER_SCHEMA) -> No
     """
     import psycopg
     from chunkyard.retrieval.store.db import verify_server
-    from psycopg import sql
+    from chunkyard.retrieval.store.server_admin import create_schema, ping
 
     wait = env_int(CONNECT_WAIT_ENV, CONNECT_WAIT_SECONDS, minimum=0, unit="whole seconds") or 0
     deadline = time.monotonic() + wait
     while True:
         try:
-            with psycopg.connect(database_url, autocommit=True, connect_timeout=10) as conn:
-                conn.execute("SELECT 1")
+            ping(database_url, autocommit=True, connect_timeout=10)
             break
         except psycopg.OperationalError:
             if time.monotonic() >= deadline:
                 raise
             time.sleep(1.0)
     verify_server(database_url)
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+    create_schema(database_url, schema)
 
 
 def workspace_config() -> dict:

@@ -172,16 +172,12 @@ def init_pgdata(target: Target, log: IO[bytes]) -> None:
 def _postgres_ready(target: Target) -> bool:
     """The server accepts the stack's user; the chunkyard database exists (created on first start)."""
     import psycopg
-    from psycopg import sql
+    from chunkyard.retrieval.store.server_admin import ensure_database, ping
 
     maintenance = target.database_url().rsplit("/", 1)[0] + "/postgres"
     try:
-        with psycopg.connect(maintenance, autocommit=True, connect_timeout=3) as conn:
-            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DB_NAME,)).fetchone()
-            if not exists:
-                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DB_NAME)))
-        with psycopg.connect(target.database_url(), connect_timeout=3) as conn:
-            conn.execute("SELECT 1")
+        ensure_database(maintenance, DB_NAME, connect_timeout=3)
+        ping(target.database_url(), connect_timeout=3)
         return True
     except psycopg.Error:
         return False

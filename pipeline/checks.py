@@ -1,8 +1,9 @@
-"""Integrity checks of the index steps: read-only SQL over the store's tables.
+"""Integrity checks of the index steps: read-only queries over the store's tables, judged here.
 
 Each function returns a `Check` (name, passed, metadata); a step reports its checks and the
 Dagster assets only turn them into `AssetCheckResult`s. The staged variants check what this run
-produced (before publish); the published variants check the whole index readers see.
+produced (before publish); the published variants check the whole index readers see. The SQL
+lives in `retrieval.store.integrity`.
 `CHECKS` declares the evaluation's and the promotion's; each index step declares its own.
 """
 
@@ -12,8 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from chunkyard.retrieval.store import Store
-from psycopg import sql
+from chunkyard.retrieval.store import Store, document_reads, integrity
 
 Metadata = dict[str, int | float | str]
 
@@ -60,13 +60,11 @@ class TokenCounter(Protocol):
 
 SAMPLE = 10  # offending rows listed in a failed check's metadata
 
-_TABLES = {"staged": "staged_chunks", "published": "chunks"}
 
-
-def _table(where: str) -> sql.Identifier:
-    if where not in _TABLES:
+def _table(where: str) -> str:
+    if where not in integrity.CHUNK_TABLES:
         raise ValueError(f"where: expected 'staged' or 'published', got {where!r}")
-    return sql.Identifier(_TABLES[where])
+    return integrity.CHUNK_TABLES[where]
 
 
 SPAN_BATCH = 5000  # chunks fetched per round trip by the span check
@@ -93,32 +91,16 @@ def check_spans(
     changed since, so the whole index is covered without reading it.
     """
     table = _table(where)
-    scoped = doc_ids is not None
-    chunks_query = sql.SQL(
-        'SELECT doc_id, start, "end", text FROM {} WHERE index_name = %s{} ORDER BY doc_id, start, "end"'
-    ).format(table, sql.SQL(" AND doc_id = ANY(%s)") if scoped else sql.SQL(""))
-    params: tuple = (index_name, list(doc_ids)) if scoped else (index_name,)
     total = mismatches = stale = 0
     examples: list[str] = []
-    with (
-        store.connection() as conn,
-        conn.transaction(),
-        conn.cursor(name="chunkyard_span_check") as chunks,
-    ):
-        chunks.itersize = SPAN_BATCH
-        chunks.execute(chunks_query, params)
+    with store.connection() as conn, conn.transaction():
         texts: dict[str, str] = {}
-        while rows := chunks.fetchmany(SPAN_BATCH):
+        for rows in integrity.span_batches(conn, table, index_name, doc_ids, SPAN_BATCH):
             # Chunks come in document order: only the batch's last document can continue in the next.
             texts = {d: t for d, t in texts.items() if d == rows[0][0]}
             wanted = sorted({r[0] for r in rows} - texts.keys())
             if wanted:
-                texts.update(
-                    conn.execute(
-                        "SELECT doc_id, text FROM documents WHERE collection = %s AND doc_id = ANY(%s)",
-                        (collection, wanted),
-                    ).fetchall()
-                )
+                texts.update(document_reads.document_texts(conn, collection, wanted))
             for doc_id, start, end, chunk_text in rows:
                 total += 1
                 text = texts.get(doc_id)
@@ -129,18 +111,12 @@ def check_spans(
                         examples.append(
                             f"{doc_id}[{start}:{end}]" + (" (document missing)" if missing else "")
                         )
-        if scoped:
-            stale_rows = conn.execute(
-                "SELECT i.doc_id FROM index_documents i LEFT JOIN documents d"
-                " ON d.collection = %s AND d.doc_id = i.doc_id"
-                " WHERE i.index_name = %s AND NOT (i.doc_id = ANY(%s))"
-                " AND d.sha256 IS DISTINCT FROM i.sha256 ORDER BY i.doc_id",
-                (collection, index_name, list(doc_ids)),
-            ).fetchall()
-            stale = len(stale_rows)
-            examples += [f"{d} (text changed since it was indexed)" for (d,) in stale_rows[:SAMPLE]]
+        if doc_ids is not None:
+            stale_ids = document_reads.changed_since_indexed(conn, collection, index_name, doc_ids)
+            stale = len(stale_ids)
+            examples += [f"{d} (text changed since it was indexed)" for d in stale_ids[:SAMPLE]]
     metadata: Metadata = {"chunks_checked": total, "span_mismatches": mismatches}
-    if scoped:
+    if doc_ids is not None:
         metadata["documents_checked"] = len(doc_ids)
         metadata["documents_changed_since_indexed"] = stale
     if examples:
@@ -153,22 +129,10 @@ def check_no_empty_chunks(store: Store, index_name: str, where: str = "staged") 
     """No chunk is empty or whitespace only (it would embed to noise and match nothing)."""
     table = _table(where)
     with store.connection() as conn:
-        total, empty = conn.execute(
-            sql.SQL(
-                "SELECT count(*), count(*) FILTER (WHERE text ~ '^\\s*$' OR embed_text ~ '^\\s*$')"
-                " FROM {} WHERE index_name = %s"
-            ).format(table),
-            (index_name,),
-        ).fetchone()
+        total, empty = integrity.empty_chunks(conn, table, index_name)
         examples = []
         if empty:
-            examples = conn.execute(
-                sql.SQL(
-                    'SELECT doc_id, start, "end" FROM {}'
-                    " WHERE index_name = %s AND (text ~ '^\\s*$' OR embed_text ~ '^\\s*$') LIMIT %s"
-                ).format(table),
-                (index_name, SAMPLE),
-            ).fetchall()
+            examples = integrity.empty_chunk_spans(conn, table, index_name, SAMPLE)
     metadata: Metadata = {
         "chunks_checked": int(total),
         "empty_chunks": int(empty),
@@ -197,14 +161,8 @@ def check_token_limit(
     table = _table(where)
     total = over = longest = 0
     examples: list[str] = []
-    with store.connection() as conn, conn.cursor() as cur:
-        cur.execute(
-            sql.SQL(
-                'SELECT doc_id, start, "end", embed_text FROM {} WHERE index_name = %s ORDER BY chunk_id'
-            ).format(table),
-            (index_name,),
-        )
-        while rows := cur.fetchmany(batch):
+    with store.connection() as conn:
+        for rows in integrity.embed_text_batches(conn, table, index_name, batch):
             counts = tokenizer.count_batch([r[3] for r in rows])
             for (doc, s, e, _), n in zip(rows, counts, strict=True):
                 total += 1
@@ -230,15 +188,7 @@ def check_token_limit(
 def check_staged_embeddings(store: Store, index_name: str, dim: int) -> Check:
     """Every staged chunk has exactly one staged vector, of the model's dimension."""
     with store.connection() as conn:
-        chunks, missing, vectors, wrong_dim = conn.execute(
-            "SELECT (SELECT count(*) FROM staged_chunks WHERE index_name = %(index)s),"
-            " (SELECT count(*) FROM staged_chunks c LEFT JOIN staged_embeddings e"
-            "  ON e.index_name = c.index_name AND e.chunk_id = c.chunk_id"
-            "  WHERE c.index_name = %(index)s AND e.chunk_id IS NULL),"
-            " count(*), count(*) FILTER (WHERE vector_dims(embedding) <> %(dim)s)"
-            " FROM staged_embeddings WHERE index_name = %(index)s",
-            {"index": index_name, "dim": dim},
-        ).fetchone()
+        chunks, missing, vectors, wrong_dim = integrity.staged_embedding_counts(conn, index_name, dim)
     metadata: Metadata = {
         "chunks": int(chunks),
         "vectors": int(vectors),
@@ -258,18 +208,10 @@ def check_published_embeddings(
     checked when they were published, and publish refuses staged vectors of another dimension, so a
     one-document update does not scan the whole partition.
     """
-    scope = sql.SQL(" AND doc_id = ANY(%s)") if doc_ids is not None else sql.SQL("")
-    params: tuple = (dim, dim, index_name) + ((list(doc_ids),) if doc_ids is not None else ())
     with store.connection() as conn:
-        chunks, missing, wrong_dim, dims = conn.execute(
-            sql.SQL(
-                "SELECT count(*), count(*) FILTER (WHERE embedding IS NULL),"
-                " count(*) FILTER (WHERE embedding IS NOT NULL AND %s > 0 AND vector_dims(embedding) <> %s),"
-                " count(DISTINCT vector_dims(embedding))"
-                " FROM chunks WHERE index_name = %s{}"
-            ).format(scope),
-            params,
-        ).fetchone()
+        chunks, missing, wrong_dim, dims = integrity.published_embedding_counts(
+            conn, index_name, dim, doc_ids
+        )
     if dims > 1:
         wrong_dim = max(int(wrong_dim), 1)
     metadata: Metadata = {
@@ -288,13 +230,7 @@ def check_bm25_counts(store: Store, index_name: str) -> Check:
     An incremental publish adjusts both by what it removes and adds, so this also catches drift.
     """
     with store.connection() as conn:
-        chunks, with_length, length, n_docs, total_length = conn.execute(
-            "SELECT count(*), count(*) FILTER (WHERE bm25_length > 0), coalesce(sum(bm25_length), 0),"
-            " (SELECT n_docs FROM bm25_stats WHERE index_name = %(index)s),"
-            " (SELECT total_length FROM bm25_stats WHERE index_name = %(index)s)"
-            " FROM chunks WHERE index_name = %(index)s",
-            {"index": index_name},
-        ).fetchone()
+        chunks, with_length, length, n_docs, total_length = integrity.bm25_counts(conn, index_name)
     n_docs, total_length = int(n_docs or 0), int(total_length or 0)
     metadata = {
         "chunks": int(chunks),
@@ -327,17 +263,6 @@ def regression(current: dict[str, float], previous: dict[str, float], tolerance:
 def staged_documents(store: Store, index_name: str) -> dict[str, list[str]]:
     """Which documents this run re-chunked (staged chunks) and which it removes (staged removals)."""
     with store.connection() as conn:
-        chunked = [
-            r[0]
-            for r in conn.execute(
-                "SELECT DISTINCT doc_id FROM staged_chunks WHERE index_name = %s ORDER BY doc_id",
-                (index_name,),
-            )
-        ]
-        removed = [
-            r[0]
-            for r in conn.execute(
-                "SELECT doc_id FROM staged_removals WHERE index_name = %s ORDER BY doc_id", (index_name,)
-            )
-        ]
+        chunked = integrity.staged_chunked_documents(conn, index_name)
+        removed = integrity.staged_removed_documents(conn, index_name)
     return {"chunked": chunked, "removed": removed}

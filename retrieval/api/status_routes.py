@@ -17,7 +17,7 @@ from chunkyard.retrieval.embedders.endpoint_settings import EndpointError, endpo
 from chunkyard.retrieval.indexing.lag import index_lag
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.query.results import NOTHING_INDEXED
-from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store import Store, published_indexes
 from chunkyard.retrieval.store.db import verify_server
 from chunkyard.retrieval.store.selfcheck import DatabaseSelfCheckError
 from fastapi import Depends, FastAPI, Query, Request
@@ -76,11 +76,9 @@ def _published_state(store: Store) -> tuple[int, int]:
     """The schema version and the number of published indexes; (0, 0) before anything was indexed."""
     with store.connection() as conn:
         try:
-            version = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
-            published = conn.execute("SELECT count(*) FROM indexes WHERE version > 0").fetchone()[0]
+            return published_indexes.schema_and_published(conn)
         except psycopg.errors.UndefinedTable:
             return 0, 0
-    return int(version), int(published)
 
 
 class Readiness:

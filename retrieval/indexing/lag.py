@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store import Store, document_reads, published_indexes
 
 
 @dataclass(frozen=True)
@@ -46,21 +46,8 @@ class IndexLag:
 def index_lag(store: Store, index_name: str, collection: str) -> IndexLag:
     """What index `index_name` (of `collection`) lacks, holds stale, or still serves after a deletion."""
     with store.connection() as conn:
-        rows = conn.execute(
-            "SELECT d.doc_id, i.doc_id IS NULL, d.updated_at FROM documents d"
-            " LEFT JOIN index_documents i ON i.index_name = %s AND i.doc_id = d.doc_id"
-            " WHERE d.collection = %s AND (i.doc_id IS NULL OR i.sha256 <> d.sha256) ORDER BY d.doc_id",
-            (index_name, collection),
-        ).fetchall()
-        deleted = [
-            doc_id
-            for (doc_id,) in conn.execute(
-                "SELECT i.doc_id FROM index_documents i WHERE i.index_name = %s AND NOT EXISTS"
-                " (SELECT 1 FROM documents d WHERE d.collection = %s AND d.doc_id = i.doc_id)"
-                " ORDER BY i.doc_id",
-                (index_name, collection),
-            ).fetchall()
-        ]
+        rows = document_reads.unindexed_changes(conn, index_name, collection)
+        deleted = document_reads.deleted_since_indexed(conn, index_name, collection)
     return IndexLag(
         index=index_name,
         collection=collection,
@@ -74,10 +61,5 @@ def index_lag(store: Store, index_name: str, collection: str) -> IndexLag:
 def index_lags(store: Store, collection: str | None = None) -> list[IndexLag]:
     """`index_lag` of every registered index (of `collection` only, when given), by index name."""
     with store.connection() as conn:
-        query = "SELECT name, collection FROM indexes"
-        params: tuple[str, ...] = ()
-        if collection is not None:
-            query += " WHERE collection = %s"
-            params = (collection,)
-        registered = conn.execute(query + " ORDER BY name", params).fetchall()
+        registered = published_indexes.registered(conn, collection)
     return [index_lag(store, name, owner) for name, owner in registered]

@@ -28,12 +28,12 @@ from chunkyard.retrieval.indexing.snapshots import SnapshotError, drop_unreferen
 from chunkyard.retrieval.settings.names import (
     ALIAS_NAME,
     DEFAULT_COLLECTION,
-    SNAPSHOT_MARK,
     IndexName,
     IndexNameError,
 )
 from chunkyard.retrieval.settings.options import SearchError, SearchOptions, default_of
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store import aliases as alias_rows
 from chunkyard.retrieval.store.audit import record as audit
 
 DEFAULT_KEEP = 5
@@ -133,28 +133,21 @@ def stored_options(options: SearchOptions) -> dict[str, Any]:
 
 # -- reading -----------------------------------------------------------------------------------------
 
-_TARGET_SQL = (
-    "SELECT t.alias, t.generation, t.index_name, t.index_version, t.options, t.note, t.set_at,"
-    " t.previous, i.version, t.scores, s.name FROM alias_targets t LEFT JOIN indexes i ON i.name = t.index_name"
-    # the snapshot's name, spelled as IndexName.snapshot spells it
-    f" LEFT JOIN indexes s ON s.name = t.index_name || '{SNAPSHOT_MARK}' || t.index_version"
-)
 
-
-def _target(row: tuple[Any, ...]) -> AliasTarget:
-    current = int(row[8]) if row[8] is not None and int(row[8]) > 0 else None
+def _target(row: alias_rows.TargetRow) -> AliasTarget:
+    current = row.live_version if row.live_version is not None and row.live_version > 0 else None
     return AliasTarget(
-        alias=row[0],
-        generation=int(row[1]),
-        index=IndexName.parse(row[2]),
-        pinned_version=int(row[3]),
-        options=SearchOptions.of(None, dict(row[4] or {})),
-        note=row[5],
-        set_at=row[6],
-        previous=row[7],
+        alias=row.alias,
+        generation=row.generation,
+        index=IndexName.parse(row.index_name),
+        pinned_version=row.index_version,
+        options=SearchOptions.of(None, row.options),
+        note=row.note,
+        set_at=row.set_at,
+        previous=row.previous,
         current_version=current,
-        scores=dict(row[9] or {}),
-        snapshot=IndexName.parse(row[10]) if row[10] else None,
+        scores=row.scores,
+        snapshot=IndexName.parse(row.snapshot_name) if row.snapshot_name else None,
     )
 
 
@@ -163,11 +156,7 @@ def resolve(conn: psycopg.Connection, name: str) -> AliasTarget | None:
     if not could_be_alias(name):
         return None
     try:
-        row = conn.execute(
-            _TARGET_SQL + " JOIN aliases a ON a.name = t.alias AND a.generation = t.generation"
-            " WHERE a.name = %s",
-            (name,),
-        ).fetchone()
+        row = alias_rows.current_target(conn, name)
     except psycopg.errors.UndefinedTable:  # a database from before migration 5 has no aliases
         if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
             raise
@@ -182,19 +171,14 @@ def get_alias(store: Store, name: str) -> AliasTarget | None:
 
 def list_aliases(store: Store) -> list[AliasTarget]:
     with store.connection() as conn:
-        rows = conn.execute(
-            _TARGET_SQL
-            + " JOIN aliases a ON a.name = t.alias AND a.generation = t.generation ORDER BY t.alias"
-        ).fetchall()
+        rows = alias_rows.current_targets(conn)
     return [_target(row) for row in rows]
 
 
 def history(store: Store, name: str) -> list[AliasTarget]:
     """The alias's kept targets, newest first (the current one among them)."""
     with store.connection() as conn:
-        rows = conn.execute(
-            _TARGET_SQL + " WHERE t.alias = %s ORDER BY t.generation DESC", (check_alias_name(name),)
-        ).fetchall()
+        rows = alias_rows.kept_targets(conn, check_alias_name(name))
     return [_target(row) for row in rows]
 
 
@@ -226,11 +210,8 @@ def set_alias(
     if keep < 1:
         raise AliasError(f"keep: must be at least 1, got {keep}")
     with store.connection() as conn, conn.transaction():
-        _lock(conn, name)
-        clash = conn.execute(
-            "SELECT 1 FROM indexes WHERE name = %s", (IndexName(DEFAULT_COLLECTION, name),)
-        ).fetchone()
-        if clash:
+        alias_rows.lock_alias(conn, name)
+        if alias_rows.index_exists(conn, IndexName(DEFAULT_COLLECTION, name)):
             raise AliasError(
                 f"alias: {name!r} is already the index {DEFAULT_COLLECTION}/{name}; pick another"
             )
@@ -241,29 +222,21 @@ def set_alias(
         frozen = snapshot.snapshot_of
         assert frozen is not None
         index_name, version = frozen
-        current = conn.execute("SELECT generation FROM aliases WHERE name = %s", (name,)).fetchone()
+        current = alias_rows.current_generation(conn, name)
         before = resolve(conn, name)
-        generation = int(
-            conn.execute(
-                "SELECT coalesce(max(generation), 0) + 1 FROM alias_targets WHERE alias = %s", (name,)
-            ).fetchone()[0]
+        generation = alias_rows.next_generation(conn, name)
+        alias_rows.insert_target(
+            conn,
+            name,
+            generation,
+            index_name,
+            version,
+            options=stored,
+            note=note,
+            scores={key: float(value) for key, value in (scores or {}).items()},
+            previous=current,
         )
-        conn.execute(
-            "INSERT INTO alias_targets"
-            " (alias, generation, index_name, index_version, options, note, scores, previous)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                name,
-                generation,
-                index_name,
-                version,
-                json.dumps(stored),
-                note,
-                json.dumps({key: float(value) for key, value in (scores or {}).items()}),
-                current[0] if current else None,
-            ),
-        )
-        _point(conn, name, generation)
+        alias_rows.point(conn, name, generation)
         drop_unreferenced(conn, _prune(conn, name, keep))
         after = _current(conn, name)
         audit(conn, actor or local_actor(), action, name, before and before.as_dict(), after.as_dict())
@@ -274,18 +247,15 @@ def rollback(store: Store, name: str, *, actor: str | None = None) -> AliasTarge
     """Point `name` back at the target it had before its current one (which stays kept); audited."""
     check_alias_name(name)
     with store.connection() as conn, conn.transaction():
-        _lock(conn, name)
+        alias_rows.lock_alias(conn, name)
         target = resolve(conn, name)
         if target is None:
             raise AliasError(f"alias: {name!r} does not exist")
         if target.previous is None:
             raise AliasError(f"alias: {name!r} has no earlier target to roll back to")
-        kept = conn.execute(
-            "SELECT 1 FROM alias_targets WHERE alias = %s AND generation = %s", (name, target.previous)
-        ).fetchone()
-        if kept is None:
+        if not alias_rows.target_kept(conn, name, target.previous):
             raise AliasError(f"alias: {name!r}'s earlier target {target.previous} was dropped (retention)")
-        _point(conn, name, target.previous)
+        alias_rows.point(conn, name, target.previous)
         after = _current(conn, name)
         audit(conn, actor or local_actor(), "alias.rollback", name, target.as_dict(), after.as_dict())
         return after
@@ -293,26 +263,11 @@ def rollback(store: Store, name: str, *, actor: str | None = None) -> AliasTarge
 
 def drop_alias(store: Store, name: str) -> bool:
     with store.connection() as conn, conn.transaction():
-        _lock(conn, check_alias_name(name))
-        deleted = conn.execute("DELETE FROM aliases WHERE name = %s", (name,)).rowcount
-        targets = conn.execute(
-            "DELETE FROM alias_targets WHERE alias = %s RETURNING index_name, index_version", (name,)
-        ).fetchall()
+        alias_rows.lock_alias(conn, check_alias_name(name))
+        deleted = alias_rows.delete_alias(conn, name)
+        targets = alias_rows.delete_targets(conn, name)
         drop_unreferenced(conn, _snapshots(targets))
     return bool(deleted)
-
-
-def _lock(conn: psycopg.Connection, name: str) -> None:
-    """Serialise writers of one alias (readers never wait: they read the committed pointer)."""
-    conn.execute("SELECT pg_advisory_xact_lock(hashtext('chunkyard.alias:' || %s))", (name,))
-
-
-def _point(conn: psycopg.Connection, name: str, generation: int) -> None:
-    conn.execute(
-        "INSERT INTO aliases (name, generation) VALUES (%s, %s)"
-        " ON CONFLICT (name) DO UPDATE SET generation = excluded.generation, updated_at = now()",
-        (name, generation),
-    )
 
 
 def _current(conn: psycopg.Connection, name: str) -> AliasTarget:
@@ -330,19 +285,13 @@ def _prune(conn: psycopg.Connection, name: str, keep: int) -> list[IndexName]:
 
     Returns the snapshots the dropped targets pinned (dropped by the caller once no target pins them).
     """
-    chain = {
-        int(g): p
-        for g, p in conn.execute("SELECT generation, previous FROM alias_targets WHERE alias = %s", (name,))
-    }
-    current = conn.execute("SELECT generation FROM aliases WHERE name = %s", (name,)).fetchone()[0]
+    chain = alias_rows.rollback_chain(conn, name)
+    current = alias_rows.current_generation(conn, name)
+    assert current is not None  # the caller pointed it in this transaction
     kept: list[int] = []
     generation: int | None = int(current)
     while generation is not None and generation in chain and len(kept) <= keep:
         kept.append(generation)
         generation = chain[generation]
-    dropped = conn.execute(
-        "DELETE FROM alias_targets WHERE alias = %s AND NOT (generation = ANY(%s))"
-        " RETURNING index_name, index_version",
-        (name, kept),
-    ).fetchall()
+    dropped = alias_rows.delete_targets_except(conn, name, kept)
     return _snapshots(dropped)

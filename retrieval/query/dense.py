@@ -1,7 +1,8 @@
 """Dense candidates: query embedding, then the index's HNSW graph (pgvector) with an exact fallback.
 
 Dense queries go to the index's own partition and order by the expression its HNSW index is built
-on (`embedding::vector(d)` or `embedding::halfvec(d)`), so the planner uses that graph.
+on (`embedding::vector(d)` or `embedding::halfvec(d)`), so the planner uses that graph
+(`retrieval.store.nearest_chunks` holds the SQL).
 """
 
 from __future__ import annotations
@@ -18,9 +19,8 @@ from chunkyard.retrieval.observability.telemetry import span
 from chunkyard.retrieval.query.fusion import Candidates
 from chunkyard.retrieval.query.handles import IndexHandle
 from chunkyard.retrieval.settings.options import HNSW_MAX_EF, SearchError
+from chunkyard.retrieval.store import nearest_chunks
 from chunkyard.retrieval.store.capabilities import VECTOR_STORAGES, VectorFeatures
-from psycopg import sql
-from psycopg.types.json import Jsonb
 
 # Iterative HNSW scans (pgvector 0.8): strict_order keeps rows in distance order; relaxed_order may
 # return them slightly out of order (re-sorted here); off is the pre-0.8 behaviour.
@@ -101,30 +101,23 @@ def index_candidates(
     `hnsw.max_scan_tuples` is spent.
     """
     ef = min(HNSW_MAX_EF, max(ef_search, n))
-    exact_type = sql.SQL("vector({})").format(sql.Literal(handle.dim))
-    graph_type = sql.SQL("{}({})").format(sql.SQL(_storage(handle)), sql.Literal(handle.dim))
-    where = sql.SQL(" WHERE metadata @> %(filters)s") if filters else sql.SQL("")
+    storage = _storage(handle)
     # a float16 graph ranks near-ties slightly differently: fetch up to HALFVEC_RERANK x n of its
     # nearest (within ef) and keep the n best by the float32 cosine
     fetch = n if handle.vector_storage == "vector" else max(n, min(ef, HALFVEC_RERANK * n))
-    params: dict[str, Any] = {"q": np.asarray(query_vector, dtype=np.float32), "n": fetch}
-    if filters:
-        params["filters"] = Jsonb(filters)
-    query = sql.SQL(
-        "SELECT chunk_id, (embedding::{e}) <=> %(q)s::{e} AS distance FROM {part}{where}"
-        " ORDER BY (embedding::{g}) <=> %(q)s::{g} LIMIT %(n)s"
-    ).format(e=exact_type, g=graph_type, part=sql.Identifier(handle.chunks), where=where)
-    with conn.pipeline():  # one round trip for the settings and the query
-        conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(ef)))
-        if iterative_scan != "off":
-            conn.execute(sql.SQL("SET LOCAL hnsw.iterative_scan = {}").format(sql.Literal(iterative_scan)))
-            conn.execute(
-                sql.SQL("SET LOCAL hnsw.max_scan_tuples = {}").format(
-                    sql.Literal(env_int(MAX_SCAN_TUPLES_ENV, MAX_SCAN_TUPLES))
-                )
-            )
-        cursor = conn.execute(query, params)
-    rows = cursor.fetchall()
+    max_scan_tuples = env_int(MAX_SCAN_TUPLES_ENV, MAX_SCAN_TUPLES) if iterative_scan != "off" else 0
+    rows = nearest_chunks.graph_nearest(
+        conn,
+        handle.chunks,
+        handle.dim,
+        storage,
+        query_vector,
+        fetch,
+        filters,
+        ef_search=ef,
+        iterative_scan=iterative_scan,
+        max_scan_tuples=max_scan_tuples,
+    )
     if handle.vector_storage != "vector" or iterative_scan == "relaxed_order":
         rows.sort(key=lambda row: row[1])  # float16 graph order, or relaxed order: sort by the exact cosine
     return [(cid, 1.0 - float(distance)) for cid, distance in rows[:n]]
@@ -155,12 +148,7 @@ def dense_candidates(
         return found
     # HNSW's candidate list can run dry (a selective filter, or n > ef): count what exists and
     # fall back to an exact scan so k rows come back whenever k rows match.
-    where = sql.SQL(" WHERE metadata @> %(filters)s") if filters else sql.SQL("")
-    params: dict[str, Any] = {"filters": Jsonb(filters)} if filters else {}
-    available = conn.execute(
-        sql.SQL("SELECT count(*) FROM {part}{where}").format(part=sql.Identifier(handle.chunks), where=where),
-        params,
-    ).fetchone()[0]
+    available = nearest_chunks.count_matching(conn, handle.chunks, filters)
     if available <= len(found):
         return found
     return exact_candidates(conn, handle, query_vector, n, filters)
@@ -174,15 +162,7 @@ def exact_candidates(
     filters: dict[str, Any] | None,
 ) -> Candidates:
     """The n nearest chunks by an exact scan of every (matching) vector, never the graph."""
-    vector_type = sql.SQL("vector({})").format(sql.Literal(handle.dim))
-    where = sql.SQL(" WHERE metadata @> %(filters)s") if filters else sql.SQL("")
-    params: dict[str, Any] = {"q": np.asarray(query_vector, dtype=np.float32), "n": n}
-    if filters:
-        params["filters"] = Jsonb(filters)
-    exact = sql.SQL(
-        "SELECT chunk_id, embedding <=> %(q)s::{t} AS distance FROM {part}{where} ORDER BY 2 LIMIT %(n)s"
-    ).format(t=vector_type, part=sql.Identifier(handle.chunks), where=where)
-    rows = conn.execute(exact, params).fetchall()
+    rows = nearest_chunks.exact_nearest(conn, handle.chunks, handle.dim, query_vector, n, filters)
     return [(cid, 1.0 - float(distance)) for cid, distance in rows]
 
 

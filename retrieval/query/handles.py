@@ -19,6 +19,7 @@ from chunkyard.retrieval.settings.index_defaults import ContextConfigError, Inde
 from chunkyard.retrieval.settings.names import IndexName
 from chunkyard.retrieval.settings.options import SearchError
 from chunkyard.retrieval.store import bm25 as bm25_lib
+from chunkyard.retrieval.store import published_indexes
 from chunkyard.retrieval.store.indexes import split_index_name
 from chunkyard.retrieval.store.partitions import partition_names
 from chunkyard.retrieval.store.read_lock import lock_for_read
@@ -59,12 +60,12 @@ class IndexHandles:
                     lock_for_read(
                         conn
                     )  # before the read transaction's snapshot: a partition swap lands before or after it
-                cursor = conn.execute("SELECT version, dim, config FROM indexes WHERE name = %s", (name,))
+                cursor = published_indexes.queue_published_state(conn, name)
             row = cursor.fetchone()
         except psycopg.errors.UndefinedTable:  # a database no index was built in: no tables yet
             raise IndexNotFoundError(f"index {name!r} does not exist: {NOTHING_INDEXED}") from None
         if row is None:
-            known = _published(conn)
+            known = published_indexes.published_names(conn)
             raise IndexNotFoundError(
                 f"index {name!r} does not exist; " + (f"known: {known}" if known else NOTHING_INDEXED)
             )
@@ -94,10 +95,6 @@ class IndexHandles:
         with self._lock:
             self._handles[name] = handle
         return handle
-
-
-def _published(conn: psycopg.Connection) -> list[str]:
-    return [r[0] for r in conn.execute("SELECT name FROM indexes WHERE version > 0 ORDER BY name")]
 
 
 @contextlib.contextmanager

@@ -10,9 +10,8 @@ import psycopg
 from chunkyard.retrieval.query.fusion import Ranked
 from chunkyard.retrieval.query.handles import IndexHandle
 from chunkyard.retrieval.query.results import SearchResult
-from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store import Store, document_reads, published_chunks
 from chunkyard.retrieval.store.vectors import as_array
-from psycopg import sql
 
 
 @dataclass
@@ -40,19 +39,12 @@ def fetch_rows(
         if commit:
             conn.execute("COMMIT")
         return {}
-    columns = sql.SQL('chunk_id, doc_id, start, "end", text, metadata, parent_id')
-    if with_vectors:
-        columns = columns + sql.SQL(", embedding")
     with conn.pipeline():
-        cursor = conn.execute(
-            sql.SQL("SELECT {} FROM {} WHERE index_name = %s AND chunk_id = ANY(%s)").format(
-                columns, sql.Identifier(handle.chunks)
-            ),
-            (handle.name, chunk_ids),
+        cursor = published_chunks.queue_rows(
+            conn, handle.name, handle.chunks, chunk_ids, with_vectors=with_vectors
         )
-        failures = conn.execute(
-            _STALE.format(chunks=sql.Identifier(handle.chunks)),
-            (handle.name, chunk_ids, handle.name.collection),
+        failures = published_chunks.queue_stale_documents(
+            conn, handle.name, handle.chunks, chunk_ids, handle.name.collection
         )
         if commit:
             conn.execute("COMMIT")
@@ -71,17 +63,6 @@ def fetch_rows(
         )
         for row in rows
     }
-
-
-# Documents whose file failed to load after they were indexed keep serving their last good
-# version (a transient read error must not drop them); their failure says why they may be stale.
-# A failure keyed by a folder (several-folder collections) covers every document under it.
-_STALE = sql.SQL(
-    "SELECT c.doc_id, f.reason FROM (SELECT DISTINCT doc_id FROM {chunks}"
-    " WHERE index_name = %s AND chunk_id = ANY(%s)) c"
-    " JOIN document_failures f ON f.collection = %s"
-    " AND (f.path = c.doc_id OR left(c.doc_id, length(f.path) + 1) = f.path || '/')"
-)
 
 
 def to_results(handle: IndexHandle, hits: Ranked, rows: dict[str, ChunkRow]) -> list[SearchResult]:
@@ -125,15 +106,12 @@ def attach_parents(
             meta = result.metadata
             start, end = meta.get("parent_start"), meta.get("parent_end")
             if isinstance(start, int) and isinstance(end, int) and 0 <= start <= end:
-                row = conn.execute(
-                    "SELECT substr(text, %s, %s) FROM documents WHERE collection = %s AND doc_id = %s",
-                    (start + 1, end - start, handle.name.collection, result.doc_id),
-                ).fetchone()
-                if row is not None:
+                text = document_reads.document_slice(conn, handle.name.collection, result.doc_id, start, end)
+                if text is not None:
                     result.parent = {
                         "chunk_id": parent_id,
                         "doc_id": result.doc_id,
                         "start": start,
                         "end": end,
-                        "text": row[0],
+                        "text": text,
                     }

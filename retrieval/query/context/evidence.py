@@ -13,7 +13,7 @@ from chunkyard.retrieval.query.context.windows import _best_windows, _best_windo
 from chunkyard.retrieval.query.handles import IndexHandle
 from chunkyard.retrieval.settings.index_defaults import ContextScoring
 from chunkyard.retrieval.store import bm25 as bm25_lib
-from psycopg import sql
+from chunkyard.retrieval.store import published_chunks, published_postings
 
 
 @dataclass(frozen=True)
@@ -84,32 +84,19 @@ def score_contexts(
     with conn.pipeline():
         stats_cursor = df_cursor = tf_cursor = dense_cursor = text_cursor = None
         if use_focus and counts:
-            text_cursor = conn.execute(
-                sql.SQL(
-                    "SELECT chunk_id, embed_text FROM {} WHERE index_name = %s AND chunk_id = ANY(%s)"
-                ).format(sql.Identifier(chunks_partition)),
-                (index_name, list(members)),
+            text_cursor = published_chunks.queue_embed_texts(
+                conn, index_name, chunks_partition, list(members)
             )
         if terms is not None and counts:
             stats_cursor, df_cursor = bm25_lib.queue_statistics(conn, index_name, list(counts))
-            tf_cursor = conn.execute(
-                sql.SQL(
-                    "SELECT chunk_id, term, tf FROM {} WHERE index_name = %s AND term = ANY(%s)"
-                    " AND chunk_id = ANY(%s)"
-                ).format(sql.Identifier(postings_partition)),
-                (index_name, list(counts), all_members),
+            tf_cursor = published_postings.queue_term_frequencies(
+                conn, index_name, postings_partition, list(counts), all_members
             )
         if query_vector is not None:
             anchors = [cid for cid, ids in members.items() for _ in ids]
             member_ids = [m for ids in members.values() for m in ids]
-            vector_type = sql.SQL("vector({})").format(sql.Literal(int(handle.dim)))
-            dense_cursor = conn.execute(
-                sql.SQL(
-                    "SELECT a.anchor, 1 - (avg(c.embedding::{t}) <=> %s::{t}) FROM"
-                    " unnest(%s::text[], %s::text[]) AS a(anchor, member)"
-                    " JOIN {part} c ON c.index_name = %s AND c.chunk_id = a.member GROUP BY a.anchor"
-                ).format(t=vector_type, part=sql.Identifier(chunks_partition)),
-                (np.asarray(query_vector, dtype=np.float32), anchors, member_ids, index_name),
+            dense_cursor = published_chunks.queue_context_cosines(
+                conn, index_name, chunks_partition, handle.dim, query_vector, anchors, member_ids
             )
     if stats_cursor is not None and df_cursor is not None and tf_cursor is not None:
         stats_row = stats_cursor.fetchone()

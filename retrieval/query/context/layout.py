@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import psycopg
 from chunkyard.retrieval.settings.index_defaults import ContextScoring
-from psycopg import sql
+from chunkyard.retrieval.store.published_chunks import LayoutRow, layout_rows
 
 
 class ChunkLayout:
@@ -16,7 +16,7 @@ class ChunkLayout:
     per chunk (the id, its position, five integers, the first-copy map).
     """
 
-    def __init__(self, version: int, rows: list[tuple[str, str, int, int, str, int]]) -> None:
+    def __init__(self, version: int, rows: list[LayoutRow]) -> None:
         self.version = version
         self.chunk_ids = [r[0] for r in rows]
         self.position = {cid: i for i, cid in enumerate(self.chunk_ids)}
@@ -45,13 +45,7 @@ class ChunkLayout:
 
     @classmethod
     def load(cls, conn: psycopg.Connection, chunks_partition: str, version: int) -> ChunkLayout:
-        rows = conn.execute(
-            sql.SQL(
-                "SELECT chunk_id, doc_id, start, bm25_length, coalesce(parent_id, ''),"
-                " ('x' || left(md5(text), 16))::bit(64)::bigint FROM {} ORDER BY doc_id, start, chunk_id"
-            ).format(sql.Identifier(chunks_partition))
-        ).fetchall()
-        return cls(version, rows)
+        return cls(version, layout_rows(conn, chunks_partition))
 
     def _bounds(self, positions: np.ndarray, settings: ContextScoring) -> tuple[np.ndarray, np.ndarray]:
         if settings.span == "parent":

@@ -11,7 +11,7 @@ from chunkyard.retrieval.query.context.windows import _window_means
 from chunkyard.retrieval.query.handles import IndexHandle
 from chunkyard.retrieval.settings.index_defaults import ContextScoring
 from chunkyard.retrieval.store import bm25 as bm25_lib
-from psycopg import sql
+from chunkyard.retrieval.store import published_chunks, published_postings
 
 # Context means are computed this many chunks at a time (bounds the temporaries on a large index).
 MEANS_BLOCK = 4096
@@ -44,9 +44,6 @@ class ContextStatistics:
         self._means: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
         self._bm25_loaded = False
 
-    def _layout_order(self) -> sql.Composable:
-        return sql.SQL("ORDER BY doc_id, start, chunk_id")  # ChunkLayout.load's order
-
     def load_bm25(self, conn: psycopg.Connection) -> None:
         """Totals, document frequencies and term frequencies (one binary COPY of the postings)."""
         if self._bm25_loaded:
@@ -56,25 +53,12 @@ class ContextStatistics:
                 return
             handle = self._handle
             self.stats = bm25_lib.load_stats(conn, handle.name)
-            terms = conn.execute(
-                "SELECT term, df FROM bm25_terms WHERE index_name = %s ORDER BY term", (handle.name,)
-            ).fetchall()
+            terms = published_postings.terms_with_df(conn, handle.name)
             self.term_ids = {t: i for i, (t, _) in enumerate(terms)}
             self.df = np.array([int(d) for _, d in terms], dtype=np.int64)
-            query = sql.SQL(
-                "COPY (SELECT t.ti::int4, c.ci::int4, p.tf FROM {postings} p"
-                " JOIN (SELECT chunk_id, row_number() OVER ({order}) - 1 AS ci FROM {chunks}) c"
-                " ON c.chunk_id = p.chunk_id"
-                " JOIN (SELECT term, row_number() OVER (ORDER BY term) - 1 AS ti FROM bm25_terms"
-                " WHERE index_name = {name}) t ON t.term = p.term) TO STDOUT (FORMAT BINARY)"
-            ).format(
-                postings=sql.Identifier(handle.postings),
-                chunks=sql.Identifier(handle.chunks),
-                order=self._layout_order(),
-                name=sql.Literal(str(handle.name)),
+            term_index, rows, tf = published_postings.postings_by_position(
+                conn, handle.name, handle.postings, handle.chunks
             )
-            records = bm25_lib.binary_copy_int4_rows(_copy_bytes(conn, query), 3)
-            term_index, rows, tf = (records[f"v{i}"].astype(np.int64) for i in range(3))
             order = np.lexsort((rows, term_index))
             term_index, rows, tf = term_index[order], rows[order], tf[order]
             self._indptr = np.searchsorted(term_index, np.arange(len(terms) + 1), side="left").astype(
@@ -99,14 +83,7 @@ class ContextStatistics:
             with self._lock:
                 if self._vectors is None:
                     dim = int(self._handle.dim)
-                    query = sql.SQL(
-                        "COPY (SELECT embedding::vector({dim}) FROM {chunks} {order}) TO STDOUT (FORMAT BINARY)"
-                    ).format(
-                        dim=sql.Literal(dim),
-                        chunks=sql.Identifier(self._handle.chunks),
-                        order=self._layout_order(),
-                    )
-                    self._vectors = _binary_copy_vectors(_copy_bytes(conn, query), dim)
+                    self._vectors = published_chunks.vectors_in_layout_order(conn, self._handle.chunks, dim)
                     if len(self._vectors) != len(self.layout.chunk_ids):
                         raise ValueError("context statistics: chunk vectors do not match the chunk layout")
         return self._vectors
@@ -150,10 +127,7 @@ class ContextStatistics:
                     ids: list[int] = []
                     offsets = [0]
                     term_ids = self.term_ids
-                    query = sql.SQL("SELECT embed_text FROM {} {}").format(
-                        sql.Identifier(self._handle.chunks), self._layout_order()
-                    )
-                    for (text,) in conn.execute(query):
+                    for text in published_chunks.embed_texts_in_layout_order(conn, self._handle.chunks):
                         ids.extend(term_ids.get(term, -1) for term in analyzer.analyze(text))
                         offsets.append(len(ids))
                     self._focus = (np.array(ids, dtype=np.int32), np.array(offsets, dtype=np.int64))
@@ -180,24 +154,3 @@ class ContextStatistics:
                     chunk_of = np.repeat(np.arange(len(offsets) - 1, dtype=np.int32), np.diff(offsets))
                     self._occurrences = (indptr.astype(np.int64), known[order].astype(np.int64), chunk_of)
         return self._occurrences
-
-
-def _copy_bytes(conn: psycopg.Connection, query: sql.Composable) -> bytes:
-    buffer = bytearray()
-    with conn.cursor() as cur, cur.copy(query) as copy:
-        for block in copy:
-            buffer += block
-    return bytes(buffer)
-
-
-def _binary_copy_vectors(data: bytes, dim: int) -> np.ndarray:
-    """Parse binary COPY output of one non-null pgvector `vector(dim)` column into an (n x dim) array."""
-    if not data.startswith(b"PGCOPY\n\xff\r\n\x00"):
-        raise ValueError("not a Postgres binary COPY stream")
-    extension = int.from_bytes(data[15:19], "big")
-    body = data[19 + extension : len(data) - 2]
-    fields = [("count", ">i2"), ("len", ">i4"), ("dim", ">i2"), ("unused", ">i2"), ("x", ">f4", (dim,))]
-    records = np.frombuffer(body, dtype=np.dtype(fields))
-    if records.size and (np.any(records["count"] != 1) or np.any(records["dim"] != dim)):
-        raise ValueError("unexpected row layout in binary COPY stream (a chunk without a vector?)")
-    return records["x"].astype(np.float32)
