@@ -12,9 +12,10 @@ import ast
 import re
 from typing import Any
 
-from chunkyard.chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece, extend_overlap, trim_span
+from chunkyard.chunking.base import BaseChunker, ChunkerConfigError
 from chunkyard.chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
 from chunkyard.chunking.sentences import pack_spans
+from chunkyard.chunking.spans import DocText, Piece, extend_overlap, trim_span
 from chunkyard.chunking.types import Document
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")

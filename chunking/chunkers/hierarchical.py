@@ -11,17 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from chunkyard.chunking.base import (
-    BaseChunker,
-    ChunkerConfigError,
-    DocText,
-    Piece,
-    extend_overlap,
-    window_pieces,
-)
+from chunkyard.chunking.base import BaseChunker, ChunkerConfigError
 from chunkyard.chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
 from chunkyard.chunking.fields import require_int
 from chunkyard.chunking.sentences import pack_spans, sentence_spans
+from chunkyard.chunking.spans import DocText, Piece, extend_overlap, window_pieces
 from chunkyard.chunking.types import make_chunk_id
 
 

@@ -7,8 +7,9 @@ import re
 from html.parser import HTMLParser
 from typing import Any
 
-from chunkyard.chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece
+from chunkyard.chunking.base import BaseChunker, ChunkerConfigError
 from chunkyard.chunking.chunkers._structured import Block, Section, _StructuredChunker
+from chunkyard.chunking.spans import DocText, Piece
 
 _BLOCK_TAGS = frozenset(
     [

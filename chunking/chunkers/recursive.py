@@ -8,14 +8,9 @@ from itertools import accumulate
 from typing import Any
 
 import numpy as np
-from chunkyard.chunking.base import (
-    BaseChunker,
-    ChunkerConfigError,
-    DocText,
-    Piece,
-    refined_counts,
-    trim_span,
-)
+from chunkyard.chunking.base import BaseChunker, ChunkerConfigError
+from chunkyard.chunking.span_counts import refined_counts
+from chunkyard.chunking.spans import DocText, Piece, trim_span
 from chunkyard.chunking.tokenizers import TokenUnits
 
 RECURSIVE_PRESETS: dict[str, dict[str, Any]] = {

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from chunkyard.chunking.base import (
-    BaseChunker,
-    DocText,
-    Piece,
-    extend_overlap,
-)
+from chunkyard.chunking.base import BaseChunker
 from chunkyard.chunking.sentences import pack_spans, sentence_spans
+from chunkyard.chunking.spans import DocText, Piece, extend_overlap
 
 
 class SentenceChunker(BaseChunker):

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from chunkyard.chunking.base import (
-    BaseChunker,
-    DocText,
-    Piece,
-    extend_overlap,
-    window_pieces,
-)
+from chunkyard.chunking.base import BaseChunker
+from chunkyard.chunking.spans import DocText, Piece, extend_overlap, window_pieces
 
 
 class TokenChunker(BaseChunker):
