@@ -20,7 +20,7 @@ from chunkyard.chunking.types import Chunk, Document, as_document
 
 
 class ChunkerConfigError(ValueError):
-    """A chunker spec is invalid; the message names the bad field."""
+    """A `chunker:` mapping is invalid; the message names the bad field."""
 
 
 ContextStep = Callable[[Document, list[Chunk]], None]

@@ -114,7 +114,7 @@ def optimal_segmentation(
     return segments
 
 
-def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+def build(common: dict, options: dict, chunker: dict, em: Any, llm: Any) -> BaseChunker:
     """Build this strategy's chunker from validated common fields and its own `options`."""
 
     piece_size = require_int(options, "piece_size", 50, minimum=4)

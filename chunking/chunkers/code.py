@@ -233,7 +233,7 @@ class CodeChunker(BaseChunker):
         return [Piece(a, b, {**meta, "part": k}, prefix) for k, (a, b) in enumerate(spans)]
 
 
-def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+def build(common: dict, options: dict, chunker: dict, em: Any, llm: Any) -> BaseChunker:
     """Build this strategy's chunker from validated common fields and its own `options`."""
 
     language = options["language"]

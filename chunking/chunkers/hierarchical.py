@@ -62,7 +62,7 @@ class HierarchicalChunker(BaseChunker):
         return out
 
 
-def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+def build(common: dict, options: dict, chunker: dict, em: Any, llm: Any) -> BaseChunker:
     """Build this strategy's chunker from validated common fields and its own `options`."""
 
     parent_size = require_int(options, "parent_size", 1024, minimum=8)

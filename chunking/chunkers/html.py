@@ -165,7 +165,7 @@ class HtmlChunker(_StructuredChunker):
         return chunks
 
 
-def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+def build(common: dict, options: dict, chunker: dict, em: Any, llm: Any) -> BaseChunker:
     """Build this strategy's chunker from validated common fields and its own `options`."""
 
     strip = options["strip_tags"]

@@ -58,7 +58,7 @@ class LLMChunker(BaseChunker):
         return extend_overlap(out, dt.units, self.overlap, len(text), text)
 
 
-def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+def build(common: dict, options: dict, chunker: dict, em: Any, llm: Any) -> BaseChunker:
     """Build this strategy's chunker from validated common fields and its own `options`."""
 
     if llm is None:

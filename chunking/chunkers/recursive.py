@@ -354,7 +354,7 @@ class _Merge:
 # sentence
 
 
-def _recursive_kwargs(options: dict, spec: dict) -> dict:
+def _recursive_kwargs(options: dict, chunker: dict) -> dict:
     preset_name = options.get("preset") or "default"
     if preset_name not in RECURSIVE_PRESETS:
         raise ChunkerConfigError(
@@ -406,7 +406,7 @@ def _recursive_kwargs(options: dict, spec: dict) -> dict:
     }
 
 
-def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+def build(common: dict, options: dict, chunker: dict, em: Any, llm: Any) -> BaseChunker:
     """Build this strategy's chunker from validated common fields and its own `options`."""
 
-    return RecursiveChunker(**_recursive_kwargs(options, spec), **common)
+    return RecursiveChunker(**_recursive_kwargs(options, chunker), **common)

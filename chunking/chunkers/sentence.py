@@ -21,7 +21,7 @@ class SentenceChunker(BaseChunker):
         return extend_overlap(base, dt.units, self.overlap, len(dt.text), dt.text)
 
 
-def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+def build(common: dict, options: dict, chunker: dict, em: Any, llm: Any) -> BaseChunker:
     """Build this strategy's chunker from validated common fields and its own `options`."""
 
     return SentenceChunker(**common)
