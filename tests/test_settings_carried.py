@@ -115,3 +115,24 @@ def test_a_bad_setting_stops_index_in_the_parent_before_any_child_starts(tmp_pat
     assert done.stderr.count("chunker.size: must be >= 8, got -5") == 1, done.stderr
     assert {role for role, _kind, _what in _counts(counts)} == {"parent"}  # no child was started
     assert not (project / ".chunkyard").exists()
+
+
+def test_the_child_reads_what_was_carried_once_and_nothing_without_a_pipe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pickle
+
+    from chunkyard.orchestration.cli_session import CARRIED_ENV, carried_from_parent
+
+    read_end, write_end = os.pipe()
+    with os.fdopen(write_end, "wb") as pipe:
+        pipe.write(pickle.dumps({"checked": ["mine"]}))
+    monkeypatch.setenv(CARRIED_ENV, str(read_end))
+    assert carried_from_parent() == {"checked": ["mine"]}
+    assert CARRIED_ENV not in os.environ  # not passed on to the run's own processes
+    assert carried_from_parent() is None  # read once
+    with pytest.raises(OSError):
+        os.fstat(read_end)  # and its pipe closed
+    for stale in ("not a descriptor", "999999"):  # set by hand, or inherited from elsewhere
+        monkeypatch.setenv(CARRIED_ENV, stale)
+        assert carried_from_parent() is None
