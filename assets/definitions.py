@@ -26,7 +26,7 @@ from chunkyard.assets.sensors import build_document_sensor, build_janitor_sensor
 from chunkyard.chunking.environment import env_int
 from chunkyard.pipeline.graph import STEP_NAMES
 from chunkyard.retrieval.settings.config import Collection, IndexSpec, load_collections
-from chunkyard.retrieval.settings.config_checks import load_index_specs
+from chunkyard.retrieval.settings.config_checks import CheckedProject, load_index_specs
 from chunkyard.retrieval.settings.project import automation_enabled
 from dagster import (
     AssetKey,
@@ -118,11 +118,18 @@ def index_job(defs: Definitions, collections: Sequence[str]) -> JobDefinition:
 
 
 def build_all(
-    indexes_path: str | Path | None = None, collections_path: str | Path | None = None
+    indexes_path: str | Path | None = None,
+    collections_path: str | Path | None = None,
+    *,
+    checked: CheckedProject | None = None,
 ) -> dict[str, CollectionAssets]:
-    """Assets for every collection of collections.yaml and every index `load_index_specs` returns."""
-    specs = load_index_specs(indexes_path, collections_path)
-    collections = load_collections(collections_path)
+    """Assets for every collection of collections.yaml and every index `load_index_specs` returns (or
+    those of the project `checked` already, read and checked once by `chunkyard index`)."""
+    if checked is not None:
+        specs, collections = list(checked.specs), checked.collections
+    else:
+        specs = load_index_specs(indexes_path, collections_path)
+        collections = load_collections(collections_path)
     check_spellings("collections", collections)
     for name in collections:
         check_spellings(
@@ -139,10 +146,12 @@ def build_definitions(
     collections_path: str | Path | None = None,
     *,
     database_url: str | None = None,
+    checked: CheckedProject | None = None,
 ) -> Definitions:
-    """Everything Dagster shows: assets and checks per config, the sensor, schedule and resources."""
-    built = build_all(indexes_path, collections_path)
-    collections = load_collections(collections_path)
+    """Everything Dagster shows: assets and checks per config, the sensor, schedule and resources
+    (from the settings files, or from the project `checked` already)."""
+    built = build_all(indexes_path, collections_path, checked=checked)
+    collections = {name: assets.collection for name, assets in built.items()}
     assets = [a for c in built.values() for a in c.assets]
     # Running unless the loading process says no (`chunkyard ui` without `ui_automation: true`).
     status = DefaultSensorStatus.RUNNING if automation_enabled() else DefaultSensorStatus.STOPPED

@@ -31,9 +31,12 @@ def check_specs(declared: Sequence[DeclaredCheck], key: AssetKey, *, blocking: b
     failed staged check leaves the previous version published."""
     return [
         AssetCheckSpec(
-            spec.name, asset=key, description=spec.description, blocking=blocking and spec.severity == "error"
+            check.name,
+            asset=key,
+            description=check.description,
+            blocking=blocking and check.severity == "error",
         )
-        for spec in declared
+        for check in declared
     ]
 
 

@@ -113,7 +113,7 @@ def phase_seconds(chunker: BaseChunker, texts: list[str]) -> dict[str, float]:
     exact counts: `enforce_limit` (token counts exact at the edges); chunk objects: the rest of
     `finish` (timed on a fresh `DocText` with the counts included, less the counts timed alone).
     """
-    from chunkyard.chunking.base import DocText
+    from chunkyard.chunking.spans import DocText
     from chunkyard.chunking.types import as_document
 
     out = dict.fromkeys(PHASES, 0.0)

@@ -58,12 +58,12 @@ class E5ModelError(RuntimeError):
 
 def source_file(package: str, relative: str, sha256: str) -> Path:
     """The installed package's file, checked against its pinned digest."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
+    found = importlib.util.find_spec(package)
+    if found is None or not found.submodule_search_locations:
         raise E5ModelError(
             f"{MODEL_NAME}: the package providing {package!r} is not installed; {INSTALL_HINT}"
         )
-    path = Path(next(iter(spec.submodule_search_locations))) / relative
+    path = Path(next(iter(found.submodule_search_locations))) / relative
     digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
     if digest != sha256:
         raise E5ModelError(

@@ -1,4 +1,4 @@
-"""Index-time context enrichment, composable with any strategy (`context:` in a chunker spec).
+"""Index-time context enrichment, composable with any strategy (`context:` in a `chunker:` mapping).
 
 Only `embed_text` changes; spans never do.
 
@@ -66,32 +66,34 @@ def make_llm_step(llm: Any, max_doc_chars: int) -> ContextStep:
     return llm_context_step
 
 
-def build_context_steps(spec: Any, *, llm: Any = None) -> list[ContextStep]:
+def build_context_steps(context: Any, *, llm: Any = None) -> list[ContextStep]:
     """Validate the `context:` mapping and return the enrichment steps in a fixed order."""
-    if spec in (None, False, {}):
+    if context in (None, False, {}):
         return []
-    if not isinstance(spec, dict):
-        raise ChunkerConfigError(f"chunker.context: expected a mapping like {{headers: true}}, got {spec!r}")
-    unknown = sorted(set(spec) - set(CONTEXT_FIELDS))
+    if not isinstance(context, dict):
+        raise ChunkerConfigError(
+            f"chunker.context: expected a mapping like {{headers: true}}, got {context!r}"
+        )
+    unknown = sorted(set(context) - set(CONTEXT_FIELDS))
     if unknown:
         raise ChunkerConfigError(
             f"chunker.context.{unknown[0]}: unknown; expected one of {', '.join(CONTEXT_FIELDS)}"
         )
     steps: list[ContextStep] = []
-    neighbours = spec.get("neighbours", 0)
+    neighbours = context.get("neighbours", 0)
     if isinstance(neighbours, bool) or not isinstance(neighbours, int) or neighbours < 0:
         raise ChunkerConfigError(f"chunker.context.neighbours: expected an integer >= 0, got {neighbours!r}")
     if neighbours:
         steps.append(make_neighbours_step(neighbours))
-    headers = spec.get("headers", False)
+    headers = context.get("headers", False)
     if not isinstance(headers, bool):
         raise ChunkerConfigError(f"chunker.context.headers: expected true or false, got {headers!r}")
     if headers:
         steps.append(headers_step)
-    use_llm = spec.get("llm", False)
+    use_llm = context.get("llm", False)
     if not isinstance(use_llm, bool):
         raise ChunkerConfigError(f"chunker.context.llm: expected true or false, got {use_llm!r}")
-    max_chars = spec.get("llm_max_doc_chars", 20000)
+    max_chars = context.get("llm_max_doc_chars", 20000)
     if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 100:
         raise ChunkerConfigError(
             f"chunker.context.llm_max_doc_chars: expected an integer >= 100, got {max_chars!r}"

@@ -7,8 +7,8 @@ from typing import Any
 from chunkyard.chunking.base import ChunkerConfigError
 
 
-def require_int(spec: dict, key: str, default: Any, *, minimum: int = 1) -> int:
-    value = spec.get(key, default)
+def require_int(chunker: dict, key: str, default: Any, *, minimum: int = 1) -> int:
+    value = chunker.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ChunkerConfigError(f"chunker.{key}: expected an integer, got {value!r}")
     if value < minimum:
@@ -16,9 +16,9 @@ def require_int(spec: dict, key: str, default: Any, *, minimum: int = 1) -> int:
     return value
 
 
-def resolve_overlap(spec: dict, size: int) -> int:
+def resolve_overlap(chunker: dict, size: int) -> int:
     """`overlap` is an int (tokens) or a float in [0, 1) (fraction of `size`)."""
-    value = spec.get("overlap", 0)
+    value = chunker.get("overlap", 0)
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int | float):

@@ -1,4 +1,4 @@
-"""`build_chunker(spec)`: the `chunker:` mapping of an index config -> a Chunker.
+"""`build_chunker(chunker)`: the `chunker:` mapping of an index config -> a Chunker.
 
 One table, `STRATEGY_TABLE`, says per strategy how it is built, which fields it takes (with
 their defaults), whether it needs the embedding model while chunking and its code version. Every field is
@@ -61,31 +61,31 @@ def strategy_entry(name: object) -> Strategy:
 
 
 def build_chunker(
-    spec: dict[str, Any],
+    chunker: dict[str, Any],
     *,
     config_key: str = "",
     embedding_model: Any = None,
     llm: Any = None,
 ) -> BaseChunker:
-    """Build a chunker from a config mapping, e.g. `{strategy: recursive, size: 256}`."""
-    if not isinstance(spec, dict):
-        raise ChunkerConfigError(f"chunker: expected a mapping, got {type(spec).__name__}")
-    entry = strategy_entry(spec.get("strategy"))
+    """Build a chunker from its `chunker:` mapping, e.g. `{strategy: recursive, size: 256}`."""
+    if not isinstance(chunker, dict):
+        raise ChunkerConfigError(f"chunker: expected a mapping, got {type(chunker).__name__}")
+    entry = strategy_entry(chunker.get("strategy"))
     strategy = entry.name
     allowed = COMMON_FIELDS | set(entry.fields)
-    unknown = sorted(set(spec) - allowed)
+    unknown = sorted(set(chunker) - allowed)
     if unknown:
         raise ChunkerConfigError(
             f"chunker.{unknown[0]}: not a field of strategy {strategy!r}; allowed: {', '.join(sorted(allowed))}"
         )
-    size = require_int(spec, "size", 256, minimum=8)
-    overlap = resolve_overlap(spec, size)
-    tokenizer_name = spec.get("tokenizer", "model")
+    size = require_int(chunker, "size", 256, minimum=8)
+    overlap = resolve_overlap(chunker, size)
+    tokenizer_name = chunker.get("tokenizer", "model")
     if tokenizer_name not in TOKENIZERS:
         raise ChunkerConfigError(
             f"chunker.tokenizer: unknown {tokenizer_name!r}; expected one of {', '.join(TOKENIZERS)}"
         )
-    model = spec.get("model", DEFAULT_MODEL)
+    model = chunker.get("model", DEFAULT_MODEL)
     if not isinstance(model, str) or not model:
         raise ChunkerConfigError(f"chunker.model: expected a model name, got {model!r}")
     try:
@@ -103,9 +103,9 @@ def build_chunker(
 
     from chunkyard.chunking.enrichment import build_context_steps
 
-    if llm is None and spec.get("endpoint") is not None:
-        llm = client_from_endpoint(spec["endpoint"])
-    context = build_context_steps(spec.get("context"), llm=llm)
+    if llm is None and chunker.get("endpoint") is not None:
+        llm = client_from_endpoint(chunker["endpoint"])
+    context = build_context_steps(chunker.get("context"), llm=llm)
     common = {
         "tokenizer": tokenizer,
         "size": size,
@@ -113,12 +113,12 @@ def build_chunker(
         "config_key": config_key,
         "context": context,
     }
-    options = {k: spec.get(k, d) for k, d in entry.fields.items()}
+    options = {k: chunker.get(k, d) for k, d in entry.fields.items()}
     if entry.needs_model and embedding_model is None:
         raise ChunkerConfigError(
             f"chunker.strategy: {strategy!r} needs an embedding_model (pass embedding_model=...)"
         )
-    return entry.build(common, options, spec, embedding_model, llm)
+    return entry.build(common, options, chunker, embedding_model, llm)
 
 
 def client_from_endpoint(endpoint: Any) -> Any:
@@ -158,7 +158,7 @@ Build = Callable[[dict, dict, dict, Any, Any], BaseChunker]
 
 @dataclass(frozen=True)
 class Strategy:
-    """One chunking strategy: its `build(common, options, spec, embedding_model, llm)` (in its module
+    """One chunking strategy: its `build(common, options, chunker, embedding_model, llm)` (in its module
     `chunking.chunkers.<name>`), its own fields besides the common ones (with defaults), whether it
     embeds while chunking, and its code version: bump `code_version` when its module (or what only it
     runs) changes the chunks it makes; the versions of the assets of its configs follow, no other's."""
@@ -169,9 +169,9 @@ class Strategy:
     needs_model: bool = False
     code_version: str = "1"
 
-    def code_versions(self, spec: Mapping[str, Any]) -> dict[str, str]:
+    def code_versions(self, chunker: Mapping[str, Any]) -> dict[str, str]:
         """The declared versions a config of this strategy runs: its own, and its `base` strategy's."""
-        base = spec.get("base", self.fields.get("base"))
+        base = chunker.get("base", self.fields.get("base"))
         own = {self.name: self.code_version}
         if isinstance(base, str) and base in STRATEGY_TABLE and base != self.name:
             return {**own, **STRATEGY_TABLE[base].code_versions({})}

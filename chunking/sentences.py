@@ -7,10 +7,7 @@ from bisect import bisect_right
 from itertools import chain
 
 import numpy as np
-from chunkyard.chunking.base import (
-    trim_span,
-    window_pieces,
-)
+from chunkyard.chunking.spans import trim_span, window_pieces
 from chunkyard.chunking.tokenizers import TokenUnits
 
 _ABBREVIATIONS = frozenset(

@@ -6,12 +6,24 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import dataclass
 
 from chunkyard.chunking.documents.printable import printable
 from chunkyard.orchestration import cli_check, cli_search, run_report
 from chunkyard.orchestration.cli_errors import RuntimeFailure
-from chunkyard.orchestration.cli_session import in_own_session, run_in_own_session
+from chunkyard.orchestration.cli_session import carried_from_parent, in_own_session, run_in_own_session
 from chunkyard.orchestration.progress import RunProgress
+from chunkyard.retrieval.settings.config_checks import CheckedProject, check_index_run
+from chunkyard.retrieval.settings.project import ParsedFiles, parsed_files, reuse_parsed
+
+
+@dataclass(frozen=True)
+class HandOver:
+    """What `chunkyard index` hands the child that runs it: the checked project, and the settings
+    files' parses (each reused there only while its file is unchanged)."""
+
+    checked: CheckedProject
+    parsed: ParsedFiles
 
 
 def _print(message: str = "", end: str = "\n") -> None:
@@ -21,13 +33,21 @@ def _print(message: str = "", end: str = "\n") -> None:
 def cmd_index(args: argparse.Namespace) -> int:
     """Materialise the collection's assets as a real run of the project's Dagster instance."""
 
-    chosen = cli_check.chosen_collections(getattr(args, "name", None) or getattr(args, "collection", None))
-    planned = cli_check.check_project(chosen)  # every config, before anything runs: exit 2 on a problem
+    # The settings files are read and checked once, here at the edge, before anything runs (exit 2 on a
+    # problem); the child that runs the index gets the checked project from this process, not the files.
+    carried = carried_from_parent() if in_own_session() else None
+    if isinstance(carried, HandOver):
+        reuse_parsed(carried.parsed)  # the files' parses too, for what the run reads (the default index)
+        checked = carried.checked
+    else:
+        name = getattr(args, "name", None) or getattr(args, "collection", None)
+        checked = check_index_run(cli_check.chosen_collections(name))
+    chosen = checked.chosen
     if getattr(args, "dry_run", False):
-        cli_check.print_plan(planned)
+        cli_check.print_plan(list(checked.planned))
         return 0
     if not in_own_session():  # the run in a child of its own session: Ctrl-C reaches only that child
-        return run_in_own_session(args.argv)
+        return run_in_own_session(args.argv, carried=HandOver(checked, parsed_files()))
     started = time.perf_counter()
     from chunkyard.assets.definitions import build_definitions, index_job
     from chunkyard.assets.keys import collection_keys, collection_prefix
@@ -39,7 +59,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     swept = sweep_dead_runs(instance)
     if swept:
         _print(f"Marked {len(swept)} dead run(s) as failed: {', '.join(swept)}")
-    defs = build_definitions(database_url=os.environ["DATABASE_URL"])
+    defs = build_definitions(database_url=os.environ["DATABASE_URL"], checked=checked)
     graph = defs.resolve_asset_graph()
     keys = [k for c in chosen for k in collection_keys(c, graph.get_all_asset_keys())]
     prefixes = {c: collection_prefix(c) for c in chosen}

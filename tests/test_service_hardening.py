@@ -170,7 +170,8 @@ def test_openapi_declares_errors_security_and_the_k_limit(base_url: str) -> None
     assert any(s["type"] == "apiKey" and s["name"] == "X-API-Key" for s in schemes.values())
     assert any(s.get("scheme") == "bearer" for s in schemes.values())
     assert operation["security"]
-    request = spec["components"]["schemas"]["SearchRequest"]["properties"]
+    assert "SearchRequest" not in spec["components"]["schemas"]  # the body is not the library's value
+    request = spec["components"]["schemas"]["SearchBody"]["properties"]
     assert request["k"]["maximum"] == REQUEST_MAX_K
 
 

@@ -13,9 +13,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from chunkyard.chunking.base import BaseChunker, DocText, Piece, extend_overlap, trim_span
+from chunkyard.chunking.base import BaseChunker
 from chunkyard.chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
 from chunkyard.chunking.sentences import pack_spans
+from chunkyard.chunking.spans import DocText, Piece, extend_overlap, trim_span
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n|$)")
 

@@ -17,12 +17,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from chunkyard.chunking.base import BaseChunker, DocText, Piece, extend_overlap, trim_span
+from chunkyard.chunking.base import BaseChunker
 from chunkyard.chunking.chunkers.code import CodeChunker, detect_language
 from chunkyard.chunking.chunkers.html import HtmlChunker
 from chunkyard.chunking.chunkers.markdown import MarkdownChunker
 from chunkyard.chunking.chunkers.sentence import SentenceChunker
 from chunkyard.chunking.sentences import pack_spans, sentence_spans
+from chunkyard.chunking.spans import DocText, Piece, extend_overlap, trim_span
 
 _HTML_START = re.compile(r"\s*(?:<!doctype html|<html\b|<body\b|<div\b|<p\b|<h[1-6]\b)", re.IGNORECASE)
 _MD_SIGNS = re.compile(r"^(?:#{1,6} \S|```|~~~|\s*[-*+] \S|\|.+\|\s*$)", re.MULTILINE)
@@ -111,7 +112,7 @@ class AdaptiveChunker(BaseChunker):
         )
 
 
-def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+def build(common: dict, options: dict, chunker: dict, em: Any, llm: Any) -> BaseChunker:
     """Build this strategy's chunker from validated common fields and its own `options`."""
 
     return AdaptiveChunker(**common)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from chunkyard.chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece, extend_overlap
+from chunkyard.chunking.base import BaseChunker, ChunkerConfigError
 from chunkyard.chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
 from chunkyard.chunking.fields import require_int
+from chunkyard.chunking.spans import DocText, Piece, extend_overlap
 
 
 class ClusterChunker(BaseChunker):
@@ -113,7 +114,7 @@ def optimal_segmentation(
     return segments
 
 
-def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+def build(common: dict, options: dict, chunker: dict, em: Any, llm: Any) -> BaseChunker:
     """Build this strategy's chunker from validated common fields and its own `options`."""
 
     piece_size = require_int(options, "piece_size", 50, minimum=4)

@@ -12,9 +12,10 @@ import ast
 import re
 from typing import Any
 
-from chunkyard.chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece, extend_overlap, trim_span
+from chunkyard.chunking.base import BaseChunker, ChunkerConfigError
 from chunkyard.chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
 from chunkyard.chunking.sentences import pack_spans
+from chunkyard.chunking.spans import DocText, Piece, extend_overlap, trim_span
 from chunkyard.chunking.types import Document
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
@@ -232,7 +233,7 @@ class CodeChunker(BaseChunker):
         return [Piece(a, b, {**meta, "part": k}, prefix) for k, (a, b) in enumerate(spans)]
 
 
-def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+def build(common: dict, options: dict, chunker: dict, em: Any, llm: Any) -> BaseChunker:
     """Build this strategy's chunker from validated common fields and its own `options`."""
 
     language = options["language"]

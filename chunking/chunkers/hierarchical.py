@@ -11,17 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from chunkyard.chunking.base import (
-    BaseChunker,
-    ChunkerConfigError,
-    DocText,
-    Piece,
-    extend_overlap,
-    window_pieces,
-)
+from chunkyard.chunking.base import BaseChunker, ChunkerConfigError
 from chunkyard.chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
 from chunkyard.chunking.fields import require_int
 from chunkyard.chunking.sentences import pack_spans, sentence_spans
+from chunkyard.chunking.spans import DocText, Piece, extend_overlap, window_pieces
 from chunkyard.chunking.types import make_chunk_id
 
 
@@ -68,7 +62,7 @@ class HierarchicalChunker(BaseChunker):
         return out
 
 
-def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+def build(common: dict, options: dict, chunker: dict, em: Any, llm: Any) -> BaseChunker:
     """Build this strategy's chunker from validated common fields and its own `options`."""
 
     parent_size = require_int(options, "parent_size", 1024, minimum=8)

@@ -7,8 +7,9 @@ import re
 from html.parser import HTMLParser
 from typing import Any
 
-from chunkyard.chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece
+from chunkyard.chunking.base import BaseChunker, ChunkerConfigError
 from chunkyard.chunking.chunkers._structured import Block, Section, _StructuredChunker
+from chunkyard.chunking.spans import DocText, Piece
 
 _BLOCK_TAGS = frozenset(
     [
@@ -164,7 +165,7 @@ class HtmlChunker(_StructuredChunker):
         return chunks
 
 
-def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+def build(common: dict, options: dict, chunker: dict, em: Any, llm: Any) -> BaseChunker:
     """Build this strategy's chunker from validated common fields and its own `options`."""
 
     strip = options["strip_tags"]

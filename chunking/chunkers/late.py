@@ -18,11 +18,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from chunkyard.chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece
+from chunkyard.chunking.base import BaseChunker, ChunkerConfigError
 from chunkyard.chunking.chunkers.recursive import RECURSIVE_PRESETS, RecursiveChunker
 from chunkyard.chunking.chunkers.sentence import SentenceChunker
 from chunkyard.chunking.chunkers.token import TokenChunker
 from chunkyard.chunking.fields import require_int
+from chunkyard.chunking.spans import DocText, Piece
 from chunkyard.chunking.types import Chunk
 
 
@@ -111,7 +112,7 @@ class LateChunker(BaseChunker):
             window_id += 1
 
 
-def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+def build(common: dict, options: dict, chunker: dict, em: Any, llm: Any) -> BaseChunker:
     """Build this strategy's chunker from validated common fields and its own `options`."""
 
     base = options["base"]

@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from chunkyard.chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece, extend_overlap
+from chunkyard.chunking.base import BaseChunker, ChunkerConfigError
 from chunkyard.chunking.fields import require_int
 from chunkyard.chunking.sentences import pack_spans, sentence_spans
+from chunkyard.chunking.spans import DocText, Piece, extend_overlap
 
 SYSTEM_PROMPT = (
     "You split documents into topically coherent sections for a search index. "
@@ -57,7 +58,7 @@ class LLMChunker(BaseChunker):
         return extend_overlap(out, dt.units, self.overlap, len(text), text)
 
 
-def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+def build(common: dict, options: dict, chunker: dict, em: Any, llm: Any) -> BaseChunker:
     """Build this strategy's chunker from validated common fields and its own `options`."""
 
     if llm is None:

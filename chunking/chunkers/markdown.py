@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from chunkyard.chunking.base import BaseChunker, DocText
+from chunkyard.chunking.base import BaseChunker
 from chunkyard.chunking.chunkers._structured import Block, Section, _StructuredChunker, iter_lines
+from chunkyard.chunking.spans import DocText
 
 # Inside a long markdown paragraph or list: list items first, then lines, sentences, words.
 _MARKDOWN_TEXT = {
@@ -115,7 +116,7 @@ class MarkdownChunker(_StructuredChunker):
 # html
 
 
-def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+def build(common: dict, options: dict, chunker: dict, em: Any, llm: Any) -> BaseChunker:
     """Build this strategy's chunker from validated common fields and its own `options`."""
 
     return MarkdownChunker(**common)

@@ -8,14 +8,9 @@ from itertools import accumulate
 from typing import Any
 
 import numpy as np
-from chunkyard.chunking.base import (
-    BaseChunker,
-    ChunkerConfigError,
-    DocText,
-    Piece,
-    refined_counts,
-    trim_span,
-)
+from chunkyard.chunking.base import BaseChunker, ChunkerConfigError
+from chunkyard.chunking.span_counts import refined_counts
+from chunkyard.chunking.spans import DocText, Piece, trim_span
 from chunkyard.chunking.tokenizers import TokenUnits
 
 RECURSIVE_PRESETS: dict[str, dict[str, Any]] = {
@@ -359,7 +354,7 @@ class _Merge:
 # sentence
 
 
-def _recursive_kwargs(options: dict, spec: dict) -> dict:
+def _recursive_kwargs(options: dict, chunker: dict) -> dict:
     preset_name = options.get("preset") or "default"
     if preset_name not in RECURSIVE_PRESETS:
         raise ChunkerConfigError(
@@ -411,7 +406,7 @@ def _recursive_kwargs(options: dict, spec: dict) -> dict:
     }
 
 
-def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+def build(common: dict, options: dict, chunker: dict, em: Any, llm: Any) -> BaseChunker:
     """Build this strategy's chunker from validated common fields and its own `options`."""
 
-    return RecursiveChunker(**_recursive_kwargs(options, spec), **common)
+    return RecursiveChunker(**_recursive_kwargs(options, chunker), **common)

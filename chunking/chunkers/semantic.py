@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from chunkyard.chunking.base import BaseChunker, ChunkerConfigError, DocText, Piece, extend_overlap
+from chunkyard.chunking.base import BaseChunker, ChunkerConfigError
 from chunkyard.chunking.fields import require_int
 from chunkyard.chunking.sentences import pack_spans, sentence_spans
+from chunkyard.chunking.spans import DocText, Piece, extend_overlap
 
 
 def breakpoint_threshold(distances: np.ndarray, kind: str, amount: float) -> tuple[np.ndarray, float]:
@@ -106,7 +107,7 @@ class SemanticChunker(BaseChunker):
 THRESHOLD_DEFAULTS = {"percentile": 95.0, "standard_deviation": 3.0, "interquartile": 1.5, "gradient": 95.0}
 
 
-def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+def build(common: dict, options: dict, chunker: dict, em: Any, llm: Any) -> BaseChunker:
     """Build this strategy's chunker from validated common fields and its own `options`."""
 
     kind = options["threshold_type"]

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from chunkyard.chunking.base import (
-    BaseChunker,
-    DocText,
-    Piece,
-    extend_overlap,
-)
+from chunkyard.chunking.base import BaseChunker
 from chunkyard.chunking.sentences import pack_spans, sentence_spans
+from chunkyard.chunking.spans import DocText, Piece, extend_overlap
 
 
 class SentenceChunker(BaseChunker):
@@ -25,7 +21,7 @@ class SentenceChunker(BaseChunker):
         return extend_overlap(base, dt.units, self.overlap, len(dt.text), dt.text)
 
 
-def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+def build(common: dict, options: dict, chunker: dict, em: Any, llm: Any) -> BaseChunker:
     """Build this strategy's chunker from validated common fields and its own `options`."""
 
     return SentenceChunker(**common)

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from chunkyard.chunking.base import (
-    BaseChunker,
-    DocText,
-    Piece,
-    extend_overlap,
-    window_pieces,
-)
+from chunkyard.chunking.base import BaseChunker
+from chunkyard.chunking.spans import DocText, Piece, extend_overlap, window_pieces
 
 
 class TokenChunker(BaseChunker):
@@ -31,7 +26,7 @@ class TokenChunker(BaseChunker):
 # recursive
 
 
-def build(common: dict, options: dict, spec: dict, em: Any, llm: Any) -> BaseChunker:
+def build(common: dict, options: dict, chunker: dict, em: Any, llm: Any) -> BaseChunker:
     """Build this strategy's chunker from validated common fields and its own `options`."""
 
     return TokenChunker(**common)

@@ -44,24 +44,28 @@ class StrictBody(BaseModel):
         return data
 
 
-def _request_field(spec: OptionSchema, max_k: int) -> tuple[Any, Any]:
+def _request_field(schema: OptionSchema, max_k: int) -> tuple[Any, Any]:
     """A pydantic field for one search option: its JSON type, default, request bounds and description.
 
     The default is documented (OpenAPI), never sent on: a field the body leaves out stays unset
     (`exclude_unset`), so an alias's pinned value or the index's default applies."""
-    wire = Literal[spec.choices] if spec.kind == "choice" else _WIRE_TYPES[spec.kind]
+    wire = Literal[schema.choices] if schema.kind == "choice" else _WIRE_TYPES[schema.kind]
     bounds: dict[str, Any] = {}
-    if spec.kind in ("int", "float"):
-        bounds = {"ge": spec.ge, "le": max_k if spec.name == "k" else spec.request_bound}
-        if spec.kind == "float":
+    if schema.kind in ("int", "float"):
+        bounds = {"ge": schema.ge, "le": max_k if schema.name == "k" else schema.request_bound}
+        if schema.kind == "float":
             bounds["allow_inf_nan"] = False
-    return (wire | None if spec.nullable else wire, Field(spec.default, description=spec.help, **bounds))
+    return (
+        wire | None if schema.nullable else wire,
+        Field(schema.default, description=schema.help, **bounds),
+    )
 
 
 def request_model(max_k: int = DEFAULT_MAX_K) -> type[BaseModel]:
-    """The request body: the query, the index, and every field of SearchOptions (derived, never listed)."""
+    """The search body (`SearchBody`, its OpenAPI schema too): the query, the index, and every field of
+    SearchOptions (derived, never listed); `search_request` turns it into the library's `SearchRequest`."""
     return create_model(
-        "SearchRequest",
+        "SearchBody",
         __base__=StrictBody,
         # emptiness is the searcher's check, so the service and in-process say it alike
         query=(str, Field(description="The question or keywords (not blank).")),
@@ -75,7 +79,7 @@ def request_model(max_k: int = DEFAULT_MAX_K) -> type[BaseModel]:
                 "project's default index (`retrieval.settings.default_index`).",
             ),
         ),
-        **{spec.name: _request_field(spec, max_k) for spec in option_schemas()},
+        **{schema.name: _request_field(schema, max_k) for schema in option_schemas()},
     )
 
 

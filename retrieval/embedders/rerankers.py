@@ -99,35 +99,35 @@ class MaxSimReranker:
         return [float((query_tokens @ doc.T).max(axis=1).sum()) for doc in vectors[1:]]
 
 
-def build_reranker(spec: str | dict[str, Any], *, embedder: Embedder | None = None) -> Reranker:
+def build_reranker(rerank: str | dict[str, Any], *, embedder: Embedder | None = None) -> Reranker:
     """A reranker from a name or a config's `rerank:` mapping.
 
     Names: `maxsim`, `cross-encoder:<local path or cached name>`. Mappings:
     `{kind: cross-encoder, model: <path>, batch_size, max_length, device}` or `{kind: maxsim}`
     (a `model` without `kind` means a cross-encoder).
     """
-    if isinstance(spec, dict):
-        unknown = set(spec) - {"kind", "model", "batch_size", "max_length", "device"}
+    if isinstance(rerank, dict):
+        unknown = set(rerank) - {"kind", "model", "batch_size", "max_length", "device"}
         if unknown:
             raise RerankerConfigError(f"rerank: unknown field(s) {sorted(unknown)}")
-        kind = spec.get("kind") or ("maxsim" if spec.get("model") == "maxsim" else "cross-encoder")
+        kind = rerank.get("kind") or ("maxsim" if rerank.get("model") == "maxsim" else "cross-encoder")
         if kind == "maxsim":
             return MaxSimReranker(embedder)
         if kind != "cross-encoder":
             raise RerankerConfigError(f"rerank.kind: unknown {kind!r}; expected 'cross-encoder' or 'maxsim'")
-        if not spec.get("model"):
+        if not rerank.get("model"):
             raise RerankerConfigError("rerank.model: a cross-encoder needs a model path or name")
         options = {
-            key: spec[key] for key in ("batch_size", "max_length", "device") if spec.get(key) is not None
+            key: rerank[key] for key in ("batch_size", "max_length", "device") if rerank.get(key) is not None
         }
-        return CrossEncoderReranker(str(spec["model"]), **options)
-    if spec == "maxsim":
+        return CrossEncoderReranker(str(rerank["model"]), **options)
+    if rerank == "maxsim":
         return MaxSimReranker(embedder)
-    if isinstance(spec, str) and spec.startswith("cross-encoder:"):
-        target = spec.split(":", 1)[1].strip()
+    if isinstance(rerank, str) and rerank.startswith("cross-encoder:"):
+        target = rerank.split(":", 1)[1].strip()
         if not target:
             raise RerankerConfigError("rerank: 'cross-encoder:' needs a model path or name after the colon")
         return CrossEncoderReranker(target)
     raise RerankerConfigError(
-        f"rerank: unknown reranker {spec!r}; expected 'maxsim' or 'cross-encoder:<path or name>'"
+        f"rerank: unknown reranker {rerank!r}; expected 'maxsim' or 'cross-encoder:<path or name>'"
     )

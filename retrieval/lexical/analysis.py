@@ -363,37 +363,39 @@ TermAnalyzer = Analyzer | MultiAnalyzer  # what analyses an index's queries
 
 def analyzer_setting(bm25_config: Mapping[str, Any] | None) -> str | dict[str, Any]:
     """The `analyzer` a bm25 block asks for: `auto` when it names none."""
-    spec = (bm25_config or {}).get("analyzer", AUTO)
-    return AUTO if spec is None else spec
+    analyzer = (bm25_config or {}).get("analyzer", AUTO)
+    return AUTO if analyzer is None else analyzer
 
 
-def validate_analyzer(spec: object) -> None:
-    """Raise AnalyzerConfigError (naming `bm25.analyzer`) unless `spec` is auto, a name or a mapping."""
-    if spec == AUTO:
+def validate_analyzer(analyzer: object) -> None:
+    """Raise AnalyzerConfigError (naming `bm25.analyzer`) unless `analyzer` is auto, a name or a mapping."""
+    if analyzer == AUTO:
         return
-    if isinstance(spec, str):
-        Analyzer(spec)
+    if isinstance(analyzer, str):
+        Analyzer(analyzer)
         return
-    if isinstance(spec, dict):
-        unknown = set(spec) - {"language", "stopwords", "stem"}
+    if isinstance(analyzer, dict):
+        unknown = set(analyzer) - {"language", "stopwords", "stem"}
         if unknown:
             raise AnalyzerConfigError(f"bm25.analyzer: unknown field(s) {sorted(unknown)}")
         for key in ("stopwords", "stem"):
-            if not isinstance(spec.get(key, True), bool):
-                raise AnalyzerConfigError(f"bm25.analyzer.{key}: must be true or false, got {spec[key]!r}")
-        Analyzer(spec.get("language"))
+            if not isinstance(analyzer.get(key, True), bool):
+                raise AnalyzerConfigError(
+                    f"bm25.analyzer.{key}: must be true or false, got {analyzer[key]!r}"
+                )
+        Analyzer(analyzer.get("language"))
         return
-    raise AnalyzerConfigError(f"bm25.analyzer: expected a name or a mapping, got {type(spec).__name__}")
+    raise AnalyzerConfigError(f"bm25.analyzer: expected a name or a mapping, got {type(analyzer).__name__}")
 
 
 def analyzer_name(bm25_config: Mapping[str, Any] | None) -> str:
     """The analyzer a (published) bm25 block analyses with: `auto` resolved, a mapping by its language."""
-    spec = analyzer_setting(bm25_config)
-    if spec == AUTO:
+    analyzer = analyzer_setting(bm25_config)
+    if analyzer == AUTO:
         return str((bm25_config or {}).get(RESOLVED_KEY) or DEFAULT_ANALYZER)
-    if isinstance(spec, dict):
-        return str(spec.get("language") or "standard")
-    return "standard" if spec in ("", "none") else str(spec)
+    if isinstance(analyzer, dict):
+        return str(analyzer.get("language") or "standard")
+    return "standard" if analyzer in ("", "none") else str(analyzer)
 
 
 def analyzer_names(bm25_config: Mapping[str, Any] | None) -> list[str]:
@@ -414,13 +416,13 @@ def build_analyzer(bm25_config: Mapping[str, Any] | None = None) -> TermAnalyzer
     documents were analysed in several languages: then a MultiAnalyzer); a block that has none (a
     config that was never built) falls back to English.
     """
-    spec = analyzer_setting(bm25_config)
-    validate_analyzer(spec)
-    if isinstance(spec, dict):
+    analyzer = analyzer_setting(bm25_config)
+    validate_analyzer(analyzer)
+    if isinstance(analyzer, dict):
         return shared_analyzer(
-            spec.get("language"),
-            stopwords=bool(spec.get("stopwords", True)),
-            stem=bool(spec.get("stem", True)),
+            analyzer.get("language"),
+            stopwords=bool(analyzer.get("stopwords", True)),
+            stem=bool(analyzer.get("stem", True)),
         )
     names = analyzer_names(bm25_config)
     if len(names) == 1:

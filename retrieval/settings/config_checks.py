@@ -117,10 +117,10 @@ def index_config_problems(
     oversized = _oversized(config) if built and not problems else None
     if oversized:
         add(oversized, ["chunker", "size"])
-    specs = {spec.name: spec for spec in option_schemas()}
+    schemas = {schema.name: schema for schema in option_schemas()}
     for key, value in (config.hybrid or {}).items():
         try:
-            specs[key].check(value)
+            schemas[key].check(value)
         except SearchError as exc:
             add(f"hybrid.{exc}", ["hybrid", key])
     return problems
@@ -168,11 +168,7 @@ def collection_problems(collection: Collection, configs: dict[str, IndexConfig])
 
     if not collection.indexes:
         problems.append(f"{where}.indexes: lists no index config; known: {', '.join(sorted(configs))}")
-    for name in collection.indexes:
-        if name not in configs:
-            problems.append(
-                f"{at('indexes')}: unknown index config {name!r}; known: {', '.join(sorted(configs))}"
-            )
+    problems += _unknown_configs(collection, configs, lines)
     if collection.default_index and collection.default_index not in collection.indexes:
         problems.append(
             f"{at('default_index')}: {collection.default_index!r} is not one of its indexes "
@@ -196,16 +192,49 @@ def collection_problems(collection: Collection, configs: dict[str, IndexConfig])
     return problems
 
 
+def _unknown_configs(collection: Collection, configs: dict[str, IndexConfig], lines: _Lines) -> list[str]:
+    """The index configs a collection lists that no settings file declares."""
+    where = lines.of(collection.source, ["collections", collection.name, "indexes"])
+    return [
+        f"{where}: collections.{collection.name}.indexes: unknown index config {name!r}; "
+        f"known: {', '.join(sorted(configs))}"
+        for name in collection.indexes
+        if name not in configs
+    ]
+
+
 def check_project(names: list[str] | None = None) -> list[PlannedCollection]:
     """Check every index config and the collections `names` (default: all); what would be built, or
     SettingsErrors listing every problem."""
+    return list(check_index_run(names, every_collection=False).planned)
 
+
+@dataclass(frozen=True)
+class CheckedProject:
+    """The settings files read once and checked: what `chunkyard index` plans for the collections it
+    names, and every index spec its Dagster definitions build (all collections', coarse companions too)."""
+
+    collections: dict[str, Collection]
+    planned: tuple[PlannedCollection, ...]
+    specs: tuple[IndexSpec, ...]
+
+    @property
+    def chosen(self) -> list[str]:
+        """The names of the collections the command named."""
+        return [plan.collection.name for plan in self.planned]
+
+
+def check_index_run(names: list[str] | None = None, *, every_collection: bool = True) -> CheckedProject:
+    """Each settings file read once and every problem found at once (SettingsErrors): the collections
+    `names` (default: all) with their folders, every index config's fields, and the models of the
+    configs to build. `every_collection`: what the definitions need of the other collections too (their
+    index configs known, their models here), so the definitions are built from this without a second check."""
     configs = load_index_configs()
     collections = load_collections()
-    chosen = [collections[name] for name in (names or sorted(collections))]
     lines = _Lines()
     planned, problems = [], []
-    for collection in chosen:
+    for name in names or sorted(collections):
+        collection = collections[name]
         problems += collection_problems(collection, configs)
         used = [name for name in with_coarse_companions(list(collection.indexes), configs) if name in configs]
         planned.append(
@@ -213,7 +242,14 @@ def check_project(names: list[str] | None = None) -> list[PlannedCollection]:
                 collection, tuple(configs[name] for name in used), tuple(collection.folder_paths())
             )
         )
+    specs = _index_specs(collections, configs)
     built = {config.name for plan in planned for config in plan.configs}
+    if every_collection:
+        chosen = {plan.collection.name for plan in planned}
+        for collection in collections.values():
+            if collection.name not in chosen:
+                problems += _unknown_configs(collection, configs, lines)
+        built |= {spec.config.name for spec in specs}
     # every config's fields; the models only of those to build (another may name one not installed here)
     problems = [
         problem
@@ -222,7 +258,18 @@ def check_project(names: list[str] | None = None) -> list[PlannedCollection]:
     ] + problems
     if problems:
         raise SettingsErrors(problems)
-    return planned
+    return CheckedProject(collections, tuple(planned), tuple(specs))
+
+
+def _index_specs(collections: dict[str, Collection], configs: dict[str, IndexConfig]) -> list[IndexSpec]:
+    """Every (collection, index config) pair of configs known; a config with `coarse` needs its coarse
+    index in the same collection, so that one is built too."""
+    return [
+        IndexSpec(collection.name, configs[name])
+        for collection in collections.values()
+        for name in with_coarse_companions(list(collection.indexes), configs)
+        if name in configs
+    ]
 
 
 def load_index_specs(
@@ -230,8 +277,8 @@ def load_index_specs(
 ) -> list[IndexSpec]:
     """Every (collection, index config) pair the settings files declare, validated against each other."""
     configs = load_index_configs(indexes_path)
-    specs = []
-    for collection in load_collections(collections_path).values():
+    collections = load_collections(collections_path)
+    for collection in collections.values():
         for config_name in collection.indexes:
             if config_name not in configs:
                 raise SettingsError(
@@ -239,9 +286,7 @@ def load_index_specs(
                     f"unknown index config {config_name!r}; "
                     f"known: {sorted(configs)}"
                 )
-        # A config with `coarse` needs its coarse index in the same collection: it is built too.
-        for config_name in with_coarse_companions(list(collection.indexes), configs):
-            specs.append(IndexSpec(collection.name, configs[config_name]))
+    specs = _index_specs(collections, configs)
     problems = [
         p for name in sorted({s.config.name for s in specs}) for p in index_config_problems(configs[name])
     ]

@@ -126,9 +126,11 @@ class OptionSchema:
         raise SearchError(f"{where}: {self.error}")
 
 
-def _option(default: Any, help: str, kind: Kind, **spec: Any) -> Any:
+def _option(default: Any, help: str, kind: Kind, **schema: Any) -> Any:
     """A field that is unset (None) until given; `default` is what `resolve` fills in."""
-    return field(default=None, metadata={"option": {"default": default, "help": help, "kind": kind, **spec}})
+    return field(
+        default=None, metadata={"option": {"default": default, "help": help, "kind": kind, **schema}}
+    )
 
 
 @dataclass(frozen=True)
@@ -239,8 +241,8 @@ class SearchOptions:
     )
 
     def __post_init__(self) -> None:
-        for spec in option_schemas():
-            object.__setattr__(self, spec.name, spec.check(getattr(self, spec.name)))
+        for schema in option_schemas():
+            object.__setattr__(self, schema.name, schema.check(getattr(self, schema.name)))
 
     @classmethod
     def of(
@@ -270,7 +272,7 @@ class SearchOptions:
     def request_only(self) -> SearchOptions:
         """These options without the ones that override an index setting (a coarse index keeps its own)."""
         return dataclasses.replace(
-            self, **{spec.name: None for spec in option_schemas() if spec.index_default}
+            self, **{schema.name: None for schema in option_schemas() if schema.index_default}
         )
 
     def given(self) -> dict[str, Any]:
@@ -282,23 +284,23 @@ class SearchOptions:
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         """One flag per option (`--context-weight 0.4`), absent unless given."""
-        for spec in option_schemas():
-            flags = (*spec.flags, "--" + spec.name.replace("_", "-"))
-            default_text = "" if spec.default is None else f" (default: {spec.default})"
+        for schema in option_schemas():
+            flags = (*schema.flags, "--" + schema.name.replace("_", "-"))
+            default_text = "" if schema.default is None else f" (default: {schema.default})"
             kwargs: dict[str, Any] = {
-                "dest": spec.name,
+                "dest": schema.name,
                 "default": argparse.SUPPRESS,
-                "help": spec.help + default_text,
+                "help": schema.help + default_text,
             }
-            if spec.kind == "bool":
-                kwargs["action"] = "store_true" if spec.default is False else argparse.BooleanOptionalAction
-            elif spec.kind == "choice":
-                kwargs["choices"] = spec.choices
-            elif spec.kind in ("int", "float"):
-                kwargs["type"] = _bounded(spec)
-                kwargs["help"] = f"{spec.help} ({spec.ge:g}-{spec.request_bound:g}){default_text}"
+            if schema.kind == "bool":
+                kwargs["action"] = "store_true" if schema.default is False else argparse.BooleanOptionalAction
+            elif schema.kind == "choice":
+                kwargs["choices"] = schema.choices
+            elif schema.kind in ("int", "float"):
+                kwargs["type"] = _bounded(schema)
+                kwargs["help"] = f"{schema.help} ({schema.ge:g}-{schema.request_bound:g}){default_text}"
             else:
-                kwargs["type"] = _json_object(spec) if spec.kind == "object" else str
+                kwargs["type"] = _json_object(schema) if schema.kind == "object" else str
             parser.add_argument(*flags, **kwargs)
 
     @classmethod
@@ -338,8 +340,8 @@ class SearchOptions:
             coarse = dataclasses.replace(coarse, min_gap=self.coarse_min_gap)
         return ResolvedSearch(
             options=self,
-            k=self.k if self.k is not None else _SPEC["k"].default,
-            mode=self.mode if self.mode is not None else _SPEC["mode"].default,
+            k=self.k if self.k is not None else _SCHEMA_OF["k"].default,
+            mode=self.mode if self.mode is not None else _SCHEMA_OF["mode"].default,
             rerank=self.rerank,
             filters=self.filters,
             include_parent=bool(self.include_parent),
@@ -358,9 +360,9 @@ class SearchOptions:
         )
 
 
-def _bounded(spec: OptionSchema) -> Any:
+def _bounded(schema: OptionSchema) -> Any:
     """An argparse type for a numeric option: its request bounds, with the same message as the service."""
-    convert = int if spec.kind == "int" else float
+    convert = int if schema.kind == "int" else float
 
     def parse(text: str) -> int | float:
         try:
@@ -369,26 +371,26 @@ def _bounded(spec: OptionSchema) -> Any:
             raise argparse.ArgumentTypeError(
                 f"expected {'an integer' if convert is int else 'a number'}"
             ) from None
-        if not spec.ge <= value <= spec.request_bound:
+        if not schema.ge <= value <= schema.request_bound:
             raise argparse.ArgumentTypeError(
-                f"must be between {spec.ge:g} and {spec.request_bound:g}, got {text}"
+                f"must be between {schema.ge:g} and {schema.request_bound:g}, got {text}"
             )
         return value
 
-    parse.__name__ = spec.kind
+    parse.__name__ = schema.kind
     return parse
 
 
-def _json_object(spec: OptionSchema) -> Any:
+def _json_object(schema: OptionSchema) -> Any:
     """An argparse type for a JSON object option (`--filters '{"lang": "en"}'`), in the service's wording."""
 
     def parse(text: str) -> dict[str, Any]:
         try:
             value = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise argparse.ArgumentTypeError(f"{spec.error}; not JSON ({exc.msg}): {text!r}") from None
+            raise argparse.ArgumentTypeError(f"{schema.error}; not JSON ({exc.msg}): {text!r}") from None
         if not isinstance(value, dict):
-            raise argparse.ArgumentTypeError(f'{spec.error}, e.g. \'{{"lang": "en"}}\'; got {text!r}')
+            raise argparse.ArgumentTypeError(f'{schema.error}, e.g. \'{{"lang": "en"}}\'; got {text!r}')
         return value
 
     parse.__name__ = "JSON object"
@@ -396,21 +398,21 @@ def _json_object(spec: OptionSchema) -> Any:
 
 
 def option_schemas() -> tuple[OptionSchema, ...]:
-    """Every option's spec, in field order."""
+    """Every option's schema, in field order."""
     return _SCHEMAS
 
 
 def option_names() -> tuple[str, ...]:
-    return tuple(spec.name for spec in _SCHEMAS)
+    return tuple(schema.name for schema in _SCHEMAS)
 
 
 _SCHEMAS = tuple(OptionSchema(name=f.name, **f.metadata["option"]) for f in dataclasses.fields(SearchOptions))
-_SPEC = {spec.name: spec for spec in _SCHEMAS}
+_SCHEMA_OF = {schema.name: schema for schema in _SCHEMAS}
 
 
 def default_of(name: str) -> Any:
     """The built-in default of option `name` (what an unset option gets when the index has none)."""
-    return _SPEC[name].default
+    return _SCHEMA_OF[name].default
 
 
 @dataclass(frozen=True)

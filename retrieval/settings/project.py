@@ -172,7 +172,21 @@ yaml.SafeDumper.add_representer(_Mapping, yaml.representer.SafeRepresenter.repre
 # SETTLED_S before the parse (git's "racily clean" rule): a file rewritten within one tick of the
 # clock, same size, is read again.
 SETTLED_S = 1.0
-_parsed: dict[Path, tuple[tuple[int, int, int, int], dict[str, Any]]] = {}
+# path -> (its stat when parsed: mtime, ctime, size, inode; the parse)
+ParsedFiles = dict[Path, tuple[tuple[int, int, int, int], dict[str, Any]]]
+_parsed: ParsedFiles = {}
+
+
+def parsed_files() -> ParsedFiles:
+    """The settings files this process has parsed and may reuse: what it hands a process it starts."""
+    return dict(_parsed)
+
+
+def reuse_parsed(files: ParsedFiles) -> None:
+    """Take over another process's parses (`parsed_files`); each serves `read_yaml` only while its
+    file's stat is still the one it was parsed at, as this process's own do."""
+    for path, entry in files.items():
+        _parsed.setdefault(path, entry)
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
