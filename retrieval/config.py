@@ -14,6 +14,7 @@ from typing import Any
 
 from chunkyard.chunking.models import DEFAULT_MODEL
 from chunkyard.retrieval.config_fields import (
+    INDEX_FIELDS,
     checked_coarse,
     checked_vector_storage,
     inherited_embedder,
@@ -231,20 +232,7 @@ class IndexSpec:
 # The search mode picks the fusion (`hybrid` = reciprocal rank fusion, `hybrid_weighted` = weighted
 # min-max-normalised scores); the config gives their parameters.
 _HYBRID_KEYS = {"rrf_k", "weight", "candidates"}
-_INDEX_KEYS = {
-    "chunker",
-    "embedding_model",
-    "embedder",
-    "bm25",
-    "hybrid",
-    "rerank",
-    "context_scoring",
-    "collapse_duplicates",
-    "coarse",
-    "description",
-    "allow_truncation",
-    "vector_storage",
-}
+_INDEX_KEYS = set(INDEX_FIELDS)
 _COLLECTION_KEYS = {
     "folders",
     "include",
