@@ -57,7 +57,9 @@ def test_keys_in_an_exception_message_are_redacted(logged, store) -> None:
     except RuntimeError as exc:
         logger.warning("failed: %s", exc, exc_info=exc, stack_info=True)
     text = buffer.getvalue()
-    assert text.count("\nKeyError: ") == 2 and "RuntimeError" in text and "Stack (most recent call last)" in text
+    assert (
+        text.count("\nKeyError: ") == 2 and "RuntimeError" in text and "Stack (most recent call last)" in text
+    )
     for secret in (API_KEY, token, "pa55word-5e"):
         assert secret not in text
     assert text.count(REDACTED) >= 5
