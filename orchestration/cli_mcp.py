@@ -19,7 +19,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     mcp.add_argument(
         "--http",
         action="store_true",
-        help="streamable HTTP at /mcp instead of stdio, behind CHUNKYARD_API_KEY when it is set",
+        help="streamable HTTP at /mcp instead of stdio; with CHUNKYARD_API_KEY set, it or a stored key"
+        " (`chunkyard keys`) is required",
     )
     mcp.add_argument(
         "--host", default="127.0.0.1", help="with --http: address to listen on (default 127.0.0.1)"
@@ -47,6 +48,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from chunkyard.retrieval.api.http_guards import exposure_error
     from chunkyard.retrieval.integrations.mcp_server import create_server, http_app
     from chunkyard.retrieval.store.db import database_url
+    from chunkyard.retrieval.store.db import database_url
+    from chunkyard.retrieval.api.http_guards import exposure_error
+    from chunkyard.retrieval.integrations.mcp_server import SearcherSource, create_server, http_app
 
     api_key = os.environ.get("CHUNKYARD_API_KEY") or None
     if args.http:
@@ -55,11 +59,14 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             raise UsageError(refused)
     with _stdout_to_stderr():
         os.environ["DATABASE_URL"] = database_url()  # the project's database (started if embedded)
-        server = create_server()
+        searcher = SearcherSource()
+        server = create_server(searcher)
+        if args.http and api_key:  # stored keys are read from the database: its tables exist first
+            searcher.store().migrate()
     if not args.http:
         server.run("stdio")
         return 0
-    import uvicorn
+    from chunkyard.retrieval.api.server_limits import serve
 
     print(
         f"MCP server (streamable HTTP) for project {os.environ.get('CHUNKYARD_PROJECT')} on "
@@ -67,5 +74,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    uvicorn.run(http_app(server, api_key, args.host), host=args.host, port=args.port, log_level="warning")
+    # the service's server limits and redacted log (no token, no database password), keys as it checks them
+    app = http_app(server, api_key, args.host, store=searcher.store)
+    serve(app, args.host, args.port, secrets=[api_key or ""], log_level="warning")
     return 0

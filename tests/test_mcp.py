@@ -100,7 +100,7 @@ def test_streamable_http_wants_the_api_key(index: str, store, embedder) -> None:
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    app = http_app(create_server(Searcher(store, embedder)), KEY)
+    app = http_app(create_server(Searcher(store, embedder)), KEY, store=lambda: store)
     with serve_in_thread(app) as base:
         url = f"{base}/mcp"
         refused = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})

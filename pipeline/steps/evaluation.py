@@ -14,6 +14,9 @@ from chunkyard.evaluation.runner import EvaluationReport, EvaluationRequest, eva
 from chunkyard.pipeline import checks
 from chunkyard.pipeline.step_report import StepReport
 from chunkyard.retrieval.embedders.embedder import Embedder
+from chunkyard.retrieval.settings.config import Collection, IndexConfig, IndexSpec
+from chunkyard.retrieval.settings.config_fields import EVALUATED_FIELDS
+from chunkyard.retrieval.embedders.embedder import Embedder
 from chunkyard.retrieval.query.searcher import Searcher
 from chunkyard.retrieval.settings.config import Collection, IndexConfig, IndexSpec
 from chunkyard.retrieval.store import Store
@@ -21,18 +24,9 @@ from chunkyard.retrieval.store import Store
 # Bump when this module or the evaluation it runs (`evaluation.runner`, `evaluation.metrics`, the query
 # stages) changes a report.
 CODE_VERSION = "1"
-# The index config's fields that shape its evaluation (its code version hashes them).
-SETTINGS = (
-    "chunker",
-    "embedding_model",
-    "embedder",
-    "bm25",
-    "hybrid",
-    "rerank",
-    "context_scoring",
-    "collapse_duplicates",
-    "coarse",
-)
+# The index config's fields that shape its evaluation (its code version hashes them): declared with
+# the index config's fields in retrieval/settings/config.py.
+SETTINGS = EVALUATED_FIELDS
 EVALUATION_VARIANTS = ("dense", "bm25", "hybrid", "served")  # served: what /v1/search runs
 EVALUATION_K = 5
 REGRESSION_TOLERANCE = 0.01

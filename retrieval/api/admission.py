@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from chunkyard.chunking.environment import EnvironmentSettingError, env_int
 from chunkyard.retrieval.api.http_guards import ASGIApp, Receive, Scope, Send
+from chunkyard.chunking.environment import env_float, env_int
+from chunkyard.retrieval.api.http_guards import ASGIApp, Receive, Scope, Send
 
 LATENCY_ENV = "CHUNKYARD_SEARCH_LATENCY_S"
 SLOTS_ENV = "CHUNKYARD_SEARCH_SLOTS"
@@ -56,15 +58,9 @@ class AdmissionLimits:
     @classmethod
     def from_env(cls) -> AdmissionLimits:
         """The defaults, overridden by CHUNKYARD_SEARCH_LATENCY_S and CHUNKYARD_SEARCH_SLOTS."""
-        raw = os.environ.get(LATENCY_ENV, "").strip()
-        try:
-            latency = float(raw) if raw else cls.latency_s
-        except ValueError:
-            raise EnvironmentSettingError(
-                f"{LATENCY_ENV}: expected a number of seconds, got {raw!r}"
-            ) from None
-        if not 0 < latency <= 600:
-            raise EnvironmentSettingError(f"{LATENCY_ENV}: must be more than 0 and at most 600, got {raw}")
+        latency = env_float(
+            LATENCY_ENV, cls.latency_s, above_minimum=True, maximum=600, unit="a number of seconds"
+        )
         return cls(latency_s=latency, slots=env_int(SLOTS_ENV, 0, minimum=1) or 0)
 
 

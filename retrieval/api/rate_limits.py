@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+from chunkyard.chunking.environment import env_float, env_int
 
 RATE_ENV = "CHUNKYARD_KEY_RATE"
 CONCURRENCY_ENV = "CHUNKYARD_KEY_CONCURRENCY"
@@ -36,8 +37,11 @@ class Limits:
     def from_environment(cls) -> Limits:
         """The default for keys that set none: CHUNKYARD_KEY_RATE and CHUNKYARD_KEY_CONCURRENCY."""
         return cls(
-            rate_per_s=_number(RATE_ENV, DEFAULT_RATE_PER_S, float),
-            max_concurrent=int(_number(CONCURRENCY_ENV, DEFAULT_MAX_CONCURRENT, int)),
+            rate_per_s=env_float(RATE_ENV, DEFAULT_RATE_PER_S, unit="a number (0: no limit)"),
+            max_concurrent=env_int(
+                CONCURRENCY_ENV, DEFAULT_MAX_CONCURRENT, minimum=0, unit="an integer (0: no limit)"
+            )
+            or 0,
         )
 
     def over(self, rate_per_s: float | None, max_concurrent: int | None) -> Limits:
@@ -46,19 +50,6 @@ class Limits:
             rate_per_s=self.rate_per_s if rate_per_s is None else float(rate_per_s),
             max_concurrent=self.max_concurrent if max_concurrent is None else int(max_concurrent),
         )
-
-
-def _number(name: str, default: float, kind: type[int] | type[float]) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = kind(raw)
-    except ValueError:
-        raise ValueError(f"{name}: expected a number (0: no limit), got {raw!r}") from None
-    if value < 0 or not math.isfinite(value):
-        raise ValueError(f"{name}: must be 0 (no limit) or more, got {raw!r}")
-    return value
 
 
 class _Bucket:

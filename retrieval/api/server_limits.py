@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from chunkyard.chunking.environment import EnvironmentSettingError
+from chunkyard.retrieval.observability.log_redaction import log_config, secrets_from_env
+from chunkyard.chunking.environment import env_float, env_int
 from chunkyard.retrieval.observability.log_redaction import log_config, secrets_from_env
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -36,16 +37,7 @@ LINGER_S = 2.0  # after a refusal, how long the client's remaining bytes are rea
 
 
 def _env_seconds(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise EnvironmentSettingError(f"{name}: expected a number of seconds, got {raw!r}") from None
-    if not 0 < value <= 3600:
-        raise EnvironmentSettingError(f"{name}: must be more than 0 and at most 3600 seconds, got {raw}")
-    return value
+    return env_float(name, default, above_minimum=True, maximum=3600, unit="a number of seconds")
 
 
 @dataclass(frozen=True)
@@ -71,15 +63,7 @@ class ServerLimits:
     @classmethod
     def from_env(cls) -> ServerLimits:
         """The defaults, each overridden by its CHUNKYARD_* variable when set."""
-        raw_cap = os.environ.get(MAX_CONNECTIONS_ENV, "").strip()
-        try:
-            cap = int(raw_cap) if raw_cap else cls.max_connections
-        except ValueError:
-            raise EnvironmentSettingError(
-                f"{MAX_CONNECTIONS_ENV}: expected an integer, got {raw_cap!r}"
-            ) from None
-        if cap < 1:
-            raise EnvironmentSettingError(f"{MAX_CONNECTIONS_ENV}: must be at least 1, got {cap}")
+        cap = env_int(MAX_CONNECTIONS_ENV, cls.max_connections) or cls.max_connections
         return cls(
             header_timeout_s=_env_seconds(HEADER_TIMEOUT_ENV, cls.header_timeout_s),
             body_timeout_s=_env_seconds(BODY_TIMEOUT_ENV, cls.body_timeout_s),

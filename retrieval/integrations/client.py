@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+import math
 import os
+import time
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
@@ -10,9 +15,22 @@ from chunkyard.retrieval.query.results import IndexNotFoundError, SearchError, S
 from chunkyard.retrieval.settings.names import IndexRef
 from chunkyard.retrieval.settings.options import SearchOptions
 
+log = logging.getLogger("chunkyard.client")
+DEFAULT_RETRIES = 2  # retries of a 429 or 503 that says when to come back (0: none)
+DEFAULT_MAX_RETRY_WAIT_S = 5.0  # the longest `Retry-After` waited for; a longer one is raised at once
+
 
 class ServiceError(RuntimeError):
     """The service failed (5xx) or could not be reached."""
+
+
+class ServiceUnavailableError(ServiceError):
+    """The service is at capacity or its database is down (503); retry after `retry_after_s` seconds
+    (None when the service did not say)."""
+
+    def __init__(self, detail: str, retry_after_s: float | None) -> None:
+        super().__init__(detail)
+        self.retry_after_s = retry_after_s
 
 
 class AuthenticationError(PermissionError):
@@ -34,7 +52,13 @@ class RateLimitedError(RuntimeError):
 class Client:
     """`Client().search("question", index="demo/recursive-256")`: the project's running `chunkyard serve`
     (found like the CLI finds it), or `Client("http://host:8000", api_key=...)` for any other service.
-    The key defaults to CHUNKYARD_API_KEY."""
+    The key defaults to CHUNKYARD_API_KEY.
+
+    A 429 (the key's rate or concurrent searches) or a 503 (the service at capacity, its database
+    down) that says when to come back (`Retry-After`) is retried up to `retries` times after the
+    service's delay, when that delay is at most `max_retry_wait_s`; past either bound (or with
+    `retries=0`) it is raised at once as RateLimitedError or ServiceUnavailableError, carrying the
+    delay. A 503 is retried only for reads (GET, searches): a write may have been applied."""
 
     def __init__(
         self,
@@ -43,7 +67,15 @@ class Client:
         *,
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
+        retries: int = DEFAULT_RETRIES,
+        max_retry_wait_s: float = DEFAULT_MAX_RETRY_WAIT_S,
     ) -> None:
+        if not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"retries: must be a whole number, 0 (no retry) or more, got {retries!r}")
+        if not (isinstance(max_retry_wait_s, int | float) and 0 <= max_retry_wait_s < math.inf):
+            raise ValueError(f"max_retry_wait_s: must be 0 or more seconds, got {max_retry_wait_s!r}")
+        self.retries = retries
+        self.max_retry_wait_s = float(max_retry_wait_s)
         if base_url is None:
             base_url = _project_service()
         api_key = api_key if api_key is not None else os.environ.get("CHUNKYARD_API_KEY")
@@ -62,10 +94,37 @@ class Client:
         self.close()
 
     def _request(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise ServiceError(f"{method} {path}: {exc}") from exc
+        attempt = 0
+        while True:
+            try:
+                response = self._http.request(method, path, **kwargs)
+            except httpx.HTTPError as exc:
+                raise ServiceError(f"{method} {path}: {exc}") from exc
+            wait = self._retry_wait(method, path, response, attempt)
+            if wait is None:
+                return self._answer(method, path, response)
+            attempt += 1
+            log.info(
+                "%s %s: %d, retrying in %g s (retry %d of %d)",
+                method,
+                path,
+                response.status_code,
+                wait,
+                attempt,
+                self.retries,
+            )
+            time.sleep(wait)
+
+    def _retry_wait(self, method: str, path: str, response: httpx.Response, attempt: int) -> float | None:
+        """The seconds to wait before trying `response`'s request again; None: answer it as it is."""
+        if attempt >= self.retries or response.status_code not in (429, 503):
+            return None
+        if response.status_code == 503 and not (method == "GET" or path == "/v1/search"):
+            return None  # a write the outage interrupted may have been applied: the caller decides
+        wait = retry_after(response)
+        return wait if wait is not None and wait <= self.max_retry_wait_s else None
+
+    def _answer(self, method: str, path: str, response: httpx.Response) -> Any:
         if response.status_code < 400:
             return response.json()
         try:
@@ -78,13 +137,16 @@ class Client:
         if response.status_code == 403:
             raise AccessDeniedError(str(detail))
         if response.status_code == 429:
-            raise RateLimitedError(str(detail), float(response.headers.get("Retry-After") or 1))
+            wait = retry_after(response)
+            raise RateLimitedError(str(detail), 1.0 if wait is None else wait)
         if response.status_code == 404:
             raise IndexNotFoundError(str(detail))
         if response.status_code in (400, 422):  # the searcher's own wording, as in-process
             raise SearchError(str(detail))
         if response.status_code < 500:
             raise SearchError(f"{response.status_code}: {detail}")
+        if response.status_code == 503:
+            raise ServiceUnavailableError(f"{method} {path}: HTTP 503: {detail}", retry_after(response))
         raise ServiceError(f"{method} {path}: HTTP {response.status_code}: {detail}")
 
     def search(
@@ -131,6 +193,24 @@ class Client:
         except (ServiceError, SearchError):
             return False
         return True
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    """A response's `Retry-After` in seconds (delta-seconds or an HTTP date); None when absent or unreadable."""
+    raw = response.headers.get("Retry-After", "").strip()
+    if not raw:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(raw)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 def _sent(options: SearchOptions) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """The MCP server (`chunkyard mcp`): search, list indexes and aliases, read a document span, as MCP tools.
 
 Built on the official `mcp` SDK's `MCPServer`; served over stdio (a client starts `chunkyard mcp`) or
-streamable HTTP at `/mcp` (`chunkyard mcp --http`), which wants the service's API key when one is set
-(CHUNKYARD_API_KEY; sent as `X-API-Key` or `Authorization: Bearer`). Tools:
+streamable HTTP at `/mcp` (`chunkyard mcp --http`), which wants a key when CHUNKYARD_API_KEY is set: that bootstrap key or a
+stored one (`chunkyard keys`), sent as `X-API-Key` or `Authorization: Bearer`, checked as the REST
+routes check it (`retrieval.integrations.mcp_keys`: scope, collections, rate and concurrent searches). Tools:
 
 - `search(query, index, k, mode)`: hits with a citation each (document, span, page or slide), the
   snippet around the best highlight, the highlights, the chunk text and its score;
@@ -16,8 +17,8 @@ options and results as `chunkyard.search`. Bad arguments are a tool error naming
 
 from __future__ import annotations
 
-import hmac
 import json
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -33,8 +34,17 @@ from chunkyard.retrieval.settings.default_index import named
 from chunkyard.retrieval.settings.names import IndexName, IndexRef
 from chunkyard.retrieval.settings.options import MODES, REQUEST_MAX_K, SearchError, SearchOptions
 from mcp.server.mcpserver import MCPServer
+from chunkyard.retrieval.indexing.lag import index_lag
+from chunkyard.retrieval.integrations.mcp_keys import KeyCheck, Permit, Refused, key_ring, permit_of
+from chunkyard.retrieval.settings.names import IndexName, IndexRef
+from chunkyard.retrieval.settings.options import MODES, REQUEST_MAX_K, SearchError, SearchOptions
+from chunkyard.retrieval.query.highlights import locate
+from chunkyard.retrieval.query.results import IndexNotFoundError, SearchResult
+from chunkyard.retrieval.query.searcher import Searcher
+from chunkyard.retrieval.store import Store
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 MAX_SPAN_CHARS = 20_000  # the most text one read_span call returns
 INSTRUCTIONS = (
@@ -44,19 +54,29 @@ INSTRUCTIONS = (
 )
 
 
-def create_server(searcher: Searcher | None = None) -> MCPServer:
+class SearcherSource:
+    """The server's one Searcher: the given one, or one on the project's database made on first use."""
+
+    def __init__(self, searcher: Searcher | None = None) -> None:
+        self._searcher = searcher
+
+    def __call__(self) -> Searcher:
+        if self._searcher is None:
+            self._searcher = Searcher()
+        return self._searcher
+
+    def store(self) -> Store:
+        return self().store
+
+
+def create_server(searcher: Searcher | SearcherSource | None = None) -> MCPServer:
     """The MCP server over `searcher` (default: one on the project's database, created on first use)."""
     server = MCPServer("chunkyard", instructions=INSTRUCTIONS)
-    state: dict[str, Searcher] = {} if searcher is None else {"searcher": searcher}
-
-    def current() -> Searcher:
-        if "searcher" not in state:
-            state["searcher"] = Searcher()
-        return state["searcher"]
+    current = searcher if isinstance(searcher, SearcherSource) else SearcherSource(searcher)
 
     @server.tool(structured_output=True)
     async def search(
-        query: str, index: str | None = None, k: int = 5, mode: str | None = None
+        query: str, index: str | None = None, k: int = 5, mode: str | None = None, ctx: Context | None = None
     ) -> dict[str, Any]:
         """Search an index or alias (default: the project's default index) for passages answering `query`.
         `k`: 1-100 hits; `mode`: dense, bm25,
@@ -67,7 +87,16 @@ def create_server(searcher: Searcher | None = None) -> MCPServer:
         if mode is not None and mode not in MODES:
             raise ToolError(f"mode: unknown {mode!r}; expected one of {', '.join(MODES)}")
         options = SearchOptions(k=k, mode=mode)
-        results, plan = await _run(lambda: current().search_with_plan(query, index, options))
+        permit = _permit(ctx)
+
+        def run() -> tuple[list[SearchResult], Any]:
+            if permit is None:
+                return current().search_with_plan(query, index, options)
+            permit.check("search", str(named(index)), current().store)
+            with permit.search_slot():
+                return current().search_with_plan(query, index, options)
+
+        results, plan = await _run(run)
         return {
             "index": str(results[0].index) if results else str(named(index)),
             "mode": plan.mode,
@@ -76,25 +105,53 @@ def create_server(searcher: Searcher | None = None) -> MCPServer:
         }
 
     @server.tool(structured_output=True)
-    async def list_indexes() -> dict[str, Any]:
+    async def list_indexes(ctx: Context | None = None) -> dict[str, Any]:
         """Every index (collection/config) with its languages and freshness, and every serving alias."""
-        return await _run(lambda: _indexes_and_aliases(current()))
+        permit = _permit(ctx)
+        return await _run(lambda: _indexes_and_aliases(current(), permit))
 
     @server.tool(structured_output=True)
     async def read_span(
-        doc_id: str, index: str | None = None, start: int = 0, end: int = 2000, widen: int = 0
+        doc_id: str,
+        index: str | None = None,
+        start: int = 0,
+        end: int = 2000,
+        widen: int = 0,
+        ctx: Context | None = None,
     ) -> dict[str, Any]:
         """The text of document `doc_id` (of the collection of `index`, an index or alias) from `start` to
         `end` (character offsets, as a hit's citation gives them), `widen` more characters on each side."""
-        return await _run(lambda: _read_span(current(), doc_id, str(named(index)), start, end, widen))
+        permit = _permit(ctx)
+
+        def run() -> dict[str, Any]:
+            name = str(named(index))
+            if permit is not None:
+                permit.check("read_span", name, current().store)
+            return _read_span(current(), doc_id, name, start, end, widen)
+
+        return await _run(run)
 
     return server
 
 
+def _permit(ctx: Context | None) -> Permit | None:
+    """What the HTTP request's key may do (None over stdio, or over HTTP without keys: everything)."""
+    if ctx is None:
+        return None
+    try:
+        request = ctx.request_context.request
+    except ValueError:  # called outside a request
+        return None
+    return permit_of(request)
+
+
 async def _run(work: Any) -> Any:
-    """`work()` in a worker thread (database and model calls block); bad input becomes a ToolError."""
+    """`work()` in a worker thread (database and model calls block); bad input or a refused key becomes
+    a ToolError."""
     try:
         return await anyio.to_thread.run_sync(work)
+    except Refused as exc:
+        raise ToolError(str(exc)) from exc
     except (SearchError, IndexNotFoundError, ValueError) as exc:
         raise ToolError(str(exc).strip("'\"")) from exc
 
@@ -115,10 +172,13 @@ def _hit(hit: SearchResult, mode: str) -> dict[str, Any]:
     return {"citation": citation(hit), "score": ranking_score(hit, mode), **meta, "text": hit.text}
 
 
-def _indexes_and_aliases(searcher: Searcher) -> dict[str, Any]:
+def _indexes_and_aliases(searcher: Searcher, permit: Permit | None = None) -> dict[str, Any]:
+    """The indexes and aliases `permit`'s key may read (all of them without one), as REST lists them."""
     store = searcher.store
     indexes = []
     for info in store.indexes.list():
+        if permit is not None and not permit.may_read(info["collection"]):
+            continue
         lag = index_lag(store, info["name"], info["collection"]).as_dict()
         indexes.append(
             {
@@ -144,6 +204,7 @@ def _indexes_and_aliases(searcher: Searcher) -> dict[str, Any]:
             "note": target.note,
         }
         for target in list_aliases(store)
+        if permit is None or permit.may_read(target.index.collection)
     ]
     return {"indexes": indexes, "aliases": json.loads(json.dumps(aliases, default=str))}
 
@@ -197,36 +258,23 @@ def _index_name(searcher: Searcher, index: str) -> IndexName:
     return ref.index(default_collection())
 
 
-class RequireKey:
-    """ASGI middleware: every request needs `key` as `X-API-Key` or `Authorization: Bearer` (401 otherwise)."""
-
-    def __init__(self, app: ASGIApp, key: str) -> None:
-        self.app = app
-        self.key = key.encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self._allowed(dict(scope.get("headers") or [])):
-            await self.app(scope, receive, send)
-            return
-        body = json.dumps({"detail": "missing or wrong API key (send X-API-Key or Authorization: Bearer)"})
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
-            }
-        )
-        await send({"type": "http.response.body", "body": body.encode()})
-
-    def _allowed(self, headers: dict[bytes, bytes]) -> bool:
-        given = headers.get(b"x-api-key")
-        if given is None:
-            scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
-            given = token.strip() if scheme.lower() == b"bearer" else None
-        return given is not None and hmac.compare_digest(given, self.key)
-
-
-def http_app(server: MCPServer, api_key: str | None, host: str = "127.0.0.1") -> ASGIApp:
-    """The streamable HTTP app (`/mcp`), behind `api_key` when one is given."""
+def http_app(
+    server: MCPServer,
+    api_key: str | None,
+    host: str = "127.0.0.1",
+    store: Callable[[], Store] | None = None,
+) -> ASGIApp:
+    """The streamable HTTP app (`/mcp`). With `api_key` (the bootstrap key) every request needs it or
+    a stored key of `store`'s database (default: the project's), checked as the service checks it."""
     app = server.streamable_http_app(host=host)
-    return RequireKey(app, api_key) if api_key else app
+    if not api_key:
+        return app
+    if store is None:
+        made: list[Store] = []
+
+        def store() -> Store:
+            if not made:
+                made.append(Store())
+            return made[0]
+
+    return KeyCheck(app, key_ring(api_key, store))

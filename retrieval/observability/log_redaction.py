@@ -5,6 +5,10 @@ parameter of any route. uvicorn's access log writes the path with its query stri
 `RedactSecrets` (a logging filter on every handler `log_config` makes) rewrites each record's
 arguments before they are formatted: the value of every query parameter except the few the
 service defines as harmless (`SAFE_QUERY_NAMES`), and every occurrence of a configured secret.
+Whatever the secrets configured, the password of any URL (`postgresql://user:PASSWORD@host`) and
+any stored key's token (`cky_...`) are redacted too. A record's traceback (`exc_info`, `exc_text`)
+and stack (`stack_info`) pass through the same: an exception's message and the source lines and
+local values a traceback shows are text the log would otherwise write as they are.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import copy
 import logging
 import os
 import re
+import traceback
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,6 +27,10 @@ REDACTED = "[redacted]"
 SAFE_QUERY_NAMES = frozenset({"full"})
 _QUERY_PAIR = re.compile(r"(?P<lead>[?&;])(?P<name>[^=&;#\s\"?]+)=(?P<value>[^&;#\s\"]*)")
 MIN_SECRET_CHARS = 4  # shorter "secrets" would redact ordinary words
+# The password of a URL's userinfo (`scheme://user:password@`), up to the last `@` before the host.
+_URL_PASSWORD = re.compile(r"(?P<lead>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)(?P<password>[^\s/]*)(?=@)")
+# A stored key's token (retrieval.store.api_key.TOKEN_SHAPE), wherever it appears.
+_TOKEN = re.compile(r"\bcky_[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])")
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
@@ -29,6 +38,8 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     for secret in secrets:
         if len(secret) >= MIN_SECRET_CHARS:
             text = text.replace(secret, REDACTED)
+    text = _URL_PASSWORD.sub(lambda m: m["lead"] + REDACTED if m["password"] else m[0], text)
+    text = _TOKEN.sub(REDACTED, text)
 
     def pair(match: re.Match[str]) -> str:
         if match["name"].lower() in SAFE_QUERY_NAMES or not match["value"]:
@@ -56,6 +67,14 @@ class RedactSecrets(logging.Filter):
             record.args = tuple(self._argument(arg) for arg in record.args)
         elif isinstance(record.args, dict):
             record.args = {key: self._argument(arg) for key, arg in record.args.items()}
+        if record.exc_info and not record.exc_text:
+            # formatted here, as logging.Formatter would, so that the formatter writes the redacted
+            # text (it formats exc_info only when exc_text is empty)
+            record.exc_text = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text, self.secrets)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info, self.secrets)
         return True
 
     def _argument(self, arg: Any) -> Any:

@@ -19,6 +19,8 @@ from chunkyard.retrieval.embedders.endpoint_settings import (
     endpoint_identity,
 )
 from chunkyard.retrieval.settings.config_fields import (
+from chunkyard.retrieval.settings.config_fields import (
+    INDEX_FIELDS,
     checked_coarse,
     checked_vector_storage,
     inherited_embedder,
@@ -231,20 +233,7 @@ class IndexSpec:
 # The search mode picks the fusion (`hybrid` = reciprocal rank fusion, `hybrid_weighted` = weighted
 # min-max-normalised scores); the config gives their parameters.
 _HYBRID_KEYS = {"rrf_k", "weight", "candidates"}
-_INDEX_KEYS = {
-    "chunker",
-    "embedding_model",
-    "embedder",
-    "bm25",
-    "hybrid",
-    "rerank",
-    "context_scoring",
-    "collapse_duplicates",
-    "coarse",
-    "description",
-    "allow_truncation",
-    "vector_storage",
-}
+_INDEX_KEYS = set(INDEX_FIELDS)
 _COLLECTION_KEYS = {
     "folders",
     "include",

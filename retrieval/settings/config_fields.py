@@ -17,6 +17,25 @@ from chunkyard.retrieval.settings.project import SettingsError
 
 VECTOR_STORAGES = ("vector", "halfvec")  # how an index stores its vectors (pgvector types)
 
+# The index config's fields (any other is refused), each with whether it shapes what an evaluation
+# measures: the fields an evaluation's code version hashes (`EVALUATED_FIELDS`, read by
+# pipeline/steps/evaluation.py), so one declaration serves both. Their order is part of that hash.
+INDEX_FIELDS: dict[str, bool] = {
+    "chunker": True,
+    "embedding_model": True,
+    "embedder": True,
+    "bm25": True,
+    "hybrid": True,
+    "rerank": True,
+    "context_scoring": True,
+    "collapse_duplicates": True,
+    "coarse": True,
+    "description": False,
+    "allow_truncation": False,
+    "vector_storage": False,
+}
+EVALUATED_FIELDS = tuple(name for name, evaluated in INDEX_FIELDS.items() if evaluated)
+
 
 def field_at(path: Path, entry: Any, key: str, fallback: str) -> str:
     """`file:line` of `key` in an entry read with line marks, else `fallback` (the entry's own)."""
