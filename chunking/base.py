@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 from chunkyard.chunking.locations import BREAKS_SUFFIX, document_locations, slide_cuts, unit_span
+from chunkyard.chunking.ocr_spans import ocr_span
 from chunkyard.chunking.table_rows import table_pieces
 from chunkyard.chunking.tokenizers import Tokenizer, TokenUnits, special_token_overhead, token_units
 from chunkyard.chunking.types import Chunk, Document, as_document
@@ -440,6 +441,8 @@ class BaseChunker:
                 meta[first], meta[last], breaks = unit_span(key, p.start, p.end)
                 if breaks:  # the page or slide of any offset inside the chunk (`locations.unit_at`)
                     meta[first + BREAKS_SUFFIX] = breaks
+            if "page" in meta:  # pages read by OCR: this chunk's (chunking.ocr_spans)
+                meta.update(ocr_span(dt.doc.metadata, meta["page"], meta["page_end"]))
             if deck_title:
                 meta["deck_title"] = deck_title[0]
                 if not chunk_text.startswith(deck_title[0]) and n_tokens + deck_title[1] <= self.budget:
