@@ -7,8 +7,9 @@ on the same index, side by side in one run:
 
 - `today`: the index's analyzer as it is (English drops its stop words; `standard` keeps them);
 - `english`: every English stop word dropped from the query (the first pass's rule, withdrawn);
-- `function`: only `retrieval.query_stopwords.QUESTION_FUNCTION_WORDS` dropped (where the index keeps
-  stop words).
+- `function`: only `QUESTION_FUNCTION_WORDS` below dropped (where the index keeps stop words).
+
+Result (benchmarks/results/formats.md, raw rows in query_stopwords.jsonl): neither rule is kept.
 
 Setups: docs/ (the demo collection) and docs/ + this repository's chunking/documents/*.py, each with
 `analyzer: auto` (English here) and `standard`. Questions: the demo set (all about docs/, so a code
@@ -29,17 +30,110 @@ from pathlib import Path
 from chunkyard.chunking.documents.folder import load_folder
 from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval import bm25 as bm25_lib
-from chunkyard.retrieval.analysis import ENGLISH_STOPWORDS
+from chunkyard.retrieval.analysis import ENGLISH_STOPWORDS, Analyzer, MultiAnalyzer, TermAnalyzer
 from chunkyard.retrieval.config import IndexSpec, load_index_configs
 from chunkyard.retrieval.db import embedded_database_url
 from chunkyard.retrieval.embedder import load_embedder
 from chunkyard.retrieval.query import Searcher
-from chunkyard.retrieval.query_stopwords import QueryAnalyzer
 from chunkyard.retrieval.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 QUESTIONS = REPO / "evaluation" / "datasets" / "demo_questions.jsonl"
 ORIGINAL = bm25_lib.build_analyzer
+# Function words only: articles, forms of "be", "do" and "have", pronouns, demonstratives, the "wh"
+# pronouns and the commonest prepositions and conjunctions; the words of the English list that carry
+# meaning in a question (not, no, only, before, after, how, where, when, all, each, more) stay terms.
+QUESTION_FUNCTION_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "am",
+        "do",
+        "does",
+        "did",
+        "doing",
+        "have",
+        "has",
+        "had",
+        "having",
+        "i",
+        "me",
+        "my",
+        "we",
+        "our",
+        "you",
+        "your",
+        "he",
+        "him",
+        "his",
+        "she",
+        "her",
+        "it",
+        "its",
+        "they",
+        "them",
+        "their",
+        "this",
+        "that",
+        "these",
+        "those",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "by",
+        "for",
+        "with",
+        "from",
+        "into",
+        "as",
+        "and",
+        "or",
+        "but",
+        "if",
+        "than",
+        "so",
+        "there",
+    ]
+)
+
+
+class QueryAnalyzer:
+    """An index's query analyzer less QUESTION_FUNCTION_WORDS where none of its analyzers drops stop
+    words (an analyzer with a stop-word list already drops them); a query of function words only keeps
+    them, so it still finds something."""
+
+    def __init__(self, analyzer: TermAnalyzer) -> None:
+        self.analyzer = analyzer
+        analyzers = analyzer.analyzers if isinstance(analyzer, MultiAnalyzer) else (analyzer,)
+        keeps_them = all(not a.stopwords for a in analyzers if isinstance(a, Analyzer))
+        self.dropped = QUESTION_FUNCTION_WORDS if keeps_them else frozenset()
+
+    @property
+    def name(self) -> str:
+        return self.analyzer.name
+
+    def __call__(self, text: str) -> list[str]:
+        return self.analyze(text)
+
+    def analyze(self, text: str) -> list[str]:
+        terms = self.analyzer.analyze(text)
+        kept = [term for term in terms if term not in self.dropped]
+        return kept or terms
 
 
 class _EnglishDropped(QueryAnalyzer):
