@@ -143,6 +143,8 @@ bench-formats: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_ocr
 	$(BIN)/python -m benchmarks.bench_formats
 	$(BIN)/python -m benchmarks.bench_code_stopwords
+	$(BIN)/python -m benchmarks.bench_pdf_tables
+	$(BIN)/python -m benchmarks.bench_query_stopwords
 
 # the stack fault suite, timed: seconds from each fault to convergence -> benchmarks/results/faults.md,
 # with the wait of a `chunkyard index` after one killed at NOT_STARTED (BENCH_NOT_STARTED_ARGS, e.g.

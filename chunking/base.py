@@ -14,6 +14,7 @@ import numpy as np
 from chunkyard.chunking.locations import BREAKS_SUFFIX, document_locations, slide_cuts, unit_span
 from chunkyard.chunking.span_counts import refined_counts
 from chunkyard.chunking.spans import DocText, Piece, char_windows, max_chunk_chars, trim_span, window_pieces
+from chunkyard.chunking.ocr_spans import ocr_span
 from chunkyard.chunking.table_rows import table_pieces
 from chunkyard.chunking.tokenizers import Tokenizer, special_token_overhead
 from chunkyard.chunking.types import Chunk, Document, as_document
@@ -166,6 +167,8 @@ class BaseChunker:
                 meta[first], meta[last], breaks = unit_span(key, p.start, p.end)
                 if breaks:  # the page or slide of any offset inside the chunk (`locations.unit_at`)
                     meta[first + BREAKS_SUFFIX] = breaks
+            if "page" in meta:  # pages read by OCR: this chunk's (chunking.ocr_spans)
+                meta.update(ocr_span(dt.doc.metadata, meta["page"], meta["page_end"]))
             if deck_title:
                 meta["deck_title"] = deck_title[0]
                 if not chunk_text.startswith(deck_title[0]) and n_tokens + deck_title[1] <= self.budget:

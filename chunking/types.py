@@ -15,11 +15,18 @@ LOCATION_KEYS: dict[str, tuple[str, str]] = {
 }
 
 
+# Document metadata with a value per page (the pages read by OCR and their confidence): in a document
+# with `page_starts` each chunk gets the values of the pages it covers (`chunking.ocr_spans`) instead.
+PAGE_VALUE_KEYS: tuple[str, ...] = ("ocr_pages", "ocr_page_confidence", "ocr_confidence")
+
+
 def without_locations(metadata: dict[str, Any]) -> dict[str, Any]:
-    """A document's metadata minus its location lists: what every one of its chunks may copy."""
+    """A document's metadata minus its location lists and, where it has pages, its per-page values:
+    what every one of its chunks may copy."""
     if not any(key in metadata for key in LOCATION_KEYS):
         return metadata
-    return {k: v for k, v in metadata.items() if k not in LOCATION_KEYS}
+    dropped = {*LOCATION_KEYS, *(PAGE_VALUE_KEYS if "page_starts" in metadata else ())}
+    return {k: v for k, v in metadata.items() if k not in dropped}
 
 
 def sha256_text(text: str) -> str:

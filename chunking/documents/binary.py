@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from chunkyard.chunking.documents.errors import UnusableFile
-from chunkyard.chunking.documents.furniture import clean_pdf_pages
+from chunkyard.chunking.documents.furniture import drop_furniture, layout_pdf_pages, strip_furniture
 from chunkyard.chunking.documents.parse_bounds import bound_hit
 from chunkyard.chunking.documents.scanned import IMAGE_FORMATS, parse_image, read_scanned_pdf_pages
 from chunkyard.chunking.documents.tables import markdown_table
@@ -68,10 +68,15 @@ def parse_pdf(data: bytes) -> Parsed:
         raise bound_hit(exc, "PDF") or UnusableFile(
             f"broken or unreadable PDF: {type(exc).__name__}: {exc}"
         ) from None
-    # read by column, ruled tables as Markdown, furniture dropped (chunking.documents.furniture); then
-    # the scanned pages read by OCR (chunking.documents.scanned)
-    pages, cleaned = clean_pdf_pages(data, pages)
-    pages, ocr = read_scanned_pdf_pages(data, pages)
+    # read by column, tables as Markdown (chunking.documents.furniture); the scanned pages read by OCR
+    # (chunking.documents.scanned: a page whose text layer is only furniture counts as scanned); then
+    # the furniture of every page, text layer or OCR, dropped and hyphens joined
+    pages, cleaned = layout_pdf_pages(data, pages)
+    read, ocr = read_scanned_pdf_pages(data, drop_furniture(pages)[0])
+    ocr_read = set(ocr.get("ocr_pages", ()))
+    pages = [read[i] if i + 1 in ocr_read else text for i, text in enumerate(pages)]
+    pages, dropped = strip_furniture(pages)
+    cleaned.update(dropped)
     text, starts = join_blocks(pages)
     if not text.strip():
         why = ocr["ocr_failures"][0] if ocr.get("ocr_failures") else "no page has text or a scanned image"

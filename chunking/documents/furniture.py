@@ -1,8 +1,10 @@
 """PDF page text without its furniture: two-column pages read by column, repeated headers, footers and page
 numbers dropped, words hyphenated across a line break joined.
 
-`clean_pdf_pages(data, pages)` takes the text layer of each page (pypdf) and returns the cleaned text of
-each; the document text is built from these, so chunk spans stay exact against what is stored. A page
+`layout_pdf_pages(data, pages)` takes the text layer of each page (pypdf) and reads two-column pages by
+column and tables as Markdown; `strip_furniture(pages)` then drops the furniture of all the file's
+pages, text layer and OCR alike (`chunking.documents.binary.parse_pdf`), and joins hyphens. The
+document text is built from these, so chunk spans stay exact against what is stored. A page
 with a vertical gutter (no character crosses a band in the middle of the page on most lines) is read
 again with pypdfium2's character boxes, left column before right; lines that cross the gutter
 (a title, a header) stay where they are between the column blocks.
@@ -29,20 +31,24 @@ _PAGE_NUMBER = re.compile(
 _HYPHENATED = re.compile(r"(\w)[-\u00ad]\n(?=[a-zà-ÿа-яё])")
 
 
-def clean_pdf_pages(data: bytes, pages: list[str]) -> tuple[list[str], dict[str, Any]]:
-    """Each page's text read by column, without repeated edge lines and page numbers, hyphens joined;
-    and metadata counting what was changed (`columns_pages`, `furniture_lines_dropped`)."""
-    extra: dict[str, Any] = {}
+def layout_pdf_pages(data: bytes, pages: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """Each page's text read by column and with its tables as Markdown (`columns_pages`, `table_pages`)."""
     columns = _column_pages(data, len(pages))
-    if columns:
-        pages = [columns.get(i, text) for i, text in enumerate(pages)]
-        extra["columns_pages"] = sorted(i + 1 for i in columns)
-    pages, tables = pdf_table_pages(data, pages)  # ruled tables as Markdown (chunking.documents.pdf_tables)
-    extra.update(tables)
+    pages = [columns.get(i, text) for i, text in enumerate(pages)]
+    # tables as Markdown (chunking.documents.pdf_tables): a page with one is read again around it (the
+    # gap between two table columns may have looked like a gutter)
+    pages, extra = pdf_table_pages(data, pages)
+    read_by_column = sorted(i + 1 for i in columns if i + 1 not in extra.get("table_pages", ()))
+    return pages, ({"columns_pages": read_by_column} if read_by_column else {}) | extra
+
+
+def strip_furniture(pages: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """The pages (text layer or OCR, all of one file) without repeated edge lines and page numbers,
+    hyphens joined; and `furniture_lines_dropped` when any line was."""
     pages, dropped = drop_furniture(pages)
-    if dropped:
-        extra["furniture_lines_dropped"] = dropped
-    return [join_hyphenated(text) for text in pages], extra
+    return [join_hyphenated(text) for text in pages], (
+        {"furniture_lines_dropped": dropped} if dropped else {}
+    )
 
 
 def _key(line: str) -> str:

@@ -3,7 +3,8 @@
 A PDF page whose text layer is (nearly) empty and that holds an image is rendered (pypdfium2) and
 read by `chunking.documents.ocr`; the other pages keep their text layer. Each page keeps its
 number (`page_starts`), and the document says which pages were read by OCR and how sure it was
-(`ocr_pages`, `ocr_confidence`; `ocr: true` when all its text came from OCR; chunks copy them). A
+(`ocr_pages`, `ocr_page_confidence` for each of them and their mean `ocr_confidence`; `ocr: true` when
+all its text came from OCR); each chunk gets the values of the pages it covers (`chunking.ocr_spans`). A
 page that cannot be read is named with its reason in `ocr_failures` while the rest of the file is
 kept; pages left when the file's time bound runs out are named the same way. OCR can be turned off per collection (`ocr: false`): `ocr_enabled`.
 """
@@ -19,6 +20,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from chunkyard.chunking.documents.errors import UnusableFile
+from chunkyard.chunking.documents.furniture import strip_furniture
 from chunkyard.chunking.documents.ocr import (
     MISSING_ENGINE,
     OcrPage,
@@ -112,6 +114,7 @@ class _OcrRun:
             extra["ocr_engine"] = engine_version()
             extra["ocr_pages"] = self.pages
             extra["ocr_confidence"] = round(sum(self.confidence) / len(self.confidence), 4)
+            extra["ocr_page_confidence"] = self.confidence  # one per `ocr_pages` entry (chunking.ocr_spans)
         if self.failures:
             extra["ocr_failures"] = self.failures
         return extra
@@ -189,6 +192,7 @@ def parse_image(data: bytes) -> tuple[str, str, dict[str, Any]]:
         run.read(n, len(frames), cache_key(data, f"image:{n}"), lambda f=frame: f)
         for n, frame in enumerate(frames, 1)
     ]
+    texts, furniture = strip_furniture(texts)  # a multi-page scan's running header and page numbers
     starts, offset = [], 0
     for page in texts:  # as binary.join_blocks: pages joined by a blank line, the start of each
         starts.append(offset + (2 if offset else 0))
@@ -197,7 +201,7 @@ def parse_image(data: bytes) -> tuple[str, str, dict[str, Any]]:
     if not text.strip():
         failed = f": {run.failures[0]}" if run.failures else ""
         raise UnusableFile(f"OCR found no text in the image ({len(frames)} page(s)){failed}")
-    extra: dict[str, Any] = {"pages": len(frames), **run.metadata()}
+    extra: dict[str, Any] = {"pages": len(frames), **run.metadata(), **furniture}
     if len(frames) > 1:
         extra["page_starts"] = starts
     return text, "", extra
