@@ -22,6 +22,7 @@ from chunkyard.retrieval.config import (
     load_index_configs,
     with_coarse_companions,
 )
+from chunkyard.retrieval.inherited_model import for_collection
 from chunkyard.retrieval.project import SettingsError, project_root, read_yaml
 
 
@@ -208,18 +209,22 @@ def check_project(names: list[str] | None = None) -> list[PlannedCollection]:
     for collection in chosen:
         problems += collection_problems(collection, configs)
         used = [name for name in with_coarse_companions(list(collection.indexes), configs) if name in configs]
-        planned.append(
-            PlannedCollection(
-                collection, tuple(configs[name] for name in used), tuple(collection.folder_paths())
-            )
-        )
+        built_here = tuple(for_collection(configs[name], collection, configs) for name in used)
+        planned.append(PlannedCollection(collection, built_here, tuple(collection.folder_paths())))
     built = {config.name for plan in planned for config in plan.configs}
-    # every config's fields; the models only of those to build (another may name one not installed here)
-    problems = [
-        problem
-        for config in configs.values()
-        for problem in index_config_problems(config, lines, built=config.name in built)
-    ] + problems
+    inherited = [config for plan in planned for config in plan.configs if config not in configs.values()]
+    # every config's fields; the models only of those to build (another may name one not installed here),
+    # and again with each model a collection's config inherits (its input limit may differ)
+    problems = list(
+        dict.fromkeys(
+            [
+                problem
+                for config in [*configs.values(), *inherited]
+                for problem in index_config_problems(config, lines, built=config.name in built)
+            ]
+            + problems
+        )
+    )
     if problems:
         raise SettingsErrors(problems)
     return planned
@@ -241,10 +246,12 @@ def load_index_specs(
                 )
         # A config with `coarse` needs its coarse index in the same collection: it is built too.
         for config_name in with_coarse_companions(list(collection.indexes), configs):
-            specs.append(IndexSpec(collection.name, configs[config_name]))
-    problems = [
-        p for name in sorted({s.config.name for s in specs}) for p in index_config_problems(configs[name])
-    ]
+            specs.append(
+                IndexSpec(collection.name, for_collection(configs[config_name], collection, configs))
+            )
+    # each config as the collections build it (an inherited model has its own input limit)
+    built = {(spec.config.name, spec.config.embedding_model): spec.config for spec in specs}
+    problems = list(dict.fromkeys(p for config in built.values() for p in index_config_problems(config)))
     if problems:  # each chunker, embedder and model as the steps will build them, before any step runs
         raise SettingsErrors(problems)
     return specs
