@@ -2,7 +2,9 @@
 
 An index's `evaluation` follows its publish (and its coarse companion's); the `leaderboard`
 compares every evaluated config of a collection; `promotion` points `serve.alias` at the winner
-within budget, blocked by a regression. All three catch up with parents updated mid-run.
+within budget, blocked by a regression. All three catch up with parents updated mid-run. The
+evaluation and the leaderboard evaluate nothing when their inputs are those of their last run
+(`assets.unchanged`).
 """
 
 from collections.abc import Sequence
@@ -12,6 +14,7 @@ from chunkyard.assets.keys import collection_prefix, index_key, leaderboard_key,
 from chunkyard.assets.progress import step_progress
 from chunkyard.assets.resources import EmbedderResource, PostgresResource
 from chunkyard.assets.results import check_specs, materialize_result
+from chunkyard.assets.unchanged import inputs_version, unchanged_result, versioned
 from chunkyard.evaluation.reports import ENDPOINT_COST_COLUMNS
 from chunkyard.pipeline.checks import CHECKS
 from chunkyard.pipeline.graph import PUBLISH
@@ -84,8 +87,14 @@ def build_evaluation_asset(collection: Collection, spec: IndexSpec) -> AssetsDef
     def evaluation(
         context: AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource
     ) -> MaterializeResult:
+        from chunkyard.pipeline.evaluation_inputs import evaluation_inputs
         from chunkyard.pipeline.steps.evaluation import evaluate_collection_index
 
+        store = postgres.store()
+        version = inputs_version(context, evaluation_inputs(store, collection, spec))
+        unchanged = unchanged_result(context, version, "the published index, the eval set and the settings")
+        if unchanged is not None:
+            return unchanged
         # an embedding server's usage by the latest embedding step (and its parts) joins the report's cost
         cost: dict[str, float] = {}
         for kind in ["embeddings", *part_kinds()]:
@@ -98,9 +107,9 @@ def build_evaluation_asset(collection: Collection, spec: IndexSpec) -> AssetsDef
                     cost[name] = cost.get(name, 0.0) + float(value.value)
         progress = step_progress(context.log, "variants", "evaluated")  # counts, rate, time left in the log
         report = evaluate_collection_index(
-            postgres.store(), collection, spec, embedder.for_config(config), cost=cost, progress=progress
+            store, collection, spec, embedder.for_config(config), cost=cost, progress=progress
         )
-        return materialize_result(context, report)
+        return versioned(materialize_result(context, report), version)
 
     return evaluation
 
@@ -123,9 +132,15 @@ def build_leaderboard_asset(collection: Collection, specs: Sequence[IndexSpec]) 
         metadata={"collection": name, "indexes": ", ".join(names)},
     )
     def leaderboard(context: AssetExecutionContext, postgres: PostgresResource) -> MaterializeResult:
+        from chunkyard.pipeline.evaluation_inputs import leaderboard_inputs
         from chunkyard.pipeline.steps.leaderboard import write_leaderboard
 
-        return materialize_result(context, write_leaderboard(postgres.store(), name, names))
+        store = postgres.store()
+        version = inputs_version(context, leaderboard_inputs(store, names))
+        unchanged = unchanged_result(context, version, "every index's latest evaluation")
+        if unchanged is not None:
+            return unchanged
+        return versioned(materialize_result(context, write_leaderboard(store, name, names)), version)
 
     return leaderboard
 

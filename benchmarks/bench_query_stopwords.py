@@ -29,7 +29,7 @@ from pathlib import Path
 
 from chunkyard.chunking.documents.folder import load_folder
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval import bm25 as bm25_lib
+from chunkyard.retrieval.store import bm25 as bm25_lib
 from chunkyard.retrieval.lexical.analysis import ENGLISH_STOPWORDS, Analyzer, MultiAnalyzer, TermAnalyzer
 from chunkyard.retrieval.settings.config import IndexSpec, load_index_configs
 from chunkyard.retrieval.store.db import embedded_database_url

@@ -98,7 +98,10 @@ def print_plan(planned: list[PlannedCollection]) -> None:
 
 
 def describe(config: Any) -> str:
-    """One line of what an index config does: chunker, its size and unit, the embedder."""
+    """One line of what an index config does: chunker, its size and unit, the embedder (and where its
+    model comes from when the collection chose it)."""
+    from chunkyard.retrieval.settings.inherited_model import inherited_note
+
     chunker = dict(config.chunker)
     strategy = chunker.pop("strategy")
     size = chunker.pop("size", 256)
@@ -111,5 +114,5 @@ def describe(config: Any) -> str:
     )
     return (
         f"{strategy} chunks of up to {size} {tokenizer} tokens, overlap {overlap}{rest}; "
-        f"embedded by {config.embedding_model} ({backend})"
+        f"embedded by {config.embedding_model} ({backend}){inherited_note(config)}"
     )

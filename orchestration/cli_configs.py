@@ -41,9 +41,10 @@ def cmd_configs(args: argparse.Namespace) -> int:
 
     configs = load_index_configs()
     try:
-        used = {name for collection in load_collections().values() for name in collection.indexes}
+        collections = load_collections()
     except ProjectError:
-        used = set()
+        collections = {}
+    used = {name for collection in collections.values() for name in collection.indexes}
     shown = [
         config
         for name, config in sorted(configs.items())
@@ -58,6 +59,8 @@ def cmd_configs(args: argparse.Namespace) -> int:
             + "  "
             + cells[4]
         )
+    for line in inherited_lines(collections, configs):
+        print(line)
     hidden = len(configs) - len(shown)
     print(
         "\n* used by a collection of this project. Name one with `chunkyard add NAME FOLDER --index CONFIG`;"
@@ -65,6 +68,24 @@ def cmd_configs(args: argparse.Namespace) -> int:
         + (f" {hidden} benchmark configs more with --all." if hidden else "")
     )
     return 0
+
+
+def inherited_lines(collections: dict[str, Any], configs: dict[str, Any]) -> list[str]:
+    """A line per index a collection builds with its own model instead of the config's (the config
+    names no `embedding_model`; `retrieval.settings.inherited_model`), saying where the model comes from."""
+    from chunkyard.retrieval.settings.inherited_model import for_collection, inherited_note
+
+    lines = []
+    for collection in collections.values():
+        for name in collection.indexes:
+            if name not in configs:
+                continue
+            built = for_collection(configs[name], collection, configs)
+            if built is not configs[name]:
+                lines.append(
+                    f"  {collection.name}/{name}: embedded by {built.embedding_model}{inherited_note(built)}"
+                )
+    return (["", "Models a collection chose for its configs:", *lines]) if lines else []
 
 
 def row(config: Any, used: bool) -> tuple[str, str, str, str, str]:

@@ -117,6 +117,11 @@ def cmd_index(args: argparse.Namespace) -> int:
         )
     for line in run_report.count_lines(summary):
         _print(line)
+    if summary["unchanged"]:  # `assets.unchanged`: the same inputs as their last run
+        _print(
+            f"Evaluation: unchanged, skipped ({', '.join(summary['unchanged'])}: the published indexes, "
+            "the eval set and the settings are those of the last evaluation)"
+        )
     board = summary.get("leaderboard")
     if board:
         _print()
@@ -152,6 +157,7 @@ def run_summary(result) -> dict:
         "failures": [],
         "skipped_files": [],
         "skipped_total": 0,  # files skipped, listed in `skipped_files` or not
+        "unchanged": [],  # evaluation and leaderboard assets that evaluated nothing: inputs unchanged
     }
     for event in result.all_events:
         if event.is_step_failure:
@@ -165,6 +171,8 @@ def run_summary(result) -> dict:
         materialization = event.step_materialization_data.materialization
         key = materialization.asset_key.path
         meta = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
+        if "skipped" in meta and key[-1] in ("evaluation", "leaderboard"):
+            summary["unchanged"].append("/".join(key))
         if key[-1] == "chunks":
             summary["staged"] += int(meta.get("chunks_staged", 0) or 0)
             summary["kept"] += int(meta.get("chunks_kept", 0) or 0)

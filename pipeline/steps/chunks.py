@@ -7,6 +7,7 @@ from chunkyard.chunking.registry import needs_embedding_model
 from chunkyard.chunking.tokenizers import get_tokenizer
 from chunkyard.pipeline import checks
 from chunkyard.pipeline.checks import DeclaredCheck
+from chunkyard.pipeline.chunk_sample import chunk_sample
 from chunkyard.pipeline.step_report import StepReport, StepRun
 from chunkyard.retrieval.embedders.embedder import Embedder
 from chunkyard.retrieval.indexing.chunks import stage_chunks
@@ -47,6 +48,8 @@ def step_chunks(store: Store, spec: IndexSpec, embedder: Embedder | None, run: S
     report = StepReport(
         metadata=dict(staged.as_metadata()),
         ids={"rechunked_documents": documents["chunked"], "removed_documents": documents["removed"]},
+        # the UI's view of a few documents' chunks (`chunkyard chunks DOC` shows any one)
+        markdown={"chunks_sample": chunk_sample(store, spec, documents["chunked"])},
         stage=staged,
     )
     if not run.checks:

@@ -1,6 +1,7 @@
 """The ONNX backend: the model exported once per machine (fp32 and int8), run with onnxruntime alone.
 
-torch and sentence-transformers are imported only to make the export (`retrieval.embedders.onnx_encoder` runs it).
+torch and sentence-transformers are imported only to make the export, in child processes
+(`retrieval.embedders.onnx_export`); `retrieval.embedders.onnx_encoder` runs it.
 """
 
 from __future__ import annotations
@@ -9,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from chunkyard.chunking.model_cache import build_once, folder_digest, library_output_to_log, model_cache_dir
+from chunkyard.chunking.model_cache import build_once, folder_digest, model_cache_dir
 from chunkyard.retrieval.embedders.base import LocalEmbedder
 from chunkyard.retrieval.embedders.onnx_encoder import OnnxEncoder
+from chunkyard.retrieval.embedders.onnx_encoder import OnnxEncoder
+from chunkyard.retrieval.embedders.onnx_export import ONNX_FP32_FILE, export_in_children
 
 QUANTIZATIONS = (None, "int8")
-ONNX_FP32_FILE = "onnx/model.onnx"
 
 
 def onnx_cache_dir(model_path: str, name: str | None = None) -> Path:
@@ -64,22 +66,9 @@ class OnnxEmbedder(LocalEmbedder):
         return model
 
     def _export_onnx(self, staging: Path) -> None:
-        """fp32 and int8 ONNX files into `staging`, with sentence-transformers (torch, once per machine)."""
-        with library_output_to_log():
-            from sentence_transformers import SentenceTransformer, export_dynamic_quantized_onnx_model
-
-            exported = SentenceTransformer(
-                self.model_path, device=self.device, backend="onnx", local_files_only=True
-            )
-            exported.save_pretrained(str(staging))
-            base = SentenceTransformer(
-                str(staging),
-                device=self.device,
-                backend="onnx",
-                local_files_only=True,
-                model_kwargs={"file_name": ONNX_FP32_FILE},
-            )
-            export_dynamic_quantized_onnx_model(base, "avx2", str(staging))
+        """fp32 and int8 ONNX files into `staging`, each made in a child process (torch and the
+        quantiser, once per machine: `retrieval.embedders.onnx_export`), then both opened here."""
+        export_in_children(self.model_path, staging, self.device)
         for quantize in QUANTIZATIONS:  # raises if either file is unusable
             self._open_onnx(staging, quantize)
 

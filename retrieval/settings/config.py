@@ -96,6 +96,9 @@ class IndexConfig:
     vector_storage: str = "vector"
     # `file:line` of the entry, for errors about it (`retrieval.settings.config_checks`).
     source: str = field(default="", compare=False)
+    # Where `embedding_model` comes from when the entry does not set it: "defaults" (the bundled
+    # defaults), or the collection whose choice it inherits (`retrieval.settings.inherited_model`); "" when set.
+    model_from: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         checked_vector_storage(self.vector_storage, f"indexes.{self.name}.vector_storage")
@@ -332,6 +335,7 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
                 merged.get("vector_storage", "vector"), at("vector_storage")
             ),
             source=where.rpartition(": indexes.")[0],
+            model_from="" if "embedding_model" in entry else "defaults",
         )
     for name, config in configs.items():
         if not config.coarse:

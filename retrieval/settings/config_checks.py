@@ -23,6 +23,8 @@ from chunkyard.retrieval.settings.config import (
     with_coarse_companions,
 )
 from chunkyard.retrieval.settings.project import SettingsError, project_root, read_yaml
+from chunkyard.retrieval.settings.inherited_model import for_collection
+from chunkyard.retrieval.settings.project import SettingsError, project_root, read_yaml
 
 
 class SettingsErrors(SettingsError):
@@ -237,25 +239,30 @@ def check_index_run(names: list[str] | None = None, *, every_collection: bool = 
         collection = collections[name]
         problems += collection_problems(collection, configs)
         used = [name for name in with_coarse_companions(list(collection.indexes), configs) if name in configs]
-        planned.append(
-            PlannedCollection(
-                collection, tuple(configs[name] for name in used), tuple(collection.folder_paths())
-            )
-        )
+        built_here = tuple(for_collection(configs[name], collection, configs) for name in used)
+        planned.append(PlannedCollection(collection, built_here, tuple(collection.folder_paths())))
     specs = _index_specs(collections, configs)
-    built = {config.name for plan in planned for config in plan.configs}
+    to_build = [config for plan in planned for config in plan.configs]
     if every_collection:
         chosen = {plan.collection.name for plan in planned}
         for collection in collections.values():
             if collection.name not in chosen:
                 problems += _unknown_configs(collection, configs, lines)
-        built |= {spec.config.name for spec in specs}
-    # every config's fields; the models only of those to build (another may name one not installed here)
-    problems = [
-        problem
-        for config in configs.values()
-        for problem in index_config_problems(config, lines, built=config.name in built)
-    ] + problems
+        to_build += [spec.config for spec in specs]
+    built = {config.name for config in to_build}
+    inherited = [config for config in to_build if config not in configs.values()]
+    # every config's fields; the models only of those to build (another may name one not installed here),
+    # and again with each model a collection's config inherits (its input limit may differ)
+    problems = list(
+        dict.fromkeys(
+            [
+                problem
+                for config in [*configs.values(), *inherited]
+                for problem in index_config_problems(config, lines, built=config.name in built)
+            ]
+            + problems
+        )
+    )
     if problems:
         raise SettingsErrors(problems)
     return CheckedProject(collections, tuple(planned), tuple(specs))
@@ -265,7 +272,7 @@ def _index_specs(collections: dict[str, Collection], configs: dict[str, IndexCon
     """Every (collection, index config) pair of configs known; a config with `coarse` needs its coarse
     index in the same collection, so that one is built too."""
     return [
-        IndexSpec(collection.name, configs[name])
+        IndexSpec(collection.name, for_collection(configs[name], collection, configs))
         for collection in collections.values()
         for name in with_coarse_companions(list(collection.indexes), configs)
         if name in configs
@@ -287,9 +294,9 @@ def load_index_specs(
                     f"known: {sorted(configs)}"
                 )
     specs = _index_specs(collections, configs)
-    problems = [
-        p for name in sorted({s.config.name for s in specs}) for p in index_config_problems(configs[name])
-    ]
+    # each config as the collections build it (an inherited model has its own input limit)
+    built = {(spec.config.name, spec.config.embedding_model): spec.config for spec in specs}
+    problems = list(dict.fromkeys(p for config in built.values() for p in index_config_problems(config)))
     if problems:  # each chunker, embedder and model as the steps will build them, before any step runs
         raise SettingsErrors(problems)
     return specs

@@ -1,4 +1,4 @@
-"""One document's published chunks in one index, in document order: where it was cut (`chunkyard chunks`)."""
+"""A document's chunks in an index, published or staged, in document order: where it was cut."""
 
 from __future__ import annotations
 
@@ -51,3 +51,14 @@ def document_ids(pool: Pool, index: IndexName) -> list[str]:
     query = sql.SQL("SELECT DISTINCT doc_id FROM {} WHERE index_name = %s ORDER BY doc_id").format(table)
     with pool.connection() as conn:
         return [r[0] for r in conn.execute(query, (str(index),)).fetchall()]
+
+
+def staged_document_chunks(pool: Pool, index: IndexName, doc_id: str) -> list[DocumentChunk]:
+    """`doc_id`'s chunks staged for `index`'s next publish (a run's chunks step), by start offset."""
+    query = (
+        'SELECT chunk_id, start, "end", text, metadata FROM staged_chunks'
+        ' WHERE index_name = %s AND doc_id = %s ORDER BY start, "end"'
+    )
+    with pool.connection() as conn:
+        rows = conn.execute(query, (str(index), doc_id)).fetchall()
+    return [DocumentChunk(r[0], int(r[1]), int(r[2]), r[3], dict(r[4] or {})) for r in rows]

@@ -1,0 +1,78 @@
+"""A few documents' chunks as Markdown for the chunks asset's metadata (the UI): `chunk_sample`.
+
+The documents this run re-chunked (their staged chunks) or, when it re-chunked none, the published
+index's; the first `SAMPLE_DOCUMENTS` of them, each chunk's span, length, pages and first words, and
+a pointer to `chunkyard chunks DOC` for every other document.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chunkyard.retrieval.settings.config import IndexSpec
+from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.document_chunks import (
+    DocumentChunk,
+    document_chunks,
+    document_ids,
+    published_version,
+    staged_document_chunks,
+)
+
+SAMPLE_DOCUMENTS = 3  # documents shown
+SAMPLE_CHUNKS = 20  # chunks shown per document
+FIRST_WORDS = 8
+
+
+def where(metadata: dict[str, Any]) -> str:
+    """`2-3` pages, `slide 4`, or the heading path; `-` when the format has none."""
+    parts = []
+    for unit in ("page", "slide"):
+        first, last = metadata.get(unit), metadata.get(f"{unit}_end")
+        if first is not None:
+            parts.append(f"{unit}s {first}-{last}" if last not in (None, first) else f"{unit} {first}")
+    headings = [str(h) for h in metadata.get("heading_path") or [] if h]
+    if headings:
+        parts.append(" › ".join(headings))
+    return ", ".join(parts) or "-"
+
+
+def first_words(text: str) -> str:
+    """The chunk's first words on one line, safe inside a Markdown table cell."""
+    words = text.split()
+    shown = " ".join(words[:FIRST_WORDS]) + (" …" if len(words) > FIRST_WORDS else "")
+    return shown.replace("\\", "\\\\").replace("|", "\\|").replace("`", "'")
+
+
+def _table(doc_id: str, chunks: list[DocumentChunk]) -> list[str]:
+    lines = [
+        f"**{first_words(doc_id)}**: {len(chunks)} chunk{'s' if len(chunks) != 1 else ''}",
+        "",
+        "| # | span | characters | where | first words |",
+        "| ---: | --- | ---: | --- | --- |",
+    ]
+    lines += [
+        f"| {n} | {c.start}:{c.end} | {c.end - c.start} | {where(c.metadata)} | {first_words(c.text)} |"
+        for n, c in enumerate(chunks[:SAMPLE_CHUNKS], 1)
+    ]
+    if len(chunks) > SAMPLE_CHUNKS:
+        lines.append(f"| … | {len(chunks) - SAMPLE_CHUNKS} more | | | |")
+    return [*lines, ""]
+
+
+def chunk_sample(store: Store, spec: IndexSpec, rechunked: list[str]) -> str:
+    """The Markdown: the first documents of `rechunked` (staged), else of the published index."""
+    if rechunked:
+        documents, read, what = rechunked, staged_document_chunks, "re-chunked by this run"
+    elif published_version(store, spec.name) is not None:
+        documents, read, what = document_ids(store, spec.name), document_chunks, "in the published index"
+    else:
+        return "No chunks: the index has no documents yet."
+    shown = documents[:SAMPLE_DOCUMENTS]
+    lines = [f"Chunks of {len(shown)} of the {len(documents)} documents {what}:", ""]
+    for doc_id in shown:
+        lines += _table(doc_id, read(store, spec.name, doc_id))
+    lines.append(
+        f"Any document's chunks, with where each was cut: `chunkyard chunks DOC --index {spec.name}`"
+    )
+    return "\n".join(lines)
