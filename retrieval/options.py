@@ -237,6 +237,18 @@ class SearchOptions:
         "choice",
         choices=LLM_TOKENIZERS,
     )
+    bm25_feedback: bool | None = _option(
+        False,
+        "Expand the BM25 query with the best terms of its own top chunks (pseudo-relevance feedback).",
+        "bool",
+    )
+    section_tokens: int | None = _option(
+        None,
+        "Small-to-big: return each hit's section (from its heading), at most this many LLM tokens around the hit.",
+        "int",
+        ge=1,
+        le=MAX_CONTEXT_TOKENS,
+    )
 
     def __post_init__(self) -> None:
         for spec in option_schemas():
@@ -355,6 +367,8 @@ class SearchOptions:
             highlights=self.highlights is not False,
             max_context_tokens=self.max_context_tokens,
             llm_tokenizer=self.llm_tokenizer or LLM_TOKENIZERS[0],
+            bm25_feedback=bool(self.bm25_feedback),
+            section_tokens=self.section_tokens,
         )
 
 
@@ -456,6 +470,8 @@ class ResolvedSearch:
     highlights: bool = True  # each hit's best-matching sentences (`retrieval.query.highlights`)
     max_context_tokens: int | None = None  # the results trimmed to this many LLM tokens (None: whole)
     llm_tokenizer: str = LLM_TOKENIZERS[0]
+    bm25_feedback: bool = False  # pseudo-relevance feedback for BM25 (`retrieval.query.feedback`)
+    section_tokens: int | None = None  # small-to-big: each hit's section, capped (`retrieval.query.sections`)
 
     @property
     def falls_back(self) -> bool:

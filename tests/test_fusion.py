@@ -14,7 +14,14 @@ from chunkyard.retrieval.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.index_defaults import AUTO_WEIGHT, auto_weight
 from chunkyard.retrieval.options import DEFAULT_MODE, SearchOptions, default_of, option_schemas
 from chunkyard.retrieval.query import Searcher
-from chunkyard.retrieval.query.fusion import calibrated_weight, corroboration, fuse
+from chunkyard.retrieval.query.fusion import (
+    AGREEMENT_DEPTH,
+    CONFIRMED_DENSE_SCALE,
+    calibrated_weight,
+    corroboration,
+    fuse,
+    trusted_weight,
+)
 from chunkyard.retrieval.store import Store
 
 from tests.test_indexing_support import ParagraphChunker, make_spec
@@ -50,11 +57,28 @@ def test_calibrated_weight_by_hand() -> None:
     assert calibrated_weight([("a", 1.0)], [("b", 2.0), ("a", 1.0)], 0.75) <= 1.0
 
 
+def test_trusted_weight_raises_the_dense_weight_when_bm25_confirms_denses_best() -> None:
+    dense = [("a", 0.9), ("b", 0.8), ("c", 0.7), ("d", 0.6), ("e", 0.5)]
+    others = [(f"x{i}", 10.0 - i) for i in range(AGREEMENT_DEPTH)]
+    # dense's best chunk among BM25's top AGREEMENT_DEPTH: at least the scaled base
+    assert trusted_weight(dense, [*others[:-1], ("a", 0.5)], 0.25) == pytest.approx(
+        0.25 * CONFIRMED_DENSE_SCALE
+    )
+    # just below that depth, or only dense's second chunk confirmed: the calibrated weight as it was
+    below = [*others, ("a", 0.5)]
+    assert trusted_weight(dense, below, 0.25) == calibrated_weight(dense, below, 0.25)
+    assert trusted_weight(dense, [("b", 1.0)], 0.25) == calibrated_weight(dense, [("b", 1.0)], 0.25)
+    # a calibrated weight above the floor is kept; the floor never passes 1
+    assert trusted_weight([("a", 1.0)], [("a", 2.0)], 0.75) == 1.0
+    assert trusted_weight([("a", 1.0)], [("a", 2.0)], 0.5) == pytest.approx(0.5 * CONFIRMED_DENSE_SCALE)
+    assert trusted_weight([], [("a", 1.0)], 0.25) == calibrated_weight([], [("a", 1.0)], 0.25)
+
+
 def test_hybrid_auto_ranks_by_the_calibrated_weighted_scores() -> None:
     dense = [("a", 0.9), ("b", 0.8), ("c", 0.7), ("d", 0.6)]
     lexical = [("c", 9.0), ("a", 5.0), ("x", 4.0)]
     fused = dict(fuse("hybrid_auto", dense, lexical, rrf_k=60, weight=0.5, auto_weight=0.25))
-    w = 3 / 14
+    w = 0.25 * CONFIRMED_DENSE_SCALE  # calibrated 3/14, raised: BM25's list holds dense's best chunk "a"
     # min-max: dense a 1, b 2/3, c 1/3, d 0; bm25 c 1, a 0.2, x 0 (missing: 0)
     expected = {
         "a": w * 1.0 + (1 - w) * 0.2,
