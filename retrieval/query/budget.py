@@ -1,9 +1,10 @@
 """Budget stage: results trimmed to a context budget counted in the downstream LLM's tokens.
 
 `fit_to_budget` keeps whole results in rank order while they fit `max_context_tokens`; each result
-after the first that does not fit is cut to its best run of sentences: the sentence sharing the most
-analysed terms with the query (taken while it fits what is left), grown towards its better-scoring
-neighbour while the run stays within a fair share (what is left divided by the results left, at
+after the first that does not fit is cut to its best run of sentences: its first highlight (the
+sentences `highlights` merged for the reader, when they fit what is left), else the sentence whose
+analysed query terms weigh most (their idf; 1 each without the in-memory BM25 copy), grown towards
+its better-scoring neighbour while the run stays within a fair share (what is left divided by the results left, at
 least `MIN_PIECE_TOKENS`); a later result that fits its share whole stays whole. A sentence longer
 than what is left is split at whitespace (clauses in Thai, words elsewhere), and a piece still too
 long is cut to its best window of tokens. Every trimmed result keeps an exact span of its document
