@@ -4,10 +4,10 @@
 tests/data/multilingual (the same six short articles and 12 questions in en/es/hi/th), one
 multilingual-e5-small (ONNX int8) index per language, recursive chunks of 64 model tokens, served
 mode, k=5 (`BENCH_LANGUAGES="hi th"` runs a subset). For each budget: the share of questions whose
-reference is inside the returned text (character recall of the reference >= 0.5: "found") and the mean character recall of the
-reference, for (a) the top results kept whole while they fit (the evaluation's budget recall) and (b)
-`max_context_tokens`, and (c) the same trimming before it started from the first highlight (the
-sentence with the most query terms, unweighted). Writes `benchmarks/results/context_budget.json`.
+reference is inside the returned text (character recall of the reference >= 0.5: "found") and the
+mean character recall of the reference, for (a) the top results kept whole while they fit (the
+evaluation's budget recall), (b) `max_context_tokens`, and (c) the same trimming before it started
+from the first highlight (the sentence with the most query terms, unweighted). Writes `benchmarks/results/context_budget.json`.
 
     python -m benchmarks.bench_context_budget
 """
