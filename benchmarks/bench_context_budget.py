@@ -7,7 +7,8 @@ mode, k=5 (`BENCH_LANGUAGES="hi th"` runs a subset). For each budget: the share 
 reference is inside the returned text (character recall of the reference >= 0.5: "found") and the
 mean character recall of the reference, for (a) the top results kept whole while they fit (the
 evaluation's budget recall), (b) `max_context_tokens`, and (c) the same trimming before it started
-from the first highlight (the sentence with the most query terms, unweighted). Writes `benchmarks/results/context_budget.json`.
+from the first highlight (the sentence with the most query terms, unweighted).
+Writes `benchmarks/results/context_budget.json`.
 
     python -m benchmarks.bench_context_budget
 """
