@@ -6,8 +6,8 @@ The collection is the demo's (docs/). Three question sets: the long-document set
 paraphrased one (long_documents_paraphrased.jsonl, 20 questions in other words than their answer)
 and the demo's (38). Each lever is measured before and after in the same run, on the same indexes:
 
-- fusion: `hybrid_auto` with `CONFIRMED_DENSE_SCALE` 0 (the calibrated weight alone: before) and as
-  shipped, on recursive-256 with all-MiniLM-L6-v2 and with multilingual-e5-small;
+- fusion: `hybrid_auto` with `trust_dense` off (the calibrated weight alone: before) and on, on
+  recursive-256 with all-MiniLM-L6-v2 and with multilingual-e5-small;
 - feedback: served and BM25 with `bm25_feedback` off and on, both models;
 - sections: recursive-128 (MiniLM) widened with `section_tokens` 256 and 512, against recursive-256
   and recursive-128 as they are;
@@ -70,7 +70,7 @@ def main() -> None:
     from chunkyard.retrieval.db import embedded_database_url
     from chunkyard.retrieval.embedder import load_embedder
     from chunkyard.retrieval.options import SearchOptions
-    from chunkyard.retrieval.query import Searcher, fusion
+    from chunkyard.retrieval.query import Searcher
     from chunkyard.retrieval.query.budget import fit_to_budget
     from chunkyard.retrieval.store import Store
 
@@ -86,7 +86,6 @@ def main() -> None:
     store.migrate()
     configs = load_index_configs()
     rows: list[dict[str, Any]] = []
-    shipped_scale = fusion.CONFIRMED_DENSE_SCALE
     cl100k = get_tokenizer("cl100k_base")
 
     def evaluate(spec: IndexSpec, searcher: Searcher, lever: str, setting: str, variant: str, **options: Any):
@@ -115,10 +114,8 @@ def main() -> None:
         spec = specs["256"]
         evaluate(spec, searcher, "single lists", "dense", "dense")
         evaluate(spec, searcher, "single lists", "bm25", "bm25")
-        for scale, setting in ((0.0, "calibrated (before)"), (shipped_scale, "trusted (after)")):
-            fusion.CONFIRMED_DENSE_SCALE = scale
-            evaluate(spec, searcher, "fusion", setting, "hybrid_auto")
-        fusion.CONFIRMED_DENSE_SCALE = shipped_scale
+        for trust, setting in ((False, "calibrated (before)"), (True, "trusted (after)")):
+            evaluate(spec, searcher, "fusion", setting, "hybrid_auto", trust_dense=trust)
         for on in (False, True):
             setting = "feedback on" if on else "feedback off"
             evaluate(spec, searcher, "bm25 feedback", setting, "bm25", bm25_feedback=on)

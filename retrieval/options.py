@@ -237,6 +237,13 @@ class SearchOptions:
         "choice",
         choices=LLM_TOKENIZERS,
     )
+    trust_dense: bool | None = _option(
+        None,
+        "hybrid_auto: at least 1.4x the base dense weight when BM25's top 10 hold dense's best chunk "
+        "(index default: hybrid.trust_dense, else off).",
+        "bool",
+        index_default=True,
+    )
     bm25_feedback: bool | None = _option(
         False,
         "Expand the BM25 query with the best terms of its own top chunks (pseudo-relevance feedback).",
@@ -361,6 +368,7 @@ class SearchOptions:
             rrf_k=float(self.rrf_k if self.rrf_k is not None else defaults.rrf_k),
             weight=weight,
             auto_weight=defaults.auto_weight,
+            trust_dense=self.trust_dense if self.trust_dense is not None else defaults.trust_dense,
             context=context,
             collapse=self.collapse_duplicates if self.collapse_duplicates is not None else defaults.collapse,
             coarse=coarse,
@@ -470,6 +478,7 @@ class ResolvedSearch:
     highlights: bool = True  # each hit's best-matching sentences (`retrieval.query.highlights`)
     max_context_tokens: int | None = None  # the results trimmed to this many LLM tokens (None: whole)
     llm_tokenizer: str = LLM_TOKENIZERS[0]
+    trust_dense: bool = False  # hybrid_auto trusts a dense top hit BM25 confirms (`fusion.trusted_weight`)
     bm25_feedback: bool = False  # pseudo-relevance feedback for BM25 (`retrieval.query.feedback`)
     section_tokens: int | None = None  # small-to-big: each hit's section, capped (`retrieval.query.sections`)
 

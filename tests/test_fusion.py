@@ -78,7 +78,7 @@ def test_hybrid_auto_ranks_by_the_calibrated_weighted_scores() -> None:
     dense = [("a", 0.9), ("b", 0.8), ("c", 0.7), ("d", 0.6)]
     lexical = [("c", 9.0), ("a", 5.0), ("x", 4.0)]
     fused = dict(fuse("hybrid_auto", dense, lexical, rrf_k=60, weight=0.5, auto_weight=0.25))
-    w = 0.25 * CONFIRMED_DENSE_SCALE  # calibrated 3/14, raised: BM25's list holds dense's best chunk "a"
+    w = 3 / 14
     # min-max: dense a 1, b 2/3, c 1/3, d 0; bm25 c 1, a 0.2, x 0 (missing: 0)
     expected = {
         "a": w * 1.0 + (1 - w) * 0.2,
@@ -91,6 +91,10 @@ def test_hybrid_auto_ranks_by_the_calibrated_weighted_scores() -> None:
     assert all(s["auto_weight"] == pytest.approx(w) for s in fused.values())
     order = [cid for cid, _ in fuse("hybrid_auto", dense, lexical, 60, 0.5, 0.25)]
     assert order == ["c", "a", "b", "d", "x"]  # ties by chunk id
+    # trust_dense: BM25's list holds dense's best chunk "a", so the weight rises to the scaled base
+    trusted = dict(fuse("hybrid_auto", dense, lexical, 60, 0.5, 0.25, trust_dense=True))
+    assert all(s["auto_weight"] == pytest.approx(0.25 * CONFIRMED_DENSE_SCALE) for s in trusted.values())
+    assert trusted["a"]["auto"] > fused["a"]["auto"] and trusted["c"]["auto"] < fused["c"]["auto"]
     # hybrid (RRF) and hybrid_weighted are unchanged by the new mode
     rrf = dict(fuse("hybrid", dense, lexical, 60, 0.5))
     assert rrf["a"]["rrf"] == pytest.approx(1 / 61 + 1 / 62) and rrf["x"]["rrf"] == pytest.approx(1 / 63)

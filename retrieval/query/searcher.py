@@ -403,7 +403,14 @@ class Searcher:
         with timed(timings, "fuse_ms"):
             crossed = mode == "hybrid_auto" and crosses_languages(query.text, handle.config)
             fused = fuse(
-                mode, dense, lexical, plan.rrf_k, plan.weight, plan.auto_weight, cross_language=crossed
+                mode,
+                dense,
+                lexical,
+                plan.rrf_k,
+                plan.weight,
+                plan.auto_weight,
+                cross_language=crossed,
+                trust_dense=plan.trust_dense,
             )
         if plan.context.enabled and fused:
             with timed(timings, "context_ms"):
