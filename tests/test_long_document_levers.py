@@ -134,3 +134,14 @@ def test_budget_trimming_starts_from_the_first_highlight() -> None:
     assert [r.chunk_id for r in kept] == ["c0", "c1"] and kept[1].scores["trimmed"] == 1.0
     assert second.highlights[0].text in kept[1].text and kept[1].text == doc[kept[1].start : kept[1].end]
     assert sum(r.scores["llm_tokens"] for r in kept) <= budget
+
+
+def test_trust_dense_is_an_option_with_an_index_default() -> None:
+    from chunkyard.retrieval.index_defaults import IndexDefaults
+
+    on = IndexDefaults.from_config({"hybrid": {"trust_dense": True}}, "demo/x")
+    off = IndexDefaults.from_config({}, "demo/x")
+    assert on.trust_dense and not off.trust_dense
+    assert SearchOptions().resolve(on, "demo/x").trust_dense
+    assert not SearchOptions(trust_dense=False).resolve(on, "demo/x").trust_dense
+    assert SearchOptions(trust_dense=True).resolve(off, "demo/x").trust_dense
