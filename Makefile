@@ -93,6 +93,7 @@ bench-embedder: $(STAMP)
 bench-long-documents: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_long_documents
 	$(BIN)/python -m benchmarks.bench_context_budget
+	$(BIN)/python -m benchmarks.bench_long_levers
 
 # 8 and 32 concurrent clients, 60 s each, hybrid queries against a real service on loopback, a publish
 # halfway through: req/s, latency percentiles, errors, mixed-version answers, RSS (~5 min)

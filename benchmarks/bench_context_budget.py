@@ -3,17 +3,21 @@
 
 tests/data/multilingual (the same six short articles and 12 questions in en/es/hi/th), one
 multilingual-e5-small (ONNX int8) index per language, recursive chunks of 64 model tokens, served
-mode, k=5. For each budget: the share of questions whose reference is inside the returned text
-(character recall of the reference >= 0.5: "found") and the mean character recall of the
-reference, for (a) the top results kept whole while they fit (the evaluation's budget recall) and (b)
-`max_context_tokens`. Writes `benchmarks/results/context_budget.json`.
+mode, k=5 (`BENCH_LANGUAGES="hi th"` runs a subset). For each budget: the share of questions whose
+reference is inside the returned text (character recall of the reference >= 0.5: "found") and the
+mean character recall of the reference, for (a) the top results kept whole while they fit (the
+evaluation's budget recall), (b) `max_context_tokens`, and (c) the same trimming before it started
+from the first highlight (the sentence with the most query terms, unweighted).
+Writes `benchmarks/results/context_budget.json`.
 
     python -m benchmarks.bench_context_budget
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -21,7 +25,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DATA = REPO_ROOT / "tests" / "data" / "multilingual"
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "context_budget.json"
-LANGUAGES = ("en", "es", "hi", "th")
+LANGUAGES = tuple(os.environ.get("BENCH_LANGUAGES", "en es hi th").split())
 BUDGETS = (64, 128, 256)
 
 
@@ -41,6 +45,7 @@ def main() -> None:
     from chunkyard.retrieval.embedders.embedder import load_embedder
     from chunkyard.retrieval.query import Searcher
     from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
+    from chunkyard.retrieval.query.budget import fit_to_budget
     from chunkyard.retrieval.store import Store
     from chunkyard.retrieval.store.db import embedded_database_url
 
@@ -65,10 +70,11 @@ def main() -> None:
         spec = IndexSpec(f"budget-{language}", config)
         store.documents.sync(spec.collection, docs, [])
         build_index(store, spec, embedder)
+        searcher.warm(spec.name)
         records = [json.loads(line) for line in (DATA / f"{language}_questions.jsonl").open(encoding="utf-8")]
         for budget in BUDGETS:
-            found = {"whole": 0, "trimmed": 0}
-            recall = {"whole": 0.0, "trimmed": 0.0}
+            found = {"whole": 0, "trimmed_before": 0, "trimmed": 0}
+            recall = {"whole": 0.0, "trimmed_before": 0.0, "trimmed": 0.0}
             for record in records:
                 ref = record["references"][0]
                 start = texts[ref["document"]].index(ref["text"])
@@ -85,7 +91,20 @@ def main() -> None:
                     (r.doc_id, r.start, r.end)
                     for r in searcher.search(record["question"], spec.name, k=5, max_context_tokens=budget)
                 ]
-                for name, spans in (("whole", whole), ("trimmed", trimmed)):
+                # before the highlights seeded the trimming: the sentence with the most query terms
+                plain = copy.deepcopy(results)
+                for r in plain:
+                    r.highlights = []
+                analyzer = searcher._handle(spec.name).analyzer  # the index's own BM25 analyzer
+                trimmed_before = [
+                    (r.doc_id, r.start, r.end)
+                    for r in fit_to_budget(plain, record["question"], analyzer, budget, cl100k)
+                ]
+                for name, spans in (
+                    ("whole", whole),
+                    ("trimmed_before", trimmed_before),
+                    ("trimmed", trimmed),
+                ):
                     value = _recall(spans, ref["document"], start, end)
                     recall[name] += value
                     found[name] += value >= 0.5

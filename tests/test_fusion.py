@@ -15,6 +15,14 @@ from chunkyard.retrieval.query.fusion import calibrated_weight, corroboration, f
 from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.settings.index_defaults import AUTO_WEIGHT, auto_weight
 from chunkyard.retrieval.settings.options import DEFAULT_MODE, SearchOptions, default_of, option_schemas
+from chunkyard.retrieval.query.fusion import (
+    AGREEMENT_DEPTH,
+    CONFIRMED_DENSE_SCALE,
+    calibrated_weight,
+    corroboration,
+    fuse,
+    trusted_weight,
+)
 from chunkyard.retrieval.store import Store
 
 from tests.test_indexing_support import ParagraphChunker, make_spec
@@ -50,6 +58,23 @@ def test_calibrated_weight_by_hand() -> None:
     assert calibrated_weight([("a", 1.0)], [("b", 2.0), ("a", 1.0)], 0.75) <= 1.0
 
 
+def test_trusted_weight_raises_the_dense_weight_when_bm25_confirms_denses_best() -> None:
+    dense = [("a", 0.9), ("b", 0.8), ("c", 0.7), ("d", 0.6), ("e", 0.5)]
+    others = [(f"x{i}", 10.0 - i) for i in range(AGREEMENT_DEPTH)]
+    # dense's best chunk among BM25's top AGREEMENT_DEPTH: at least the scaled base
+    assert trusted_weight(dense, [*others[:-1], ("a", 0.5)], 0.25) == pytest.approx(
+        0.25 * CONFIRMED_DENSE_SCALE
+    )
+    # just below that depth, or only dense's second chunk confirmed: the calibrated weight as it was
+    below = [*others, ("a", 0.5)]
+    assert trusted_weight(dense, below, 0.25) == calibrated_weight(dense, below, 0.25)
+    assert trusted_weight(dense, [("b", 1.0)], 0.25) == calibrated_weight(dense, [("b", 1.0)], 0.25)
+    # a calibrated weight above the floor is kept; the floor never passes 1
+    assert trusted_weight([("a", 1.0)], [("a", 2.0)], 0.75) == 1.0
+    assert trusted_weight([("a", 1.0)], [("a", 2.0)], 0.5) == pytest.approx(0.5 * CONFIRMED_DENSE_SCALE)
+    assert trusted_weight([], [("a", 1.0)], 0.25) == calibrated_weight([], [("a", 1.0)], 0.25)
+
+
 def test_hybrid_auto_ranks_by_the_calibrated_weighted_scores() -> None:
     dense = [("a", 0.9), ("b", 0.8), ("c", 0.7), ("d", 0.6)]
     lexical = [("c", 9.0), ("a", 5.0), ("x", 4.0)]
@@ -67,6 +92,10 @@ def test_hybrid_auto_ranks_by_the_calibrated_weighted_scores() -> None:
     assert all(s["auto_weight"] == pytest.approx(w) for s in fused.values())
     order = [cid for cid, _ in fuse("hybrid_auto", dense, lexical, 60, 0.5, 0.25)]
     assert order == ["c", "a", "b", "d", "x"]  # ties by chunk id
+    # trust_dense: BM25's list holds dense's best chunk "a", so the weight rises to the scaled base
+    trusted = dict(fuse("hybrid_auto", dense, lexical, 60, 0.5, 0.25, trust_dense=True))
+    assert all(s["auto_weight"] == pytest.approx(0.25 * CONFIRMED_DENSE_SCALE) for s in trusted.values())
+    assert trusted["a"]["auto"] > fused["a"]["auto"] and trusted["c"]["auto"] < fused["c"]["auto"]
     # hybrid (RRF) and hybrid_weighted are unchanged by the new mode
     rrf = dict(fuse("hybrid", dense, lexical, 60, 0.5))
     assert rrf["a"]["rrf"] == pytest.approx(1 / 61 + 1 / 62) and rrf["x"]["rrf"] == pytest.approx(1 / 63)

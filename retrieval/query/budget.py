@@ -1,9 +1,10 @@
 """Budget stage: results trimmed to a context budget counted in the downstream LLM's tokens.
 
 `fit_to_budget` keeps whole results in rank order while they fit `max_context_tokens`; each result
-after the first that does not fit is cut to its best run of sentences: the sentence sharing the most
-analysed terms with the query (taken while it fits what is left), grown towards its better-scoring
-neighbour while the run stays within a fair share (what is left divided by the results left, at
+after the first that does not fit is cut to its best run of sentences: its first highlight (the
+sentences `highlights` merged for the reader, when they fit what is left), else the sentence whose
+analysed query terms weigh most (their idf; 1 each without the in-memory BM25 copy), grown towards
+its better-scoring neighbour while the run stays within a fair share (what is left divided by the results left, at
 least `MIN_PIECE_TOKENS`); a later result that fits its share whole stays whole. A sentence longer
 than what is left is split at whitespace (clauses in Thai, words elsewhere), and a piece still too
 long is cut to its best window of tokens. Every trimmed result keeps an exact span of its document
@@ -14,10 +15,11 @@ result's count is `scores["llm_tokens"]`; a trimmed one also has `scores["trimme
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from chunkyard.chunking.sentences import sentence_spans
 from chunkyard.chunking.tokenizers import Tokenizer, get_tokenizer
+from chunkyard.retrieval.query.highlights import sentence_spans as highlight_sentences
 from chunkyard.retrieval.query.results import SearchResult
 
 MIN_PIECE_TOKENS = 16  # with less left than this nothing more is trimmed (a whole result may still fit)
@@ -32,7 +34,12 @@ def llm_tokenizer(name: str) -> Tokenizer:
 
 
 def fit_to_budget(
-    results: Sequence[SearchResult], query: str, terms: Terms, budget: int, tokenizer: Tokenizer
+    results: Sequence[SearchResult],
+    query: str,
+    terms: Terms,
+    budget: int,
+    tokenizer: Tokenizer,
+    weights: Mapping[str, float] | None = None,
 ) -> list[SearchResult]:
     """`results` (best first) within `budget` tokens in all: whole, then trimmed (see the module)."""
     wanted = set(terms(query))
@@ -50,7 +57,10 @@ def fit_to_budget(
         if left < MIN_PIECE_TOKENS:
             continue  # a later, shorter result may still fit whole
         share = max(left // (len(results) - position), MIN_PIECE_TOKENS)
-        span = best_span(result.text, wanted, terms, left, tokenizer, grow_to=share)
+        seed = _first_highlight(result)
+        span = best_span(
+            result.text, wanted, terms, left, tokenizer, grow_to=share, weights=weights, seed=seed
+        )
         if span is None:
             continue
         trimmed = _trimmed(result, span, tokenizer)
@@ -60,17 +70,41 @@ def fit_to_budget(
 
 
 def best_span(
-    text: str, wanted: set[str], terms: Terms, budget: int, tokenizer: Tokenizer, grow_to: int | None = None
+    text: str,
+    wanted: set[str],
+    terms: Terms,
+    budget: int,
+    tokenizer: Tokenizer,
+    grow_to: int | None = None,
+    *,
+    weights: Mapping[str, float] | None = None,
+    seed: Span | None = None,
 ) -> Span | None:
     """The best-scoring run of `text`'s sentences (or clauses, or words) within `budget` tokens: the
-    best sentence, then its neighbours while the run stays within `grow_to` (default `budget`)."""
+    best sentence, then its neighbours while the run stays within `grow_to` (default `budget`).
+
+    A sentence scores the summed `weights` (idf) of the query terms it holds (1 each without). With
+    `seed` (the result's first highlight, offsets into `text`), the run starts from the sentences of
+    the highlights' own split that it covers, when they fit `budget`: what the reader was shown.
+    """
     limit = budget if grow_to is None else min(budget, grow_to)
-    pieces = _pieces(text, budget, tokenizer)
+    seeded = seed is not None and tokenizer.count(text[seed[0] : seed[1]]) <= budget
+    pieces = _pieces(text, budget, tokenizer, highlight_sentences if seeded else sentence_spans)
     if not pieces:
         return None
-    scores = [len(wanted.intersection(terms(text[s:e]))) for s, e in pieces]
-    first = last = max(range(len(pieces)), key=lambda i: (scores[i], -i))
-    start, end = pieces[first]
+
+    def score(piece: Span) -> float:
+        held = wanted.intersection(terms(text[piece[0] : piece[1]]))
+        return float(len(held)) if weights is None else sum(weights.get(t, 0.0) for t in held)
+
+    scores = [score(piece) for piece in pieces]
+    covered = [i for i, (s, e) in enumerate(pieces) if seed is not None and seed[0] <= s and e <= seed[1]]
+    if seeded and covered:
+        first, last = covered[0], covered[-1]
+        start, end = pieces[first][0], pieces[last][1]
+    else:
+        first = last = max(range(len(pieces)), key=lambda i: (scores[i], -i))
+        start, end = pieces[first]
     if tokenizer.count(text[start:end]) > budget:
         return _token_window(text, (start, end), wanted, terms, budget, tokenizer)
     grow = {"before": first > 0, "after": last < len(pieces) - 1}
@@ -89,10 +123,19 @@ def best_span(
     return start, end
 
 
-def _pieces(text: str, budget: int, tokenizer: Tokenizer) -> list[Span]:
-    """Sentence spans of `text`; one longer than `budget` tokens split at whitespace."""
+def _first_highlight(result: SearchResult) -> Span | None:
+    """The result's first highlight as offsets into its text (None without one)."""
+    if not result.highlights:
+        return None
+    first = result.highlights[0]
+    start, end = first.start - result.start, first.end - result.start
+    return (start, end) if 0 <= start < end <= len(result.text) else None
+
+
+def _pieces(text: str, budget: int, tokenizer: Tokenizer, split: Callable[[str], list[Span]]) -> list[Span]:
+    """`split`'s sentence spans of `text`; one longer than `budget` tokens split at whitespace."""
     pieces: list[Span] = []
-    for start, end in sentence_spans(text) or [(0, len(text))]:
+    for start, end in split(text) or [(0, len(text))]:
         if tokenizer.count(text[start:end]) <= budget:
             pieces.append((start, end))
             continue

@@ -13,11 +13,15 @@ import time
 from typing import Any
 
 import psycopg
+from chunkyard.retrieval.store import bm25 as bm25_lib
+from chunkyard.retrieval.settings.options import SearchError
+from chunkyard.retrieval.query import feedback
 from chunkyard.retrieval.query.fusion import Candidates
 from chunkyard.retrieval.query.handles import IndexHandle, IndexHandles
 from chunkyard.retrieval.settings.options import SearchError
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store import bm25 as bm25_lib
+from chunkyard.retrieval.store.chunk_texts import chunk_texts
 from chunkyard.retrieval.store.indexes import split_index_name
 
 log = logging.getLogger("chunkyard.search")
@@ -46,7 +50,17 @@ class LexicalCandidates:
         n: int,
         filters: dict[str, Any] | None,
     ) -> Candidates:
-        terms = handle.analyzer.analyze(query)
+        return self.top_k_terms(conn, handle, handle.analyzer.analyze(query), n, filters)
+
+    def top_k_terms(
+        self,
+        conn: psycopg.Connection,
+        handle: IndexHandle,
+        terms: list[str],
+        n: int,
+        filters: dict[str, Any] | None,
+    ) -> Candidates:
+        """Top `n` chunks for analysed `terms` (a repeated term counts again)."""
         if not terms:
             return []
         if self.backend == "memory" and not filters:
@@ -56,6 +70,46 @@ class LexicalCandidates:
         return bm25_lib.sql_top_k(
             conn, handle.name, handle.postings, handle.chunks, terms, handle.bm25_params, n, filters=filters
         )
+
+    def with_feedback(
+        self,
+        conn: psycopg.Connection,
+        handle: IndexHandle,
+        query: str,
+        n: int,
+        filters: dict[str, Any] | None,
+    ) -> Candidates:
+        """Top `n` chunks for `query` with pseudo-relevance feedback (`retrieval.query.feedback`)."""
+        terms = handle.analyzer.analyze(query)
+        first = self.top_k_terms(conn, handle, terms, max(n, feedback.FEEDBACK_CHUNKS), filters)
+        if not first:
+            return []
+        top = [cid for cid, _ in first[: feedback.FEEDBACK_CHUNKS]]
+        texts = chunk_texts(conn, handle.chunks, handle.name, top)
+        found = [texts[cid] for cid in top if cid in texts]
+        candidates = sorted({t for text in found for t in handle.analyzer.analyze(text)} - set(terms))
+        idf = self.idf(conn, handle, candidates)
+        expansion = feedback.expansion_terms(terms, found, handle.analyzer.analyze, idf)
+        if not expansion:
+            return first[:n]
+        return self.top_k_terms(conn, handle, feedback.feedback_query(terms, expansion), n, filters)
+
+    def idf(self, conn: psycopg.Connection, handle: IndexHandle, terms: list[str]) -> dict[str, float]:
+        """Each of `terms`' BM25 idf in `handle`'s index version (the in-memory copy's, else Postgres')."""
+        memory = self._current(handle)
+        if memory is not None:
+            weights = self.term_weights(handle, terms)
+            if weights is not None:
+                return weights
+        with conn.pipeline():
+            stats_cursor, df_cursor = bm25_lib.queue_statistics(conn, handle.name, terms)
+        stats_row, df_rows = stats_cursor.fetchone(), df_cursor.fetchall()
+        if stats_row is None:
+            return {}
+        stats = bm25_lib.CorpusStats(
+            int(stats_row[0]), int(stats_row[1]), int(stats_row[2]), float(stats_row[3])
+        )
+        return {term: stats.idf(int(df), handle.bm25_params.epsilon) for term, df in df_rows}
 
     def term_weights(self, handle: IndexHandle, terms: list[str]) -> dict[str, float] | None:
         """Each query term's BM25 idf from the in-memory copy of `handle`'s index (any loaded version),

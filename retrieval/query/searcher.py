@@ -50,6 +50,8 @@ from chunkyard.retrieval.settings.options import (
     SearchOptions,
     SearchRequest,
 )
+from chunkyard.retrieval.query.sections import section_pool, widen_to_sections
+from chunkyard.retrieval.store.read_lock import lock_for_read
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.capabilities import VectorFeatures
 from chunkyard.retrieval.store.read_lock import lock_for_read
@@ -322,7 +324,7 @@ class Searcher:
                 fine_timings, timings = timings, {"embed_ms": 0.0} if query.shape.needs_vectors else {}
                 fused, _ = self._rank(conn, handle, query, timings, features)
             with timed(timings, "fetch_ms"):
-                ranked = fused[: query.shape.kept(plan)]
+                ranked = fused[: max(query.shape.kept(plan), section_pool(plan))]
                 ids = [cid for cid, _ in ranked]
                 rows = fetch_rows(conn, handle, ids, with_vectors=plan.mmr is not None, commit=True)
         hits: Ranked = [(cid, scores) for cid, scores in ranked if cid in rows]
@@ -333,7 +335,14 @@ class Searcher:
         if reranker is not None:
             with timed(timings, "rerank_ms"):
                 hits = rerank(hits[:pool], reranker, query.text, rows)
-        out = to_results(handle, hits[: plan.k], rows)
+        out = to_results(handle, hits[: max(plan.k, section_pool(plan))], rows)
+        if plan.section_tokens is not None and out:
+            with timed(timings, "section_ms"):
+                wanted = sorted({r.doc_id for r in out})
+                documents = {d.id: d.text for d in self.store.documents.read(handle.name.collection, wanted)}
+                tokenizer = llm_tokenizer(plan.llm_tokenizer)
+                out = widen_to_sections(out, documents, plan.k, plan.section_tokens, tokenizer)
+        weights = None
         if plan.highlights and out:
             with timed(timings, "highlight_ms"):
                 terms = handle.analyzer.analyze(query.text)
@@ -345,7 +354,8 @@ class Searcher:
         if plan.max_context_tokens is not None and out:
             with timed(timings, "budget_ms"):
                 tokenizer = llm_tokenizer(plan.llm_tokenizer)
-                out = fit_to_budget(out, query.text, handle.analyzer, plan.max_context_tokens, tokenizer)
+                budget = plan.max_context_tokens
+                out = fit_to_budget(out, query.text, handle.analyzer, budget, tokenizer, weights)
         if coarse is None:
             return out, gap, None
         timings["total_ms"] = (time.perf_counter() - started) * 1000 + timings.get("embed_ms", 0.0)
@@ -395,11 +405,19 @@ class Searcher:
         if mode != "dense":
             with timed(timings, "bm25_ms"):
                 n = first_stage if mode == "bm25" else max(first_stage, plan.candidates)
-                lexical = self.lexical.top_k(conn, handle, query.text, n, plan.filters)
+                top_k = self.lexical.with_feedback if plan.bm25_feedback else self.lexical.top_k
+                lexical = top_k(conn, handle, query.text, n, plan.filters)
         with timed(timings, "fuse_ms"):
             crossed = mode == "hybrid_auto" and crosses_languages(query.text, handle.config)
             fused = fuse(
-                mode, dense, lexical, plan.rrf_k, plan.weight, plan.auto_weight, cross_language=crossed
+                mode,
+                dense,
+                lexical,
+                plan.rrf_k,
+                plan.weight,
+                plan.auto_weight,
+                cross_language=crossed,
+                trust_dense=plan.trust_dense,
             )
         if plan.context.enabled and fused:
             with timed(timings, "context_ms"):

@@ -235,7 +235,7 @@ class IndexSpec:
 
 # The search mode picks the fusion (`hybrid` = reciprocal rank fusion, `hybrid_weighted` = weighted
 # min-max-normalised scores); the config gives their parameters.
-_HYBRID_KEYS = {"rrf_k", "weight", "candidates"}
+_HYBRID_KEYS = {"rrf_k", "weight", "candidates", "trust_dense"}
 _INDEX_KEYS = set(INDEX_FIELDS)
 _COLLECTION_KEYS = {
     "folders",
@@ -302,6 +302,9 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
                 f"{at('hybrid')}: unknown field(s) {sorted(unknown_hybrid)}; allowed {sorted(_HYBRID_KEYS)} "
                 "(the search mode chooses the fusion: hybrid = RRF, hybrid_weighted = weighted scores)"
             )
+        trust = (merged.get("hybrid") or {}).get("trust_dense", False)
+        if not isinstance(trust, bool):
+            raise SettingsError(f"{at('hybrid')}.trust_dense: expected true or false, got {trust!r}")
         context_scoring = merged.get("context_scoring") or {}
         try:
             ContextScoring.from_config(context_scoring, where=at("context_scoring"))

@@ -119,6 +119,7 @@ class IndexDefaults:
     rrf_k: float = DEFAULT_RRF_K
     weight: float = DEFAULT_WEIGHT
     auto_weight: float = AUTO_WEIGHT
+    trust_dense: bool = False  # hybrid_auto: `fusion.trusted_weight` (hybrid.trust_dense)
     context: ContextScoring = field(default_factory=ContextScoring)
     collapse: bool = False
     coarse: CoarseFallback | None = None
@@ -137,6 +138,7 @@ class IndexDefaults:
             rrf_k=float(hybrid.get("rrf_k", DEFAULT_RRF_K)),
             weight=float(hybrid.get("weight", DEFAULT_WEIGHT)),
             auto_weight=auto_weight(config),
+            trust_dense=hybrid.get("trust_dense") is True,
             context=context,
             collapse=bool(config.get("collapse_duplicates", False)),
             coarse=CoarseFallback(

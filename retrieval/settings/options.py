@@ -239,6 +239,25 @@ class SearchOptions:
         "choice",
         choices=LLM_TOKENIZERS,
     )
+    trust_dense: bool | None = _option(
+        None,
+        "hybrid_auto: at least 1.4x the base dense weight when BM25's top 10 hold dense's best chunk "
+        "(index default: hybrid.trust_dense, else off).",
+        "bool",
+        index_default=True,
+    )
+    bm25_feedback: bool | None = _option(
+        False,
+        "Expand the BM25 query with the best terms of its own top chunks (pseudo-relevance feedback).",
+        "bool",
+    )
+    section_tokens: int | None = _option(
+        None,
+        "Small-to-big: return each hit's section (from its heading), at most this many LLM tokens around the hit.",
+        "int",
+        ge=1,
+        le=MAX_CONTEXT_TOKENS,
+    )
 
     def __post_init__(self) -> None:
         for schema in option_schemas():
@@ -351,12 +370,15 @@ class SearchOptions:
             rrf_k=float(self.rrf_k if self.rrf_k is not None else defaults.rrf_k),
             weight=weight,
             auto_weight=defaults.auto_weight,
+            trust_dense=self.trust_dense if self.trust_dense is not None else defaults.trust_dense,
             context=context,
             collapse=self.collapse_duplicates if self.collapse_duplicates is not None else defaults.collapse,
             coarse=coarse,
             highlights=self.highlights is not False,
             max_context_tokens=self.max_context_tokens,
             llm_tokenizer=self.llm_tokenizer or LLM_TOKENIZERS[0],
+            bm25_feedback=bool(self.bm25_feedback),
+            section_tokens=self.section_tokens,
         )
 
 
@@ -458,6 +480,9 @@ class ResolvedSearch:
     highlights: bool = True  # each hit's best-matching sentences (`retrieval.query.highlights`)
     max_context_tokens: int | None = None  # the results trimmed to this many LLM tokens (None: whole)
     llm_tokenizer: str = LLM_TOKENIZERS[0]
+    trust_dense: bool = False  # hybrid_auto trusts a dense top hit BM25 confirms (`fusion.trusted_weight`)
+    bm25_feedback: bool = False  # pseudo-relevance feedback for BM25 (`retrieval.query.feedback`)
+    section_tokens: int | None = None  # small-to-big: each hit's section, capped (`retrieval.query.sections`)
 
     @property
     def falls_back(self) -> bool:
