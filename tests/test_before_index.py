@@ -58,7 +58,7 @@ def test_search_and_serve_before_any_index(tmp_path: Path) -> None:
                     break
             except httpx.TransportError:
                 pass
-            time.sleep(0.5)
+            time.sleep(0.1)
         assert ready is not None and ready.status_code == 200, ready and ready.text
         body = ready.json()
         assert (body["status"], body["schema_version"], body["indexes"], body["detail"]) == (

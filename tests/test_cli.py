@@ -63,19 +63,20 @@ def test_init_and_add_write_the_project_and_refuse_what_is_wrong(
 
 
 def test_collections_named_2024_and_my_docs_index_and_names_that_spell_alike_are_refused(
-    tmp_path: Path,
+    tmp_path: Path, clean_env: pytest.MonkeyPatch
 ) -> None:
     """Collection names become asset keys through `assets.keys` alone: `2024` (a leading digit) and
-    `my.docs` (a dot) select their assets, and `a-b` beside `a_b` (one Dagster spelling) is an error."""
+    `my.docs` (a dot) select their assets, and `a-b` beside `a_b` (one Dagster spelling) is an error.
+    `init` and `add` only write chunkyard.yaml: they run in this process (each CLI process costs
+    seconds of imports); `index` and `search` run as the commands a person types."""
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "pets.md").write_text("# Pets\n\nThe zyxomorphic llama eats hay every Tuesday morning.\n")
     project = tmp_path / "work"
-    project.mkdir()
-    assert run_cli(["init"], project).returncode == 0
+    assert main(["init", str(project)]) == 0
+    clean_env.chdir(project)
     for name in ("my.docs", "2024"):
-        added = run_cli(["add", name, str(docs), "--index", "recursive-256"], project)
-        assert added.returncode == 0, added.stderr
+        assert main(["add", name, str(docs), "--index", "recursive-256"]) == 0
     for name in ("my.docs", "2024"):
         indexed = run_cli(["index", name], project)
         assert indexed.returncode == 0, indexed.stdout + indexed.stderr
@@ -87,7 +88,7 @@ def test_collections_named_2024_and_my_docs_index_and_names_that_spell_alike_are
         assert found.stdout.splitlines()[1].split()[1] == "pets.md", found.stdout
 
     for name in ("a-b", "a_b"):
-        assert run_cli(["add", name, str(docs), "--index", "recursive-256"], project).returncode == 0
+        assert main(["add", name, str(docs), "--index", "recursive-256"]) == 0
     refused = run_cli(["index", "a-b"], project)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     line = refused.stderr.strip().splitlines()
@@ -168,7 +169,7 @@ def test_own_documents_walkthrough_then_serve_and_sigterm(tmp_path: Path) -> Non
             except httpx.HTTPError:
                 pass
             assert serve.poll() is None, serve.stdout.read().decode() if serve.stdout else ""
-            time.sleep(0.5)
+            time.sleep(0.1)
         record = json.loads((project / ".chunkyard" / "service.json").read_text())
         assert record["pid"] == serve.pid
         for query, expected in expectations.items():
@@ -218,7 +219,7 @@ def test_own_documents_walkthrough_then_serve_and_sigterm(tmp_path: Path) -> Non
             serve.kill()
     deadline = time.monotonic() + 20
     while _postmasters(pgdata) and time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.1)
     assert not _postmasters(pgdata), "the embedded Postgres outlived chunkyard serve"
     assert json.loads((pgdata / ".handle_pids.json").read_text()) == []
     assert not (project / ".chunkyard" / "service.json").exists()
