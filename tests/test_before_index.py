@@ -3,24 +3,17 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 
+from tests.cli_helpers import CLI, cli_env
 from tests.service_process import free_port
-from tests.test_cli import STATE_VARIABLES
 
-CLI = [sys.executable, "-m", "chunkyard.orchestration.cli"]
 NOTHING = "nothing is indexed yet: `chunkyard index` builds the project's collections"
-
-
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in STATE_VARIABLES}
 
 
 def test_search_and_serve_before_any_index(tmp_path: Path) -> None:
@@ -33,13 +26,13 @@ def test_search_and_serve_before_any_index(tmp_path: Path) -> None:
     for argv in (["init", str(project)], ["add", "mine", str(docs)]):
         assert (
             subprocess.run(
-                [*CLI, *argv], cwd=project.parent if argv[0] == "init" else project, env=_env()
+                [*CLI, *argv], cwd=project.parent if argv[0] == "init" else project, env=cli_env()
             ).returncode
             == 0
         )
 
     done = subprocess.run(
-        [*CLI, "search", "anything"], cwd=project, env=_env(), capture_output=True, text=True, timeout=300
+        [*CLI, "search", "anything"], cwd=project, env=cli_env(), capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == [
@@ -50,7 +43,7 @@ def test_search_and_serve_before_any_index(tmp_path: Path) -> None:
     server = subprocess.Popen(
         [*CLI, "serve", "--port", str(port)],
         cwd=project,
-        env=_env(),
+        env=cli_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -65,7 +58,7 @@ def test_search_and_serve_before_any_index(tmp_path: Path) -> None:
                     break
             except httpx.TransportError:
                 pass
-            time.sleep(0.5)
+            time.sleep(0.1)
         assert ready is not None and ready.status_code == 200, ready and ready.text
         body = ready.json()
         assert (body["status"], body["schema_version"], body["indexes"], body["detail"]) == (
@@ -82,7 +75,12 @@ def test_search_and_serve_before_any_index(tmp_path: Path) -> None:
         assert searched.status_code == 404 and NOTHING in searched.json()["detail"]
         # the CLI goes through the running service and says the same
         done = subprocess.run(
-            [*CLI, "search", "anything"], cwd=project, env=_env(), capture_output=True, text=True, timeout=300
+            [*CLI, "search", "anything"],
+            cwd=project,
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert done.returncode == 2 and NOTHING in done.stderr and len(done.stderr.splitlines()) == 1
     finally:

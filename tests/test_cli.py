@@ -5,10 +5,8 @@ then serve: search through it, and SIGTERM leaves no Postgres behind."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,40 +17,14 @@ import psutil
 import pytest
 from chunkyard.orchestration.cli import main
 
+from tests.cli_helpers import CLI, cli_env, run_cli
 from tests.conftest import REPO_ROOT
+from tests.service_process import free_port
 from tests.test_formats import _corrupt_files, make_docx, make_pdf, make_pptx
-
-CLI = [sys.executable, "-m", "chunkyard.orchestration.cli"]
-STATE_VARIABLES = (
-    "CHUNKYARD_PROJECT",
-    "CHUNKYARD_PROJECT_DIR",
-    "CHUNKYARD_HOME",
-    "CHUNKYARD_CONFIGS",
-    "CHUNKYARD_BENCHMARKS",
-    "DATABASE_URL",
-    "DAGSTER_HOME",
-)
-
-
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    """No project or state named by the environment (main() sets CHUNKYARD_PROJECT: restored after)."""
-    for name in STATE_VARIABLES:
-        monkeypatch.setenv(name, "")
-        monkeypatch.delenv(name)
-    return monkeypatch
-
-
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in STATE_VARIABLES}
-
-
-def _run(argv: list[str], cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *argv], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
 
 
 def test_outside_a_project_a_command_says_so_and_creates_nothing(tmp_path: Path) -> None:
-    done = _run(["search", "anything"], tmp_path, timeout=120)
+    done = run_cli(["search", "anything"], tmp_path, timeout=120)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "not in a chunkyard project" in lines[0] and "chunkyard init" in lines[0]
@@ -91,41 +63,36 @@ def test_init_and_add_write_the_project_and_refuse_what_is_wrong(
 
 
 def test_collections_named_2024_and_my_docs_index_and_names_that_spell_alike_are_refused(
-    tmp_path: Path,
+    tmp_path: Path, clean_env: pytest.MonkeyPatch
 ) -> None:
     """Collection names become asset keys through `assets.keys` alone: `2024` (a leading digit) and
-    `my.docs` (a dot) select their assets, and `a-b` beside `a_b` (one Dagster spelling) is an error."""
+    `my.docs` (a dot) select their assets, and `a-b` beside `a_b` (one Dagster spelling) is an error.
+    `init` and `add` only write chunkyard.yaml: they run in this process (each CLI process costs
+    seconds of imports); `index` and `search` run as the commands a person types."""
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "pets.md").write_text("# Pets\n\nThe zyxomorphic llama eats hay every Tuesday morning.\n")
     project = tmp_path / "work"
-    project.mkdir()
-    assert _run(["init"], project).returncode == 0
+    assert main(["init", str(project)]) == 0
+    clean_env.chdir(project)
     for name in ("my.docs", "2024"):
-        added = _run(["add", name, str(docs), "--index", "recursive-256"], project)
-        assert added.returncode == 0, added.stderr
+        assert main(["add", name, str(docs), "--index", "recursive-256"]) == 0
     for name in ("my.docs", "2024"):
-        indexed = _run(["index", name], project)
+        indexed = run_cli(["index", name], project)
         assert indexed.returncode == 0, indexed.stdout + indexed.stderr
         # documents, chunks, embeddings, bm25, index: every asset of the collection, and only those
         assert f"Indexing {name}: 5 assets" in indexed.stdout, indexed.stdout
         assert "succeeded" in indexed.stdout and "1 added" in indexed.stdout, indexed.stdout
-        found = _run(["search", "what does the llama eat", "--index", f"{name}/recursive-256"], project)
+        found = run_cli(["search", "what does the llama eat", "--index", f"{name}/recursive-256"], project)
         assert found.returncode == 0, found.stderr
         assert found.stdout.splitlines()[1].split()[1] == "pets.md", found.stdout
 
     for name in ("a-b", "a_b"):
-        assert _run(["add", name, str(docs), "--index", "recursive-256"], project).returncode == 0
-    refused = _run(["index", "a-b"], project)
+        assert main(["add", name, str(docs), "--index", "recursive-256"]) == 0
+    refused = run_cli(["index", "a-b"], project)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     line = refused.stderr.strip().splitlines()
     assert len(line) == 1 and "'a-b' and 'a_b'" in line[0] and "a_b" in line[0], refused.stderr
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _postmasters(pgdata: Path) -> list[psutil.Process]:
@@ -158,10 +125,10 @@ def test_own_documents_walkthrough_then_serve_and_sigterm(tmp_path: Path) -> Non
 
     project = tmp_path / "work"
     project.mkdir()
-    assert _run(["init"], project).returncode == 0
-    added = _run(["add", "mine", str(docs)], project)
+    assert run_cli(["init"], project).returncode == 0
+    added = run_cli(["add", "mine", str(docs)], project)
     assert added.returncode == 0, added.stderr
-    indexed = _run(["index"], project)
+    indexed = run_cli(["index"], project)
     assert indexed.returncode == 0, indexed.stdout + indexed.stderr
     out = indexed.stdout
     assert "succeeded" in out and "6 added" in out and f"{len(bad)} failed" in out
@@ -174,22 +141,22 @@ def test_own_documents_walkthrough_then_serve_and_sigterm(tmp_path: Path) -> Non
         "walrus handbook for harbour pilots": "harbour.docx",
         "how long does bread rise": "kitchen.html",
     }
-    done = _run(["search", "what does the llama eat", "-k", "3"], project)
+    done = run_cli(["search", "what does the llama eat", "-k", "3"], project)
     assert done.returncode == 0, done.stderr
     assert "in-process" in done.stdout.splitlines()[0]
     assert done.stdout.splitlines()[1].split()[1] == "pets.md", done.stdout
-    missing = _run(["search", "x", "--index", "mine/nope"], project)
+    missing = run_cli(["search", "x", "--index", "mine/nope"], project)
     assert (
         missing.returncode == 2 and "mine/nope" in missing.stderr and "mine/recursive-256" in missing.stderr
     )
 
     # serve: search goes through it and says so; SIGTERM stops it and the embedded Postgres
     pgdata = (project / ".chunkyard" / "pg").resolve()
-    port = _free_port()
+    port = free_port()
     serve = subprocess.Popen(
         [*CLI, "serve", "--port", str(port)],
         cwd=project,
-        env=_env(),
+        env=cli_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
@@ -202,28 +169,30 @@ def test_own_documents_walkthrough_then_serve_and_sigterm(tmp_path: Path) -> Non
             except httpx.HTTPError:
                 pass
             assert serve.poll() is None, serve.stdout.read().decode() if serve.stdout else ""
-            time.sleep(0.5)
+            time.sleep(0.1)
         record = json.loads((project / ".chunkyard" / "service.json").read_text())
         assert record["pid"] == serve.pid
         for query, expected in expectations.items():
-            done = _run(["search", query, "-k", "3"], project)
+            done = run_cli(["search", query, "-k", "3"], project)
             assert done.returncode == 0, done.stderr
             assert "via the running service" in done.stdout.splitlines()[0]
             assert done.stdout.splitlines()[1].split()[1] == expected, (query, done.stdout)
         # --no-service while one runs: says so, not "no running service"
-        local = _run(["search", "what does the llama eat", "-k", "1", "--no-service"], project)
+        local = run_cli(["search", "what does the llama eat", "-k", "1", "--no-service"], project)
         assert local.stdout.splitlines()[0].endswith("in-process (--no-service)"), local.stdout
         # for people: where in the document, rounded scores, integer ranks
-        first = _run(["search", "when does the beacon upgrade ship", "-k", "1"], project).stdout.splitlines()[
-            1
-        ]
+        first = run_cli(
+            ["search", "when does the beacon upgrade ship", "-k", "1"], project
+        ).stdout.splitlines()[1]
         assert re.match(r"1\. review\.pptx \(slides? [\d-]+\) \[", first), first
         assert re.search(r"ranks: bm25 \d+, dense \d+$", first), first
         assert not re.search(r"\d\.\d{4}", first), first
-        pdf = _run(["search", "moon phases spring tides", "-k", "1"], project).stdout.splitlines()[1]
+        pdf = run_cli(["search", "moon phases spring tides", "-k", "1"], project).stdout.splitlines()[1]
         assert re.match(r"1\. tides\.pdf \(pages? [\d-]+(, highlight on page \d+)?\) \[", pdf), pdf
         # for programs: --json is the HTTP response, and the Python client finds the service itself
-        shown = json.loads(_run(["search", "what does the llama eat", "-k", "2", "--json"], project).stdout)
+        shown = json.loads(
+            run_cli(["search", "what does the llama eat", "-k", "2", "--json"], project).stdout
+        )
         body = {"query": "what does the llama eat", "index": "mine/recursive-256", "k": 2}
         served = httpx.post(f"http://127.0.0.1:{port}/v1/search", json=body, timeout=30).json()
         assert set(shown) == set(served) and set(shown["results"][0]) == set(served["results"][0])
@@ -236,7 +205,7 @@ def test_own_documents_walkthrough_then_serve_and_sigterm(tmp_path: Path) -> Non
                 "from chunkyard import Client; print(Client().search('llama eats hay', index='mine/recursive-256')[0].doc_id)",
             ],
             cwd=project,
-            env=_env(),
+            env=cli_env(),
             capture_output=True,
             text=True,
             timeout=120,
@@ -250,7 +219,7 @@ def test_own_documents_walkthrough_then_serve_and_sigterm(tmp_path: Path) -> Non
             serve.kill()
     deadline = time.monotonic() + 20
     while _postmasters(pgdata) and time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.1)
     assert not _postmasters(pgdata), "the embedded Postgres outlived chunkyard serve"
     assert json.loads((pgdata / ".handle_pids.json").read_text()) == []
     assert not (project / ".chunkyard" / "service.json").exists()

@@ -9,14 +9,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.test_cli import STATE_VARIABLES
-
-CLI = [sys.executable, "-m", "chunkyard.orchestration.cli"]
+from tests.cli_helpers import CLI, STATE_VARIABLES
 
 
 @pytest.mark.slow

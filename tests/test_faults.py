@@ -9,7 +9,8 @@ read from the run's RUN_START event), `kill -9` of dagster-daemon, a Postgres fa
 postmaster; the supervisor starts it again), `chunkyard stack down` during a run and `stack up`
 again, SIGHUP to the supervisor (it stops the stack cleanly, with no process left behind; then `stack
 up`), and `kill -9` of the query service with an edit made while it is down. Marked `faults`:
-`make test-faults` runs them (5-18 min here), `make test` does not. `make bench-faults` writes the
+`make test-faults` runs them (the suite alone on the shared 2-core machine: 4.5 min at load 3, 27.6 min
+at load 13-30), `make test` does not. `make bench-faults` writes the
 seconds to convergence per case to benchmarks/results/faults.md (CHUNKYARD_FAULTS_RESULTS: the JSON).
 """
 

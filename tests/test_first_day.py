@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,27 +17,10 @@ from chunkyard.retrieval.settings.config import load_index_configs
 from chunkyard.retrieval.settings.default_index import NoDefaultIndex, default_index
 from chunkyard.retrieval.settings.names import IndexName
 
+from tests.cli_helpers import run_cli
 from tests.conftest import REPO_ROOT
 
 MULTILINGUAL = REPO_ROOT / "tests" / "data" / "multilingual"
-STATE_VARIABLES = (
-    "CHUNKYARD_PROJECT",
-    "CHUNKYARD_PROJECT_DIR",
-    "CHUNKYARD_HOME",
-    "CHUNKYARD_CONFIGS",
-    "CHUNKYARD_BENCHMARKS",
-    "DATABASE_URL",
-    "DAGSTER_HOME",
-)
-
-
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    """No project or state named by the environment (main() sets CHUNKYARD_PROJECT: restored after)."""
-    for name in STATE_VARIABLES:
-        monkeypatch.setenv(name, "")
-        monkeypatch.delenv(name)
-    return monkeypatch
 
 
 def _project(root: Path, text: str) -> Path:
@@ -92,12 +74,8 @@ def test_the_default_index_is_the_collection_s_only_one_or_the_one_the_project_n
 
 
 def test_search_in_a_fresh_project_says_to_add_a_collection(tmp_path: Path) -> None:
-    env = {k: v for k, v in __import__("os").environ.items() if k not in STATE_VARIABLES}
-    cli = [sys.executable, "-m", "chunkyard.orchestration.cli"]
-    subprocess.run([*cli, "init"], cwd=tmp_path, env=env, check=True, capture_output=True)
-    done = subprocess.run(
-        [*cli, "search", "anything"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
+    assert run_cli(["init"], tmp_path).returncode == 0
+    done = run_cli(["search", "anything"], tmp_path, timeout=300)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "no collections yet: `chunkyard add NAME FOLDER`" in lines[0], lines

@@ -5,7 +5,6 @@ embedded server, each ending cleanly (no traceback, no warning)."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -14,30 +13,21 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_helpers import CLI, cli_env, run_cli
 from tests.conftest import REPO_ROOT
 from tests.test_formats import make_pdf
 
-CLI = [sys.executable, "-m", "chunkyard.orchestration.cli"]
 MULTILINGUAL = REPO_ROOT / "tests" / "data" / "multilingual"
-STATE_VARIABLES = (
-    "CHUNKYARD_PROJECT",
-    "CHUNKYARD_PROJECT_DIR",
-    "CHUNKYARD_HOME",
-    "CHUNKYARD_CONFIGS",
-    "CHUNKYARD_BENCHMARKS",
-    "DATABASE_URL",
-    "DAGSTER_HOME",
-    "XDG_RUNTIME_DIR",  # unset, as in a container or cron: nothing may warn about it
-)
+NO_XDG = ("XDG_RUNTIME_DIR",)  # unset, as in a container or cron: nothing may warn about it
 SCRIPT = "import chunkyard; print(chunkyard.search({query!r}, k=1)[0].doc_id)"
 
 
 def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in STATE_VARIABLES}
+    return cli_env(*NO_XDG)
 
 
 def _run(argv: list[str], cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *argv], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+    return run_cli(argv, cwd, timeout, also_unset=NO_XDG)
 
 
 @pytest.mark.slow

@@ -149,7 +149,7 @@ class Stack:
                 if record.get("ready"):
                     self.record = record
                     return
-            time.sleep(0.5)
+            time.sleep(0.1)
         raise AssertionError(f"the stack was not ready within {READY_S} s:\n{self.output()}")
 
     @property
@@ -319,7 +319,7 @@ def test_stack_end_to_end(tmp_path: Path) -> None:
     assert not stack.record_path.exists()
     deadline = time.monotonic() + 15
     while group_alive(pgids) and time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.1)
     assert not group_alive(pgids), f"processes of the stack outlived it: {group_alive(pgids)}"
 
 
