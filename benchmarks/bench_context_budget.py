@@ -44,8 +44,8 @@ def main() -> None:
     from chunkyard.pipeline.graph import build_index
     from chunkyard.retrieval.embedders.embedder import load_embedder
     from chunkyard.retrieval.query import Searcher
-    from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
     from chunkyard.retrieval.query.budget import fit_to_budget
+    from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
     from chunkyard.retrieval.store import Store
     from chunkyard.retrieval.store.db import embedded_database_url
 

@@ -66,13 +66,13 @@ def main() -> None:
     from chunkyard.evaluation.datasets import load_dataset
     from chunkyard.evaluation.runner import EvaluationRequest, evaluate_index
     from chunkyard.pipeline.graph import build_index
-    from chunkyard.retrieval.settings.config import IndexSpec, load_index_configs
-    from chunkyard.retrieval.store.db import embedded_database_url
     from chunkyard.retrieval.embedders.embedder import load_embedder
-    from chunkyard.retrieval.settings.options import SearchOptions
     from chunkyard.retrieval.query import Searcher
     from chunkyard.retrieval.query.budget import fit_to_budget
+    from chunkyard.retrieval.settings.config import IndexSpec, load_index_configs
+    from chunkyard.retrieval.settings.options import SearchOptions
     from chunkyard.retrieval.store import Store
+    from chunkyard.retrieval.store.db import embedded_database_url
 
     from benchmarks.bench_embedder import load_demo_set
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from chunkyard.chunking.documents import pdf_tables
 from chunkyard.chunking.documents.files import load_file, parse_bytes
 from chunkyard.chunking.types import Document
-from chunkyard.retrieval.store.db import embedded_database_url
 from chunkyard.retrieval.embedders.embedder import load_embedder
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.db import embedded_database_url
 
 from benchmarks.bench_formats import FLEET, HEADER, TABLE_QUESTIONS, _index
 

@@ -29,13 +29,13 @@ from pathlib import Path
 
 from chunkyard.chunking.documents.folder import load_folder
 from chunkyard.pipeline.graph import build_index
-from chunkyard.retrieval.store import bm25 as bm25_lib
-from chunkyard.retrieval.lexical.analysis import ENGLISH_STOPWORDS, Analyzer, MultiAnalyzer, TermAnalyzer
-from chunkyard.retrieval.settings.config import IndexSpec, load_index_configs
-from chunkyard.retrieval.store.db import embedded_database_url
 from chunkyard.retrieval.embedders.embedder import load_embedder
+from chunkyard.retrieval.lexical.analysis import ENGLISH_STOPWORDS, Analyzer, MultiAnalyzer, TermAnalyzer
 from chunkyard.retrieval.query import Searcher
+from chunkyard.retrieval.settings.config import IndexSpec, load_index_configs
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store import bm25 as bm25_lib
+from chunkyard.retrieval.store.db import embedded_database_url
 
 REPO = Path(__file__).resolve().parent.parent
 QUESTIONS = REPO / "evaluation" / "datasets" / "demo_questions.jsonl"

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 from chunkyard.chunking.locations import BREAKS_SUFFIX, document_locations, slide_cuts, unit_span
+from chunkyard.chunking.ocr_spans import ocr_span
 from chunkyard.chunking.span_counts import refined_counts
 from chunkyard.chunking.spans import DocText, Piece, char_windows, max_chunk_chars, trim_span, window_pieces
-from chunkyard.chunking.ocr_spans import ocr_span
 from chunkyard.chunking.table_rows import table_pieces
 from chunkyard.chunking.tokenizers import Tokenizer, special_token_overhead
 from chunkyard.chunking.types import Chunk, Document, as_document

@@ -46,11 +46,8 @@ def _stdout_to_stderr() -> Iterator[None]:
 def cmd_mcp(args: argparse.Namespace) -> int:
     from chunkyard.orchestration.cli_errors import UsageError
     from chunkyard.retrieval.api.http_guards import exposure_error
-    from chunkyard.retrieval.integrations.mcp_server import create_server, http_app
-    from chunkyard.retrieval.store.db import database_url
-    from chunkyard.retrieval.store.db import database_url
-    from chunkyard.retrieval.api.http_guards import exposure_error
     from chunkyard.retrieval.integrations.mcp_server import SearcherSource, create_server, http_app
+    from chunkyard.retrieval.store.db import database_url
 
     api_key = os.environ.get("CHUNKYARD_API_KEY") or None
     if args.http:

@@ -12,9 +12,9 @@ import pytest
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.api.admission import AdmissionLimits
+from chunkyard.retrieval.api.service import create_app
 from chunkyard.retrieval.integrations.client import Client, RateLimitedError, ServiceUnavailableError
 from chunkyard.retrieval.query import Searcher
-from chunkyard.retrieval.api.service import create_app
 
 from tests.service_process import serve_in_thread
 from tests.test_indexing_support import ParagraphChunker, make_spec

@@ -11,10 +11,6 @@ from chunkyard.evaluation.datasets.evalset import read_eval_set
 from chunkyard.evaluation.runner import SERVED_VARIANT, EvaluationReport, EvaluationRequest, evaluate_index
 from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.query import Searcher
-from chunkyard.retrieval.query.fusion import calibrated_weight, corroboration, fuse
-from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.settings.index_defaults import AUTO_WEIGHT, auto_weight
-from chunkyard.retrieval.settings.options import DEFAULT_MODE, SearchOptions, default_of, option_schemas
 from chunkyard.retrieval.query.fusion import (
     AGREEMENT_DEPTH,
     CONFIRMED_DENSE_SCALE,
@@ -23,6 +19,9 @@ from chunkyard.retrieval.query.fusion import (
     fuse,
     trusted_weight,
 )
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.settings.index_defaults import AUTO_WEIGHT, auto_weight
+from chunkyard.retrieval.settings.options import DEFAULT_MODE, SearchOptions, default_of, option_schemas
 from chunkyard.retrieval.store import Store
 
 from tests.test_indexing_support import ParagraphChunker, make_spec

@@ -12,9 +12,9 @@ from chunkyard.chunking.e5_model import MODEL_NAME
 from chunkyard.chunking.types import Document
 from chunkyard.orchestration.cli import main
 from chunkyard.pipeline.graph import build_index
+from chunkyard.retrieval.embedders.embedder import embedder_for_config
 from chunkyard.retrieval.settings.config import load_index_configs
 from chunkyard.retrieval.settings.config_checks import load_index_specs
-from chunkyard.retrieval.embedders.embedder import embedder_for_config
 from chunkyard.retrieval.store import Store
 
 from tests.conftest import REPO_ROOT

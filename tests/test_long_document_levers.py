@@ -10,14 +10,14 @@ from chunkyard.chunking.tokenizers import get_tokenizer
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.lexical.analysis import shared_analyzer
-from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.settings.options import SearchError, SearchOptions
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.query.budget import MIN_PIECE_TOKENS, fit_to_budget
 from chunkyard.retrieval.query.feedback import expansion_terms, feedback_query
 from chunkyard.retrieval.query.highlights import add_highlights
 from chunkyard.retrieval.query.results import SearchResult
 from chunkyard.retrieval.query.sections import section_span
+from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
+from chunkyard.retrieval.settings.options import SearchError, SearchOptions
 from chunkyard.retrieval.store import Store
 
 from tests.test_indexing_support import ParagraphChunker

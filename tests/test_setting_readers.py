@@ -11,14 +11,14 @@ from chunkyard.chunking.environment import EnvironmentSettingError, env_float
 from chunkyard.pipeline.steps import evaluation as evaluation_step
 from chunkyard.retrieval.api.admission import LATENCY_ENV, AdmissionLimits
 from chunkyard.retrieval.api.rate_limits import CONCURRENCY_ENV, RATE_ENV, Limits
-from chunkyard.retrieval.settings.config import SettingsError, load_index_configs
-from chunkyard.retrieval.settings.config_fields import EVALUATED_FIELDS, INDEX_FIELDS
 from chunkyard.retrieval.api.server_limits import (
     BODY_TIMEOUT_ENV,
     HEADER_TIMEOUT_ENV,
     MAX_CONNECTIONS_ENV,
     ServerLimits,
 )
+from chunkyard.retrieval.settings.config import SettingsError, load_index_configs
+from chunkyard.retrieval.settings.config_fields import EVALUATED_FIELDS, INDEX_FIELDS
 
 
 def test_env_float_reads_bounds_and_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,11 +14,9 @@ from chunkyard.evaluation.runner import EvaluationReport, EvaluationRequest, eva
 from chunkyard.pipeline import checks
 from chunkyard.pipeline.step_report import StepReport
 from chunkyard.retrieval.embedders.embedder import Embedder
-from chunkyard.retrieval.settings.config import Collection, IndexConfig, IndexSpec
-from chunkyard.retrieval.settings.config_fields import EVALUATED_FIELDS
-from chunkyard.retrieval.embedders.embedder import Embedder
 from chunkyard.retrieval.query.searcher import Searcher
 from chunkyard.retrieval.settings.config import Collection, IndexConfig, IndexSpec
+from chunkyard.retrieval.settings.config_fields import EVALUATED_FIELDS
 from chunkyard.retrieval.store import Store
 
 # Bump when this module or the evaluation it runs (`evaluation.runner`, `evaluation.metrics`, the query

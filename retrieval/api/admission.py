@@ -19,8 +19,6 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from chunkyard.chunking.environment import EnvironmentSettingError, env_int
-from chunkyard.retrieval.api.http_guards import ASGIApp, Receive, Scope, Send
 from chunkyard.chunking.environment import env_float, env_int
 from chunkyard.retrieval.api.http_guards import ASGIApp, Receive, Scope, Send
 

@@ -21,8 +21,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from chunkyard.chunking.environment import EnvironmentSettingError
-from chunkyard.retrieval.observability.log_redaction import log_config, secrets_from_env
 from chunkyard.chunking.environment import env_float, env_int
 from chunkyard.retrieval.observability.log_redaction import log_config, secrets_from_env
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol

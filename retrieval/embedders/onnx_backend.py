@@ -13,7 +13,6 @@ import numpy as np
 from chunkyard.chunking.model_cache import build_once, folder_digest, model_cache_dir
 from chunkyard.retrieval.embedders.base import LocalEmbedder
 from chunkyard.retrieval.embedders.onnx_encoder import OnnxEncoder
-from chunkyard.retrieval.embedders.onnx_encoder import OnnxEncoder
 from chunkyard.retrieval.embedders.onnx_export import ONNX_FP32_FILE, export_in_children
 
 QUANTIZATIONS = (None, "int8")

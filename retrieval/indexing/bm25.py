@@ -17,13 +17,14 @@ from chunkyard.retrieval.indexing.swap import (
 from chunkyard.retrieval.lexical.code_terms import code_terms
 from chunkyard.retrieval.lexical.languages import METADATA_KEY, index_analysis
 from chunkyard.retrieval.settings.config import IndexSpec
-from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store import Store, published
 from chunkyard.retrieval.store.partitions import drop_next_tables
 from chunkyard.retrieval.store.staging import (
     chunks_to_analyze,
     copy_postings,
     copy_staged_lengths,
     copy_staged_terms,
+    staged_text_by_language,
 )
 
 PROGRESS_EVERY = 500  # chunks between progress calls
@@ -52,7 +53,11 @@ def stage_bm25(
             raise IndexingError(
                 f"stage_bm25: {index_name!r} was staged with another config; re-run stage_chunks"
             )
-        analysis = index_analysis(conn, index_name, spec.config.bm25, full_rebuild=full_rebuild)
+        analysis = index_analysis(
+            spec.config.bm25,
+            lambda: None if full_rebuild else published.published_bm25(conn, index_name),
+            lambda: staged_text_by_language(conn, index_name, METADATA_KEY),
+        )
         report.analyzer, report.analyzer_setting = analysis.analyzer.name, analysis.setting
         report.languages = " ".join(f"{lang}={share:.2f}" for lang, share in analysis.languages.items())
         clear_staging(conn, index_name, ("staged_bm25", "staged_bm25_lengths", "staged_bm25_terms"))

@@ -81,7 +81,13 @@ def publish(
             # nothing to index: keep the version (caches keyed on it stay valid), unless only the
             # retrieval options changed (hybrid, context_scoring: outside the config hash), which
             # are republished under a new version so every Searcher picks them up
-            config = Jsonb(published_config(conn, index_name, spec.config.as_dict(), report.staged))
+            config = Jsonb(
+                published_config(
+                    spec.config.as_dict(),
+                    report.staged,
+                    lambda: published.published_bm25(conn, index_name),
+                )
+            )
             bumped = published.republish_config(conn, index_name, config)
             clear_staging(conn, index_name)
             report.published = bumped is not None
@@ -142,7 +148,13 @@ def publish(
         new_version = published.publish_version(
             conn,
             index_name,
-            Jsonb(published_config(conn, index_name, spec.config.as_dict(), report.staged)),
+            Jsonb(
+                published_config(
+                    spec.config.as_dict(),
+                    report.staged,
+                    lambda: published.published_bm25(conn, index_name),
+                )
+            ),
             spec.config.config_hash,
             model_id,
             new_dim,

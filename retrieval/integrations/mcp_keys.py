@@ -22,8 +22,8 @@ import psycopg
 from chunkyard.retrieval.api.auth import AuthError, Caller, KeyRing, check_read
 from chunkyard.retrieval.api.common import UNAVAILABLE
 from chunkyard.retrieval.api.rate_limits import Limits, RateLimited, RateLimiter
-from chunkyard.retrieval.store.api_key import SCOPES
 from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store.api_key import SCOPES
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 log = logging.getLogger("chunkyard.mcp")

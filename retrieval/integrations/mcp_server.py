@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 from chunkyard.retrieval.indexing.lag import index_lag
+from chunkyard.retrieval.integrations.mcp_keys import KeyCheck, Permit, Refused, key_ring, permit_of
 from chunkyard.retrieval.integrations.source import hit_metadata, ranking_score
 from chunkyard.retrieval.query.aliases import list_aliases
 from chunkyard.retrieval.query.aliases import resolve as resolve_alias
@@ -33,14 +34,6 @@ from chunkyard.retrieval.settings.config import default_collection
 from chunkyard.retrieval.settings.default_index import named
 from chunkyard.retrieval.settings.names import IndexName, IndexRef
 from chunkyard.retrieval.settings.options import MODES, REQUEST_MAX_K, SearchError, SearchOptions
-from mcp.server.mcpserver import MCPServer
-from chunkyard.retrieval.indexing.lag import index_lag
-from chunkyard.retrieval.integrations.mcp_keys import KeyCheck, Permit, Refused, key_ring, permit_of
-from chunkyard.retrieval.settings.names import IndexName, IndexRef
-from chunkyard.retrieval.settings.options import MODES, REQUEST_MAX_K, SearchError, SearchOptions
-from chunkyard.retrieval.query.highlights import locate
-from chunkyard.retrieval.query.results import IndexNotFoundError, SearchResult
-from chunkyard.retrieval.query.searcher import Searcher
 from chunkyard.retrieval.store import Store
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError

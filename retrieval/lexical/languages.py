@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -31,7 +31,6 @@ from chunkyard.retrieval.lexical.analysis import (
     build_analyzer,
     shared_analyzer,
 )
-from psycopg import Connection
 
 METADATA_KEY = "text_language"
 # Detected language -> analyzer. Malay is written like Indonesian (and short Indonesian texts are
@@ -199,36 +198,22 @@ class IndexAnalysis:
         return {**staged, LANGUAGES_KEY: self.by_language} if self.by_language else staged
 
 
-def staged_text_by_language(conn: Connection, index_name: str) -> dict[str, int]:
-    """Characters of staged prose per detected language (code chunks, with a `language`, do not vote)."""
-    rows = conn.execute(
-        "SELECT coalesce(metadata->>%s, ''), sum(length(text)) FROM staged_chunks"
-        " WHERE index_name = %s AND NOT (metadata ? 'language') GROUP BY 1",
-        (METADATA_KEY, index_name),
-    ).fetchall()
-    return {str(lang): int(n) for lang, n in rows}
-
-
-def _published_bm25(conn: Connection, index_name: str) -> dict[str, Any] | None:
-    row = conn.execute(
-        "SELECT config->'bm25' FROM indexes WHERE name = %s AND version > 0", (index_name,)
-    ).fetchone()
-    return None if row is None else dict(row[0] or {})
-
-
 def index_analysis(
-    conn: Connection, index_name: str, bm25_config: Mapping[str, Any], *, full_rebuild: bool
+    bm25_config: Mapping[str, Any],
+    published_bm25: Callable[[], Mapping[str, Any] | None],
+    text_by_language: Callable[[], Mapping[str, int]],
 ) -> IndexAnalysis:
-    """The analyzer for staging `index_name`'s terms (inside the staging transaction).
+    """The analyzer for staging an index's terms.
 
-    Explicit settings are used as they are. `auto` keeps the published index's choice on an
-    incremental update (its postings were analysed with it) and chooses from the staged chunks'
-    languages on a first build or a rebuild (then every chunk is staged).
+    Explicit settings are used as they are. `auto` keeps the published index's choice
+    (`published_bm25()`, None on a first build or a rebuild) on an incremental update (its postings
+    were analysed with it) and chooses from the staged chunks' characters per language
+    (`text_by_language()`) on a first build or a rebuild (then every chunk is staged).
     """
     if analyzer_setting(bm25_config) != AUTO:
         analyzer = build_analyzer(bm25_config)
         return IndexAnalysis(analyzer, analyzer.name, {})
-    published = None if full_rebuild else _published_bm25(conn, index_name)
+    published = published_bm25()
     if published is not None and published.get(RESOLVED_KEY):
         return IndexAnalysis(
             shared_analyzer(str(published[RESOLVED_KEY])),
@@ -236,20 +221,23 @@ def index_analysis(
             dict(published.get("languages") or {}),
             dict(published.get(LANGUAGES_KEY) or {}),
         )
-    name, shares = choose_analyzer(staged_text_by_language(conn, index_name))
+    name, shares = choose_analyzer(text_by_language())
     return IndexAnalysis(shared_analyzer(name), AUTO, shares, language_analyzers(shares))
 
 
 def published_config(
-    conn: Connection, index_name: str, config: dict[str, Any], staged: Mapping[str, Any] | None
+    config: dict[str, Any],
+    staged: Mapping[str, Any] | None,
+    published_bm25: Callable[[], Mapping[str, Any] | None],
 ) -> dict[str, Any]:
-    """`config` (an IndexConfig's as_dict) with `auto` resolved as staged, else as published before."""
+    """`config` (an IndexConfig's as_dict) with `auto` resolved as staged, else as published before
+    (`published_bm25()`: the published index's `bm25` settings, None before its first publish)."""
     bm25 = dict(config.get("bm25") or {})
     if analyzer_setting(bm25) != AUTO:
         return config
     analysis = (staged or {}).get("bm25_analysis")
     if not (analysis and analysis.get("setting") == AUTO):
-        before = _published_bm25(conn, index_name) or {}
+        before = dict(published_bm25() or {})
         analysis = {**before, "analyzer": before.get(RESOLVED_KEY) or DEFAULT_ANALYZER}
     resolved = {RESOLVED_KEY: analysis["analyzer"], "languages": analysis.get("languages") or {}}
     if analysis.get(LANGUAGES_KEY):

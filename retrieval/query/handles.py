@@ -22,7 +22,7 @@ from chunkyard.retrieval.store import bm25 as bm25_lib
 from chunkyard.retrieval.store import published_indexes
 from chunkyard.retrieval.store.indexes import split_index_name
 from chunkyard.retrieval.store.partitions import partition_names
-from chunkyard.retrieval.store.read_lock import lock_for_read
+from chunkyard.retrieval.store.read_lock import abandon, begin_read
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,9 @@ class IndexHandles:
         try:
             with conn.pipeline():
                 if begin:
-                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    lock_for_read(
+                    begin_read(
                         conn
-                    )  # before the read transaction's snapshot: a partition swap lands before or after it
+                    )  # the read lock before the snapshot: a partition swap lands before or after it
                 cursor = published_indexes.queue_published_state(conn, name)
             row = cursor.fetchone()
         except psycopg.errors.UndefinedTable:  # a database no index was built in: no tables yet
@@ -109,7 +108,7 @@ def read_transaction(conn: psycopg.Connection) -> Iterator[None]:
         yield
     finally:
         if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            conn.execute("ROLLBACK")
+            abandon(conn)
 
 
 def _index_defaults(config: dict[str, Any], name: str) -> IndexDefaults:

@@ -13,8 +13,6 @@ import time
 from typing import Any
 
 import psycopg
-from chunkyard.retrieval.store import bm25 as bm25_lib
-from chunkyard.retrieval.settings.options import SearchError
 from chunkyard.retrieval.query import feedback
 from chunkyard.retrieval.query.fusion import Candidates
 from chunkyard.retrieval.query.handles import IndexHandle, IndexHandles

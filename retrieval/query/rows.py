@@ -11,6 +11,7 @@ from chunkyard.retrieval.query.fusion import Ranked
 from chunkyard.retrieval.query.handles import IndexHandle
 from chunkyard.retrieval.query.results import SearchResult
 from chunkyard.retrieval.store import Store, document_reads, published_chunks
+from chunkyard.retrieval.store.read_lock import end_read
 from chunkyard.retrieval.store.vectors import as_array
 
 
@@ -37,7 +38,7 @@ def fetch_rows(
     """Chunk rows by id; with `commit`, the read transaction's COMMIT rides in the same round trip."""
     if not chunk_ids:
         if commit:
-            conn.execute("COMMIT")
+            end_read(conn)
         return {}
     with conn.pipeline():
         cursor = published_chunks.queue_rows(
@@ -47,7 +48,7 @@ def fetch_rows(
             conn, handle.name, handle.chunks, chunk_ids, handle.name.collection
         )
         if commit:
-            conn.execute("COMMIT")
+            end_read(conn)
     rows = cursor.fetchall()
     stale = dict(failures.fetchall())
     return {

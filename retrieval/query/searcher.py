@@ -39,6 +39,7 @@ from chunkyard.retrieval.query.plan import Query, Shape, rounded, timed
 from chunkyard.retrieval.query.reranking import Rerankers, rerank
 from chunkyard.retrieval.query.results import IndexNotFoundError, SearchResult
 from chunkyard.retrieval.query.rows import attach_parents, fetch_rows, to_results
+from chunkyard.retrieval.query.sections import section_pool, widen_to_sections
 from chunkyard.retrieval.settings.config import default_collection
 from chunkyard.retrieval.settings.default_index import named
 from chunkyard.retrieval.settings.index_defaults import COARSE_DEFAULT_RANK
@@ -50,11 +51,9 @@ from chunkyard.retrieval.settings.options import (
     SearchOptions,
     SearchRequest,
 )
-from chunkyard.retrieval.query.sections import section_pool, widen_to_sections
-from chunkyard.retrieval.store.read_lock import lock_for_read
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.capabilities import VectorFeatures
-from chunkyard.retrieval.store.read_lock import lock_for_read
+from chunkyard.retrieval.store.read_lock import read_snapshot
 
 CONTEXT_BACKENDS = ("sql", "memory")
 # Up to this many queries per call, the coarse index is searched beside the fine ranking (see
@@ -136,8 +135,7 @@ class Searcher:
         handle = self._handle(index)
         if handle.defaults.context.enabled and self.context_backend == "memory":
             with self.store.connection() as conn, conn.transaction():
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                lock_for_read(conn)
+                read_snapshot(conn)
                 handle = self._handles.get(conn, index)
                 self._layouts.warm(conn, handle, handle.defaults.context)
         return time.perf_counter() - started

@@ -18,8 +18,8 @@ import re
 from collections.abc import Mapping, Sequence
 
 from chunkyard.chunking.tokenizers import Tokenizer
-from chunkyard.retrieval.settings.options import ResolvedSearch
 from chunkyard.retrieval.query.results import SearchResult
+from chunkyard.retrieval.settings.options import ResolvedSearch
 
 SECTION_POOL = 3  # candidates ranked per result asked for: sections of neighbouring hits merge
 _HEADING = re.compile(r"^#{1,6}[ \t]", re.MULTILINE)

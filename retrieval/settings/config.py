@@ -19,7 +19,6 @@ from chunkyard.retrieval.embedders.endpoint_settings import (
     endpoint_identity,
 )
 from chunkyard.retrieval.settings.config_fields import (
-from chunkyard.retrieval.settings.config_fields import (
     INDEX_FIELDS,
     checked_coarse,
     checked_vector_storage,

@@ -22,7 +22,6 @@ from chunkyard.retrieval.settings.config import (
     load_index_configs,
     with_coarse_companions,
 )
-from chunkyard.retrieval.settings.project import SettingsError, project_root, read_yaml
 from chunkyard.retrieval.settings.inherited_model import for_collection
 from chunkyard.retrieval.settings.project import SettingsError, project_root, read_yaml
 

@@ -8,6 +8,7 @@ Every function runs on the caller's connection and inside its transaction: publi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from chunkyard.retrieval.store.migrations import (
     CHUNK_COLUMNS,
@@ -240,3 +241,11 @@ def count_index_documents(conn: Connection, index_name: str) -> int:
     """The documents the published index was built from."""
     row = conn.execute("SELECT count(*) FROM index_documents WHERE index_name = %s", (index_name,)).fetchone()
     return int(row[0])
+
+
+def published_bm25(conn: Connection, index_name: str) -> dict[str, Any] | None:
+    """The published index's `bm25` settings (its resolved analyzers included), None before its first publish."""
+    row = conn.execute(
+        "SELECT config->'bm25' FROM indexes WHERE name = %s AND version > 0", (index_name,)
+    ).fetchone()
+    return None if row is None else dict(row[0] or {})

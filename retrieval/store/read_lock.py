@@ -1,4 +1,4 @@
-"""The lock a reader takes before its snapshot, so a partition swap lands wholly before or after it.
+"""A search's read transaction, and the lock it takes before its snapshot so a partition swap lands wholly before or after it.
 
 A large full build is published by swapping a new partition in (`retrieval.indexing.swap`). Table
 DDL is not MVCC: a REPEATABLE READ reader whose snapshot predates the swap's commit, but which opens
@@ -20,3 +20,26 @@ READ_LOCK = "LOCK TABLE ONLY chunks IN ACCESS SHARE MODE"
 def lock_for_read(conn: Connection) -> None:
     """Take the read lock in the caller's transaction; call it before the transaction's first query."""
     conn.execute(READ_LOCK)
+
+
+def begin_read(conn: Connection) -> None:
+    """Open a search's read transaction (REPEATABLE READ, read only) and take the read lock first;
+    pipelined with the caller's next statements when the caller is in a pipeline."""
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    lock_for_read(conn)
+
+
+def read_snapshot(conn: Connection) -> None:
+    """Make the caller's open transaction a read one (REPEATABLE READ, read only) and take the read lock."""
+    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    lock_for_read(conn)
+
+
+def end_read(conn: Connection) -> None:
+    """Commit a read transaction opened with `begin_read` (pipelined like it)."""
+    conn.execute("COMMIT")
+
+
+def abandon(conn: Connection) -> None:
+    """Roll back whatever transaction the connection is in (after an error or an early exit)."""
+    conn.execute("ROLLBACK")

@@ -300,3 +300,14 @@ def chunks_to_analyze(
         " metadata ? 'language' FROM staged_chunks WHERE index_name = %s",
         (language_key, index_name),
     ).fetchall()
+
+
+def staged_text_by_language(conn: Connection, index_name: str, language_key: str) -> dict[str, int]:
+    """Characters of staged prose per the metadata's `language_key` ('' when undetected); code chunks
+    (whose metadata has a `language`) are left out."""
+    rows = conn.execute(
+        "SELECT coalesce(metadata->>%s, ''), sum(length(text)) FROM staged_chunks"
+        " WHERE index_name = %s AND NOT (metadata ? 'language') GROUP BY 1",
+        (language_key, index_name),
+    ).fetchall()
+    return {str(language): int(chars) for language, chars in rows}
