@@ -11,7 +11,8 @@ import pytest
 from chunkyard.orchestration.cli import build_parser, main
 from chunkyard.orchestration.cli_help import commands
 
-STATE_VARIABLES = ("CHUNKYARD_PROJECT", "CHUNKYARD_PROJECT_DIR", "CHUNKYARD_HOME", "CHUNKYARD_CONFIGS")
+from tests.cli_helpers import STATE_VARIABLES
+
 # the commands that read the project's collections (benchmark collections are collections)
 BENCHMARK_COMMANDS = {
     "chunkyard",
@@ -21,14 +22,6 @@ BENCHMARK_COMMANDS = {
     "chunkyard search",
     "chunkyard check",
 }
-
-
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    for name in STATE_VARIABLES:  # set, then removed: restored after the test (main() sets CHUNKYARD_PROJECT)
-        monkeypatch.setenv(name, "")
-        monkeypatch.delenv(name)
-    return monkeypatch
 
 
 def test_version_and_help_on_a_bare_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -117,7 +110,7 @@ def test_ctrl_c_during_index_is_one_line_and_the_next_run_resumes(tmp_path: Path
     (tmp_path / "chunkyard.yaml").write_text(
         f"collections:\n  mine:\n    folders: [{tmp_path / 'docs'}]\n    indexes: [recursive-256]\n"
     )
-    env = {k: v for k, v in os.environ.items() if k not in (*STATE_VARIABLES, "DATABASE_URL", "DAGSTER_HOME")}
+    env = {k: v for k, v in os.environ.items() if k not in STATE_VARIABLES}
     cli = [sys.executable, "-m", "chunkyard.orchestration.cli", "index"]
     process = subprocess.Popen(  # a group of its own, as a terminal's foreground job
         cli,

@@ -9,15 +9,7 @@ import pytest
 from chunkyard.orchestration.cli import main
 from chunkyard.retrieval.settings.config_checks import SettingsErrors, load_index_specs
 
-STATE_VARIABLES = (
-    "CHUNKYARD_PROJECT",
-    "CHUNKYARD_PROJECT_DIR",
-    "CHUNKYARD_HOME",
-    "CHUNKYARD_CONFIGS",
-    "CHUNKYARD_BENCHMARKS",
-    "DATABASE_URL",
-    "DAGSTER_HOME",
-)
+from tests.cli_helpers import STATE_VARIABLES
 
 COLLECTION = """\
 collections:

@@ -15,7 +15,8 @@ from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.query.budget import best_span, fit_to_budget
 from chunkyard.retrieval.query.results import SearchResult
 from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.settings.options import SearchError, SearchOptions
+from chunkyard.retrieval.settings.option_schema import SearchError
+from chunkyard.retrieval.settings.options import SearchOptions
 from chunkyard.retrieval.store import Store
 
 from tests.test_indexing_support import make_spec

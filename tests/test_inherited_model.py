@@ -18,19 +18,9 @@ from chunkyard.retrieval.settings.config_checks import load_index_specs
 from chunkyard.retrieval.store import Store
 
 from tests.conftest import REPO_ROOT
-from tests.test_first_day import STATE_VARIABLES
 
 SPANISH = REPO_ROOT / "tests" / "data" / "multilingual" / "es"
 ORIGIN = "inherited from collection inherit-es's default index recursive-256-multilingual"
-
-
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    """No project or state named by the environment (main() sets CHUNKYARD_PROJECT: restored after)."""
-    for name in STATE_VARIABLES:
-        monkeypatch.setenv(name, "")
-        monkeypatch.delenv(name)
-    return monkeypatch
 
 
 def _spanish_project(root: Path) -> Path:

@@ -17,7 +17,8 @@ from chunkyard.retrieval.query.highlights import add_highlights
 from chunkyard.retrieval.query.results import SearchResult
 from chunkyard.retrieval.query.sections import section_span
 from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.settings.options import SearchError, SearchOptions
+from chunkyard.retrieval.settings.option_schema import SearchError
+from chunkyard.retrieval.settings.options import SearchOptions
 from chunkyard.retrieval.store import Store
 
 from tests.test_indexing_support import ParagraphChunker

@@ -8,7 +8,8 @@ import httpx
 import pytest
 from chunkyard.retrieval.api.service import create_app
 from chunkyard.retrieval.query import Searcher
-from chunkyard.retrieval.settings.options import SearchError, SearchOptions
+from chunkyard.retrieval.settings.option_schema import SearchError
+from chunkyard.retrieval.settings.options import SearchOptions
 from chunkyard.retrieval.store import Store
 
 from tests.service_process import serve_in_thread

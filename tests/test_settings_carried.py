@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_config_checks import COLLECTION, INDEX, STATE_VARIABLES
+from tests.cli_helpers import STATE_VARIABLES
+from tests.test_config_checks import COLLECTION, INDEX
 
 # Loaded by every Python process of the command (PYTHONPATH): counts, per process, each settings file
 # the real parser reads and each index config the real check checks, in a JSON Lines file.

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from chunkyard.retrieval.settings import project
 
-from tests.test_config_checks import COLLECTION, INDEX, STATE_VARIABLES
+from tests.cli_helpers import STATE_VARIABLES
+from tests.test_config_checks import COLLECTION, INDEX
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from chunkyard.retrieval.api.auth import AuthError, Caller
 from chunkyard.retrieval.api.common import ServiceContext, refused
 from chunkyard.retrieval.api.models import StrictBody, picked
 from chunkyard.retrieval.query import aliases
-from chunkyard.retrieval.settings.options import SearchError
+from chunkyard.retrieval.settings.option_schema import SearchError
 from chunkyard.retrieval.store import Store
 from fastapi import Depends, FastAPI, HTTPException
 from pydantic import Field

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chunkyard.retrieval.settings.options import MAX_K, SearchError, SearchOptions
+from chunkyard.retrieval.settings.option_schema import SearchError
+from chunkyard.retrieval.settings.options import MAX_K, SearchOptions
 
 
 def allowed_rerankers() -> set[str]:

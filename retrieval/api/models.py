@@ -9,13 +9,8 @@ from chunkyard.retrieval.query import SearchResult
 from chunkyard.retrieval.settings.default_index import named
 from chunkyard.retrieval.settings.filters import operator_error
 from chunkyard.retrieval.settings.names import IndexRef
-from chunkyard.retrieval.settings.options import (
-    SERVICE_MAX_K,
-    OptionSchema,
-    SearchOptions,
-    SearchRequest,
-    option_schemas,
-)
+from chunkyard.retrieval.settings.option_schema import OptionSchema
+from chunkyard.retrieval.settings.options import SERVICE_MAX_K, SearchOptions, SearchRequest, option_schemas
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 DEFAULT_MAX_K = SERVICE_MAX_K

@@ -33,7 +33,8 @@ from chunkyard.retrieval.query.searcher import Searcher
 from chunkyard.retrieval.settings.config import default_collection
 from chunkyard.retrieval.settings.default_index import named
 from chunkyard.retrieval.settings.names import IndexName, IndexRef
-from chunkyard.retrieval.settings.options import MODES, REQUEST_MAX_K, SearchError, SearchOptions
+from chunkyard.retrieval.settings.option_schema import SearchError
+from chunkyard.retrieval.settings.options import MODES, REQUEST_MAX_K, SearchOptions
 from chunkyard.retrieval.store import Store
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError

@@ -17,7 +17,8 @@ from chunkyard.retrieval.query.fusion import RANKING_KEYS
 from chunkyard.retrieval.query.results import SearchResult
 from chunkyard.retrieval.query.searcher import Searcher, default_searcher
 from chunkyard.retrieval.settings.default_index import named
-from chunkyard.retrieval.settings.options import SearchError, SearchOptions
+from chunkyard.retrieval.settings.option_schema import SearchError
+from chunkyard.retrieval.settings.options import SearchOptions
 
 
 class HitSource:

@@ -31,7 +31,8 @@ from chunkyard.retrieval.settings.names import (
     IndexName,
     IndexNameError,
 )
-from chunkyard.retrieval.settings.options import SearchError, SearchOptions, default_of
+from chunkyard.retrieval.settings.option_schema import SearchError
+from chunkyard.retrieval.settings.options import SearchOptions, default_of
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store import aliases as alias_rows
 from chunkyard.retrieval.store.audit import record as audit

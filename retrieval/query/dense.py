@@ -18,7 +18,8 @@ from chunkyard.chunking.environment import env_int
 from chunkyard.retrieval.observability.telemetry import span
 from chunkyard.retrieval.query.fusion import Candidates
 from chunkyard.retrieval.query.handles import IndexHandle
-from chunkyard.retrieval.settings.options import HNSW_MAX_EF, SearchError
+from chunkyard.retrieval.settings.option_schema import SearchError
+from chunkyard.retrieval.settings.options import HNSW_MAX_EF
 from chunkyard.retrieval.store import nearest_chunks
 from chunkyard.retrieval.store.capabilities import VECTOR_STORAGES, VectorFeatures
 

@@ -17,7 +17,7 @@ import psycopg
 from chunkyard.retrieval.query.results import NOTHING_INDEXED, IndexNotFoundError
 from chunkyard.retrieval.settings.index_defaults import ContextConfigError, IndexDefaults
 from chunkyard.retrieval.settings.names import IndexName
-from chunkyard.retrieval.settings.options import SearchError
+from chunkyard.retrieval.settings.option_schema import SearchError
 from chunkyard.retrieval.store import bm25 as bm25_lib
 from chunkyard.retrieval.store import published_indexes
 from chunkyard.retrieval.store.indexes import split_index_name

@@ -16,7 +16,7 @@ import psycopg
 from chunkyard.retrieval.query import feedback
 from chunkyard.retrieval.query.fusion import Candidates
 from chunkyard.retrieval.query.handles import IndexHandle, IndexHandles
-from chunkyard.retrieval.settings.options import SearchError
+from chunkyard.retrieval.settings.option_schema import SearchError
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store import bm25 as bm25_lib
 from chunkyard.retrieval.store.chunk_texts import chunk_texts

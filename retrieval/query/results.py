@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from chunkyard.retrieval.query.highlights import Highlight
-from chunkyard.retrieval.settings.options import SearchError
+from chunkyard.retrieval.settings.option_schema import SearchError
 
 __all__ = ["NOTHING_INDEXED", "Highlight", "IndexNotFoundError", "SearchError", "SearchResult"]
 

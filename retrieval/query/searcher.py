@@ -44,13 +44,8 @@ from chunkyard.retrieval.settings.config import default_collection
 from chunkyard.retrieval.settings.default_index import named
 from chunkyard.retrieval.settings.index_defaults import COARSE_DEFAULT_RANK
 from chunkyard.retrieval.settings.names import IndexName, IndexRef
-from chunkyard.retrieval.settings.options import (
-    HNSW_MAX_EF,
-    ResolvedSearch,
-    SearchError,
-    SearchOptions,
-    SearchRequest,
-)
+from chunkyard.retrieval.settings.option_schema import SearchError
+from chunkyard.retrieval.settings.options import HNSW_MAX_EF, ResolvedSearch, SearchOptions, SearchRequest
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.capabilities import VectorFeatures
 from chunkyard.retrieval.store.read_lock import read_snapshot

