@@ -16,7 +16,7 @@ from dagster import AssetSelection, instance_for_test, materialize
 
 from tests.dagster_helpers import materializations, unique_name, write_project
 from tests.test_assets import QUESTIONS
-from tests.test_cli import STATE_VARIABLES
+from tests.cli_helpers import STATE_VARIABLES
 
 CLI = [sys.executable, "-m", "chunkyard.orchestration.cli"]
 
