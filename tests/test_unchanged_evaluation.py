@@ -14,9 +14,9 @@ import pytest
 from chunkyard.retrieval.store import Store
 from dagster import AssetSelection, instance_for_test, materialize
 
+from tests.cli_helpers import STATE_VARIABLES
 from tests.dagster_helpers import materializations, unique_name, write_project
 from tests.test_assets import QUESTIONS
-from tests.cli_helpers import STATE_VARIABLES
 
 CLI = [sys.executable, "-m", "chunkyard.orchestration.cli"]
 
