@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from chunkyard.chunking.types import LOCATION_KEYS, Document
 
@@ -59,3 +60,16 @@ def document_locations(doc: Document) -> list[tuple[list[int], tuple[str, str]]]
         if isinstance(starts, list) and starts and all(isinstance(v, int) for v in starts):
             out.append((sorted(starts), keys))
     return out
+
+
+def location_parts(metadata: Mapping[str, Any]) -> list[str]:
+    """Where a chunk is, in words, from its metadata: `pages 2-3`, `slide 4`, its heading path; [] when none is known."""
+    parts = []
+    for unit in ("page", "slide"):
+        first, last = metadata.get(unit), metadata.get(f"{unit}_end")
+        if first is not None:
+            parts.append(f"{unit}s {first}-{last}" if last not in (None, first) else f"{unit} {first}")
+    headings = [str(h) for h in metadata.get("heading_path") or [] if h]
+    if headings:
+        parts.append(" › ".join(headings))
+    return parts

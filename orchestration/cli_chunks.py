@@ -6,6 +6,8 @@ import argparse
 import difflib
 from typing import Any
 
+from chunkyard.chunking.locations import location_parts
+
 EDGE_CHARS = 40  # characters shown at each end of a chunk: where it starts and where it was cut
 
 
@@ -74,12 +76,4 @@ def cmd_chunks(args: argparse.Namespace) -> int:
 
 def where(metadata: dict[str, Any]) -> str:
     """`, pages 2-3`, `, slide 4`, `, Setup › Install`: where in its document a chunk is, when known."""
-    parts = []
-    for unit in ("page", "slide"):
-        first, last = metadata.get(unit), metadata.get(f"{unit}_end")
-        if first is not None:
-            parts.append(f"{unit}s {first}-{last}" if last not in (None, first) else f"{unit} {first}")
-    headings = [str(h) for h in metadata.get("heading_path") or [] if h]
-    if headings:
-        parts.append(" › ".join(headings))
-    return "".join(f", {part}" for part in parts)
+    return "".join(f", {part}" for part in location_parts(metadata))

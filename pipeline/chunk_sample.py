@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from chunkyard.chunking.locations import location_parts
 from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.document_chunks import (
@@ -26,15 +27,7 @@ FIRST_WORDS = 8
 
 def where(metadata: dict[str, Any]) -> str:
     """`2-3` pages, `slide 4`, or the heading path; `-` when the format has none."""
-    parts = []
-    for unit in ("page", "slide"):
-        first, last = metadata.get(unit), metadata.get(f"{unit}_end")
-        if first is not None:
-            parts.append(f"{unit}s {first}-{last}" if last not in (None, first) else f"{unit} {first}")
-    headings = [str(h) for h in metadata.get("heading_path") or [] if h]
-    if headings:
-        parts.append(" › ".join(headings))
-    return ", ".join(parts) or "-"
+    return ", ".join(location_parts(metadata)) or "-"
 
 
 def first_words(text: str) -> str:

@@ -12,29 +12,21 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from chunkyard.chunking.documents.pdf_text_tables import Box, aligned_pages, unruled_tables
+from chunkyard.chunking.documents.pdf_text_tables import Box, aligned_pages, pages_where, unruled_tables
 from chunkyard.chunking.documents.tables import markdown_table
 
 MIN_PATHS = 4  # drawn lines or boxes a page needs before it is searched for a ruled table
 
 
 def _ruled_pages(data: bytes, count: int) -> list[int]:
-    import pypdfium2 as pdfium
+    """Indexes of the pages with at least MIN_PATHS drawn lines or boxes."""
     import pypdfium2.raw as pdfium_c
 
-    try:
-        pdf = pdfium.PdfDocument(data)
-    except Exception:  # pypdf read it; pdfium cannot: no tables then
-        return []
-    try:
-        found = []
-        for index in range(min(count, len(pdf))):
-            paths = pdf[index].get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_PATH], max_depth=2)
-            if sum(1 for _ in zip(range(MIN_PATHS), paths, strict=False)) >= MIN_PATHS:
-                found.append(index)
-        return found
-    finally:
-        pdf.close()
+    def ruled(page: Any) -> bool:
+        paths = page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_PATH], max_depth=2)
+        return sum(1 for _ in zip(range(MIN_PATHS), paths, strict=False)) >= MIN_PATHS
+
+    return pages_where(data, count, ruled)
 
 
 def pdf_table_pages(data: bytes, pages: list[str]) -> tuple[list[str], dict[str, Any]]:

@@ -11,6 +11,7 @@ words (key and value, not a two-column page of prose: `MAX_PAIR_CELL_WORDS`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 Box = tuple[float, float, float, float]  # x0, top, x1, bottom (pdfplumber's page coordinates)
@@ -23,8 +24,8 @@ MAX_PAIR_CELL_WORDS = 3.0  # a two-column table's mean words per cell at most (m
 EDGE_SLACK = 1.0  # points a word may overhang a column edge without crossing it
 
 
-def aligned_pages(data: bytes, count: int) -> list[int]:
-    """Indexes of the pages with at least MIN_ROWS lines holding a gap WIDE_GAP text heights wide."""
+def pages_where(data: bytes, count: int, keep: Callable[[Any], bool]) -> list[int]:
+    """Indexes of the first `count` pages (pypdfium2's) for which `keep(page)` holds; [] when pdfium cannot read the file."""
     import pypdfium2 as pdfium
 
     try:
@@ -32,18 +33,23 @@ def aligned_pages(data: bytes, count: int) -> list[int]:
     except Exception:  # pypdf read it; pdfium cannot: no tables then
         return []
     try:
-        found = []
-        for index in range(min(count, len(pdf))):
-            textpage = pdf[index].get_textpage()
-            lines: dict[int, list[tuple[float, float, float]]] = {}
-            for i in range(textpage.count_rects()):
-                left, bottom, right, top = textpage.get_rect(i)
-                lines.setdefault(round((bottom + top) / 6), []).append((left, right, top - bottom))
-            if sum(1 for segments in lines.values() if _has_wide_gap(segments)) >= MIN_ROWS:
-                found.append(index)
-        return found
+        return [index for index in range(min(count, len(pdf))) if keep(pdf[index])]
     finally:
         pdf.close()
+
+
+def aligned_pages(data: bytes, count: int) -> list[int]:
+    """Indexes of the pages with at least MIN_ROWS lines holding a gap WIDE_GAP text heights wide."""
+    return pages_where(data, count, _is_aligned)
+
+
+def _is_aligned(page: Any) -> bool:
+    textpage = page.get_textpage()
+    lines: dict[int, list[tuple[float, float, float]]] = {}
+    for i in range(textpage.count_rects()):
+        left, bottom, right, top = textpage.get_rect(i)
+        lines.setdefault(round((bottom + top) / 6), []).append((left, right, top - bottom))
+    return sum(1 for segments in lines.values() if _has_wide_gap(segments)) >= MIN_ROWS
 
 
 def _has_wide_gap(segments: list[tuple[float, float, float]]) -> bool:

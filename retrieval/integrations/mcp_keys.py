@@ -12,7 +12,6 @@ its token) on `chunkyard.mcp`, allowed or refused, as the access log records eac
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import anyio
 import psycopg
 from chunkyard.retrieval.api.auth import AuthError, Caller, KeyRing, check_read
 from chunkyard.retrieval.api.common import UNAVAILABLE
+from chunkyard.retrieval.api.http_guards import send_json
 from chunkyard.retrieval.api.rate_limits import Limits, RateLimited, RateLimiter
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.api_key import SCOPES
@@ -107,15 +107,15 @@ class KeyCheck:
         except AuthError as exc:
             log.warning("mcp %s %s: refused (%d): %s", scope["method"], scope["path"], exc.status, exc.detail)
             challenge = [(b"www-authenticate", b"Bearer")] if exc.status == 401 else []
-            await _answer(send, exc.status, exc.detail, challenge)
+            await send_json(send, exc.status, exc.detail, challenge)
             return
         except RateLimited as exc:
             log.warning("mcp %s %s: refused (429): %s", scope["method"], scope["path"], exc.detail)
-            await _answer(send, 429, exc.detail, [(b"retry-after", str(exc.retry_after_s).encode())])
+            await send_json(send, 429, exc.detail, [(b"retry-after", str(exc.retry_after_s).encode())])
             return
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:  # as the service answers it
             log.error("mcp %s %s: database unavailable: %s", scope["method"], scope["path"], exc)
-            await _answer(send, 503, UNAVAILABLE, [(b"retry-after", b"2")])
+            await send_json(send, 503, UNAVAILABLE, [(b"retry-after", b"2")])
             return
         scope.setdefault("state", {})[STATE_KEY] = Permit(caller, self.limiter)
         await self.app(scope, receive, send)
@@ -124,19 +124,3 @@ class KeyCheck:
 def key_ring(api_key: str, store: Callable[[], Store]) -> KeyRing:
     """The service's key ring: `api_key` (the bootstrap key) and the stored keys, with the default limits."""
     return KeyRing(api_key, store, Limits.from_environment())
-
-
-async def _answer(send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]]) -> None:
-    body = json.dumps({"detail": detail}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                *headers,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
