@@ -9,10 +9,13 @@ served recall within a 1,024-token (cl100k) context budget. Writes
 `benchmarks/results/long_documents.json`; the Markdown beside it is written by hand from it.
 
     python -m benchmarks.bench_long_documents
+    python -m benchmarks.bench_long_documents --chunkers recursive-128 late-recursive-128 --headers off \
+        --output benchmarks/results/long_documents_late.json
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import tempfile
@@ -26,11 +29,30 @@ LONG_SET = REPO_ROOT / "benchmarks" / "data" / "long_documents_questions.jsonl"
 CHUNKERS = {
     "recursive-256": {"strategy": "recursive", "size": 256, "overlap": 0, "tokenizer": "model"},
     "markdown-256": {"strategy": "markdown", "size": 256, "overlap": 0, "tokenizer": "model"},
+    # late chunking (chunking/chunkers/late.py): recursive pieces of 128 tokens, each vector pooled from
+    # the token vectors of a window as long as the model's input (256 for MiniLM), a quarter of it read
+    # before the window as context; `recursive-128` is the same pieces embedded alone
+    "recursive-128": {"strategy": "recursive", "size": 128, "overlap": 0, "tokenizer": "model"},
+    "late-recursive-128": {
+        "strategy": "late",
+        "base": "recursive",
+        "size": 128,
+        "overlap": 0,
+        "tokenizer": "model",
+    },
 }
+DEFAULT_CHUNKERS = ("recursive-256", "markdown-256")
 VARIANTS = ("dense", "bm25", "served")
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chunkers", nargs="+", choices=sorted(CHUNKERS), default=list(DEFAULT_CHUNKERS))
+    parser.add_argument(
+        "--headers", choices=("both", "off"), default="both", help="context headers off and on, or off only"
+    )
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args()
     from chunkyard.evaluation.datasets import load_dataset
     from chunkyard.evaluation.runner import EvaluationRequest, evaluate_index
     from chunkyard.pipeline.graph import build_index
@@ -53,8 +75,9 @@ def main() -> None:
     embedder = load_embedder(base.embedding_model, backend="onnx", quantize="int8", batch_size=32)
     searcher = Searcher(store, embedder)
     rows: list[dict[str, object]] = []
-    for name, chunker in CHUNKERS.items():
-        for headers in (False, True):
+    for name in args.chunkers:
+        chunker = CHUNKERS[name]
+        for headers in (False, True) if args.headers == "both" else (False,):
             spec_chunker = {**chunker, "context": {"headers": True}} if headers else chunker
             config = replace(base, name=f"{name}{'-headers' if headers else ''}", chunker=spec_chunker)
             spec = IndexSpec("long-demo", config)
@@ -86,7 +109,7 @@ def main() -> None:
                 rows.append(row)
                 print(row, flush=True)
     load = subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
-    RESULTS.write_text(json.dumps({"uptime": load, "rows": rows}, indent=2) + "\n", encoding="utf-8")
+    args.output.write_text(json.dumps({"uptime": load, "rows": rows}, indent=2) + "\n", encoding="utf-8")
     print(load)
 
 
