@@ -52,6 +52,7 @@ def main() -> None:
         "--headers", choices=("both", "off"), default="both", help="context headers off and on, or off only"
     )
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--model", help="the embedding model (default: the default index config's)")
     args = parser.parse_args()
     from chunkyard.evaluation.datasets import load_dataset
     from chunkyard.evaluation.runner import EvaluationRequest, evaluate_index
@@ -72,6 +73,8 @@ def main() -> None:
     store = Store(embedded_database_url(tempfile.mkdtemp(prefix="chunkyard-long-")))
     store.migrate()
     base = load_index_configs()[DEFAULT_CONFIG]
+    if args.model:
+        base = replace(base, embedding_model=args.model)
     embedder = load_embedder(base.embedding_model, backend="onnx", quantize="int8", batch_size=32)
     searcher = Searcher(store, embedder)
     rows: list[dict[str, object]] = []
