@@ -84,18 +84,26 @@ class OptionSchema:
             return value
         raise SearchError(f"{where}: {self.error}")
 
-    def argument(self, default_text: str) -> dict[str, Any]:
-        """The argparse settings of this option's flag beyond its name, dest and default."""
+    def argument(self) -> tuple[tuple[str, ...], dict[str, Any]]:
+        """This option's command-line flag (`--context-weight 0.4`): its names and argparse settings,
+        absent from the namespace unless given."""
+        names = (*self.flags, "--" + self.name.replace("_", "-"))
+        default_text = "" if self.default is None else f" (default: {self.default})"
+        settings: dict[str, Any] = {
+            "dest": self.name,
+            "default": argparse.SUPPRESS,
+            "help": self.help + default_text,
+        }
         if self.kind == "bool":
-            return {"action": "store_true" if self.default is False else argparse.BooleanOptionalAction}
-        if self.kind == "choice":
-            return {"choices": self.choices}
-        if self.kind in ("int", "float"):
-            return {
-                "type": _bounded(self),
-                "help": f"{self.help} ({self.ge:g}-{self.request_bound:g}){default_text}",
-            }
-        return {"type": _json_object(self) if self.kind == "object" else str}
+            settings["action"] = "store_true" if self.default is False else argparse.BooleanOptionalAction
+        elif self.kind == "choice":
+            settings["choices"] = self.choices
+        elif self.kind in ("int", "float"):
+            settings["type"] = _bounded(self)
+            settings["help"] = f"{self.help} ({self.ge:g}-{self.request_bound:g}){default_text}"
+        else:
+            settings["type"] = _json_object(self) if self.kind == "object" else str
+        return names, settings
 
 
 def option_field(default: Any, help: str, kind: Kind, **schema: Any) -> Any:

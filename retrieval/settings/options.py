@@ -222,14 +222,8 @@ class SearchOptions:
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         """One flag per option (`--context-weight 0.4`), absent unless given."""
         for schema in option_schemas():
-            flags = (*schema.flags, "--" + schema.name.replace("_", "-"))
-            default_text = "" if schema.default is None else f" (default: {schema.default})"
-            kwargs: dict[str, Any] = {
-                "dest": schema.name,
-                "default": argparse.SUPPRESS,
-                "help": schema.help + default_text,
-            }
-            parser.add_argument(*flags, **{**kwargs, **schema.argument(default_text)})
+            names, settings = schema.argument()
+            parser.add_argument(*names, **settings)
 
     @classmethod
     def from_arguments(cls, namespace: argparse.Namespace) -> SearchOptions:
