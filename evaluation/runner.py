@@ -355,6 +355,10 @@ def evaluate_index(
         )
         if variant != SERVED_VARIANT:  # served: what /v1/search runs for a body with only the query and index
             asked = asked.over(options)
+        # no metric reads a hit's highlights, so an evaluation skips them (the latency columns are the
+        # search without them), unless a context budget is asked: its trimming starts from them
+        if asked.max_context_tokens is None:
+            asked = asked.with_overrides(highlights=False)
         top_k_dependent = asked.rerank is not None or asked.mmr is not None
         started = time.perf_counter()
         deep = searcher.search_batch(texts, index_name, asked.with_overrides(k=depth))
