@@ -41,12 +41,18 @@ def _keep_stop_words(terms: list[str]) -> list[str]:
     return terms  # "before": code chunks' terms as the main analyzer gives them
 
 
-def main() -> None:
-    work = Path(tempfile.mkdtemp(prefix="bench-code-stop-"))
+def mixed_folder(work: Path) -> Path:
+    """docs/ with chunking/documents/'s Python files beside it: a folder of prose and code."""
     mixed = work / "mixed"
     shutil.copytree(REPO / "docs", mixed)
     for path in sorted((REPO / "chunking" / "documents").glob("*.py")):
         shutil.copy(path, mixed / path.name)
+    return mixed
+
+
+def main() -> None:
+    work = Path(tempfile.mkdtemp(prefix="bench-code-stop-"))
+    mixed = mixed_folder(work)
     store = Store(embedded_database_url(work / "pg"))
     store.migrate()
     embedder = load_embedder("all-MiniLM-L6-v2")

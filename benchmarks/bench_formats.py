@@ -21,6 +21,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from chunkyard.chunking.documents.files import load_file
 from chunkyard.chunking.types import Document
@@ -177,20 +178,27 @@ def tables_before_after(store: Store, embedder) -> dict:
     out = {}
     for kind, doc in (("before (CSV as plain text)", before), ("after (Markdown table, rows whole)", after)):
         spec = _index(store, embedder, "before" if kind.startswith("before") else "after", [doc], 64)
-        row_hits = answerable = 0
-        for question, row in TABLE_QUESTIONS:
-            results = searcher.search(question, str(spec.name), k=5)
-            with_row = [r for r in results if row[0] in r.text and all(v in r.text for v in row[1:])]
-            row_hits += bool(with_row)
-            answerable += any(
-                "crew" in r.text or (r.metadata.get("table") and r.metadata.get("table_part", 1) > 1)
-                for r in with_row
-            )
+        row_hits, answerable = table_scores(searcher, str(spec.name))
         out[kind] = {
             "row_hit_at_5": row_hits / len(TABLE_QUESTIONS),
             "answerable_at_5": answerable / len(TABLE_QUESTIONS),
         }
     return out
+
+
+def table_scores(searcher: Any, index: str) -> tuple[int, int]:
+    """Of TABLE_QUESTIONS on `index`: how many have the answer's row whole in the top 5, and how many of
+    those can be read (the header is in the hit, or it is a later table piece that repeats it)."""
+    row_hits = answerable = 0
+    for question, row in TABLE_QUESTIONS:
+        results = searcher.search(question, index, k=5)
+        with_row = [r for r in results if row[0] in r.text and all(v in r.text for v in row[1:])]
+        row_hits += bool(with_row)
+        answerable += any(
+            "crew" in r.text or (r.metadata.get("table") and r.metadata.get("table_part", 1) > 1)
+            for r in with_row
+        )
+    return row_hits, answerable
 
 
 def furniture(folder: Path) -> dict:

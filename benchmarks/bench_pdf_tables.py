@@ -25,7 +25,7 @@ from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.db import embedded_database_url
 
-from benchmarks.bench_formats import FLEET, HEADER, TABLE_QUESTIONS, _index
+from benchmarks.bench_formats import FLEET, HEADER, TABLE_QUESTIONS, _index, table_scores
 
 BEFORE = "The harbour office keeps this list of the vessels registered for the season."
 AFTER = "Vessels longer than two hundred metres need two tugs when they berth."
@@ -68,15 +68,7 @@ def main() -> None:
     searcher = Searcher(store, embedder)
     for kind, doc in (("before (pypdf text lines)", before), ("after (Markdown table, rows whole)", after)):
         spec = _index(store, embedder, "before" if kind.startswith("before") else "after", [doc], 64)
-        row_hits = answerable = 0
-        for question, row in TABLE_QUESTIONS:
-            results = searcher.search(question, str(spec.name), k=5)
-            with_row = [r for r in results if row[0] in r.text and all(v in r.text for v in row[1:])]
-            row_hits += bool(with_row)
-            answerable += any(
-                "crew" in r.text or (r.metadata.get("table") and r.metadata.get("table_part", 1) > 1)
-                for r in with_row
-            )
+        row_hits, answerable = table_scores(searcher, str(spec.name))
         n = len(TABLE_QUESTIONS)
         print(
             json.dumps(

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -36,6 +35,8 @@ from chunkyard.retrieval.settings.config import IndexSpec, load_index_configs
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store import bm25 as bm25_lib
 from chunkyard.retrieval.store.db import embedded_database_url
+
+from benchmarks.bench_code_stopwords import mixed_folder
 
 REPO = Path(__file__).resolve().parent.parent
 QUESTIONS = REPO / "evaluation" / "datasets" / "demo_questions.jsonl"
@@ -152,10 +153,7 @@ RULES = {
 
 def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-query-stop-"))
-    mixed = work / "mixed"
-    shutil.copytree(REPO / "docs", mixed)
-    for path in sorted((REPO / "chunking" / "documents").glob("*.py")):
-        shutil.copy(path, mixed / path.name)
+    mixed = mixed_folder(work)
     store = Store(embedded_database_url(work / "pg"))
     store.migrate()
     base = load_index_configs()["recursive-256"]
