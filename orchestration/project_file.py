@@ -7,12 +7,8 @@ from typing import Any
 
 import yaml
 from chunkyard.orchestration.model_choice import ModelChoice, choose_index, folder_languages
-from chunkyard.retrieval.settings.config import (
-    SettingsError,
-    is_valid_name,
-    load_collections,
-    load_index_configs,
-)
+from chunkyard.retrieval.settings.config import SettingsError, load_collections, load_index_configs
+from chunkyard.retrieval.settings.names import is_valid_name
 from chunkyard.retrieval.settings.project import PROJECT_FILE, STATE_DIR, read_project
 
 HEADER = """\

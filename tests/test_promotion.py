@@ -18,9 +18,10 @@ from chunkyard.evaluation.runner import EvaluationRequest, evaluate_index
 from chunkyard.pipeline.graph import build_index
 from chunkyard.pipeline.steps.promotion import decide, promote
 from chunkyard.retrieval.query import Searcher, aliases
-from chunkyard.retrieval.settings.config import Collection, PromotionPolicy, SettingsError, _promotion_policy
+from chunkyard.retrieval.settings.config import Collection, SettingsError
 from chunkyard.retrieval.settings.names import IndexName
 from chunkyard.retrieval.settings.options import DEFAULT_MODE, SearchOptions
+from chunkyard.retrieval.settings.promotion_policy import PromotionPolicy, read_promotion_policy
 from dagster import DagsterInstance, materialize
 
 from tests.test_evaluation import PASSAGES, QUESTIONS
@@ -93,7 +94,7 @@ def test_a_regression_against_the_current_target_blocks_the_promotion() -> None:
 
 
 def test_promotion_policy_is_validated_with_the_field_named() -> None:
-    assert _promotion_policy({"alias": "docs", "budget": {"p95_ms": 40}}, "c").budget == {"p95_ms": 40.0}
+    assert read_promotion_policy({"alias": "docs", "budget": {"p95_ms": 40}}, "c").budget == {"p95_ms": 40.0}
     for raw, field in (
         ({"budget": {}}, "c.serve"),
         ({"alias": "Docs/x"}, "c.serve.alias"),
@@ -103,7 +104,7 @@ def test_promotion_policy_is_validated_with_the_field_named() -> None:
         ({"alias": "docs", "keep": 0}, "c.serve.keep"),
     ):
         with pytest.raises(SettingsError, match=field.replace(".", r"\.")):
-            _promotion_policy(raw, "c")
+            read_promotion_policy(raw, "c")
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ import copy
 import hashlib
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from chunkyard.retrieval.settings.config_fields import (
     where_field,
 )
 from chunkyard.retrieval.settings.index_defaults import ContextConfigError, ContextScoring
-from chunkyard.retrieval.settings.names import IndexName
+from chunkyard.retrieval.settings.names import IndexName, is_valid_name
 from chunkyard.retrieval.settings.project import (
     PROJECT_FILE,
     SettingsError,
@@ -42,6 +41,7 @@ from chunkyard.retrieval.settings.project import (
     read_project,
     read_yaml,
 )
+from chunkyard.retrieval.settings.promotion_policy import PromotionPolicy, read_promotion_policy
 
 
 def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -56,14 +56,6 @@ def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any
 
 def stable_hash(obj: Any, length: int = 12) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:length]
-
-
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
-
-
-def is_valid_name(name: str) -> bool:
-    """Collection and index config names: lowercase letters, digits, '-', '_' and '.'."""
-    return bool(_NAME.match(name))
 
 
 @dataclass(frozen=True)
@@ -133,60 +125,6 @@ class IndexConfig:
             "allow_truncation": self.allow_truncation,
             **({"vector_storage": self.vector_storage} if self.vector_storage != "vector" else {}),
         }
-
-
-SERVE_KEYS = ("alias", "budget", "max_regression", "metric", "keep")
-BUDGET_KEYS = ("p95_ms", "context_tokens", "chunks", "index_bytes")
-
-
-@dataclass(frozen=True)
-class PromotionPolicy:
-    """A collection's `serve:` section: the alias the promotion asset points at its leaderboard's best
-    (index config, variant) within `budget`, unless `metric` drops more than `max_regression` (a fraction)
-    below the alias's current target. `keep`: earlier targets kept for rollback (None: the default)."""
-
-    alias: str
-    budget: dict[str, float] = field(default_factory=dict)
-    max_regression: float = 0.02
-    metric: str = "recall_at_{k}"
-    keep: int | None = None
-
-
-def _promotion_policy(raw: Any, where: str) -> PromotionPolicy | None:
-    if raw is None:
-        return None
-    where = f"{where}.serve"
-    if not isinstance(raw, dict) or "alias" not in raw or set(raw) - set(SERVE_KEYS):
-        raise SettingsError(f"{where}: expected a mapping with `alias` and optional {list(SERVE_KEYS[1:])}")
-    alias = raw["alias"]
-    if not isinstance(alias, str) or not _NAME.match(alias) or "/" in alias:
-        raise SettingsError(
-            f"{where}.alias: must be lowercase letters, digits, '-', '_' or '.', got {alias!r}"
-        )
-    budget = raw.get("budget") or {}
-    if not isinstance(budget, dict) or set(budget) - set(BUDGET_KEYS):
-        raise SettingsError(f"{where}.budget: expected a mapping of {list(BUDGET_KEYS)}, got {budget!r}")
-    for key, value in budget.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise SettingsError(f"{where}.budget.{key}: expected a positive number, got {value!r}")
-    regression = raw.get("max_regression", 0.02)
-    if isinstance(regression, bool) or not isinstance(regression, int | float) or not 0 <= regression <= 1:
-        raise SettingsError(
-            f"{where}.max_regression: expected a fraction between 0 and 1, got {regression!r}"
-        )
-    metric = raw.get("metric", "recall_at_{k}")
-    if not isinstance(metric, str) or not metric:
-        raise SettingsError(f"{where}.metric: expected a leaderboard metric name, got {metric!r}")
-    keep = raw.get("keep")
-    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
-        raise SettingsError(f"{where}.keep: expected a positive integer, got {keep!r}")
-    return PromotionPolicy(
-        alias=alias,
-        budget={key: float(value) for key, value in budget.items()},
-        max_regression=float(regression),
-        metric=metric,
-        keep=keep,
-    )
 
 
 @dataclass(frozen=True)
@@ -278,7 +216,7 @@ def load_index_configs(path: str | Path | None = None) -> dict[str, IndexConfig]
     configs: dict[str, IndexConfig] = {}
     for name, entry in entries.items():
         where = f"{at_line(sources[name][0], sources[name][1], name)}: indexes.{name}"
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not is_valid_name(name):
             raise SettingsError(f"{where}: name must be lowercase letters, digits, '-', '_' or '.'")
         if not isinstance(entry, dict):
             raise SettingsError(f"{where}: must be a mapping")
@@ -410,7 +348,7 @@ def load_collections(
     for name, (source, mapping) in located.items():
         entry = mapping[name]
         where = f"{at_line(source, mapping, name)}: collections.{name}"
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not is_valid_name(name):
             raise SettingsError(f"{where}: name must be lowercase letters, digits, '-', '_' or '.'")
         entry = entry or {}
         if not isinstance(entry, dict):
@@ -440,7 +378,7 @@ def load_collections(
             indexes=string_list(entry.get("indexes"), at("indexes"), "index config names"),
             description=text(entry.get("description"), at("description")),
             benchmark=benchmark,
-            serve=_promotion_policy(entry.get("serve"), where),
+            serve=read_promotion_policy(entry.get("serve"), where),
             allow_empty=as_bool(entry.get("allow_empty", False), at("allow_empty")),
             ocr=as_bool(entry.get("ocr", True), at("ocr")),
             default_index=optional_text(entry.get("default_index"), at("default_index")),

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 DEFAULT_COLLECTION = "demo"
 DEFAULT_CONFIG = "recursive-256"  # the index config a search that names none reads
 ALIAS_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+CONFIG_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")  # collection and index config names
 SNAPSHOT_MARK = "@v"  # `config@v3`: a config name never holds '@', so no publishable index has this name
 
 
@@ -106,3 +107,8 @@ class IndexRef:
 
     def __str__(self) -> str:
         return self.text
+
+
+def is_valid_name(name: str) -> bool:
+    """Collection and index config names: lowercase letters, digits, '-', '_' and '.'."""
+    return bool(CONFIG_NAME.match(name))
