@@ -48,7 +48,7 @@ from chunkyard.retrieval.indexing.swap import (
 from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.db import embedded_database_url, stop_embedded_servers
-from chunkyard.retrieval.store.partitions import partition_names
+from chunkyard.retrieval.store.indexes import partition_names
 from psycopg import sql
 
 from benchmarks.bench_scale import server_versions, uptime

@@ -18,7 +18,7 @@ from chunkyard.retrieval.lexical.code_terms import code_terms
 from chunkyard.retrieval.lexical.languages import METADATA_KEY, index_analysis
 from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store, published
-from chunkyard.retrieval.store.partitions import drop_next_tables
+from chunkyard.retrieval.store.indexes import drop_next_tables
 from chunkyard.retrieval.store.staging import (
     chunks_to_analyze,
     copy_postings,

@@ -15,7 +15,7 @@ from chunkyard.retrieval.lexical.languages import METADATA_KEY, document_languag
 from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store, published
 from chunkyard.retrieval.store import staging as staging_rows
-from chunkyard.retrieval.store.partitions import partition_names
+from chunkyard.retrieval.store.indexes import partition_names
 from psycopg import Connection
 from psycopg.types.json import Jsonb
 

@@ -7,9 +7,9 @@ from typing import Any
 
 from chunkyard.chunking.environment import env_int
 from chunkyard.retrieval.indexing.stage_reports import IndexingError
-from chunkyard.retrieval.store.capabilities import HNSW_MAX_DIMS, VectorFeatureError, detect_features
-from chunkyard.retrieval.store.maintenance import create_graph
-from chunkyard.retrieval.store.partitions import partition_names
+from chunkyard.retrieval.store.indexes import partition_names
+from chunkyard.retrieval.store.published import create_graph
+from chunkyard.retrieval.store.server import HNSW_MAX_DIMS, VectorFeatureError, detect_features
 from psycopg import Connection
 
 

@@ -15,11 +15,11 @@ from chunkyard.retrieval.indexing.staging import check_owner, clear_staging
 from chunkyard.retrieval.indexing.swap import POSTINGS_PREPARED, build_next, swap_in
 from chunkyard.retrieval.lexical.languages import published_config
 from chunkyard.retrieval.settings.config import IndexSpec
-from chunkyard.retrieval.store import Store, maintenance, published
+from chunkyard.retrieval.store import Store, published
 from chunkyard.retrieval.store import staging as staging_rows
 from chunkyard.retrieval.store.bm25 import CorpusStats, refresh_stats
+from chunkyard.retrieval.store.indexes import partition_names
 from chunkyard.retrieval.store.migrations import STAGING_TABLES
-from chunkyard.retrieval.store.partitions import partition_names
 from psycopg import Connection
 from psycopg.types.json import Jsonb
 
@@ -213,9 +213,9 @@ def _apply_in_place(
     else:
         remaining = published.count_rows(conn, parts["chunks"])
     incoming = int(staged_chunks)
-    hnsw_exists = maintenance.relation_exists(conn, parts["hnsw"])
+    hnsw_exists = published.relation_exists(conn, parts["hnsw"])
     if hnsw_exists and (incoming > remaining or new_dim != old_dim):
-        maintenance.drop_graph(conn, parts["hnsw"])
+        published.drop_graph(conn, parts["hnsw"])
         hnsw_exists = False
 
     # 3. new chunks with vectors and BM25 lengths, postings, document frequencies
@@ -274,7 +274,7 @@ def _analyze_partition(store: Store, partition: str, report: PublishReport) -> N
     if changed == 0 or changed < ANALYZE_SHARE * report.chunks_total:
         return
     with store.connection() as conn:
-        maintenance.analyze(conn, partition)
+        published.analyze(conn, partition)
 
 
 def _vacuum_staging(store: Store, report: PublishReport) -> set[str]:
@@ -288,7 +288,7 @@ def _vacuum_staging(store: Store, report: PublishReport) -> set[str]:
     if report.chunks_inserted + report.chunks_deleted < VACUUM_STAGING_CHUNKS:
         return set()
     with store.connection() as conn:
-        maintenance.vacuum_analyze(conn, STAGING_TABLES)
+        published.vacuum_analyze(conn, STAGING_TABLES)
     return set(STAGING_TABLES)
 
 
@@ -306,13 +306,13 @@ def _vacuum_bloated(store: Store, parts: dict[str, str], done: set[str]) -> list
     tables = [*STAGING_TABLES, parts["chunks"], parts["postings"], "bm25_terms", "bm25_stats"]
     tables += ["index_documents", "indexes", "documents"]
     with store.connection() as conn:
-        due = maintenance.bloated(
+        due = published.bloated(
             conn, [t for t in tables if t not in done], VACUUM_MIN_DEAD, VACUUM_DEAD_SHARE
         )
         # SKIP_LOCKED: a table another VACUUM (autovacuum's or a concurrent publish's) holds is left to it;
         # staging tables also get fresh planner statistics, as their sizes swing most
         for table in due:
-            maintenance.vacuum(conn, table, analyze=table in STAGING_TABLES)
+            published.vacuum(conn, table, analyze=table in STAGING_TABLES)
     return due
 
 

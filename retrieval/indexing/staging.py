@@ -13,8 +13,8 @@ from typing import Any
 
 from chunkyard.retrieval.indexing.stage_reports import IndexingError
 from chunkyard.retrieval.store import staging as staging_rows
-from chunkyard.retrieval.store.maintenance import analyze
-from chunkyard.retrieval.store.partitions import drop_next_tables
+from chunkyard.retrieval.store.indexes import drop_next_tables
+from chunkyard.retrieval.store.published import analyze
 from psycopg import Connection
 
 

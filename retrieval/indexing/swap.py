@@ -8,7 +8,7 @@ partitions and attaches the new ones under the same names. The postings, which n
 embeddings make, are prepared by the BM25 stage (`create_next_postings`, `index_next_postings`): its
 transaction commits them, keyed and analyzed, as a table no reader knows of, so the publish builds
 only the chunk rows and their graph. Readers keep the old version until the publish commits (see
-`retrieval.store.read_lock` for REPEATABLE READ readers), and a failed publish leaves the old version as it
+`retrieval.store.published_chunks.READ_LOCK` for REPEATABLE READ readers), and a failed publish leaves the old version as it
 was and the staging, prepared postings included, ready for a retry. Re-staging the index drops them
 (`staging.clear_staging`). Incremental publishes keep the in-place path.
 """
@@ -22,10 +22,9 @@ from chunkyard.chunking.environment import env_int
 from chunkyard.retrieval.indexing.hnsw import create_hnsw, has_graph, maintenance_work_mem
 from chunkyard.retrieval.indexing.stage_reports import IndexingError
 from chunkyard.retrieval.store import published
-from chunkyard.retrieval.store import swap as tables
 from chunkyard.retrieval.store.bm25 import CorpusStats, refresh_stats
-from chunkyard.retrieval.store.maintenance import analyze, relation_exists
-from chunkyard.retrieval.store.partitions import next_name, partition_names
+from chunkyard.retrieval.store.indexes import next_name, partition_names
+from chunkyard.retrieval.store.published import analyze, relation_exists
 from psycopg import Connection
 
 SWAP_MIN_CHUNKS_ENV = "CHUNKYARD_PUBLISH_SWAP_MIN_CHUNKS"
@@ -83,14 +82,14 @@ def build_next(
             f"publish: the postings stage_bm25 prepared for {index_name!r} are gone; re-run stage_bm25"
         )
     # held to the commit: re-staging the index (which drops them) waits for this publish
-    tables.lock_next(conn, postings_next)
+    published.lock_next(conn, postings_next)
     if old_chunks is None:
         old_chunks = published.count_rows(conn, parts["chunks"])
     chunks_next = next_name(parts["chunks"])
-    tables.create_next(conn, index_name, "chunks")
+    published.create_next(conn, index_name, "chunks")
     # the same rows, in the same order, as the in-place path inserts
     inserted, inserted_length = published.insert_staged_chunks(conn, chunks_next, index_name)
-    tables.build_keys(conn, index_name, "chunks", maintenance_work_mem())
+    published.build_keys(conn, index_name, "chunks", maintenance_work_mem())
     published.delete_terms(conn, index_name)
     published.insert_staged_terms(conn, index_name, add=False)
     published.delete_index_documents(conn, index_name, removed_only=False)
@@ -107,14 +106,14 @@ def build_next(
 def create_next_postings(conn: Connection, index_name: str) -> str:
     """An empty table for the next version's postings beside the live partition (the BM25 stage's
     transaction, which fills it and then calls `index_next_postings`); returns its name."""
-    tables.create_next(conn, index_name, "postings")
+    published.create_next(conn, index_name, "postings")
     return next_name(partition_names(index_name)["postings"])
 
 
 def index_next_postings(conn: Connection, index_name: str) -> None:
     """The filled next postings table's keys, by sort, and its planner statistics (which stay with the
     table when the publish attaches it)."""
-    tables.build_keys(conn, index_name, "postings", maintenance_work_mem())
+    published.build_keys(conn, index_name, "postings", maintenance_work_mem())
     analyze(conn, next_name(partition_names(index_name)["postings"]))
 
 
@@ -122,4 +121,4 @@ def swap_in(conn: Connection, index_name: str) -> None:
     """Drop the live partitions and attach the ones `build_next` made under their names: the last
     statements of the publish transaction, so its ACCESS EXCLUSIVE locks last only until its commit.
     Each try for the locks waits at most SWAP_LOCK_TIMEOUT (SWAP_LOCK_TRIES tries, the last unbounded)."""
-    tables.swap_in(conn, index_name, SWAP_LOCK_TIMEOUT, SWAP_LOCK_TRIES)
+    published.swap_in(conn, index_name, SWAP_LOCK_TIMEOUT, SWAP_LOCK_TRIES)

@@ -6,9 +6,11 @@ the store when an index is registered), so each index has its own HNSW graph.
 
 from __future__ import annotations
 
+import psycopg
+
 # Column lists written once: each table's columns after `index_name`, as (name, type), shared by the
 # tables that hold the same rows (a chunk staged and published, a document staged and built from) and by
-# the statements that copy rows between them (`retrieval.store.staging`, `.published`, `.snapshots`).
+# the statements that copy rows between them (`retrieval.store.staging`, `.published`, `.aliases`).
 STAGED_CHUNK_COLUMNS = (
     ("chunk_id", "text NOT NULL"),
     ("doc_id", "text NOT NULL"),
@@ -315,3 +317,39 @@ CREATE INDEX IF NOT EXISTS audit_log_at_idx ON audit_log (at DESC);
 """,
     ),
 ]
+
+_MIGRATION_LOCK_KEY = 0x63686B79  # "chky": serialises concurrent migrate() calls
+
+
+def apply_migrations(conn: psycopg.Connection) -> list[int]:
+    """Apply the migrations not yet applied, in the caller's transaction; return the versions applied."""
+    applied: list[int] = []
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_KEY,))
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations ("
+        " version integer PRIMARY KEY, name text NOT NULL,"
+        " applied_at timestamptz NOT NULL DEFAULT now())"
+    )
+    done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+    for version, name, statements in MIGRATIONS:
+        if version in done:
+            continue
+        conn.execute(statements)
+        conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name))
+        applied.append(version)
+    return applied
+
+
+def schema_current(conn: psycopg.Connection) -> bool:
+    """Whether every migration is applied (one read, no lock)."""
+    try:
+        done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+    except psycopg.errors.UndefinedTable:
+        return False
+    return all(version in done for version, _, _ in MIGRATIONS)
+
+
+def schema_version(conn: psycopg.Connection) -> int:
+    """The latest migration applied (0 before any)."""
+    row = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+    return int(row[0])

@@ -1,15 +1,13 @@
-"""An index's published rows written from its staging: the `indexes` row's version, chunks and postings
-partitions, BM25 document frequencies and the documents it was built from (`index_documents`).
-
-Every function runs on the caller's connection and inside its transaction: publish and stage_chunks
-(`retrieval.indexing`) keep their transactions and locks, the statements live here.
-"""
+"""An index's published rows written from its staging, in place or by a partition swap, and their upkeep."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+import psycopg
+from chunkyard.retrieval.store.indexes import next_name, partition_names
 from chunkyard.retrieval.store.migrations import (
     CHUNK_COLUMNS,
     INDEX_DOCUMENT_COLUMNS,
@@ -22,6 +20,11 @@ from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
 
 
+# An index's published rows written from its staging: the `indexes` row's version, chunks and postings
+# partitions, BM25 document frequencies and the documents it was built from (`index_documents`).
+#
+# Every function runs on the caller's connection and inside its transaction: publish and stage_chunks
+# (`retrieval.indexing`) keep their transactions and locks, the statements live here.
 def _listed(columns: Sequence[str], prefix: str | None = None) -> sql.Composed:
     """`columns` as a statement's column list, each qualified by the table alias `prefix` if given."""
     if prefix is None:
@@ -249,3 +252,200 @@ def published_bm25(conn: Connection, index_name: str) -> dict[str, Any] | None:
         "SELECT config->'bm25' FROM indexes WHERE name = %s AND version > 0", (index_name,)
     ).fetchone()
     return None if row is None else dict(row[0] or {})
+
+
+# The tables a large full build fills beside an index's live partitions, and their swap for the live ones.
+#
+# The DDL of `retrieval.indexing.swap`: each function runs in the caller's transaction (the BM25 stage's
+# for the postings, the publish's for the chunks and the swap), which keeps its locks to the commit.
+# (parent, partition key, its keys and indexes as (suffix, columns, primary key?)) in the live schema
+_TABLES = (
+    (
+        "chunks",
+        "chunks",
+        (
+            ("pkey", ("index_name", "chunk_id"), True),
+            ("index_name_doc_id_idx", ("index_name", "doc_id"), False),
+        ),
+    ),
+    (
+        "bm25_postings",
+        "postings",
+        (
+            ("pkey", ("index_name", "term", "chunk_id"), True),
+            ("index_name_chunk_id_idx", ("index_name", "chunk_id"), False),
+        ),
+    ),
+)
+
+
+def lock_next(conn: Connection, table: str) -> None:
+    """Hold `table` (a next table) to the commit: re-staging the index (which drops it) waits."""
+    conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(table)))
+
+
+def create_next(conn: Connection, index_name: str, kind: str) -> None:
+    """An empty table LIKE the parent of the partition `kind`, under the partition's next name, with a
+    CHECK of the partition bound (so attaching it scans nothing); a killed build's is dropped first."""
+    parent = next(parent for parent, k, _ in _TABLES if k == kind)
+    part = next_name(partition_names(index_name)[kind])
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(part)))  # a killed build's
+    conn.execute(
+        sql.SQL(
+            "CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING STORAGE INCLUDING COMPRESSION,"
+            " CONSTRAINT {} CHECK (index_name = {}))"
+        ).format(
+            sql.Identifier(part),
+            sql.Identifier(parent),
+            sql.Identifier(f"{part}_key"),
+            sql.Literal(index_name),  # DDL takes no parameters; the partition bound is the same literal
+        )
+    )
+
+
+def build_keys(conn: Connection, index_name: str, kind: str, work_mem: str) -> None:
+    """The primary key and B-trees of the loaded next table of `kind`, built by sort with `work_mem`."""
+    live = partition_names(index_name)[kind]
+    keys = next(keys for _, k, keys in _TABLES if k == kind)
+    set_maintenance_work_mem(conn, work_mem)
+    for suffix, columns, primary in keys:
+        listed = sql.SQL(", ").join(map(sql.Identifier, columns))
+        name = sql.Identifier(next_name(f"{live}_{suffix}"))
+        table = sql.Identifier(next_name(live))
+        if primary:
+            conn.execute(
+                sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY ({})").format(table, name, listed)
+            )
+        else:
+            conn.execute(sql.SQL("CREATE INDEX {} ON {} ({})").format(name, table, listed))
+
+
+def swap_in(conn: Connection, index_name: str, lock_timeout: str, lock_tries: int) -> None:
+    """Drop the live partitions and attach the next tables under their names (see `lock_live` for the
+    locks, `lock_timeout` and `lock_tries`)."""
+    parts = partition_names(index_name)
+    lock_live(conn, parts, lock_timeout, lock_tries)
+    for parent, kind, keys in _TABLES:
+        live, part = parts[kind], next_name(parts[kind])
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(live)))
+        conn.execute(
+            sql.SQL("ALTER TABLE {} RENAME TO {}").format(sql.Identifier(part), sql.Identifier(live))
+        )
+        names = [f"{live}_{suffix}" for suffix, _, _ in keys]
+        if kind == "chunks":
+            names.append(parts["hnsw"])
+        for name in names:
+            conn.execute(
+                sql.SQL("ALTER INDEX IF EXISTS {} RENAME TO {}").format(
+                    sql.Identifier(next_name(name)), sql.Identifier(name)
+                )
+            )
+        # the CHECK constraint proves the partition bound: ATTACH scans no row
+        conn.execute(
+            sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES IN ({})").format(
+                sql.Identifier(parent), sql.Identifier(live), sql.Literal(index_name)
+            )
+        )
+        conn.execute(
+            sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(
+                sql.Identifier(live), sql.Identifier(f"{part}_key")
+            )
+        )
+
+
+def lock_live(conn: Connection, parts: dict[str, str], lock_timeout: str, lock_tries: int) -> None:
+    """The swap's locks: both parents (readers lock `chunks` first, see `retrieval.store.published_chunks.READ_LOCK`) and the
+    live partitions. Each of the first `lock_tries - 1` tries waits at most `lock_timeout`, so a long
+    reader holds up only the swap, not every reader queued behind it; the last waits as long as it takes."""
+    tables = [sql.SQL("ONLY chunks"), sql.SQL("ONLY bm25_postings")]
+    tables += [sql.Identifier(parts[kind]) for kind in ("chunks", "postings")]
+    statement = sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(sql.SQL(", ").join(tables))
+    previous = conn.execute("SELECT current_setting('lock_timeout')").fetchone()[0]
+    for attempt in range(lock_tries - 1):
+        try:
+            with conn.transaction():  # a savepoint: a timed-out try leaves the build intact
+                conn.execute("SELECT set_config('lock_timeout', %s, true)", (lock_timeout,))
+                conn.execute(statement)
+        except psycopg.errors.LockNotAvailable:
+            time.sleep(0.1 * 2**attempt)
+            continue
+        conn.execute("SELECT set_config('lock_timeout', %s, true)", (previous,))
+        return
+    conn.execute(statement)
+
+
+# Upkeep of an index's tables: its HNSW graph's DDL, planner statistics (ANALYZE) and VACUUM.
+def set_maintenance_work_mem(conn: Connection, size: str) -> None:
+    """The memory index builds of the caller's transaction may use (a Postgres size: `512MB`)."""
+    conn.execute(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(size)))
+
+
+def create_graph(
+    conn: Connection,
+    table: str,
+    name: str,
+    dim: int,
+    storage: str,
+    m: int,
+    ef_construction: int,
+    work_mem: str,
+) -> None:
+    """The HNSW index `name` on `table`'s embedding cast to `storage(dim)` (`storage` one of
+    VECTOR_STORAGES, checked by the caller), built with `work_mem` and one parallel worker."""
+    set_maintenance_work_mem(conn, work_mem)
+    conn.execute("SET LOCAL max_parallel_maintenance_workers = 1")
+    conn.execute(
+        sql.SQL(
+            "CREATE INDEX {} ON {} USING hnsw ((embedding::{}({})) {}) WITH (m = {}, ef_construction = {})"
+        ).format(
+            sql.Identifier(name),
+            sql.Identifier(table),
+            sql.SQL(storage),  # one of VECTOR_STORAGES (checked by the caller)
+            sql.Literal(int(dim)),
+            sql.Identifier(f"{storage}_cosine_ops"),
+            sql.Literal(m),
+            sql.Literal(ef_construction),
+        )
+    )
+
+
+def relation_exists(conn: Connection, name: str) -> bool:
+    """Whether a table or index of this name exists."""
+    return conn.execute("SELECT to_regclass(%s)", (name,)).fetchone()[0] is not None
+
+
+def drop_graph(conn: Connection, name: str) -> None:
+    """Drop the HNSW index `name` (it must exist)."""
+    conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
+
+
+def analyze(conn: Connection, table: str) -> None:
+    """Fresh planner statistics for `table`."""
+    conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
+
+
+def vacuum_analyze(conn: Connection, tables: Iterable[str]) -> None:
+    """VACUUM (ANALYZE) each of `tables` (outside a transaction)."""
+    for table in tables:
+        conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(table)))
+
+
+def bloated(conn: Connection, tables: Sequence[str], min_dead: int, dead_share: float) -> list[str]:
+    """Those of `tables` whose dead rows reach `min_dead` and `dead_share` of their live rows (the counts
+    of `pg_stat_user_tables`), sorted by name."""
+    return [
+        name
+        for (name,) in conn.execute(
+            "SELECT name FROM (SELECT t.name, to_regclass(quote_ident(t.name)) AS rel"
+            " FROM unnest(%s::text[]) AS t(name)) r"
+            " WHERE pg_stat_get_dead_tuples(r.rel) >= greatest(%s, %s * pg_stat_get_live_tuples(r.rel))"
+            " ORDER BY name",
+            (list(tables), min_dead, dead_share),
+        ).fetchall()
+    ]
+
+
+def vacuum(conn: Connection, table: str, *, analyze: bool) -> None:
+    """VACUUM `table`, leaving it to whoever holds it (SKIP_LOCKED); with `analyze`, also its statistics."""
+    options = "SKIP_LOCKED, ANALYZE" if analyze else "SKIP_LOCKED"
+    conn.execute(sql.SQL("VACUUM ({}) {}").format(sql.SQL(options), sql.Identifier(table)))
