@@ -346,3 +346,20 @@ def queue_term_frequencies(
         ).format(sql.Identifier(postings_partition)),
         (index_name, terms, chunk_ids),
     )
+
+
+def bm25_sizes(conn: psycopg.Connection, index_name: str) -> tuple[int, int] | None:
+    """(chunks, total BM25 length) of the published index from its BM25 statistics (None: none yet),
+    kept up to date by each publish."""
+    row = conn.execute(
+        "SELECT n_docs, total_length FROM bm25_stats WHERE index_name = %s", (index_name,)
+    ).fetchone()
+    return None if row is None else (int(row[0]), int(row[1]))
+
+
+def published_bm25(conn: psycopg.Connection, index_name: str) -> dict[str, Any] | None:
+    """The published index's `bm25` settings (its resolved analyzers included), None before its first publish."""
+    row = conn.execute(
+        "SELECT config->'bm25' FROM indexes WHERE name = %s AND version > 0", (index_name,)
+    ).fetchone()
+    return None if row is None else dict(row[0] or {})

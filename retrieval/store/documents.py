@@ -299,3 +299,30 @@ def staged_document_chunks(pool: Pool, index: IndexName, doc_id: str) -> list[Do
     with pool.connection() as conn:
         rows = conn.execute(query, (str(index), doc_id)).fetchall()
     return [DocumentChunk(r[0], int(r[1]), int(r[2]), r[3], dict(r[4] or {})) for r in rows]
+
+
+def document_hashes(conn: psycopg.Connection, collection: str) -> dict[str, str]:
+    """doc_id -> sha256 of every document in the collection now."""
+    rows = conn.execute(
+        "SELECT doc_id, sha256 FROM documents WHERE collection = %s", (collection,)
+    ).fetchall()
+    return dict(rows)
+
+
+def built_hashes(conn: psycopg.Connection, index_name: str) -> dict[str, str]:
+    """doc_id -> sha256 of every document the published index was built from."""
+    rows = conn.execute(
+        "SELECT doc_id, sha256 FROM index_documents WHERE index_name = %s", (index_name,)
+    ).fetchall()
+    return dict(rows)
+
+
+def count_chunks_of(conn: psycopg.Connection, partition: str, index_name: str, doc_ids: Sequence[str]) -> int:
+    """The index's published chunks of `doc_ids` (by the doc_id index, not a scan of the partition)."""
+    row = conn.execute(
+        sql.SQL("SELECT count(*) FROM {} WHERE index_name = %s AND doc_id = ANY(%s)").format(
+            sql.Identifier(partition)
+        ),
+        (index_name, list(doc_ids)),
+    ).fetchone()
+    return int(row[0])

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import psycopg
 from chunkyard.retrieval.lexical.analysis import analyzer_name, analyzer_names
 from chunkyard.retrieval.settings.names import IndexName
-from chunkyard.retrieval.store.migrations import STAGING_TABLES
+from chunkyard.retrieval.store.migrations import PARTITIONED, STAGING_TABLES
 from chunkyard.retrieval.store.pool import Pool
+from chunkyard.retrieval.store.server import HNSW_MAX_DIMS
 from chunkyard.retrieval.store.vectors import as_array
-from psycopg import sql
+from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
 
 
@@ -43,6 +45,42 @@ def drop_next_tables(conn: psycopg.Connection, index_name: str) -> None:
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(next_name(part))))
 
 
+def create_next(conn: psycopg.Connection, index_name: str, kind: str) -> None:
+    """An empty table LIKE the parent of the partition `kind`, under the partition's next name, with a
+    CHECK of the partition bound (so attaching it scans nothing); a killed build's is dropped first."""
+    parent = next(parent for parent, k, _ in PARTITIONED if k == kind)
+    part = next_name(partition_names(index_name)[kind])
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(part)))  # a killed build's
+    conn.execute(
+        sql.SQL(
+            "CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING STORAGE INCLUDING COMPRESSION,"
+            " CONSTRAINT {} CHECK (index_name = {}))"
+        ).format(
+            sql.Identifier(part),
+            sql.Identifier(parent),
+            sql.Identifier(f"{part}_key"),
+            sql.Literal(index_name),  # DDL takes no parameters; the partition bound is the same literal
+        )
+    )
+
+
+def build_keys(conn: psycopg.Connection, index_name: str, kind: str, work_mem: str) -> None:
+    """The primary key and B-trees of the loaded next table of `kind`, built by sort with `work_mem`."""
+    live = partition_names(index_name)[kind]
+    keys = next(keys for _, k, keys in PARTITIONED if k == kind)
+    set_maintenance_work_mem(conn, work_mem)
+    for suffix, columns, primary in keys:
+        listed = sql.SQL(", ").join(map(sql.Identifier, columns))
+        name = sql.Identifier(next_name(f"{live}_{suffix}"))
+        table = sql.Identifier(next_name(live))
+        if primary:
+            conn.execute(
+                sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY ({})").format(table, name, listed)
+            )
+        else:
+            conn.execute(sql.SQL("CREATE INDEX {} ON {} ({})").format(name, table, listed))
+
+
 def create_partitions(conn: psycopg.Connection, index_name: str) -> None:
     """The index's chunk and postings partitions (list partitions keyed on its name), if absent."""
     parts = partition_names(index_name)
@@ -65,6 +103,92 @@ def drop_index_in(conn: psycopg.Connection, index_name: str) -> None:
             sql.SQL("DELETE FROM {} WHERE index_name = %s").format(sql.Identifier(table)), (index_name,)
         )
     conn.execute("DELETE FROM indexes WHERE name = %s", (index_name,))
+
+
+# Upkeep of an index's tables: its HNSW graph's DDL, planner statistics (ANALYZE) and VACUUM.
+
+
+def set_maintenance_work_mem(conn: Connection, size: str) -> None:
+    """The memory index builds of the caller's transaction may use (a Postgres size: `512MB`)."""
+    conn.execute(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(size)))
+
+
+@dataclass(frozen=True)
+class Graph:
+    """How an index's HNSW graph is built: its storage (one of VECTOR_STORAGES, checked by the caller),
+    `m`, `ef_construction` and the memory the build may use (`retrieval.indexing.hnsw.graph_settings`)."""
+
+    storage: str
+    m: int
+    ef_construction: int
+    work_mem: str
+
+
+def has_graph(dim: int | None, storage: str = "vector") -> bool:
+    """Whether pgvector can index vectors this wide in this storage (wider ones are searched exactly)."""
+    return bool(dim) and int(dim) <= HNSW_MAX_DIMS[storage]
+
+
+def create_graph(conn: Connection, table: str, name: str, dim: int, graph: Graph) -> None:
+    """The HNSW index `name` on `table`'s embedding cast to `storage(dim)`, built as `graph` says with one
+    parallel worker."""
+    set_maintenance_work_mem(conn, graph.work_mem)
+    conn.execute("SET LOCAL max_parallel_maintenance_workers = 1")
+    conn.execute(
+        sql.SQL(
+            "CREATE INDEX {} ON {} USING hnsw ((embedding::{}({})) {}) WITH (m = {}, ef_construction = {})"
+        ).format(
+            sql.Identifier(name),
+            sql.Identifier(table),
+            sql.SQL(graph.storage),  # one of VECTOR_STORAGES (checked by the caller)
+            sql.Literal(int(dim)),
+            sql.Identifier(f"{graph.storage}_cosine_ops"),
+            sql.Literal(graph.m),
+            sql.Literal(graph.ef_construction),
+        )
+    )
+
+
+def relation_exists(conn: Connection, name: str) -> bool:
+    """Whether a table or index of this name exists."""
+    return conn.execute("SELECT to_regclass(%s)", (name,)).fetchone()[0] is not None
+
+
+def drop_graph(conn: Connection, name: str) -> None:
+    """Drop the HNSW index `name` (it must exist)."""
+    conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
+
+
+def analyze(conn: Connection, table: str) -> None:
+    """Fresh planner statistics for `table`."""
+    conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
+
+
+def vacuum_analyze(conn: Connection, tables: Iterable[str]) -> None:
+    """VACUUM (ANALYZE) each of `tables` (outside a transaction)."""
+    for table in tables:
+        conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(table)))
+
+
+def bloated(conn: Connection, tables: Sequence[str], min_dead: int, dead_share: float) -> list[str]:
+    """Those of `tables` whose dead rows reach `min_dead` and `dead_share` of their live rows (the counts
+    of `pg_stat_user_tables`), sorted by name."""
+    return [
+        name
+        for (name,) in conn.execute(
+            "SELECT name FROM (SELECT t.name, to_regclass(quote_ident(t.name)) AS rel"
+            " FROM unnest(%s::text[]) AS t(name)) r"
+            " WHERE pg_stat_get_dead_tuples(r.rel) >= greatest(%s, %s * pg_stat_get_live_tuples(r.rel))"
+            " ORDER BY name",
+            (list(tables), min_dead, dead_share),
+        ).fetchall()
+    ]
+
+
+def vacuum(conn: Connection, table: str, *, analyze: bool) -> None:
+    """VACUUM `table`, leaving it to whoever holds it (SKIP_LOCKED); with `analyze`, also its statistics."""
+    options = "SKIP_LOCKED, ANALYZE" if analyze else "SKIP_LOCKED"
+    conn.execute(sql.SQL("VACUUM ({}) {}").format(sql.SQL(options), sql.Identifier(table)))
 
 
 # Registered indexes (collection x config): their partitions, versions, sizes and latest evaluation.

@@ -73,6 +73,27 @@ STAGING_TABLES = (
 )
 
 
+# The partitioned tables: (parent, partition key, its keys and indexes as (suffix, columns, primary key?))
+PARTITIONED = (
+    (
+        "chunks",
+        "chunks",
+        (
+            ("pkey", ("index_name", "chunk_id"), True),
+            ("index_name_doc_id_idx", ("index_name", "doc_id"), False),
+        ),
+    ),
+    (
+        "bm25_postings",
+        "postings",
+        (
+            ("pkey", ("index_name", "term", "chunk_id"), True),
+            ("index_name_chunk_id_idx", ("index_name", "chunk_id"), False),
+        ),
+    ),
+)
+
+
 MIGRATIONS: list[tuple[int, str, str]] = [
     (
         1,

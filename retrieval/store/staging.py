@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from chunkyard.retrieval.store.indexes import drop_next_tables
 from chunkyard.retrieval.store.migrations import (
     INDEX_DOCUMENT_COLUMNS,
     STAGED_CHUNK_COLUMNS,
@@ -104,6 +105,16 @@ def delete_staged(conn: Connection, index_name: str, tables: Iterable[str] = STA
             conn.execute(
                 sql.SQL("DELETE FROM {} WHERE index_name = %s").format(sql.Identifier(table)), (index_name,)
             )
+
+
+def clear_staging(conn: Connection, index_name: str, tables: tuple[str, ...] | None = None) -> None:
+    """Empty the index's staging area (all of it, postings prepared for a swap included, unless `tables`
+    names some), in one round trip."""
+    if tables is None:
+        drop_next_tables(conn, index_name)
+        delete_staged(conn, index_name)
+    else:
+        delete_staged(conn, index_name, tables)
 
 
 def empty_staging_for_swap(conn: Connection, index_name: str) -> None:
