@@ -1,12 +1,11 @@
-"""Versioned schema migrations: each runs once, in order, recorded in `schema_migrations`.
-
-Chunk rows and BM25 postings are list-partitioned by index (one partition per index, created by
-the store when an index is registered), so each index has its own HNSW graph.
-"""
+"""Versioned schema migrations: each runs once, in order, recorded in `schema_migrations`."""
 
 from __future__ import annotations
 
 import psycopg
+
+# Chunk rows and BM25 postings are list-partitioned by index (one partition per index, created by
+# the store when an index is registered), so each index has its own HNSW graph.
 
 # Column lists written once: each table's columns after `index_name`, as (name, type), shared by the
 # tables that hold the same rows (a chunk staged and published, a document staged and built from) and by

@@ -1,8 +1,4 @@
-"""The staging area's SQL: the `staged_runs` row of each index and the `staged_*` rows its stages write.
-
-Every function runs on the caller's connection (or cursor) and inside its transaction, if any: the
-indexing stages (`retrieval.indexing`) keep their transactions and locks, the statements live here.
-"""
+"""The staging area's SQL: the `staged_runs` row of each index and the `staged_*` rows its stages write."""
 
 from __future__ import annotations
 
@@ -21,6 +17,9 @@ from chunkyard.retrieval.store.migrations import (
 )
 from psycopg import Connection, Copy, Cursor, sql
 from psycopg.types.json import Jsonb
+
+# Every function runs on the caller's connection (or cursor) and inside its transaction, if any: the
+# indexing stages (`retrieval.indexing`) keep their transactions and locks, the statements live here.
 
 # the binary COPY type of each column type the staged tables use (its first word in migrations.py)
 _COPY_TYPES = {"text": "text", "integer": "int4", "jsonb": "jsonb", "vector": "vector"}
