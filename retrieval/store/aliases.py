@@ -22,6 +22,7 @@ from chunkyard.retrieval.store.migrations import (
 from psycopg import Connection, sql
 
 # Serving aliases in SQL: the `aliases` pointers and their `alias_targets` rows, in the caller's transaction.
+
 # What one target row is read as: its columns, the live index's version and the snapshot's name.
 _TARGET_SQL = (
     "SELECT t.alias, t.generation, t.index_name, t.index_version, t.options, t.note, t.set_at,"
@@ -191,6 +192,7 @@ def delete_targets_except(conn: psycopg.Connection, name: str, kept: list[int]) 
 
 # The SQL of alias snapshots (`retrieval.indexing.snapshots`): an index's published rows copied under a
 # snapshot's name, and the pins that keep one. Each function runs in the caller's transaction.
+
 # per-index rows outside the partitions: (table, its columns after index_name)
 _ROW_TABLES = (
     ("bm25_terms", TERM_COLUMNS),

@@ -32,12 +32,13 @@ from chunkyard.retrieval.store.staging import clear_staging, empty_staging_for_s
 from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
 
-
 # An index's published rows written from its staging: the `indexes` row's version, chunks and postings
 # partitions, BM25 document frequencies and the documents it was built from (`index_documents`).
 #
 # Every function runs on the caller's connection and inside its transaction: publish and stage_chunks
 # (`retrieval.indexing`) keep their transactions and locks, the statements live here.
+
+
 def _listed(columns: Sequence[str], prefix: str | None = None) -> sql.Composed:
     """`columns` as a statement's column list, each qualified by the table alias `prefix` if given."""
     if prefix is None:

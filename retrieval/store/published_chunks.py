@@ -12,7 +12,7 @@ from psycopg.types.json import Jsonb
 
 # A search's read transaction, and the lock it takes before its snapshot so a partition swap lands wholly before or after it.
 #
-# A large full build is published by swapping a new partition in (`retrieval.indexing.swap`). Table
+# A large full build is published by swapping a new partition in (`published.apply`). Table
 # DDL is not MVCC: a REPEATABLE READ reader whose snapshot predates the swap's commit, but which opens
 # the partition after it, would find the new table and none of its rows (their writer is not in its
 # snapshot). Dropping a partition takes an ACCESS EXCLUSIVE lock on the partitioned `chunks` table,
@@ -56,6 +56,7 @@ def abandon(conn: Connection) -> None:
 # Every function runs in the caller's connection (and so in its read transaction); a `queue_*`
 # function only sends its statement and returns the cursor, so the caller can pipeline it with
 # others and fetch after the pipeline. Partitions are named by `store.indexes.partition_names`.
+
 # The order every in-memory layout of an index version follows (`query.context.layout.ChunkLayout`).
 LAYOUT_ORDER = sql.SQL("ORDER BY doc_id, start, chunk_id")
 
@@ -212,6 +213,7 @@ def _binary_copy_vectors(data: bytes, dim: int) -> np.ndarray:
 # Queries go to the index's own partition; the graph query orders by the expression its HNSW index
 # is built on (`embedding::vector(d)` or `embedding::halfvec(d)`), so the planner uses that graph.
 # Every function runs in the caller's connection (its read transaction); values are parameters.
+
 # One nearest chunk: its id and its cosine distance to the query (float32 vectors).
 Nearest = tuple[str, float]
 
