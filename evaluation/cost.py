@@ -9,7 +9,7 @@ from chunkyard.chunking.models import model_token_limit
 from chunkyard.chunking.tokenizers import get_tokenizer
 from chunkyard.evaluation.metrics import merge_intervals
 from chunkyard.retrieval.store import published_chunks
-from chunkyard.retrieval.store.partitions import partition_names
+from chunkyard.retrieval.store.indexes import partition_names
 
 if TYPE_CHECKING:
     from chunkyard.retrieval.settings.config import IndexSpec

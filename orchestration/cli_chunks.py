@@ -32,7 +32,7 @@ def cmd_chunks(args: argparse.Namespace) -> int:
     from chunkyard.retrieval.settings.names import IndexName
     from chunkyard.retrieval.store import Store
     from chunkyard.retrieval.store.db import database_url
-    from chunkyard.retrieval.store.document_chunks import document_chunks, document_ids, published_version
+    from chunkyard.retrieval.store.documents import document_chunks, document_ids, published_version
 
     index = default_index() if args.index is None else IndexName.parse(args.index, default_collection())
     store = Store(database_url())

@@ -63,7 +63,7 @@ def report(command: str, exc: Exception) -> int:
     from chunkyard.retrieval.settings.config import SettingsError
     from chunkyard.retrieval.settings.config_checks import SettingsErrors
     from chunkyard.retrieval.settings.option_schema import SearchError
-    from chunkyard.retrieval.store.selfcheck import DatabaseSelfCheckError
+    from chunkyard.retrieval.store.server import DatabaseSelfCheckError
 
     prefix = f"chunkyard {command}" if command else "chunkyard"
     if isinstance(exc, SettingsErrors):

@@ -11,7 +11,7 @@ from chunkyard.orchestration.cli_errors import UsageError
 def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """`keys create|list|revoke` and `audit` under the command's subparsers."""
     from chunkyard.retrieval.store.api_key import SCOPES
-    from chunkyard.retrieval.store.audit import ACTIONS
+    from chunkyard.retrieval.store.keys import ACTIONS
 
     keys = sub.add_parser(
         "keys", help="API keys of the query service: create, list, revoke", parents=[common]

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import psycopg
 from chunkyard.assets.runs import COLLECTIONS_TAG, WRITER_TAG, collections_in_flight
-from chunkyard.retrieval.store.advisory_locks import try_lock, wait_lock
+from chunkyard.retrieval.store.server import try_lock, wait_lock
 from dagster import DagsterInstance
 
 POLL_SECONDS = 2.0

@@ -153,7 +153,7 @@ def create_dagster_schema(database_url: str, schema: str = DAGSTER_SCHEMA) -> No
     """
     import psycopg
     from chunkyard.retrieval.store.db import verify_server
-    from chunkyard.retrieval.store.server_admin import create_schema, ping
+    from chunkyard.retrieval.store.server import create_schema, ping
 
     wait = env_int(CONNECT_WAIT_ENV, CONNECT_WAIT_SECONDS, minimum=0, unit="whole seconds") or 0
     deadline = time.monotonic() + wait

@@ -172,7 +172,7 @@ def init_pgdata(target: Target, log: IO[bytes]) -> None:
 def _postgres_ready(target: Target) -> bool:
     """The server accepts the stack's user; the chunkyard database exists (created on first start)."""
     import psycopg
-    from chunkyard.retrieval.store.server_admin import ensure_database, ping
+    from chunkyard.retrieval.store.server import ensure_database, ping
 
     maintenance = target.database_url().rsplit("/", 1)[0] + "/postgres"
     try:

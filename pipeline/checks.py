@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from chunkyard.retrieval.store import Store, document_reads, integrity
+from chunkyard.retrieval.store import Store, documents, integrity
 
 Metadata = dict[str, int | float | str]
 
@@ -100,7 +100,7 @@ def check_spans(
             texts = {d: t for d, t in texts.items() if d == rows[0][0]}
             wanted = sorted({r[0] for r in rows} - texts.keys())
             if wanted:
-                texts.update(document_reads.document_texts(conn, collection, wanted))
+                texts.update(documents.document_texts(conn, collection, wanted))
             for doc_id, start, end, chunk_text in rows:
                 total += 1
                 text = texts.get(doc_id)
@@ -112,7 +112,7 @@ def check_spans(
                             f"{doc_id}[{start}:{end}]" + (" (document missing)" if missing else "")
                         )
         if doc_ids is not None:
-            stale_ids = document_reads.changed_since_indexed(conn, collection, index_name, doc_ids)
+            stale_ids = documents.changed_since_indexed(conn, collection, index_name, doc_ids)
             stale = len(stale_ids)
             examples += [f"{d} (text changed since it was indexed)" for d in stale_ids[:SAMPLE]]
     metadata: Metadata = {"chunks_checked": total, "span_mismatches": mismatches}

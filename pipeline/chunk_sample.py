@@ -12,7 +12,7 @@ from typing import Any
 from chunkyard.chunking.locations import location_parts
 from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store
-from chunkyard.retrieval.store.document_chunks import (
+from chunkyard.retrieval.store.documents import (
     DocumentChunk,
     document_chunks,
     document_ids,

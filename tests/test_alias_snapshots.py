@@ -8,7 +8,7 @@ import pytest
 from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.query import Searcher, aliases
-from chunkyard.retrieval.store.partitions import partition_names
+from chunkyard.retrieval.store.indexes import partition_names
 
 from tests.test_indexing_support import ParagraphChunker, make_spec
 

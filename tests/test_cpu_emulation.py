@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from chunkyard.retrieval.store.db import postgres_bin
-from chunkyard.retrieval.store.selfcheck import DatabaseSelfCheckError, self_check
+from chunkyard.retrieval.store.server import DatabaseSelfCheckError, self_check
 
 from tests.portability import NO_AVX512_CPU, EmulatedServer, qemu
 

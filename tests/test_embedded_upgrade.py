@@ -42,7 +42,7 @@ from chunkyard.retrieval.query import aliases
 from chunkyard.retrieval.embedders.embedder import load_embedder
 from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.query import Searcher
-from chunkyard.retrieval.store.selfcheck import DatabaseSelfCheckError
+from chunkyard.retrieval.store.server import DatabaseSelfCheckError
 from chunkyard.retrieval.store import Store
 from tests.test_indexing_support import ParagraphChunker, make_spec
 from tests.test_search import TOPICS

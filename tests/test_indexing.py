@@ -261,7 +261,7 @@ def test_a_publish_vacuums_the_tables_whose_dead_rows_autovacuum_has_not_cleared
     store, embedder, monkeypatch
 ) -> None:
     from chunkyard.retrieval.indexing import publish as publishing
-    from chunkyard.retrieval.store.partitions import partition_names
+    from chunkyard.retrieval.store.indexes import partition_names
 
     spec = make_spec()
     chunker = ParagraphChunker(spec.config.config_hash)

@@ -13,7 +13,7 @@ from chunkyard.chunking.documents.files import load_file
 from chunkyard.chunking.ocr_spans import ocr_span
 from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.store.document_chunks import document_chunks
+from chunkyard.retrieval.store.documents import document_chunks
 
 from benchmarks.scanned_pages import page_pdf, render_page
 from tests.test_ocr import _missing, _mixed_pdf

@@ -17,9 +17,9 @@ from chunkyard.retrieval.settings.config import (
     stable_hash,
 )
 from chunkyard.retrieval.store import Store
-from chunkyard.retrieval.store.capabilities import VectorFeatureError, VectorFeatures
 from chunkyard.retrieval.store.db import DataFolderVersionError, bundled_postgres_major, embedded_database_url
-from chunkyard.retrieval.store.partitions import partition_names
+from chunkyard.retrieval.store.indexes import partition_names
+from chunkyard.retrieval.store.server import VectorFeatureError, VectorFeatures
 from chunkyard.retrieval.store.vectors import as_array
 from psycopg import sql
 from psycopg.types.json import Jsonb

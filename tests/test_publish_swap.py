@@ -19,7 +19,7 @@ from chunkyard.retrieval.indexing.swap import SWAP_MIN_CHUNKS_ENV
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.query.handles import IndexHandles
 from chunkyard.retrieval.store import Store
-from chunkyard.retrieval.store.partitions import next_name, partition_names
+from chunkyard.retrieval.store.indexes import next_name, partition_names
 
 from tests.test_indexing_support import (
     ParagraphChunker,

@@ -8,7 +8,7 @@ from chunkyard.chunking.types import Document
 from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.query import IndexNotFoundError, Searcher, SearchError
 from chunkyard.retrieval.store import Store
-from chunkyard.retrieval.store.partitions import partition_names
+from chunkyard.retrieval.store.indexes import partition_names
 from chunkyard.retrieval.store.vectors import as_array
 
 from tests.test_indexing_support import ParagraphChunker, make_spec, random_unit_vector_for

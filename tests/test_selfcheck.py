@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from chunkyard.retrieval.store.db import _servers, embedded_database_url, postgres_bin, verify_server
-from chunkyard.retrieval.store.selfcheck import DatabaseSelfCheckError, SelfCheck, last_result
+from chunkyard.retrieval.store.server import DatabaseSelfCheckError, SelfCheck, last_result
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TRAP_C = """

@@ -12,9 +12,8 @@ from chunkyard.evaluation.estimates import Estimate
 from chunkyard.evaluation.metrics import MetricSummary
 from chunkyard.evaluation.runner import EvaluationReport
 from chunkyard.retrieval.store import Store
-from chunkyard.retrieval.store.indexes import split_index_name
+from chunkyard.retrieval.store.indexes import partition_names, split_index_name
 from chunkyard.retrieval.store.migrations import MIGRATIONS
-from chunkyard.retrieval.store.partitions import partition_names
 
 from tests.test_indexing_support import make_spec
 

@@ -10,7 +10,7 @@ from chunkyard.retrieval.api.common import ServiceContext, refused
 from chunkyard.retrieval.api.key_admin import create_key
 from chunkyard.retrieval.api.models import StrictBody, picked
 from chunkyard.retrieval.store.api_key import KEY_NAME, SCOPES, ApiKeyError
-from chunkyard.retrieval.store.audit import ACTIONS
+from chunkyard.retrieval.store.keys import ACTIONS
 from fastapi import Depends, FastAPI, HTTPException, Query
 from pydantic import Field
 

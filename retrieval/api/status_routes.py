@@ -17,9 +17,10 @@ from chunkyard.retrieval.embedders.endpoint_settings import EndpointError, endpo
 from chunkyard.retrieval.indexing.lag import index_lag
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.query.results import NOTHING_INDEXED
-from chunkyard.retrieval.store import Store, published_indexes
+from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store.db import verify_server
-from chunkyard.retrieval.store.selfcheck import DatabaseSelfCheckError
+from chunkyard.retrieval.store.indexes import schema_and_published
+from chunkyard.retrieval.store.server import DatabaseSelfCheckError
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
@@ -76,7 +77,7 @@ def _published_state(store: Store) -> tuple[int, int]:
     """The schema version and the number of published indexes; (0, 0) before anything was indexed."""
     with store.connection() as conn:
         try:
-            return published_indexes.schema_and_published(conn)
+            return schema_and_published(conn)
         except psycopg.errors.UndefinedTable:
             return 0, 0
 

@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from chunkyard.retrieval.indexing.stage_reports import Bm25StageReport, IndexingError
-from chunkyard.retrieval.indexing.staging import analyze_staged, clear_staging, merge_stage_report, staged_run
+from chunkyard.retrieval.indexing.staging import analyze_staged, staged_run
 from chunkyard.retrieval.indexing.swap import (
     POSTINGS_PREPARED,
     create_next_postings,
@@ -17,13 +17,15 @@ from chunkyard.retrieval.indexing.swap import (
 from chunkyard.retrieval.lexical.code_terms import code_terms
 from chunkyard.retrieval.lexical.languages import METADATA_KEY, index_analysis
 from chunkyard.retrieval.settings.config import IndexSpec
-from chunkyard.retrieval.store import Store, published
-from chunkyard.retrieval.store.partitions import drop_next_tables
+from chunkyard.retrieval.store import Store, bm25
+from chunkyard.retrieval.store.indexes import drop_next_tables
 from chunkyard.retrieval.store.staging import (
     chunks_to_analyze,
+    clear_staging,
     copy_postings,
     copy_staged_lengths,
     copy_staged_terms,
+    merge_run_report,
     staged_text_by_language,
 )
 
@@ -55,7 +57,7 @@ def stage_bm25(
             )
         analysis = index_analysis(
             spec.config.bm25,
-            lambda: None if full_rebuild else published.published_bm25(conn, index_name),
+            lambda: None if full_rebuild else bm25.published_bm25(conn, index_name),
             lambda: staged_text_by_language(conn, index_name, METADATA_KEY),
         )
         report.analyzer, report.analyzer_setting = analysis.analyzer.name, analysis.setting
@@ -97,7 +99,7 @@ def stage_bm25(
         report.chunks_analyzed = len(rows)
         report.distinct_terms_staged = len(df)
         report.seconds = report.bm25_stage_seconds = round(time.perf_counter() - started, 3)
-        merge_stage_report(
+        merge_run_report(
             conn,
             index_name,
             {**report.as_metadata(), "bm25_analysis": analysis.as_staged(), POSTINGS_PREPARED: swapping},

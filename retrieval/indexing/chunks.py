@@ -10,12 +10,12 @@ import numpy as np
 from chunkyard.chunking.base import BaseChunker
 from chunkyard.chunking.types import Chunk, Document, without_locations
 from chunkyard.retrieval.indexing.stage_reports import ChunkStageReport, IndexingError
-from chunkyard.retrieval.indexing.staging import analyze_staged, clear_staging, merge_stage_report
+from chunkyard.retrieval.indexing.staging import analyze_staged
 from chunkyard.retrieval.lexical.languages import METADATA_KEY, document_language
 from chunkyard.retrieval.settings.config import IndexSpec
-from chunkyard.retrieval.store import Store, published
+from chunkyard.retrieval.store import Store, documents, published
 from chunkyard.retrieval.store import staging as staging_rows
-from chunkyard.retrieval.store.partitions import partition_names
+from chunkyard.retrieval.store.indexes import partition_names
 from psycopg import Connection
 from psycopg.types.json import Jsonb
 
@@ -71,7 +71,7 @@ def stage_chunks(
             round(report.load_seconds, 3),
             round(report.chunk_seconds, 3),
         )
-        merge_stage_report(conn, index_name, report.as_metadata())
+        staging_rows.merge_run_report(conn, index_name, report.as_metadata())
     return report
 
 
@@ -90,8 +90,8 @@ def _stage(
     """The body of `stage_chunks`, inside its transaction (the index row locked)."""
     index_name = spec.name
     info = store.indexes.info(index_name) or info  # as of the lock: a publish may have landed meanwhile
-    current = published.document_hashes(conn, spec.collection)
-    built = published.built_hashes(conn, index_name)
+    current = documents.document_hashes(conn, spec.collection)
+    built = documents.built_hashes(conn, index_name)
     report.full_rebuild = bool(info["version"] > 0 and info["config_hash"] != spec.config.config_hash)
     previous = {} if report.full_rebuild else built
     added = sorted(d for d in current if d not in previous)
@@ -113,7 +113,7 @@ def _stage(
             config_key=spec.config.config_hash,
             embedding_model=embedding_model,
         )
-    clear_staging(conn, index_name)
+    staging_rows.clear_staging(conn, index_name)
     staging_rows.insert_staged_run(
         conn, index_name, spec.config.config_hash, report.full_rebuild, {"owner": owner} if owner else {}
     )
@@ -122,7 +122,7 @@ def _stage(
     # counted over the removed documents only (the doc_id index), not the whole partition: the
     # published chunk count (BM25's N, checked against the partition at every publish) gives the rest
     if removals:
-        report.chunks_to_delete = published.count_chunks_of(conn, parts["chunks"], index_name, removals)
+        report.chunks_to_delete = documents.count_chunks_of(conn, parts["chunks"], index_name, removals)
     report.chunks_kept = max(int(info["chunk_count"]) - report.chunks_to_delete, 0)
 
     to_chunk = added + changed

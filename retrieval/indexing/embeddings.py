@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from chunkyard.retrieval.indexing.stage_reports import EmbeddingStageReport, IndexingError
-from chunkyard.retrieval.indexing.staging import analyze_staged, merge_stage_report, staged_run
+from chunkyard.retrieval.indexing.staging import analyze_staged, staged_run
 from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store import staging as staging_rows
@@ -230,5 +230,5 @@ def stage_embeddings(
         report.stage_write_seconds = round(time.perf_counter() - write_started, 3)
         report.seconds = round(time.perf_counter() - started, 3)
         report.embedding_stage_seconds = report.seconds
-        merge_stage_report(conn, index_name, report.as_metadata())
+        staging_rows.merge_run_report(conn, index_name, report.as_metadata())
     return report

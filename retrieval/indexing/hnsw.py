@@ -7,9 +7,8 @@ from typing import Any
 
 from chunkyard.chunking.environment import env_int
 from chunkyard.retrieval.indexing.stage_reports import IndexingError
-from chunkyard.retrieval.store.capabilities import HNSW_MAX_DIMS, VectorFeatureError, detect_features
-from chunkyard.retrieval.store.maintenance import create_graph
-from chunkyard.retrieval.store.partitions import partition_names
+from chunkyard.retrieval.store.indexes import Graph, create_graph, partition_names
+from chunkyard.retrieval.store.server import VectorFeatureError, detect_features
 from psycopg import Connection
 
 
@@ -23,9 +22,15 @@ def vector_storage(config: dict[str, Any] | None) -> str:
     return str((config or {}).get("vector_storage") or "vector")
 
 
-def has_graph(dim: int | None, storage: str = "vector") -> bool:
-    """Whether pgvector can index vectors this wide in this storage (wider ones are searched exactly)."""
-    return bool(dim) and int(dim) <= HNSW_MAX_DIMS[storage]
+def graph_settings(storage: str = "vector") -> Graph:
+    """How the graph is built in `storage`: m and ef_construction (CHUNKYARD_HNSW_M,
+    CHUNKYARD_HNSW_EF_CONSTRUCTION, else 16 and 64) and `maintenance_work_mem()`."""
+    return Graph(
+        storage,
+        env_int("CHUNKYARD_HNSW_M", 16),
+        env_int("CHUNKYARD_HNSW_EF_CONSTRUCTION", 64),
+        maintenance_work_mem(),
+    )
 
 
 def check_storage(conn: Connection, storage: str, where: str) -> None:
@@ -52,13 +57,4 @@ def create_hnsw(
     """
     check_storage(conn, storage, f"{index_name}: vector_storage")
     parts = partition_names(index_name)
-    create_graph(
-        conn,
-        table or parts["chunks"],
-        name or parts["hnsw"],
-        int(dim),
-        storage,
-        env_int("CHUNKYARD_HNSW_M", 16),
-        env_int("CHUNKYARD_HNSW_EF_CONSTRUCTION", 64),
-        maintenance_work_mem(),
-    )
+    create_graph(conn, table or parts["chunks"], name or parts["hnsw"], int(dim), graph_settings(storage))

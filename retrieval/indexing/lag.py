@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from chunkyard.retrieval.store import Store, document_reads, published_indexes
+from chunkyard.retrieval.store import Store, documents, indexes
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,8 @@ class IndexLag:
 def index_lag(store: Store, index_name: str, collection: str) -> IndexLag:
     """What index `index_name` (of `collection`) lacks, holds stale, or still serves after a deletion."""
     with store.connection() as conn:
-        rows = document_reads.unindexed_changes(conn, index_name, collection)
-        deleted = document_reads.deleted_since_indexed(conn, index_name, collection)
+        rows = documents.unindexed_changes(conn, index_name, collection)
+        deleted = documents.deleted_since_indexed(conn, index_name, collection)
     return IndexLag(
         index=index_name,
         collection=collection,
@@ -61,5 +61,5 @@ def index_lag(store: Store, index_name: str, collection: str) -> IndexLag:
 def index_lags(store: Store, collection: str | None = None) -> list[IndexLag]:
     """`index_lag` of every registered index (of `collection` only, when given), by index name."""
     with store.connection() as conn:
-        registered = published_indexes.registered(conn, collection)
+        registered = indexes.registered(conn, collection)
     return [index_lag(store, name, owner) for name, owner in registered]

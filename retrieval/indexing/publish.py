@@ -9,17 +9,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from chunkyard.retrieval.indexing.hnsw import check_storage, create_hnsw, has_graph
+from chunkyard.retrieval.indexing.hnsw import check_storage, graph_settings
 from chunkyard.retrieval.indexing.stage_reports import IndexingError, PublishReport, stage_timings
-from chunkyard.retrieval.indexing.staging import check_owner, clear_staging
-from chunkyard.retrieval.indexing.swap import POSTINGS_PREPARED, build_next, swap_in
+from chunkyard.retrieval.indexing.staging import check_owner
+from chunkyard.retrieval.indexing.swap import POSTINGS_PREPARED
 from chunkyard.retrieval.lexical.languages import published_config
 from chunkyard.retrieval.settings.config import IndexSpec
-from chunkyard.retrieval.store import Store, maintenance, published
+from chunkyard.retrieval.store import Store, bm25, indexes, published
 from chunkyard.retrieval.store import staging as staging_rows
-from chunkyard.retrieval.store.bm25 import CorpusStats, refresh_stats
+from chunkyard.retrieval.store.indexes import next_name, partition_names, relation_exists
 from chunkyard.retrieval.store.migrations import STAGING_TABLES
-from chunkyard.retrieval.store.partitions import partition_names
 from psycopg import Connection
 from psycopg.types.json import Jsonb
 
@@ -66,7 +65,7 @@ def publish(
         check_owner("publish", index_name, owner, run.owner if run else None)
         if run is None:  # nothing staged: the published index is already current
             report.version = version
-            report.chunks_total, report.documents_total = _sizes(conn, index_name, parts["chunks"])
+            report.chunks_total, report.documents_total = published.sizes(conn, index_name)
             report.seconds = round(time.perf_counter() - started, 3)
             return report
         full_rebuild, model_id = run.full_rebuild, run.model_id
@@ -85,15 +84,15 @@ def publish(
                 published_config(
                     spec.config.as_dict(),
                     report.staged,
-                    lambda: published.published_bm25(conn, index_name),
+                    lambda: bm25.published_bm25(conn, index_name),
                 )
             )
             bumped = published.republish_config(conn, index_name, config)
-            clear_staging(conn, index_name)
+            staging_rows.clear_staging(conn, index_name)
             report.published = bumped is not None
             version = bumped if bumped is not None else version
             report.version = version
-            report.chunks_total, report.documents_total = _sizes(conn, index_name, parts["chunks"])
+            report.chunks_total, report.documents_total = published.sizes(conn, index_name)
             report.seconds = round(time.perf_counter() - started, 3)
             return report
         missing_vectors, missing_terms = staging_rows.missing_vectors_and_terms(conn, index_name)
@@ -116,58 +115,45 @@ def publish(
         if storage != "vector":  # before any change: an old pgvector has no halfvec
             check_storage(conn, storage, f"publish {index_name!r}: indexes.{spec.config.name}.vector_storage")
 
-        # the published sizes, kept up to date by each publish (check_bm25_counts compares N with the
-        # partition): an incremental publish adjusts them by what it removes and adds instead of scanning
-        sizes = published.bm25_sizes(conn, index_name)
-
         # a large full build (the BM25 stage decided, and prepared its postings): new partitions beside
         # the live ones, swapped in at the end
         swapping = bool(report.staged.get(POSTINGS_PREPARED))
         if swapping and not report.full_rebuild:
             raise IndexingError(f"publish: {index_name!r} is no longer a full build; re-run stage_bm25")
-        if swapping:
-            old = int(sizes[0]) if sizes else None
-            build = build_next(conn, index_name, int(new_dim), storage, old)
-            report.chunks_deleted, report.chunks_inserted, stats = build.deleted, build.inserted, build.stats
-            if build.hnsw_seconds is not None:
-                report.hnsw_built, report.hnsw_seconds = True, build.hnsw_seconds
-        else:
-            stats = _apply_in_place(
-                conn,
-                index_name,
-                report,
-                sizes,
-                bool(full_rebuild),
-                int(staged_chunks),
-                (old_dim, new_dim),
-                storage,
+        if swapping and not relation_exists(conn, next_name(parts["postings"])):
+            raise IndexingError(
+                f"publish: the postings stage_bm25 prepared for {index_name!r} are gone; re-run stage_bm25"
             )
-        report.bm25_vocabulary = stats.vocab_size
-        tick(1, PUBLISH_PHASES)
-
-        new_version = published.publish_version(
-            conn,
-            index_name,
-            Jsonb(
+        plan = published.PublishPlan(
+            index_name=index_name,
+            staged_rebuild=bool(full_rebuild),
+            full_build=report.full_rebuild,
+            staged_chunks=int(staged_chunks),
+            dims=(old_dim, new_dim),
+            # the published sizes, kept up to date by each publish (check_bm25_counts compares N with the
+            # partition): an incremental publish adjusts them by what it removes and adds instead of scanning
+            sizes=bm25.bm25_sizes(conn, index_name),
+            swap=swapping,
+            graph=graph_settings(storage),
+            config=Jsonb(
                 published_config(
                     spec.config.as_dict(),
                     report.staged,
-                    lambda: published.published_bm25(conn, index_name),
+                    lambda: bm25.published_bm25(conn, index_name),
                 )
             ),
-            spec.config.config_hash,
-            model_id,
-            new_dim,
+            config_hash=spec.config.config_hash,
+            model_id=model_id,
         )
-        if swapping:
-            staging_rows.empty_staging_for_swap(conn, index_name)
-            swap_in(conn, index_name)  # last: its locks last only until the commit
-        else:
-            clear_staging(conn, index_name)
-        report.version = int(new_version)
+        applied = published.apply(conn, plan, lambda: tick(1, PUBLISH_PHASES))
+        report.chunks_deleted, report.chunks_inserted = applied.deleted, applied.inserted
+        if applied.hnsw_seconds is not None:
+            report.hnsw_built, report.hnsw_seconds = True, applied.hnsw_seconds
+        report.bm25_vocabulary = applied.stats.vocab_size
+        report.version = applied.version
         report.published = True
-        report.chunks_total = stats.n_docs
-        report.documents_total = published.count_index_documents(conn, index_name)
+        report.chunks_total = applied.stats.n_docs
+        report.documents_total = applied.documents
     tick(2, PUBLISH_PHASES)
     _analyze_partition(store, parts["chunks"], report)
     if not swapping:  # a swap's postings were analyzed before they were attached
@@ -182,66 +168,6 @@ def publish(
 
 def _no_progress(done: int, total: int) -> None:
     pass
-
-
-def _apply_in_place(
-    conn: Connection,
-    index_name: str,
-    report: PublishReport,
-    sizes: tuple[int, int] | None,
-    full_rebuild: bool,
-    staged_chunks: int,
-    dims: tuple[int | None, int | None],
-    storage: str,
-) -> CorpusStats:
-    """Removals, new chunks with vectors, postings, BM25 terms and statistics, and the HNSW graph, applied
-    to the live partitions inside the publish transaction; returns the new BM25 statistics."""
-    parts = partition_names(index_name)
-    old_dim, new_dim = dims
-
-    # 1. removals: old chunks of changed, deleted (or, on a rebuild, all) documents, with their postings
-    deleted, deleted_length = published.remove_chunks(
-        conn, index_name, parts["chunks"], parts["postings"], bool(full_rebuild)
-    )
-    report.chunks_deleted = int(deleted)
-    published.delete_index_documents(conn, index_name, removed_only=not full_rebuild)
-
-    # 2. HNSW: bulk loads drop the graph and rebuild it after the load (much faster than inserting)
-    incremental = sizes is not None and not report.full_rebuild
-    if incremental:
-        remaining = int(sizes[0]) - report.chunks_deleted
-    else:
-        remaining = published.count_rows(conn, parts["chunks"])
-    incoming = int(staged_chunks)
-    hnsw_exists = maintenance.relation_exists(conn, parts["hnsw"])
-    if hnsw_exists and (incoming > remaining or new_dim != old_dim):
-        maintenance.drop_graph(conn, parts["hnsw"])
-        hnsw_exists = False
-
-    # 3. new chunks with vectors and BM25 lengths, postings, document frequencies
-    inserted_length = 0
-    if incoming:  # a delete stages no chunk: nothing to insert
-        inserted, inserted_length = published.insert_staged_chunks(conn, parts["chunks"], index_name)
-        report.chunks_inserted = int(inserted)
-        published.insert_staged_postings(conn, parts["postings"], index_name)
-        published.insert_staged_terms(conn, index_name, add=True)
-    published.insert_staged_index_documents(conn, index_name, update=True)
-    new_sizes = None
-    if incremental:
-        new_sizes = (
-            remaining + report.chunks_inserted,
-            int(sizes[1]) - int(deleted_length) + int(inserted_length),
-        )
-    stats = refresh_stats(conn, index_name, parts["chunks"], new_sizes)
-
-    # 4. the per-partition HNSW graph on the vector cast to this index's dimension and storage
-    # pgvector indexes at most 2,000 dimensions as vector, 4,000 as halfvec: wider ones are searched exactly.
-    if not hnsw_exists and stats.n_docs > 0 and has_graph(new_dim, storage):
-        hnsw_started = time.perf_counter()
-        create_hnsw(conn, index_name, int(new_dim), storage)
-        report.hnsw_built = True
-        report.hnsw_seconds = round(time.perf_counter() - hnsw_started, 3)
-    return stats
 
 
 def _check_vectors(conn: Connection, index_name: str, model_id: str | None, staged: dict) -> int:
@@ -274,7 +200,7 @@ def _analyze_partition(store: Store, partition: str, report: PublishReport) -> N
     if changed == 0 or changed < ANALYZE_SHARE * report.chunks_total:
         return
     with store.connection() as conn:
-        maintenance.analyze(conn, partition)
+        indexes.analyze(conn, partition)
 
 
 def _vacuum_staging(store: Store, report: PublishReport) -> set[str]:
@@ -288,7 +214,7 @@ def _vacuum_staging(store: Store, report: PublishReport) -> set[str]:
     if report.chunks_inserted + report.chunks_deleted < VACUUM_STAGING_CHUNKS:
         return set()
     with store.connection() as conn:
-        maintenance.vacuum_analyze(conn, STAGING_TABLES)
+        indexes.vacuum_analyze(conn, STAGING_TABLES)
     return set(STAGING_TABLES)
 
 
@@ -306,15 +232,9 @@ def _vacuum_bloated(store: Store, parts: dict[str, str], done: set[str]) -> list
     tables = [*STAGING_TABLES, parts["chunks"], parts["postings"], "bm25_terms", "bm25_stats"]
     tables += ["index_documents", "indexes", "documents"]
     with store.connection() as conn:
-        due = maintenance.bloated(
-            conn, [t for t in tables if t not in done], VACUUM_MIN_DEAD, VACUUM_DEAD_SHARE
-        )
+        due = indexes.bloated(conn, [t for t in tables if t not in done], VACUUM_MIN_DEAD, VACUUM_DEAD_SHARE)
         # SKIP_LOCKED: a table another VACUUM (autovacuum's or a concurrent publish's) holds is left to it;
         # staging tables also get fresh planner statistics, as their sizes swing most
         for table in due:
-            maintenance.vacuum(conn, table, analyze=table in STAGING_TABLES)
+            indexes.vacuum(conn, table, analyze=table in STAGING_TABLES)
     return due
-
-
-def _sizes(conn: Connection, index_name: str, chunks: str) -> tuple[int, int]:
-    return published.count_rows(conn, chunks), published.count_index_documents(conn, index_name)

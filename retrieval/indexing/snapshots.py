@@ -12,11 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from chunkyard.retrieval.indexing.hnsw import create_hnsw, has_graph, vector_storage
+from chunkyard.retrieval.indexing.hnsw import create_hnsw, vector_storage
 from chunkyard.retrieval.settings.names import IndexName
-from chunkyard.retrieval.store import snapshots as rows
-from chunkyard.retrieval.store.maintenance import analyze
-from chunkyard.retrieval.store.partitions import create_partitions, drop_index_in, partition_names
+from chunkyard.retrieval.store import aliases as rows
+from chunkyard.retrieval.store.indexes import (
+    analyze,
+    create_partitions,
+    drop_index_in,
+    has_graph,
+    partition_names,
+)
 from chunkyard.retrieval.store.published import count_rows
 from psycopg import Connection
 

@@ -9,19 +9,10 @@ postings into chunks another run staged, and publish only applies its own run's 
 
 from __future__ import annotations
 
-from typing import Any
-
 from chunkyard.retrieval.indexing.stage_reports import IndexingError
 from chunkyard.retrieval.store import staging as staging_rows
-from chunkyard.retrieval.store.maintenance import analyze
-from chunkyard.retrieval.store.partitions import drop_next_tables
+from chunkyard.retrieval.store.indexes import analyze
 from psycopg import Connection
-
-
-def merge_stage_report(conn: Connection, index_name: str, values: dict[str, Any]) -> None:
-    """Add one stage's report to the run's, so publish can report what every stage did."""
-    staging_rows.merge_run_report(conn, index_name, values)
-
 
 # Staging tables are shared by every index: ANALYZE samples all of their rows (0.75 s at 72k staged
 # rows), so only a run that staged at least this many rows refreshes their statistics.
@@ -33,16 +24,6 @@ def analyze_staged(conn: Connection, rows_staged: int, *tables: str) -> None:
     if rows_staged >= ANALYZE_STAGED_ROWS:
         for table in tables:
             analyze(conn, table)
-
-
-def clear_staging(conn: Connection, index_name: str, tables: tuple[str, ...] | None = None) -> None:
-    """Empty the index's staging area (all of it, postings prepared for a swap included, unless `tables`
-    names some), in one round trip."""
-    if tables is None:
-        drop_next_tables(conn, index_name)
-        staging_rows.delete_staged(conn, index_name)
-    else:
-        staging_rows.delete_staged(conn, index_name, tables)
 
 
 class StagingTakenOver(IndexingError):

@@ -35,7 +35,7 @@ from chunkyard.retrieval.settings.option_schema import SearchError
 from chunkyard.retrieval.settings.options import SearchOptions, default_of
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store import aliases as alias_rows
-from chunkyard.retrieval.store.audit import record as audit
+from chunkyard.retrieval.store.keys import record as audit
 
 DEFAULT_KEEP = 5
 

@@ -2,7 +2,7 @@
 
 Dense queries go to the index's own partition and order by the expression its HNSW index is built
 on (`embedding::vector(d)` or `embedding::halfvec(d)`), so the planner uses that graph
-(`retrieval.store.nearest_chunks` holds the SQL).
+(`retrieval.store.published_chunks` holds the SQL).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from chunkyard.retrieval.query.fusion import Candidates
 from chunkyard.retrieval.query.handles import IndexHandle
 from chunkyard.retrieval.settings.option_schema import SearchError
 from chunkyard.retrieval.settings.options import HNSW_MAX_EF
-from chunkyard.retrieval.store import nearest_chunks
-from chunkyard.retrieval.store.capabilities import VECTOR_STORAGES, VectorFeatures
+from chunkyard.retrieval.store import published_chunks
+from chunkyard.retrieval.store.server import VECTOR_STORAGES, VectorFeatures
 
 # Iterative HNSW scans (pgvector 0.8): strict_order keeps rows in distance order; relaxed_order may
 # return them slightly out of order (re-sorted here); off is the pre-0.8 behaviour.
@@ -107,7 +107,7 @@ def index_candidates(
     # nearest (within ef) and keep the n best by the float32 cosine
     fetch = n if handle.vector_storage == "vector" else max(n, min(ef, HALFVEC_RERANK * n))
     max_scan_tuples = env_int(MAX_SCAN_TUPLES_ENV, MAX_SCAN_TUPLES) if iterative_scan != "off" else 0
-    rows = nearest_chunks.graph_nearest(
+    rows = published_chunks.graph_nearest(
         conn,
         handle.chunks,
         handle.dim,
@@ -149,7 +149,7 @@ def dense_candidates(
         return found
     # HNSW's candidate list can run dry (a selective filter, or n > ef): count what exists and
     # fall back to an exact scan so k rows come back whenever k rows match.
-    available = nearest_chunks.count_matching(conn, handle.chunks, filters)
+    available = published_chunks.count_matching(conn, handle.chunks, filters)
     if available <= len(found):
         return found
     return exact_candidates(conn, handle, query_vector, n, filters)
@@ -163,7 +163,7 @@ def exact_candidates(
     filters: dict[str, Any] | None,
 ) -> Candidates:
     """The n nearest chunks by an exact scan of every (matching) vector, never the graph."""
-    rows = nearest_chunks.exact_nearest(conn, handle.chunks, handle.dim, query_vector, n, filters)
+    rows = published_chunks.exact_nearest(conn, handle.chunks, handle.dim, query_vector, n, filters)
     return [(cid, 1.0 - float(distance)) for cid, distance in rows]
 
 

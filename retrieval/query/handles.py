@@ -19,10 +19,9 @@ from chunkyard.retrieval.settings.index_defaults import ContextConfigError, Inde
 from chunkyard.retrieval.settings.names import IndexName
 from chunkyard.retrieval.settings.option_schema import SearchError
 from chunkyard.retrieval.store import bm25 as bm25_lib
-from chunkyard.retrieval.store import published_indexes
-from chunkyard.retrieval.store.indexes import split_index_name
-from chunkyard.retrieval.store.partitions import partition_names
-from chunkyard.retrieval.store.read_lock import abandon, begin_read
+from chunkyard.retrieval.store import indexes
+from chunkyard.retrieval.store.indexes import partition_names, split_index_name
+from chunkyard.retrieval.store.published_chunks import abandon, begin_read
 
 
 @dataclass(frozen=True)
@@ -59,12 +58,12 @@ class IndexHandles:
                     begin_read(
                         conn
                     )  # the read lock before the snapshot: a partition swap lands before or after it
-                cursor = published_indexes.queue_published_state(conn, name)
+                cursor = indexes.queue_published_state(conn, name)
             row = cursor.fetchone()
         except psycopg.errors.UndefinedTable:  # a database no index was built in: no tables yet
             raise IndexNotFoundError(f"index {name!r} does not exist: {NOTHING_INDEXED}") from None
         if row is None:
-            known = published_indexes.published_names(conn)
+            known = indexes.published_names(conn)
             raise IndexNotFoundError(
                 f"index {name!r} does not exist; " + (f"known: {known}" if known else NOTHING_INDEXED)
             )

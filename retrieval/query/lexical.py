@@ -19,8 +19,8 @@ from chunkyard.retrieval.query.handles import IndexHandle, IndexHandles
 from chunkyard.retrieval.settings.option_schema import SearchError
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store import bm25 as bm25_lib
-from chunkyard.retrieval.store.chunk_texts import chunk_texts
 from chunkyard.retrieval.store.indexes import split_index_name
+from chunkyard.retrieval.store.published_chunks import chunk_texts
 
 log = logging.getLogger("chunkyard.search")
 

@@ -10,8 +10,8 @@ import psycopg
 from chunkyard.retrieval.query.fusion import Ranked
 from chunkyard.retrieval.query.handles import IndexHandle
 from chunkyard.retrieval.query.results import SearchResult
-from chunkyard.retrieval.store import Store, document_reads, published_chunks
-from chunkyard.retrieval.store.read_lock import end_read
+from chunkyard.retrieval.store import Store, documents, published_chunks
+from chunkyard.retrieval.store.published_chunks import end_read
 from chunkyard.retrieval.store.vectors import as_array
 
 
@@ -107,7 +107,7 @@ def attach_parents(
             meta = result.metadata
             start, end = meta.get("parent_start"), meta.get("parent_end")
             if isinstance(start, int) and isinstance(end, int) and 0 <= start <= end:
-                text = document_reads.document_slice(conn, handle.name.collection, result.doc_id, start, end)
+                text = documents.document_slice(conn, handle.name.collection, result.doc_id, start, end)
                 if text is not None:
                     result.parent = {
                         "chunk_id": parent_id,

@@ -47,8 +47,8 @@ from chunkyard.retrieval.settings.names import IndexName, IndexRef
 from chunkyard.retrieval.settings.option_schema import SearchError
 from chunkyard.retrieval.settings.options import HNSW_MAX_EF, ResolvedSearch, SearchOptions, SearchRequest
 from chunkyard.retrieval.store import Store
-from chunkyard.retrieval.store.capabilities import VectorFeatures
-from chunkyard.retrieval.store.read_lock import read_snapshot
+from chunkyard.retrieval.store.published_chunks import read_snapshot
+from chunkyard.retrieval.store.server import VectorFeatures
 
 CONTEXT_BACKENDS = ("sql", "memory")
 # Up to this many queries per call, the coarse index is searched beside the fine ranking (see

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import psycopg
-from chunkyard.retrieval.store.audit import AuditLog
+from chunkyard.retrieval.store import migrations
 from chunkyard.retrieval.store.documents import Documents
-from chunkyard.retrieval.store.embedding_cache import EmbeddingCache
-from chunkyard.retrieval.store.evaluations import Evaluations
-from chunkyard.retrieval.store.indexes import Indexes
-from chunkyard.retrieval.store.keys import ApiKeys
-from chunkyard.retrieval.store.migrations import MIGRATIONS
+from chunkyard.retrieval.store.indexes import EmbeddingCache, Evaluations, Indexes
+from chunkyard.retrieval.store.keys import ApiKeys, AuditLog
 from chunkyard.retrieval.store.pool import Pool
-
-_MIGRATION_LOCK_KEY = 0x63686B79  # "chky": serialises concurrent migrate() calls
 
 
 class Store(Pool):
@@ -37,37 +31,15 @@ class Store(Pool):
 
         Every pipeline step calls this: a schema already current costs one read and no lock.
         """
-        if self._schema_current():
-            return []
-        applied: list[int] = []
-        with self.connection() as conn, conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_KEY,))
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                " version integer PRIMARY KEY, name text NOT NULL,"
-                " applied_at timestamptz NOT NULL DEFAULT now())"
-            )
-            done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
-            for version, name, statements in MIGRATIONS:
-                if version in done:
-                    continue
-                conn.execute(statements)
-                conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name))
-                applied.append(version)
-        return applied
-
-    def _schema_current(self) -> bool:
         with self.connection() as conn:
-            try:
-                done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
-            except psycopg.errors.UndefinedTable:
-                return False
-        return all(version in done for version, _, _ in MIGRATIONS)
+            if migrations.schema_current(conn):
+                return []
+        with self.connection() as conn, conn.transaction():
+            return migrations.apply_migrations(conn)
 
     def schema_version(self) -> int:
         with self.connection() as conn:
-            row = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
-        return int(row[0])
+            return migrations.schema_version(conn)
 
 
 __all__ = ["Store"]

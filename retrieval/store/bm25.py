@@ -1,15 +1,4 @@
-"""BM25 (rank-bm25 `BM25Okapi` semantics) over an inverted index persisted in Postgres.
-
-Scoring, identical to `rank_bm25.BM25Okapi(k1, b, epsilon).get_scores` on the same tokens:
-
-    idf(t)   = ln(N - df + 0.5) - ln(df + 0.5), and when negative: epsilon * mean idf over the vocabulary
-    score(d) = sum over query tokens q (repeats count again) of
-               idf(q) * tf(q, d) * (k1 + 1) / (tf(q, d) + k1 * (1 - b + b * len(d) / avgdl))
-
-Postgres holds postings (term, chunk, tf, doc length), document frequencies and corpus stats
-(N, total length, vocabulary size, sum of raw idf); they are updated incrementally at publish.
-`MemoryBm25` is a compact in-memory copy (scipy sparse) for services and evaluation sweeps.
-"""
+"""BM25 over an inverted index persisted in Postgres, and what context scoring reads from its postings."""
 
 from __future__ import annotations
 
@@ -19,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import psycopg
 
 # The analyzers and parameters live in retrieval.lexical; these names stay importable from here.
 from chunkyard.retrieval.lexical.analysis import (  # noqa: F401
@@ -31,10 +21,21 @@ from chunkyard.retrieval.lexical.analysis import (  # noqa: F401
     build_analyzer,
 )
 from chunkyard.retrieval.lexical.bm25_params import DEFAULT_PARAMS, Bm25Params  # noqa: F401
-from chunkyard.retrieval.store.read_lock import READ_LOCK
+from chunkyard.retrieval.store.published_chunks import LAYOUT_ORDER, READ_LOCK, copy_bytes
 from psycopg import sql
 
 
+# BM25 (rank-bm25 `BM25Okapi` semantics) over an inverted index persisted in Postgres.
+#
+# Scoring, identical to `rank_bm25.BM25Okapi(k1, b, epsilon).get_scores` on the same tokens:
+#
+#     idf(t)   = ln(N - df + 0.5) - ln(df + 0.5), and when negative: epsilon * mean idf over the vocabulary
+#     score(d) = sum over query tokens q (repeats count again) of
+#                idf(q) * tf(q, d) * (k1 + 1) / (tf(q, d) + k1 * (1 - b + b * len(d) / avgdl))
+#
+# Postgres holds postings (term, chunk, tf, doc length), document frequencies and corpus stats
+# (N, total length, vocabulary size, sum of raw idf); they are updated incrementally at publish.
+# `MemoryBm25` is a compact in-memory copy (scipy sparse) for services and evaluation sweeps.
 @dataclass(frozen=True)
 class CorpusStats:
     n_docs: int
@@ -211,13 +212,13 @@ class MemoryBm25:
 
         with conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            conn.execute(READ_LOCK)  # before the snapshot (retrieval.store.read_lock)
+            conn.execute(READ_LOCK)  # before the snapshot (see READ_LOCK)
             row = conn.execute(
                 "SELECT partition, version FROM indexes WHERE name = %s", (index_name,)
             ).fetchone()
             if row is None:
                 raise KeyError(f"unknown index {index_name!r}")
-            from chunkyard.retrieval.store.partitions import partition_names
+            from chunkyard.retrieval.store.indexes import partition_names
 
             parts = partition_names(index_name)
             version = int(row[1])
@@ -297,3 +298,68 @@ class MemoryBm25:
             candidates = candidates[part]
         order = sorted(candidates.tolist(), key=lambda i: (-score[i], self.chunk_ids[i]))
         return [(self.chunk_ids[i], float(score[i])) for i in order[:k]]
+
+
+# What context scoring reads from an index's published BM25 postings and terms, in the caller's transaction.
+def terms_with_df(conn: psycopg.Connection, index_name: str) -> list[tuple[str, int]]:
+    """Every term of the index with its document frequency, by term (a term's id is its position)."""
+    return conn.execute(
+        "SELECT term, df FROM bm25_terms WHERE index_name = %s ORDER BY term", (index_name,)
+    ).fetchall()
+
+
+def postings_by_position(
+    conn: psycopg.Connection, index_name: str, postings_partition: str, chunks_partition: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every posting as (term id, chunk's layout position, tf), int64 arrays in no order (one binary COPY).
+
+    Term ids are positions in `terms_with_df`; layout positions follow `LAYOUT_ORDER`.
+    """
+    query = sql.SQL(
+        "COPY (SELECT t.ti::int4, c.ci::int4, p.tf FROM {postings} p"
+        " JOIN (SELECT chunk_id, row_number() OVER ({order}) - 1 AS ci FROM {chunks}) c"
+        " ON c.chunk_id = p.chunk_id"
+        " JOIN (SELECT term, row_number() OVER (ORDER BY term) - 1 AS ti FROM bm25_terms"
+        " WHERE index_name = {name}) t ON t.term = p.term) TO STDOUT (FORMAT BINARY)"
+    ).format(
+        postings=sql.Identifier(postings_partition),
+        chunks=sql.Identifier(chunks_partition),
+        order=LAYOUT_ORDER,
+        name=sql.Literal(str(index_name)),
+    )
+    records = binary_copy_int4_rows(copy_bytes(conn, query), 3)
+    term_index, rows, tf = (records[f"v{i}"].astype(np.int64) for i in range(3))
+    return term_index, rows, tf
+
+
+def queue_term_frequencies(
+    conn: psycopg.Connection,
+    index_name: str,
+    postings_partition: str,
+    terms: list[str],
+    chunk_ids: list[str],
+) -> psycopg.Cursor[Any]:
+    """Cursor of (chunk_id, term, tf) for the `terms` in the chunks `chunk_ids`."""
+    return conn.execute(
+        sql.SQL(
+            "SELECT chunk_id, term, tf FROM {} WHERE index_name = %s AND term = ANY(%s) AND chunk_id = ANY(%s)"
+        ).format(sql.Identifier(postings_partition)),
+        (index_name, terms, chunk_ids),
+    )
+
+
+def bm25_sizes(conn: psycopg.Connection, index_name: str) -> tuple[int, int] | None:
+    """(chunks, total BM25 length) of the published index from its BM25 statistics (None: none yet),
+    kept up to date by each publish."""
+    row = conn.execute(
+        "SELECT n_docs, total_length FROM bm25_stats WHERE index_name = %s", (index_name,)
+    ).fetchone()
+    return None if row is None else (int(row[0]), int(row[1]))
+
+
+def published_bm25(conn: psycopg.Connection, index_name: str) -> dict[str, Any] | None:
+    """The published index's `bm25` settings (its resolved analyzers included), None before its first publish."""
+    row = conn.execute(
+        "SELECT config->'bm25' FROM indexes WHERE name = %s AND version > 0", (index_name,)
+    ).fetchone()
+    return None if row is None else dict(row[0] or {})

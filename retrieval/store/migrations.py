@@ -1,14 +1,15 @@
-"""Versioned schema migrations: each runs once, in order, recorded in `schema_migrations`.
-
-Chunk rows and BM25 postings are list-partitioned by index (one partition per index, created by
-the store when an index is registered), so each index has its own HNSW graph.
-"""
+"""Versioned schema migrations: each runs once, in order, recorded in `schema_migrations`."""
 
 from __future__ import annotations
 
+import psycopg
+
+# Chunk rows and BM25 postings are list-partitioned by index (one partition per index, created by
+# the store when an index is registered), so each index has its own HNSW graph.
+
 # Column lists written once: each table's columns after `index_name`, as (name, type), shared by the
 # tables that hold the same rows (a chunk staged and published, a document staged and built from) and by
-# the statements that copy rows between them (`retrieval.store.staging`, `.published`, `.snapshots`).
+# the statements that copy rows between them (`retrieval.store.staging`, `.published`, `.aliases`).
 STAGED_CHUNK_COLUMNS = (
     ("chunk_id", "text NOT NULL"),
     ("doc_id", "text NOT NULL"),
@@ -68,6 +69,27 @@ STAGING_TABLES = (
     "staged_removals",
     "staged_documents",
     "staged_runs",
+)
+
+
+# The partitioned tables: (parent, partition key, its keys and indexes as (suffix, columns, primary key?))
+PARTITIONED = (
+    (
+        "chunks",
+        "chunks",
+        (
+            ("pkey", ("index_name", "chunk_id"), True),
+            ("index_name_doc_id_idx", ("index_name", "doc_id"), False),
+        ),
+    ),
+    (
+        "bm25_postings",
+        "postings",
+        (
+            ("pkey", ("index_name", "term", "chunk_id"), True),
+            ("index_name_chunk_id_idx", ("index_name", "chunk_id"), False),
+        ),
+    ),
 )
 
 
@@ -315,3 +337,39 @@ CREATE INDEX IF NOT EXISTS audit_log_at_idx ON audit_log (at DESC);
 """,
     ),
 ]
+
+_MIGRATION_LOCK_KEY = 0x63686B79  # "chky": serialises concurrent migrate() calls
+
+
+def apply_migrations(conn: psycopg.Connection) -> list[int]:
+    """Apply the migrations not yet applied, in the caller's transaction; return the versions applied."""
+    applied: list[int] = []
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_KEY,))
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations ("
+        " version integer PRIMARY KEY, name text NOT NULL,"
+        " applied_at timestamptz NOT NULL DEFAULT now())"
+    )
+    done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+    for version, name, statements in MIGRATIONS:
+        if version in done:
+            continue
+        conn.execute(statements)
+        conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name))
+        applied.append(version)
+    return applied
+
+
+def schema_current(conn: psycopg.Connection) -> bool:
+    """Whether every migration is applied (one read, no lock)."""
+    try:
+        done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+    except psycopg.errors.UndefinedTable:
+        return False
+    return all(version in done for version, _, _ in MIGRATIONS)
+
+
+def schema_version(conn: psycopg.Connection) -> int:
+    """The latest migration applied (0 before any)."""
+    row = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+    return int(row[0])

@@ -8,8 +8,8 @@ import threading
 from collections.abc import Iterator
 
 import psycopg
-from chunkyard.retrieval.store.capabilities import VectorFeatures, detect_features
 from chunkyard.retrieval.store.db import connect, database_url, is_alive, revive_embedded
+from chunkyard.retrieval.store.server import VectorFeatures, detect_features
 
 
 class Pool:

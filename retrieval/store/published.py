@@ -1,25 +1,42 @@
-"""An index's published rows written from its staging: the `indexes` row's version, chunks and postings
-partitions, BM25 document frequencies and the documents it was built from (`index_documents`).
-
-Every function runs on the caller's connection and inside its transaction: publish and stage_chunks
-(`retrieval.indexing`) keep their transactions and locks, the statements live here.
-"""
+"""An index's published rows written from its staging, in place or by a partition swap, and their upkeep."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+import psycopg
+from chunkyard.retrieval.store.bm25 import CorpusStats, refresh_stats
+from chunkyard.retrieval.store.indexes import (
+    Graph,
+    build_keys,
+    create_graph,
+    create_next,
+    drop_graph,
+    has_graph,
+    next_name,
+    partition_names,
+    relation_exists,
+)
 from chunkyard.retrieval.store.migrations import (
     CHUNK_COLUMNS,
     INDEX_DOCUMENT_COLUMNS,
+    PARTITIONED,
     POSTING_COLUMNS,
     STAGED_CHUNK_COLUMNS,
     TERM_COLUMNS,
     column_names,
 )
+from chunkyard.retrieval.store.staging import clear_staging, empty_staging_for_swap
 from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
+
+# An index's published rows written from its staging: the `indexes` row's version, chunks and postings
+# partitions, BM25 document frequencies and the documents it was built from (`index_documents`).
+#
+# Every function runs on the caller's connection and inside its transaction: publish and stage_chunks
+# (`retrieval.indexing`) keep their transactions and locks, the statements live here.
 
 
 def _listed(columns: Sequence[str], prefix: str | None = None) -> sql.Composed:
@@ -72,29 +89,9 @@ def publish_version(
     return int(row[0])
 
 
-def bm25_sizes(conn: Connection, index_name: str) -> tuple[int, int] | None:
-    """(chunks, total BM25 length) of the published index from its BM25 statistics (None: none yet),
-    kept up to date by each publish."""
-    row = conn.execute(
-        "SELECT n_docs, total_length FROM bm25_stats WHERE index_name = %s", (index_name,)
-    ).fetchone()
-    return None if row is None else (int(row[0]), int(row[1]))
-
-
 def count_rows(conn: Connection, table: str) -> int:
     """The rows of `table` (a partition, or a table being built beside one)."""
     return int(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))).fetchone()[0])
-
-
-def count_chunks_of(conn: Connection, partition: str, index_name: str, doc_ids: Sequence[str]) -> int:
-    """The index's published chunks of `doc_ids` (by the doc_id index, not a scan of the partition)."""
-    row = conn.execute(
-        sql.SQL("SELECT count(*) FROM {} WHERE index_name = %s AND doc_id = ANY(%s)").format(
-            sql.Identifier(partition)
-        ),
-        (index_name, list(doc_ids)),
-    ).fetchone()
-    return int(row[0])
 
 
 def insert_staged_chunks(conn: Connection, table: str, index_name: str) -> tuple[int, int]:
@@ -199,22 +196,6 @@ def insert_staged_terms(conn: Connection, index_name: str, *, add: bool) -> None
     conn.execute(sql.SQL(statement).format(listed, listed), (index_name,))
 
 
-def document_hashes(conn: Connection, collection: str) -> dict[str, str]:
-    """doc_id -> sha256 of every document in the collection now."""
-    rows = conn.execute(
-        "SELECT doc_id, sha256 FROM documents WHERE collection = %s", (collection,)
-    ).fetchall()
-    return dict(rows)
-
-
-def built_hashes(conn: Connection, index_name: str) -> dict[str, str]:
-    """doc_id -> sha256 of every document the published index was built from."""
-    rows = conn.execute(
-        "SELECT doc_id, sha256 FROM index_documents WHERE index_name = %s", (index_name,)
-    ).fetchall()
-    return dict(rows)
-
-
 def delete_index_documents(conn: Connection, index_name: str, *, removed_only: bool) -> None:
     """Delete the index's `index_documents` rows: all of them, or with `removed_only` those of its staged removals."""
     if removed_only:
@@ -243,9 +224,191 @@ def count_index_documents(conn: Connection, index_name: str) -> int:
     return int(row[0])
 
 
-def published_bm25(conn: Connection, index_name: str) -> dict[str, Any] | None:
-    """The published index's `bm25` settings (its resolved analyzers included), None before its first publish."""
-    row = conn.execute(
-        "SELECT config->'bm25' FROM indexes WHERE name = %s AND version > 0", (index_name,)
-    ).fetchone()
-    return None if row is None else dict(row[0] or {})
+# The swap of the tables a large full build fills beside an index's live partitions (`indexes.create_next`)
+# for the live ones: in the publish's transaction, which keeps its locks to the commit.
+def lock_next(conn: Connection, table: str) -> None:
+    """Hold `table` (a next table) to the commit: re-staging the index (which drops it) waits."""
+    conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(table)))
+
+
+def swap_in(conn: Connection, index_name: str, lock_timeout: str, lock_tries: int) -> None:
+    """Drop the live partitions and attach the next tables under their names (see `lock_live` for the
+    locks, `lock_timeout` and `lock_tries`)."""
+    parts = partition_names(index_name)
+    lock_live(conn, parts, lock_timeout, lock_tries)
+    for parent, kind, keys in PARTITIONED:
+        live, part = parts[kind], next_name(parts[kind])
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(live)))
+        conn.execute(
+            sql.SQL("ALTER TABLE {} RENAME TO {}").format(sql.Identifier(part), sql.Identifier(live))
+        )
+        names = [f"{live}_{suffix}" for suffix, _, _ in keys]
+        if kind == "chunks":
+            names.append(parts["hnsw"])
+        for name in names:
+            conn.execute(
+                sql.SQL("ALTER INDEX IF EXISTS {} RENAME TO {}").format(
+                    sql.Identifier(next_name(name)), sql.Identifier(name)
+                )
+            )
+        # the CHECK constraint proves the partition bound: ATTACH scans no row
+        conn.execute(
+            sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES IN ({})").format(
+                sql.Identifier(parent), sql.Identifier(live), sql.Literal(index_name)
+            )
+        )
+        conn.execute(
+            sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(
+                sql.Identifier(live), sql.Identifier(f"{part}_key")
+            )
+        )
+
+
+# the swap's ACCESS EXCLUSIVE locks wait at most this long per try for readers in flight (a long
+# reader would otherwise queue every new reader behind the waiting swap), then the swap retries
+SWAP_LOCK_TIMEOUT = "2s"
+SWAP_LOCK_TRIES = 5
+
+
+def lock_live(conn: Connection, parts: dict[str, str], lock_timeout: str, lock_tries: int) -> None:
+    """The swap's locks: both parents (readers lock `chunks` first, see `retrieval.store.published_chunks.READ_LOCK`) and the
+    live partitions. Each of the first `lock_tries - 1` tries waits at most `lock_timeout`, so a long
+    reader holds up only the swap, not every reader queued behind it; the last waits as long as it takes."""
+    tables = [sql.SQL("ONLY chunks"), sql.SQL("ONLY bm25_postings")]
+    tables += [sql.Identifier(parts[kind]) for kind in ("chunks", "postings")]
+    statement = sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(sql.SQL(", ").join(tables))
+    previous = conn.execute("SELECT current_setting('lock_timeout')").fetchone()[0]
+    for attempt in range(lock_tries - 1):
+        try:
+            with conn.transaction():  # a savepoint: a timed-out try leaves the build intact
+                conn.execute("SELECT set_config('lock_timeout', %s, true)", (lock_timeout,))
+                conn.execute(statement)
+        except psycopg.errors.LockNotAvailable:
+            time.sleep(0.1 * 2**attempt)
+            continue
+        conn.execute("SELECT set_config('lock_timeout', %s, true)", (previous,))
+        return
+    conn.execute(statement)
+
+
+# The publish transaction's writes, in their order: `apply` is the one call the publish stage makes.
+@dataclass(frozen=True)
+class PublishPlan:
+    """What the publish stage checked and decided before `apply`: the staged run's rebuild flag, whether the
+    new version is a full build (a rebuild, or the first version), the staged chunks, the dimensions
+    (published, staged), the published sizes (`bm25_sizes`), a swap or in place, the graph, and the new
+    version's `indexes` row (config, its hash, the model: None keeps the one it had)."""
+
+    index_name: str
+    staged_rebuild: bool
+    full_build: bool
+    staged_chunks: int
+    dims: tuple[int | None, int | None]
+    sizes: tuple[int, int] | None
+    swap: bool
+    graph: Graph
+    config: Jsonb
+    config_hash: str
+    model_id: str | None
+
+
+@dataclass
+class Applied:
+    """What `apply` did: chunks removed and inserted, the new BM25 statistics, the graph's build seconds
+    (None: not built), the new version and the documents it was built from."""
+
+    deleted: int
+    inserted: int
+    stats: CorpusStats
+    hnsw_seconds: float | None = None
+    version: int = 0
+    documents: int = 0
+
+
+def apply(conn: Connection, plan: PublishPlan, rows_applied: Callable[[], None]) -> Applied:
+    """Everything staged for the index, applied in the caller's (the publish's) transaction: the rows and
+    graph (in place, or built beside the live partitions), `rows_applied()`, the new version, the emptied
+    staging and, for a swap, the new partitions swapped in last (its locks last only until the commit)."""
+    parts = partition_names(plan.index_name)
+    done = _build_next(conn, plan, parts) if plan.swap else _apply_in_place(conn, plan, parts)
+    rows_applied()
+    done.version = publish_version(
+        conn, plan.index_name, plan.config, plan.config_hash, plan.model_id, plan.dims[1]
+    )
+    if plan.swap:
+        empty_staging_for_swap(conn, plan.index_name)
+        swap_in(conn, plan.index_name, SWAP_LOCK_TIMEOUT, SWAP_LOCK_TRIES)
+    else:
+        clear_staging(conn, plan.index_name)
+    done.documents = count_index_documents(conn, plan.index_name)
+    return done
+
+
+def _apply_in_place(conn: Connection, plan: PublishPlan, parts: dict[str, str]) -> Applied:
+    """Removals, new chunks with vectors, postings, BM25 terms and statistics, and the HNSW graph, applied
+    to the live partitions."""
+    index_name, (old_dim, new_dim) = plan.index_name, plan.dims
+    # 1. removals: old chunks of changed, deleted (or, on a rebuild, all) documents, with their postings
+    deleted, deleted_length = remove_chunks(
+        conn, index_name, parts["chunks"], parts["postings"], plan.staged_rebuild
+    )
+    delete_index_documents(conn, index_name, removed_only=not plan.staged_rebuild)
+
+    # 2. HNSW: bulk loads drop the graph and rebuild it after the load (much faster than inserting)
+    incremental = plan.sizes is not None and not plan.full_build
+    remaining = plan.sizes[0] - int(deleted) if incremental else count_rows(conn, parts["chunks"])
+    hnsw_exists = relation_exists(conn, parts["hnsw"])
+    if hnsw_exists and (plan.staged_chunks > remaining or new_dim != old_dim):
+        drop_graph(conn, parts["hnsw"])
+        hnsw_exists = False
+
+    # 3. new chunks with vectors and BM25 lengths, postings, document frequencies
+    inserted, inserted_length = 0, 0
+    if plan.staged_chunks:  # a delete stages no chunk: nothing to insert
+        inserted, inserted_length = insert_staged_chunks(conn, parts["chunks"], index_name)
+        insert_staged_postings(conn, parts["postings"], index_name)
+        insert_staged_terms(conn, index_name, add=True)
+    insert_staged_index_documents(conn, index_name, update=True)
+    new_sizes = None
+    if incremental:
+        new_sizes = (remaining + int(inserted), plan.sizes[1] - int(deleted_length) + int(inserted_length))
+    stats = refresh_stats(conn, index_name, parts["chunks"], new_sizes)
+    done = Applied(deleted=int(deleted), inserted=int(inserted), stats=stats)
+
+    # 4. the per-partition HNSW graph on the vector cast to this index's dimension and storage
+    # pgvector indexes at most 2,000 dimensions as vector, 4,000 as halfvec: wider ones are searched exactly.
+    if not hnsw_exists and stats.n_docs > 0 and has_graph(new_dim, plan.graph.storage):
+        started = time.perf_counter()
+        create_graph(conn, parts["chunks"], parts["hnsw"], int(new_dim), plan.graph)
+        done.hnsw_seconds = round(time.perf_counter() - started, 3)
+    return done
+
+
+def _build_next(conn: Connection, plan: PublishPlan, parts: dict[str, str]) -> Applied:
+    """The new version's chunks partition and graph, beside the live one, with the index's BM25 terms,
+    documents and statistics replaced; the postings' next table was prepared by the BM25 stage."""
+    index_name, dim = plan.index_name, int(plan.dims[1])
+    postings_next, chunks_next = next_name(parts["postings"]), next_name(parts["chunks"])
+    # held to the commit: re-staging the index (which drops them) waits for this publish
+    lock_next(conn, postings_next)
+    old_chunks = plan.sizes[0] if plan.sizes else count_rows(conn, parts["chunks"])
+    create_next(conn, index_name, "chunks")
+    # the same rows, in the same order, as the in-place path inserts
+    inserted, inserted_length = insert_staged_chunks(conn, chunks_next, index_name)
+    build_keys(conn, index_name, "chunks", plan.graph.work_mem)
+    delete_terms(conn, index_name)
+    insert_staged_terms(conn, index_name, add=False)
+    delete_index_documents(conn, index_name, removed_only=False)
+    insert_staged_index_documents(conn, index_name, update=False)
+    stats = refresh_stats(conn, index_name, chunks_next, (int(inserted), int(inserted_length)))
+    done = Applied(deleted=int(old_chunks), inserted=int(inserted), stats=stats)
+    if stats.n_docs > 0 and has_graph(dim, plan.graph.storage):
+        started = time.perf_counter()
+        create_graph(conn, chunks_next, next_name(parts["hnsw"]), dim, plan.graph)
+        done.hnsw_seconds = round(time.perf_counter() - started, 3)
+    return done
+
+
+def sizes(conn: Connection, index_name: str) -> tuple[int, int]:
+    """(chunks in the index's partition, documents it was built from)."""
+    return count_rows(conn, partition_names(index_name)["chunks"]), count_index_documents(conn, index_name)

@@ -1,9 +1,4 @@
-"""What a search reads from an index's published chunk partition: rows, layout, vectors, texts, costs.
-
-Every function runs in the caller's connection (and so in its read transaction); a `queue_*`
-function only sends its statement and returns the cursor, so the caller can pipeline it with
-others and fetch after the pipeline. Partitions are named by `store.partitions.partition_names`.
-"""
+"""What a search reads from an index's published chunks: the read lock, rows, nearest vectors, texts."""
 
 from __future__ import annotations
 
@@ -12,7 +7,55 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from psycopg import sql
+from psycopg import Connection, sql
+from psycopg.types.json import Jsonb
+
+# A search's read transaction, and the lock it takes before its snapshot so a partition swap lands wholly before or after it.
+#
+# A large full build is published by swapping a new partition in (`published.apply`). Table
+# DDL is not MVCC: a REPEATABLE READ reader whose snapshot predates the swap's commit, but which opens
+# the partition after it, would find the new table and none of its rows (their writer is not in its
+# snapshot). Dropping a partition takes an ACCESS EXCLUSIVE lock on the partitioned `chunks` table,
+# so a reader that locks `chunks` (itself only, ACCESS SHARE) before its first query either finishes
+# before the swap or starts its snapshot after the swap commits (PostgreSQL's documented way: LOCK
+# TABLE before the first statement of a REPEATABLE READ transaction). The lock is one statement
+# pipelined with the reader's others; it waits only while a swap holds `chunks` (milliseconds).
+READ_LOCK = "LOCK TABLE ONLY chunks IN ACCESS SHARE MODE"
+
+
+def lock_for_read(conn: Connection) -> None:
+    """Take the read lock in the caller's transaction; call it before the transaction's first query."""
+    conn.execute(READ_LOCK)
+
+
+def begin_read(conn: Connection) -> None:
+    """Open a search's read transaction (REPEATABLE READ, read only) and take the read lock first;
+    pipelined with the caller's next statements when the caller is in a pipeline."""
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    lock_for_read(conn)
+
+
+def read_snapshot(conn: Connection) -> None:
+    """Make the caller's open transaction a read one (REPEATABLE READ, read only) and take the read lock."""
+    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    lock_for_read(conn)
+
+
+def end_read(conn: Connection) -> None:
+    """Commit a read transaction opened with `begin_read` (pipelined like it)."""
+    conn.execute("COMMIT")
+
+
+def abandon(conn: Connection) -> None:
+    """Roll back whatever transaction the connection is in (after an error or an early exit)."""
+    conn.execute("ROLLBACK")
+
+
+# What a search reads from an index's published chunk partition: rows, layout, vectors, texts, costs.
+#
+# Every function runs in the caller's connection (and so in its read transaction); a `queue_*`
+# function only sends its statement and returns the cursor, so the caller can pipeline it with
+# others and fetch after the pipeline. Partitions are named by `store.indexes.partition_names`.
 
 # The order every in-memory layout of an index version follows (`query.context.layout.ChunkLayout`).
 LAYOUT_ORDER = sql.SQL("ORDER BY doc_id, start, chunk_id")
@@ -163,3 +206,99 @@ def _binary_copy_vectors(data: bytes, dim: int) -> np.ndarray:
     if records.size and (np.any(records["count"] != 1) or np.any(records["dim"] != dim)):
         raise ValueError("unexpected row layout in binary COPY stream (a chunk without a vector?)")
     return records["x"].astype(np.float32)
+
+
+# Nearest published chunks by cosine in SQL: through an index's HNSW graph (pgvector) or by an exact scan.
+#
+# Queries go to the index's own partition; the graph query orders by the expression its HNSW index
+# is built on (`embedding::vector(d)` or `embedding::halfvec(d)`), so the planner uses that graph.
+# Every function runs in the caller's connection (its read transaction); values are parameters.
+
+# One nearest chunk: its id and its cosine distance to the query (float32 vectors).
+Nearest = tuple[str, float]
+
+
+def _where(filters: dict[str, Any] | None) -> sql.Composable:
+    return sql.SQL(" WHERE metadata @> %(filters)s") if filters else sql.SQL("")
+
+
+def graph_nearest(
+    conn: psycopg.Connection,
+    chunks_partition: str,
+    dim: int,
+    storage: str,
+    query_vector: np.ndarray,
+    fetch: int,
+    filters: dict[str, Any] | None,
+    *,
+    ef_search: int,
+    iterative_scan: str,
+    max_scan_tuples: int,
+) -> list[Nearest]:
+    """At most `fetch` chunks in the order of the partition's graph (`storage(dim)`), with their exact
+    distance, in one round trip with the scan's settings (`SET LOCAL`: the caller's transaction).
+
+    `iterative_scan` is `hnsw.iterative_scan` (`off` sends neither it nor `hnsw.max_scan_tuples`).
+    """
+    exact_type = sql.SQL("vector({})").format(sql.Literal(dim))
+    graph_type = sql.SQL("{}({})").format(sql.SQL(storage), sql.Literal(dim))
+    params: dict[str, Any] = {"q": np.asarray(query_vector, dtype=np.float32), "n": fetch}
+    if filters:
+        params["filters"] = Jsonb(filters)
+    query = sql.SQL(
+        "SELECT chunk_id, (embedding::{e}) <=> %(q)s::{e} AS distance FROM {part}{where}"
+        " ORDER BY (embedding::{g}) <=> %(q)s::{g} LIMIT %(n)s"
+    ).format(e=exact_type, g=graph_type, part=sql.Identifier(chunks_partition), where=_where(filters))
+    with conn.pipeline():  # one round trip for the settings and the query
+        conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(ef_search)))
+        if iterative_scan != "off":
+            conn.execute(sql.SQL("SET LOCAL hnsw.iterative_scan = {}").format(sql.Literal(iterative_scan)))
+            conn.execute(sql.SQL("SET LOCAL hnsw.max_scan_tuples = {}").format(sql.Literal(max_scan_tuples)))
+        cursor = conn.execute(query, params)
+    return cursor.fetchall()
+
+
+def count_matching(conn: psycopg.Connection, chunks_partition: str, filters: dict[str, Any] | None) -> int:
+    """How many chunks of the partition match `filters` (every chunk without)."""
+    params: dict[str, Any] = {"filters": Jsonb(filters)} if filters else {}
+    return conn.execute(
+        sql.SQL("SELECT count(*) FROM {part}{where}").format(
+            part=sql.Identifier(chunks_partition), where=_where(filters)
+        ),
+        params,
+    ).fetchone()[0]
+
+
+def exact_nearest(
+    conn: psycopg.Connection,
+    chunks_partition: str,
+    dim: int,
+    query_vector: np.ndarray,
+    n: int,
+    filters: dict[str, Any] | None,
+) -> list[Nearest]:
+    """The n nearest (matching) chunks and their distance by an exact scan of every vector, never the graph."""
+    vector_type = sql.SQL("vector({})").format(sql.Literal(dim))
+    params: dict[str, Any] = {"q": np.asarray(query_vector, dtype=np.float32), "n": n}
+    if filters:
+        params["filters"] = Jsonb(filters)
+    exact = sql.SQL(
+        "SELECT chunk_id, embedding <=> %(q)s::{t} AS distance FROM {part}{where} ORDER BY 2 LIMIT %(n)s"
+    ).format(t=vector_type, part=sql.Identifier(chunks_partition), where=_where(filters))
+    return conn.execute(exact, params).fetchall()
+
+
+# Chunk texts by id, read inside the caller's transaction (a query's pseudo-relevance feedback).
+def chunk_texts(
+    conn: psycopg.Connection, chunks_table: str, index_name: str, chunk_ids: list[str]
+) -> dict[str, str]:
+    """{chunk id: text} of the chunks of `index_name` (in its partition `chunks_table`) among `chunk_ids`."""
+    if not chunk_ids:
+        return {}
+    rows = conn.execute(
+        sql.SQL("SELECT chunk_id, text FROM {} WHERE index_name = %s AND chunk_id = ANY(%s)").format(
+            sql.Identifier(chunks_table)
+        ),
+        (index_name, chunk_ids),
+    ).fetchall()
+    return {str(r[0]): str(r[1]) for r in rows}

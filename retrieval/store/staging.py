@@ -1,8 +1,4 @@
-"""The staging area's SQL: the `staged_runs` row of each index and the `staged_*` rows its stages write.
-
-Every function runs on the caller's connection (or cursor) and inside its transaction, if any: the
-indexing stages (`retrieval.indexing`) keep their transactions and locks, the statements live here.
-"""
+"""The staging area's SQL: the `staged_runs` row of each index and the `staged_*` rows its stages write."""
 
 from __future__ import annotations
 
@@ -12,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from chunkyard.retrieval.store.indexes import drop_next_tables
 from chunkyard.retrieval.store.migrations import (
     INDEX_DOCUMENT_COLUMNS,
     STAGED_CHUNK_COLUMNS,
@@ -20,6 +17,9 @@ from chunkyard.retrieval.store.migrations import (
 )
 from psycopg import Connection, Copy, Cursor, sql
 from psycopg.types.json import Jsonb
+
+# Every function runs on the caller's connection (or cursor) and inside its transaction, if any: the
+# indexing stages (`retrieval.indexing`) keep their transactions and locks, the statements live here.
 
 # the binary COPY type of each column type the staged tables use (its first word in migrations.py)
 _COPY_TYPES = {"text": "text", "integer": "int4", "jsonb": "jsonb", "vector": "vector"}
@@ -104,6 +104,16 @@ def delete_staged(conn: Connection, index_name: str, tables: Iterable[str] = STA
             conn.execute(
                 sql.SQL("DELETE FROM {} WHERE index_name = %s").format(sql.Identifier(table)), (index_name,)
             )
+
+
+def clear_staging(conn: Connection, index_name: str, tables: tuple[str, ...] | None = None) -> None:
+    """Empty the index's staging area (all of it, postings prepared for a swap included, unless `tables`
+    names some), in one round trip."""
+    if tables is None:
+        drop_next_tables(conn, index_name)
+        delete_staged(conn, index_name)
+    else:
+        delete_staged(conn, index_name, tables)
 
 
 def empty_staging_for_swap(conn: Connection, index_name: str) -> None:

@@ -13,7 +13,7 @@ from chunkyard.retrieval.query.context.windows import _best_windows, _best_windo
 from chunkyard.retrieval.query.handles import IndexHandle
 from chunkyard.retrieval.settings.index_defaults import ContextScoring
 from chunkyard.retrieval.store import bm25 as bm25_lib
-from chunkyard.retrieval.store import published_chunks, published_postings
+from chunkyard.retrieval.store import published_chunks
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def score_contexts(
             )
         if terms is not None and counts:
             stats_cursor, df_cursor = bm25_lib.queue_statistics(conn, index_name, list(counts))
-            tf_cursor = published_postings.queue_term_frequencies(
+            tf_cursor = bm25_lib.queue_term_frequencies(
                 conn, index_name, postings_partition, list(counts), all_members
             )
         if query_vector is not None:

@@ -11,7 +11,7 @@ from chunkyard.retrieval.query.context.windows import _window_means
 from chunkyard.retrieval.query.handles import IndexHandle
 from chunkyard.retrieval.settings.index_defaults import ContextScoring
 from chunkyard.retrieval.store import bm25 as bm25_lib
-from chunkyard.retrieval.store import published_chunks, published_postings
+from chunkyard.retrieval.store import published_chunks
 
 # Context means are computed this many chunks at a time (bounds the temporaries on a large index).
 MEANS_BLOCK = 4096
@@ -53,10 +53,10 @@ class ContextStatistics:
                 return
             handle = self._handle
             self.stats = bm25_lib.load_stats(conn, handle.name)
-            terms = published_postings.terms_with_df(conn, handle.name)
+            terms = bm25_lib.terms_with_df(conn, handle.name)
             self.term_ids = {t: i for i, (t, _) in enumerate(terms)}
             self.df = np.array([int(d) for _, d in terms], dtype=np.int64)
-            term_index, rows, tf = published_postings.postings_by_position(
+            term_index, rows, tf = bm25_lib.postings_by_position(
                 conn, handle.name, handle.postings, handle.chunks
             )
             order = np.lexsort((rows, term_index))

