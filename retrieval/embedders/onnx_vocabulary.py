@@ -89,20 +89,26 @@ def splice_word_embeddings(source: Path, fp32: Path, int8: Path) -> bool:
     quantized = onnx.load(str(int8))
     tensors = _initializers(quantized)
     names = [WORD_EMBEDDINGS + suffix for suffix in QUANTIZED_SUFFIXES]
-    if shape is None or tuple(tensors[names[0]].dims) == shape:
+    if shape is None:
+        return False
+    if any(name not in tensors for name in names):
+        raise ValueError(f"{int8}: no quantised {WORD_EMBEDDINGS} to splice the full matrix into")
+    if tuple(tensors[names[0]].dims) == shape:
         return False
     with safe_open(str(source / WEIGHTS_FILE), "np") as weights:
         matrix = weights.get_tensor(WORD_EMBEDDINGS)
     scale, zero_point = (numpy_helper.to_array(tensors[name]) for name in names[1:])
     small = numpy_helper.to_array(tensors[names[0]])
     values = quantize_nparray(onnx.TensorProto.UINT8, matrix, scale, zero_point)
-    if values.dtype != small.dtype:
-        raise ValueError(f"{int8}: the word embeddings are {small.dtype}, not {values.dtype}")
+    if values.dtype != small.dtype or not np.array_equal(values[:SMALL_VOCABULARY], small[:SMALL_VOCABULARY]):
+        raise ValueError(f"{int8}: the full matrix at the stored scale and zero point is not the quantiser's")
     tensors[names[0]].CopyFrom(numpy_helper.from_array(values, names[0]))
     del values, tensors
     onnx.save(quantized, str(int8))
     del quantized
     model = onnx.load(str(fp32))
+    if WORD_EMBEDDINGS not in _initializers(model):
+        raise ValueError(f"{fp32}: no {WORD_EMBEDDINGS} to splice the full matrix into")
     _initializers(model)[WORD_EMBEDDINGS].CopyFrom(numpy_helper.from_array(matrix, WORD_EMBEDDINGS))
     del matrix
     onnx.save(model, str(fp32))
