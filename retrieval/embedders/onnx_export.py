@@ -1,17 +1,9 @@
-"""A model's ONNX export (fp32, then int8) made in two child processes, so the build's peak memory is
-the larger step's, not their sum: `export_in_children`.
-
-Measured on multilingual-e5-small (benchmarks/results/first_run.md): the fp32 export (torch and its
-ONNX exporter) peaks at 3.2 GB and the int8 quantisation at 3.4 GB when it reads the fp32 file itself
-(4.1 GB when it first opens the model in an onnxruntime session, as sentence-transformers' helper
-does); in one process the two reached 5.0 GB, since Python does not hand the freed memory back. The
-files are byte for byte those of sentence-transformers' `export_dynamic_quantized_onnx_model`: the same
-optimum quantiser with the same `avx2` configuration, on the same fp32 file.
-"""
+"""A model's ONNX export (fp32, int8, then its word embeddings), each step a child process."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import shutil
 import subprocess
@@ -19,9 +11,21 @@ import sys
 import tempfile
 from pathlib import Path
 
+from chunkyard.retrieval.embedders.onnx_vocabulary import small_vocabulary_copy, splice_word_embeddings
+
 ONNX_FP32_FILE = "onnx/model.onnx"
 QUANTIZATION = "avx2"  # onnxruntime's dynamic int8 configuration for x86 CPUs (uint8 weights)
+# sentence-transformers' name for it: model_{weights dtype}_{configuration}.onnx
+ONNX_INT8_FILE = f"onnx/model_quint8_{QUANTIZATION}.onnx"
 log = logging.getLogger("chunkyard.models")
+# Measured on multilingual-e5-small (benchmarks/results/model_build_memory.md): in one process the
+# export and the quantisation reached 5.0 GB, since Python does not hand the freed memory back, so each
+# step has its own process and the build's peak is the largest step's. Exported and quantised whole,
+# those steps peaked at 3.3 and 3.4 GB, mostly copies of the word-embedding matrix; they now run on a
+# small-vocabulary copy of the model, and a third step splices the full matrix into both files
+# (`retrieval.embedders.onnx_vocabulary`). The files are byte for byte those of sentence-transformers'
+# export and `export_dynamic_quantized_onnx_model` (the same optimum quantiser, the same `avx2`
+# configuration), sha256 compared.
 
 
 class OnnxExportError(RuntimeError):
@@ -29,14 +33,25 @@ class OnnxExportError(RuntimeError):
 
 
 def export_fp32(model_path: str, staging: Path, device: str) -> None:
-    """The sentence-transformers folder of `model_path` with its fp32 ONNX file, into `staging`."""
+    """The sentence-transformers folder of `model_path` with its fp32 ONNX file, into `staging`: made
+    from the model's small-vocabulary copy where it has one (`splice_word_embeddings` completes it)."""
     from chunkyard.chunking.model_cache import library_output_to_log
 
-    with library_output_to_log():
-        from sentence_transformers import SentenceTransformer
+    with tempfile.TemporaryDirectory(prefix="chunkyard-export-") as scratch:
+        small = small_vocabulary_copy(Path(model_path), Path(scratch))
+        with library_output_to_log():
+            from sentence_transformers import SentenceTransformer
 
-        exported = SentenceTransformer(model_path, device=device, backend="onnx", local_files_only=True)
-        exported.save_pretrained(str(staging))
+            exported = SentenceTransformer(
+                str(small or model_path), device=device, backend="onnx", local_files_only=True
+            )
+            if small is not None:  # the saved config.json is the model's own, not the copy's
+                exported[0].auto_model.config.vocab_size = _vocab_size(Path(model_path))
+            exported.save_pretrained(str(staging))
+
+
+def _vocab_size(model_path: Path) -> int:
+    return int(json.loads((model_path / "config.json").read_text(encoding="utf-8"))["vocab_size"])
 
 
 def quantize_int8(staging: Path) -> None:
@@ -47,19 +62,24 @@ def quantize_int8(staging: Path) -> None:
         from optimum.onnxruntime import ORTQuantizer
         from optimum.onnxruntime.configuration import AutoQuantizationConfig
 
-        fp32 = staging / ONNX_FP32_FILE
+        fp32, int8 = staging / ONNX_FP32_FILE, staging / ONNX_INT8_FILE
         config = getattr(AutoQuantizationConfig, QUANTIZATION)(is_static=False)
-        suffix = f"{config.weights_dtype.name.lower()}_{QUANTIZATION}"  # sentence-transformers' file name
         quantizer = ORTQuantizer.from_pretrained(fp32.parent, file_name=fp32.name)
         with tempfile.TemporaryDirectory(dir=staging) as scratch:  # the quantiser writes a config too
-            quantizer.quantize(config, scratch, file_suffix=suffix)
-            name = f"model_{suffix}.onnx"
-            shutil.move(str(Path(scratch) / name), str(fp32.parent / name))
+            # it names its file model_{file_suffix}.onnx
+            quantizer.quantize(config, scratch, file_suffix=int8.stem.removeprefix("model_"))
+            shutil.move(str(Path(scratch) / int8.name), str(int8))
 
 
 def export_in_children(model_path: str, staging: Path, device: str) -> None:
-    """fp32 then int8 into `staging`, each in a child process of this Python (OnnxExportError)."""
-    for step in (["fp32", model_path, str(staging), device], ["int8", str(staging)]):
+    """fp32, int8, then the word embeddings into `staging`, each in a child process of this Python
+    (OnnxExportError)."""
+    steps = (
+        ["fp32", model_path, str(staging), device],
+        ["int8", str(staging)],
+        ["splice", model_path, str(staging)],
+    )
+    for step in steps:
         done = subprocess.run(
             [sys.executable, "-m", "chunkyard.retrieval.embedders.onnx_export", *step],
             capture_output=True,
@@ -84,11 +104,16 @@ def main(argv: list[str] | None = None) -> int:
     fp32.add_argument("device")
     int8 = steps.add_parser("int8", help="the int8 file quantised from a staging folder's fp32 file")
     int8.add_argument("staging", type=Path)
+    splice = steps.add_parser("splice", help="the model's full word embeddings into both files")
+    splice.add_argument("model_path", type=Path)
+    splice.add_argument("staging", type=Path)
     args = parser.parse_args(argv)
     if args.step == "fp32":
         export_fp32(args.model_path, args.staging, args.device)
-    else:
+    elif args.step == "int8":
         quantize_int8(args.staging)
+    else:
+        splice_word_embeddings(args.model_path, args.staging / ONNX_FP32_FILE, args.staging / ONNX_INT8_FILE)
     return 0
 
 
