@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chunkyard-installed
 
-.PHONY: install lock demo test test-faults ui serve eval screenshots bench bench-load bench-limits bench-team bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-faults bench-postgres-builds bench-first-run bench-plugs-in bench-formats bench-first-day bench-long-documents stack lint clean
+.PHONY: install lock demo test test-faults ui serve eval screenshots bench bench-load bench-limits bench-team bench-chunking bench-query bench-embedder bench-incremental bench-adaptive bench-scale bench-ingest bench-freshness bench-faults bench-postgres-builds bench-first-run bench-plugs-in bench-formats bench-first-day bench-long-documents bench-cross-language-levers stack lint clean
 
 # Exact versions: requirements/constraints.txt is what the tests passed with (`make lock` rewrites it).
 CONSTRAINTS := requirements/constraints.txt
@@ -94,6 +94,11 @@ bench-query: $(STAMP)
 
 bench-embedder: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_embedder
+
+# English queries over Chinese and Vietnamese sentences (Tatoeba, benchmarks/data/tatoeba): the levers
+# beyond dense alone, then the project's own question sets (~4 min at load 2)
+bench-cross-language-levers: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_cross_language_levers
 
 # context headers on/off on long documents (docs/), and max_context_tokens per language (~10 min)
 bench-long-documents: $(STAMP)

@@ -27,11 +27,11 @@ def identifiers() -> tuple[WindowedIdentifier, LanguageIdentifier]:
 def _texts() -> list[str]:
     """Every multilingual test document, pieces of them, and random text in many scripts and bytes."""
     texts = [p.read_text(encoding="utf-8") for p in sorted(DATA.glob("*/*.md"))]
-    texts += [text[:n] for text in texts[:12] for n in (1, 5, 6, 7, 40)]
+    texts += [text[:n] for text in texts[:12] for n in (1, 2, 3, 4, 5, 6, 7, 40)]
     rng = random.Random(5)
     texts += ["".join(chr(rng.randrange(32, 0x3100)) for _ in range(rng.randrange(300))) for _ in range(60)]
     texts += [rng.randbytes(rng.randrange(2000)).decode("utf-8", "replace") for _ in range(60)]
-    return texts + ["", " ", "12 345 -- ()", "HELLO WORLD"]
+    return texts + ["", " ", "12 345 -- ()", "HELLO WORLD", "SQL", "Tom", "tea?", " x "]
 
 
 def test_the_model_state_is_its_last_window_bytes(identifiers) -> None:

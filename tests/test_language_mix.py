@@ -138,6 +138,9 @@ def test_cross_language_questions_rank_by_dense_alone_with_a_multilingual_model(
         "¿Dónde está el huerto comunitario?", {**e5, "bm25": {"languages": {"es": 1.0}}}
     )
     assert not crosses_languages("Di mana kebun itu?", {**e5, "bm25": {"languages": {"id": 0.6, "ms": 0.4}}})
+    # English at 0.23 only, but Vietnamese at 0.0003: crossing; Portuguese at 0.10 but Spanish at 0.085 is not
+    assert crosses_languages("Love is blind.", {**e5, "bm25": {"languages": {"vi": 1.0}}})
+    assert not crosses_languages("informe trimestral de ventas", {**e5, "bm25": {"languages": {"es": 1.0}}})
     mixed = {**e5, "bm25": {"languages": {"en": 0.5, "uk": 0.5}}}
     assert not crosses_languages("Where is the community garden?", mixed)
     assert not crosses_languages("Де міський город?", mixed)

@@ -34,7 +34,8 @@ class WindowedIdentifier(LanguageIdentifier):
         """{feature: count} over `data`'s bytes, in first-occurrence order (py3langid's visit_counts)."""
         text = np.frombuffer(data, dtype=np.uint8)
         states = np.zeros(len(text), dtype=np.uint32)
-        for back in range(WINDOW - 1, -1, -1):  # every position walks its last WINDOW bytes from the root
+        # every position walks its last WINDOW bytes from the root (a text shorter than that: all of it)
+        for back in range(min(WINDOW, len(text)) - 1, -1, -1):
             moves = self._row_offsets[states[back:]]
             moves += text[: len(text) - back]
             states[back:] = self._moves.take(moves)
