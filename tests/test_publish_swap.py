@@ -69,8 +69,11 @@ def published(store: Store, index_name: str) -> dict[str, list[tuple]]:
             "terms": cur.execute(
                 "SELECT term, df FROM bm25_terms WHERE index_name = %s ORDER BY term", (index_name,)
             ).fetchall(),
+            # idf_sum is a float sum in the heap order of bm25_terms, which differs between two tables
+            # filled alike by the other indexes' rows around them: equal to 12 significant digits
             "stats": cur.execute(
-                "SELECT n_docs, total_length, vocab_size, idf_sum FROM bm25_stats WHERE index_name = %s",
+                "SELECT n_docs, total_length, vocab_size, round(idf_sum::numeric, 9) FROM bm25_stats"
+                " WHERE index_name = %s",
                 (index_name,),
             ).fetchall(),
             "documents": cur.execute(

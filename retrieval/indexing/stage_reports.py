@@ -103,7 +103,7 @@ class PublishReport:
     full_rebuild: bool = False  # every chunk was replaced (a new config, or a first build)
     seconds: float = 0.0
     hnsw_seconds: float = 0.0
-    tables_vacuumed: int = 0  # after the publish (see `publishing._vacuum_bloated`)
+    tables_vacuumed: int = 0  # after the publish (see UPKEEP in `retrieval.indexing.publish`)
     vectors_checked: int = 0  # staged vectors found equal to their text's cached embedding
     vector_storage: str = "vector"  # the HNSW graph's type (`vector` or `halfvec`)
     postgres_version: str = ""  # the server the index was published on (`server_version`)

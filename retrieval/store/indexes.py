@@ -191,6 +191,32 @@ def vacuum(conn: Connection, table: str, *, analyze: bool) -> None:
     conn.execute(sql.SQL("VACUUM ({}) {}").format(sql.SQL(options), sql.Identifier(table)))
 
 
+def upkeep(
+    conn: Connection,
+    index_name: str,
+    *,
+    analyzed: tuple[str, ...],
+    vacuum_staging: bool,
+    min_dead: int,
+    dead_share: float,
+) -> list[str]:
+    """After a publish (outside a transaction): ANALYZE the index's partitions named in `analyzed` ("chunks",
+    "postings"), VACUUM (ANALYZE) the staging tables if `vacuum_staging`, then VACUUM the other tables an
+    update writes that are `bloated` (min_dead, dead_share), the staging tables among them with fresh
+    statistics; returns the tables vacuumed."""
+    parts = partition_names(index_name)
+    for kind in analyzed:
+        analyze(conn, parts[kind])
+    vacuumed = list(STAGING_TABLES) if vacuum_staging else []
+    vacuum_analyze(conn, vacuumed)
+    written = [*STAGING_TABLES, parts["chunks"], parts["postings"], "bm25_terms", "bm25_stats"]
+    written += ["index_documents", "indexes", "documents"]
+    due = bloated(conn, [t for t in written if t not in vacuumed], min_dead, dead_share)
+    for table in due:
+        vacuum(conn, table, analyze=table in STAGING_TABLES)
+    return [*vacuumed, *due]
+
+
 # Registered indexes (collection x config): their partitions, versions, sizes and latest evaluation.
 def split_index_name(index: str, default_collection: str = "demo") -> IndexName:
     """`collection/config` stays; a bare config name means the default collection."""

@@ -77,6 +77,14 @@ def republish_config(conn: Connection, index_name: str, config: Jsonb) -> int | 
     return None if row is None else int(row[0])
 
 
+def republish(conn: Connection, index_name: str, config: Jsonb) -> tuple[int | None, tuple[int, int]]:
+    """Nothing staged to index: a new version carrying `config` if it differs (`republish_config`), the
+    staging emptied; (the new version or None, the published (chunks, documents))."""
+    bumped = republish_config(conn, index_name, config)
+    clear_staging(conn, index_name)
+    return bumped, sizes(conn, index_name)
+
+
 def publish_version(
     conn: Connection, index_name: str, config: Jsonb, config_hash: str, model_id: str | None, dim: int | None
 ) -> int:
@@ -411,4 +419,5 @@ def _build_next(conn: Connection, plan: PublishPlan, parts: dict[str, str]) -> A
 
 def sizes(conn: Connection, index_name: str) -> tuple[int, int]:
     """(chunks in the index's partition, documents it was built from)."""
-    return count_rows(conn, partition_names(index_name)["chunks"]), count_index_documents(conn, index_name)
+    documents = count_index_documents(conn, index_name)
+    return count_rows(conn, partition_names(index_name)["chunks"]), documents
