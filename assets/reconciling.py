@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from chunkyard.assets.keys import index_job_name
 from chunkyard.assets.resources import PostgresResource
 from chunkyard.assets.runs import COLLECTIONS_TAG, WRITER_TAG, collections_in_flight, host_tags
-from chunkyard.pipeline.reconcile import Attempt, Gap, RetryPolicy, collection_gap, decide
+from chunkyard.pipeline.reconcile import Attempt, Gap, GapBackoff, collection_gap, decide
 from chunkyard.retrieval.settings.config import Collection
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunRequest, RunsFilter
 
@@ -82,7 +82,7 @@ def reconcile(
     targets: Mapping[str, tuple[list[AssetKey], list[str]]],
     *,
     skip: set[str],
-    policy: RetryPolicy,
+    policy: GapBackoff,
     small_run_config: Mapping,
     small_max: int,
     seen: Mapping[str, Mapping[str, str]] | None = None,

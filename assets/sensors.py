@@ -53,7 +53,7 @@ from chunkyard.assets.resources import PostgresResource
 from chunkyard.assets.runs import host_tags, sweep_dead_runs
 from chunkyard.chunking.environment import env_int
 from chunkyard.pipeline.documents import FolderHashes, hash_folder
-from chunkyard.pipeline.reconcile import RetryPolicy
+from chunkyard.pipeline.reconcile import GapBackoff
 from chunkyard.retrieval.settings.config import Collection
 from dagster import (
     AssetKey,
@@ -370,7 +370,7 @@ def run_reconciler(
             watched,
             {n: (indexing_keys[n], index_names.get(n, [])) for n in watched},
             skip=skip,
-            policy=RetryPolicy.from_environment(),
+            policy=GapBackoff.from_environment(),
             small_run_config=IN_PROCESS_RUN_CONFIG,
             small_max=IN_PROCESS_MAX_CHANGED,
             seen=seen,

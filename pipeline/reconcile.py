@@ -7,7 +7,7 @@ So each tick also compares the three states directly: files the documents table 
 with (`folder_gap`, by the same signature and content-hash rules as the documents step) and documents
 each index lacks, holds stale or still serves after a deletion (`retrieval.indexing.lag`). A gap that no queued
 or running run covers gets a run; one that runs keep failing to close is retried with exponential
-backoff and, after `RetryPolicy.max_attempts`, reported and left alone until it changes (`decide`).
+backoff and, after `GapBackoff.max_attempts`, reported and left alone until it changes (`decide`).
 """
 
 from __future__ import annotations
@@ -128,14 +128,15 @@ def collection_gap(
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
-    """Exponential backoff between runs of one gap, and the number of runs before giving up."""
+class GapBackoff:
+    """Exponential backoff between runs of one gap, and the number of runs before giving up (per gap:
+    the same file content still unindexed; Dagster's own `RetryPolicy` retries one op of one run)."""
 
     backoff_seconds: int = DEFAULT_BACKOFF_SECONDS
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
 
     @classmethod
-    def from_environment(cls) -> RetryPolicy:
+    def from_environment(cls) -> GapBackoff:
         backoff = env_int(BACKOFF_ENV, DEFAULT_BACKOFF_SECONDS, minimum=0, unit="whole seconds")
         attempts = env_int(ATTEMPTS_ENV, DEFAULT_MAX_ATTEMPTS, unit="a number of runs")
         return cls(int(backoff or 0), int(attempts or DEFAULT_MAX_ATTEMPTS))
@@ -163,7 +164,7 @@ class Decision:
     reason: str = ""
 
 
-def decide(attempts: Sequence[Attempt], now: float, policy: RetryPolicy) -> Decision:
+def decide(attempts: Sequence[Attempt], now: float, policy: GapBackoff) -> Decision:
     """Whether to run for a gap that earlier runs (`attempts`, any order) did not close.
 
     A run that ended, failed or not, counts: a gap still open after a successful run is retried the

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from chunkyard.pipeline.reconcile import Attempt, RetryPolicy, decide
+from chunkyard.pipeline.reconcile import Attempt, GapBackoff, decide
 from chunkyard.retrieval.indexing.lag import index_lag
 from chunkyard.retrieval.store import Store
 from dagster import (
@@ -197,7 +197,7 @@ def _wait_blocked(lock: psycopg.Connection, worker: subprocess.Popen, step: str)
 
 
 def test_a_gap_runs_keep_leaving_open_is_retried_with_backoff_then_given_up() -> None:
-    policy = RetryPolicy(backoff_seconds=10, max_attempts=3)
+    policy = GapBackoff(backoff_seconds=10, max_attempts=3)
     assert decide([], 100.0, policy).action == "run"
     assert decide([Attempt(None)], 100.0, policy).action == "wait"  # one is queued or running
     one = [Attempt(100.0)]
