@@ -50,7 +50,7 @@ WHAT = {"staged": "re-chunked by this run", "published": "in the published index
 
 
 def chunk_sample(sample: ChunkSample, index_name: str) -> str:
-    """The Markdown of `sample` (read by `integrity.chunk_sample`, `SAMPLE_DOCUMENTS` documents): the
+    """The Markdown of `sample` (read by `integrity.sampled_chunks`, `SAMPLE_DOCUMENTS` documents): the
     first documents this run re-chunked (staged), else the published index's."""
     if sample.source not in WHAT:
         return "No chunks: the index has no documents yet."

@@ -47,7 +47,7 @@ def step_chunks(store: Store, spec: IndexSpec, embedder: Embedder | None, run: S
     # the step's reads, all before judging: what the run re-chunked, a few documents' chunks, and
     # what the checks judge (of the published chunks when nothing was re-chunked)
     documents = integrity.staged_documents(store, spec.name)
-    sample = integrity.chunk_sample(store, spec.name, documents.chunked, SAMPLE_DOCUMENTS)
+    sample = integrity.sampled_chunks(store, spec.name, documents.chunked, SAMPLE_DOCUMENTS)
     where = "staged" if documents.chunked else "published"
     reads = integrity.chunk_reads(store, spec.collection, spec.name, where) if run.checks else None
     report = StepReport(
@@ -59,8 +59,8 @@ def step_chunks(store: Store, spec: IndexSpec, embedder: Embedder | None, run: S
     )
     if reads is None:
         return report
-    tokenizer = get_tokenizer("model", config.embedding_model)
     limit = embedder.max_seq_length if embedder is not None else model_token_limit(config.embedding_model)
+    tokenizer = get_tokenizer("model", config.embedding_model)
     report.checks = [
         checks.check_spans(reads.spans),
         checks.check_no_empty_chunks(reads.empty),

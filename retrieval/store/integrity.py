@@ -3,7 +3,7 @@
 Each step reads what its checks judge here, in one call per scope (`chunk_reads` of the chunks step,
 `published_reads` of the publish; the embeddings step's `staged_embedding_counts`), before
 `pipeline.checks` judges it: the counts come back read, the chunks to go through stream in batches
-when judged. `staged_documents` (what a run re-chunked) and `chunk_sample` (the chunks step's view of
+when judged. `staged_documents` (what a run re-chunked) and `sampled_chunks` (the chunks step's view of
 a few documents) are the steps' other reads of the same tables.
 """
 
@@ -66,7 +66,7 @@ class ChunkSample:
     chunks: dict[str, list[DocumentChunk]]
 
 
-def chunk_sample(pool: Pool, index_name: str, rechunked: Sequence[str], shown: int) -> ChunkSample:
+def sampled_chunks(pool: Pool, index_name: str, rechunked: Sequence[str], shown: int) -> ChunkSample:
     """The chunks of the first `shown` of `rechunked` (staged) or, when it is empty, of the published
     index's documents (by id): two reads at most."""
     with pool.connection() as conn:
@@ -324,6 +324,9 @@ def published_embedding_counts(
 
 @dataclass(frozen=True)
 class Bm25Counts:
+    """The published chunks, those with terms and their summed BM25 length, against the BM25 statistics'
+    document count and total length."""
+
     chunks: int
     chunks_with_terms: int
     chunks_total_length: int
