@@ -10,15 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from chunkyard.chunking.locations import location_parts
-from chunkyard.retrieval.settings.config import IndexSpec
-from chunkyard.retrieval.store import Store
-from chunkyard.retrieval.store.documents import (
-    DocumentChunk,
-    document_chunks,
-    document_ids,
-    published_version,
-    staged_document_chunks,
-)
+from chunkyard.retrieval.store.documents import DocumentChunk
+from chunkyard.retrieval.store.integrity import ChunkSample
 
 SAMPLE_DOCUMENTS = 3  # documents shown
 SAMPLE_CHUNKS = 20  # chunks shown per document
@@ -53,19 +46,18 @@ def _table(doc_id: str, chunks: list[DocumentChunk]) -> list[str]:
     return [*lines, ""]
 
 
-def chunk_sample(store: Store, spec: IndexSpec, rechunked: list[str]) -> str:
-    """The Markdown: the first documents of `rechunked` (staged), else of the published index."""
-    if rechunked:
-        documents, read, what = rechunked, staged_document_chunks, "re-chunked by this run"
-    elif published_version(store, spec.name) is not None:
-        documents, read, what = document_ids(store, spec.name), document_chunks, "in the published index"
-    else:
+WHAT = {"staged": "re-chunked by this run", "published": "in the published index"}
+
+
+def chunk_sample(sample: ChunkSample, index_name: str) -> str:
+    """The Markdown of `sample` (read by `integrity.sampled_chunks`, `SAMPLE_DOCUMENTS` documents): the
+    first documents this run re-chunked (staged), else the published index's."""
+    if sample.source not in WHAT:
         return "No chunks: the index has no documents yet."
-    shown = documents[:SAMPLE_DOCUMENTS]
-    lines = [f"Chunks of {len(shown)} of the {len(documents)} documents {what}:", ""]
-    for doc_id in shown:
-        lines += _table(doc_id, read(store, spec.name, doc_id))
+    lines = [f"Chunks of {len(sample.chunks)} of the {sample.documents} documents {WHAT[sample.source]}:", ""]
+    for doc_id, chunks in sample.chunks.items():
+        lines += _table(doc_id, chunks)
     lines.append(
-        f"Any document's chunks, with where each was cut: `chunkyard chunks DOC --index {spec.name}`"
+        f"Any document's chunks, with where each was cut: `chunkyard chunks DOC --index {index_name}`"
     )
     return "\n".join(lines)

@@ -193,6 +193,7 @@ def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: s
     from chunkyard.chunking.tokenizers import get_tokenizer
     from chunkyard.pipeline.checks import check_token_limit
     from chunkyard.retrieval.store import Store
+    from chunkyard.retrieval.store.integrity import embed_texts
 
     collection = unique_name("l")
     # 250 words pass `check` (250 <= 256), but "word17" is two of the model's tokens: only the run can know
@@ -218,12 +219,10 @@ def test_chunks_over_the_model_limit_fail_the_token_check(tmp_path: Path, env: s
     assert not info.get("published_at") and not info.get("chunk_count")  # never published
     # A config that allows truncation passes the same chunks and reports the truncated share.
     check = check_token_limit(
-        Store(env),
-        f"{collection}/words-250",
+        embed_texts(Store(env), f"{collection}/words-250", "staged"),
         get_tokenizer("model"),
         256,
         allow_truncation=True,
-        where="staged",
     )
     assert check.passed and 0.0 < check.metadata["share_truncated"] <= 1.0
 

@@ -12,6 +12,7 @@ from chunkyard.pipeline.steps.publish import step_publish
 from chunkyard.retrieval.indexing.bm25 import stage_bm25
 from chunkyard.retrieval.indexing.chunks import stage_chunks
 from chunkyard.retrieval.indexing.embeddings import stage_embeddings
+from chunkyard.retrieval.store import integrity
 
 from tests.test_indexing_support import ParagraphChunker, make_spec
 
@@ -62,11 +63,11 @@ def test_an_incremental_publish_checks_the_written_documents_and_the_hashes_of_t
             "UPDATE documents SET text = upper(text), sha256 = 'edited' WHERE collection = %s AND doc_id = 'doc4.txt'",
             (spec.collection,),
         )
-    scoped = checks.check_spans(store, spec.collection, spec.name, "published", doc_ids=["doc2.txt"])
+    scoped = checks.check_spans(integrity.spans(store, spec.collection, spec.name, "published", ["doc2.txt"]))
     assert not scoped.passed
     assert scoped.metadata["documents_changed_since_indexed"] == 1
     assert "doc4.txt (text changed since it was indexed)" in scoped.metadata["examples"]
-    whole = checks.check_spans(store, spec.collection, spec.name, "published")
+    whole = checks.check_spans(integrity.spans(store, spec.collection, spec.name, "published"))
     assert not whole.passed and whole.metadata["span_mismatches"] == 2
     assert whole.metadata["chunks_checked"] == 11
 
@@ -102,6 +103,6 @@ def test_incremental_publishes_keep_the_bm25_sizes_of_a_full_scan_and_the_check_
         conn.execute(
             "UPDATE bm25_stats SET total_length = total_length + 1 WHERE index_name = %s", (spec.name,)
         )
-    drift = checks.check_bm25_counts(store, spec.name)
+    drift = checks.check_bm25_counts(integrity.bm25_counts(store, spec.name))
     assert not drift.passed
     assert drift.metadata["bm25_total_length"] == drift.metadata["chunks_total_length"] + 1

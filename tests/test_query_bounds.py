@@ -96,7 +96,8 @@ def bounded_store(pg_url: str, monkeypatch: pytest.MonkeyPatch):
 
 
 def test_span_check_is_linear_on_a_large_document(bounded_store, tmp_path: Path) -> None:
-    from chunkyard.pipeline.checks import SPAN_BATCH, check_spans
+    from chunkyard.pipeline.checks import check_spans
+    from chunkyard.retrieval.store.integrity import SPAN_BATCH, spans
 
     collection, index_name = f"spans{uuid.uuid4().hex[:8]}", f"spans{uuid.uuid4().hex[:8]}/big"
     text = _large_document()
@@ -106,7 +107,7 @@ def test_span_check_is_linear_on_a_large_document(bounded_store, tmp_path: Path)
     with bounded_store.connection() as conn:
         assert conn.execute("SHOW statement_timeout").fetchone()[0] == "20s"
     with _Trace(conn, tmp_path / "trace.txt") as trace:
-        check = check_spans(bounded_store, collection, index_name, "staged")
+        check = check_spans(spans(bounded_store, collection, index_name, "staged"))
     assert check.passed, check.metadata
     assert check.metadata["chunks_checked"] == n
     statements = trace.statements()
@@ -117,6 +118,7 @@ def test_span_check_is_linear_on_a_large_document(bounded_store, tmp_path: Path)
 
 def test_span_check_names_a_mismatched_chunk(bounded_store) -> None:
     from chunkyard.pipeline.checks import check_spans
+    from chunkyard.retrieval.store.integrity import spans
 
     collection, index_name = f"spans{uuid.uuid4().hex[:8]}", f"spans{uuid.uuid4().hex[:8]}/bad"
     text = _large_document(seed=3)[:50_000]
@@ -127,7 +129,7 @@ def test_span_check_names_a_mismatched_chunk(bounded_store) -> None:
             " VALUES (%s, 'orphan', 'gone.txt', 0, 3, 'abc', 'abc', 'x')",
             (index_name,),
         )
-    check = check_spans(bounded_store, collection, index_name, "staged")
+    check = check_spans(spans(bounded_store, collection, index_name, "staged"))
     assert not check.passed
     assert check.metadata["span_mismatches"] == 2
     assert "big.txt[4200:4300]" in check.metadata["examples"]

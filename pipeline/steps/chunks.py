@@ -7,12 +7,12 @@ from chunkyard.chunking.registry import needs_embedding_model
 from chunkyard.chunking.tokenizers import get_tokenizer
 from chunkyard.pipeline import checks
 from chunkyard.pipeline.checks import DeclaredCheck
-from chunkyard.pipeline.chunk_sample import chunk_sample
+from chunkyard.pipeline.chunk_sample import SAMPLE_DOCUMENTS, chunk_sample
 from chunkyard.pipeline.step_report import StepReport, StepRun
 from chunkyard.retrieval.embedders.embedder import Embedder
 from chunkyard.retrieval.indexing.chunks import stage_chunks
 from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
-from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store import Store, integrity
 
 # Bump when this module or `retrieval.indexing.chunks` changes the chunks it stages (the strategies
 # declare their own versions in `chunking.registry`).
@@ -44,28 +44,28 @@ def step_chunks(store: Store, spec: IndexSpec, embedder: Embedder | None, run: S
     staged = stage_chunks(
         store, spec, embedding_model=embedder, chunker=run.chunker, owner=run.owner, progress=run.progress
     )
-    documents = checks.staged_documents(store, spec.name)
+    # the step's reads, all before judging: what the run re-chunked, a few documents' chunks, and
+    # what the checks judge (of the published chunks when nothing was re-chunked)
+    documents = integrity.staged_documents(store, spec.name)
+    sample = integrity.sampled_chunks(store, spec.name, documents.chunked, SAMPLE_DOCUMENTS)
+    where = "staged" if documents.chunked else "published"
+    reads = integrity.chunk_reads(store, spec.collection, spec.name, where) if run.checks else None
     report = StepReport(
         metadata=dict(staged.as_metadata()),
-        ids={"rechunked_documents": documents["chunked"], "removed_documents": documents["removed"]},
+        ids={"rechunked_documents": documents.chunked, "removed_documents": documents.removed},
         # the UI's view of a few documents' chunks (`chunkyard chunks DOC` shows any one)
-        markdown={"chunks_sample": chunk_sample(store, spec, documents["chunked"])},
+        markdown={"chunks_sample": chunk_sample(sample, spec.name)},
         stage=staged,
     )
-    if not run.checks:
+    if reads is None:
         return report
     limit = embedder.max_seq_length if embedder is not None else model_token_limit(config.embedding_model)
-    where = "staged" if documents["chunked"] else "published"
+    tokenizer = get_tokenizer("model", config.embedding_model)
     report.checks = [
-        checks.check_spans(store, spec.collection, spec.name, "staged"),
-        checks.check_no_empty_chunks(store, spec.name, where),
+        checks.check_spans(reads.spans),
+        checks.check_no_empty_chunks(reads.empty),
         checks.check_token_limit(
-            store,
-            spec.name,
-            get_tokenizer("model", config.embedding_model),
-            limit,
-            allow_truncation=config.allow_truncation,
-            where=where,
+            reads.embed_texts, tokenizer, limit, allow_truncation=config.allow_truncation
         ),
     ]
     return report

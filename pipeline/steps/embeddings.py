@@ -9,7 +9,7 @@ from chunkyard.retrieval.embedders.embedder import Embedder
 from chunkyard.retrieval.indexing.embed_shards import embed_shard
 from chunkyard.retrieval.indexing.embeddings import stage_embeddings
 from chunkyard.retrieval.settings.config import IndexSpec
-from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store import Store, integrity
 
 # Bump when this module, `retrieval.indexing.embeddings` or `retrieval.indexing.embed_shards` changes
 # the vectors they stage (each embedder backend declares its own version).
@@ -26,11 +26,12 @@ def step_embeddings(store: Store, spec: IndexSpec, embedder: Embedder | None, ru
     if embedder is None:
         raise ValueError(f"embedder: the embeddings step of {spec.name} needs one, got None")
     staged = stage_embeddings(store, spec, embedder, run.progress, owner=run.owner)
-    documents = checks.staged_documents(store, spec.name)
+    documents = integrity.staged_documents(store, spec.name)
+    counts = integrity.staged_embedding_counts(store, spec.name, embedder.dim) if run.checks else None
     return StepReport(
         metadata=dict(staged.as_metadata()),
-        ids={"embedded_documents": documents["chunked"]},
-        checks=[checks.check_staged_embeddings(store, spec.name, embedder.dim)] if run.checks else [],
+        ids={"embedded_documents": documents.chunked},
+        checks=[checks.check_staged_embeddings(counts)] if counts is not None else [],
         stage=staged,
     )
 

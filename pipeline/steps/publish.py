@@ -9,7 +9,7 @@ from chunkyard.retrieval.embedders.embedder import Embedder
 from chunkyard.retrieval.indexing.lag import index_lag
 from chunkyard.retrieval.indexing.publish import publish
 from chunkyard.retrieval.settings.config import IndexSpec
-from chunkyard.retrieval.store import Store
+from chunkyard.retrieval.store import Store, integrity
 
 # Bump when this module or `retrieval.indexing.publish` (with `swap`, `staging`, `hnsw`) changes what
 # a publish writes.
@@ -29,7 +29,7 @@ def step_publish(store: Store, spec: IndexSpec, embedder: Embedder | None, run: 
     The span check reads the documents this publish wrote; the rest of the index is covered by their
     unchanged hashes (see `checks.check_spans`), so a one-document update does not re-read them all.
     """
-    written = checks.staged_documents(store, spec.name)["chunked"]
+    written = integrity.staged_documents(store, spec.name).chunked
     published = publish(store, spec, owner=run.owner, progress=run.progress)  # progress in phases
     scope = None if published.full_rebuild else written  # the rest was checked when published
     info = store.indexes.info(spec.name) or {}
@@ -48,9 +48,12 @@ def step_publish(store: Store, spec: IndexSpec, embedder: Embedder | None, run: 
     }
     report = StepReport(metadata={**published.as_metadata(), **lag, **analysis}, stage=published)
     if run.checks:
+        reads = integrity.published_reads(
+            store, spec.collection, spec.name, dim, doc_ids=written, vector_scope=scope
+        )
         report.checks = [
-            checks.check_spans(store, spec.collection, spec.name, "published", doc_ids=written),
-            checks.check_published_embeddings(store, spec.name, dim, doc_ids=scope),
-            checks.check_bm25_counts(store, spec.name),
+            checks.check_spans(reads.spans),
+            checks.check_published_embeddings(reads.embeddings),
+            checks.check_bm25_counts(reads.bm25),
         ]
     return report

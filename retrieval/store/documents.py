@@ -187,7 +187,7 @@ class Documents:
         return [{"path": p, "reason": r} for p, r in rows]
 
 
-# A collection's stored documents read against an index: text slices, texts by id, what the index lags behind.
+# A collection's stored documents read against an index: text slices, what the index lags behind.
 def document_slice(
     conn: psycopg.Connection, collection: str, doc_id: str, start: int, end: int
 ) -> str | None:
@@ -197,31 +197,6 @@ def document_slice(
         (start + 1, end - start, collection, doc_id),
     ).fetchone()
     return None if row is None else row[0]
-
-
-def document_texts(
-    conn: psycopg.Connection, collection: str, doc_ids: Sequence[str]
-) -> list[tuple[str, str]]:
-    """(doc_id, text) of the stored documents among `doc_ids` (a missing one is left out)."""
-    return conn.execute(
-        "SELECT doc_id, text FROM documents WHERE collection = %s AND doc_id = ANY(%s)",
-        (collection, list(doc_ids)),
-    ).fetchall()
-
-
-def changed_since_indexed(
-    conn: psycopg.Connection, collection: str, index_name: str, excluded: Sequence[str]
-) -> list[str]:
-    """The index's documents, other than `excluded`, whose stored sha256 is no longer the one it was built
-    from (or that are no longer stored), by id."""
-    rows = conn.execute(
-        "SELECT i.doc_id FROM index_documents i LEFT JOIN documents d"
-        " ON d.collection = %s AND d.doc_id = i.doc_id"
-        " WHERE i.index_name = %s AND NOT (i.doc_id = ANY(%s))"
-        " AND d.sha256 IS DISTINCT FROM i.sha256 ORDER BY i.doc_id",
-        (collection, index_name, list(excluded)),
-    ).fetchall()
-    return [doc_id for (doc_id,) in rows]
 
 
 def unindexed_changes(
@@ -288,17 +263,6 @@ def document_ids(pool: Pool, index: IndexName) -> list[str]:
     query = sql.SQL("SELECT DISTINCT doc_id FROM {} WHERE index_name = %s ORDER BY doc_id").format(table)
     with pool.connection() as conn:
         return [r[0] for r in conn.execute(query, (str(index),)).fetchall()]
-
-
-def staged_document_chunks(pool: Pool, index: IndexName, doc_id: str) -> list[DocumentChunk]:
-    """`doc_id`'s chunks staged for `index`'s next publish (a run's chunks step), by start offset."""
-    query = (
-        'SELECT chunk_id, start, "end", text, metadata FROM staged_chunks'
-        ' WHERE index_name = %s AND doc_id = %s ORDER BY start, "end"'
-    )
-    with pool.connection() as conn:
-        rows = conn.execute(query, (str(index), doc_id)).fetchall()
-    return [DocumentChunk(r[0], int(r[1]), int(r[2]), r[3], dict(r[4] or {})) for r in rows]
 
 
 def document_hashes(conn: psycopg.Connection, collection: str) -> dict[str, str]:
