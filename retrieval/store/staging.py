@@ -106,6 +106,38 @@ def delete_staged(conn: Connection, index_name: str, tables: Iterable[str] = STA
             )
 
 
+def open_run(
+    conn: Connection,
+    index_name: str,
+    config_hash: str,
+    full_rebuild: bool,
+    report: dict[str, Any],
+    removals: Sequence[str],
+) -> None:
+    """Start the index's staging as stage_chunks does, on its transaction, once it dropped the tables
+    prepared for a swap (`indexes.drop_next_tables`): the staged rows deleted, the run row inserted
+    (`report`: the owner, if any) and the removal of `removals` (changed and deleted documents) staged."""
+    delete_staged(conn, index_name)
+    insert_staged_run(conn, index_name, config_hash, full_rebuild, report)
+    if removals:
+        insert_removals(conn, index_name, removals)
+
+
+def stage_chunk_batch(
+    cur: Cursor,
+    index_name: str,
+    documents: Sequence[tuple[str, str]],
+    chunks: Iterable[tuple[Any, ...]],
+    vectors: Sequence[tuple[str, str, np.ndarray]],
+) -> None:
+    """One batch of stage_chunks: the (doc_id, sha256) of its documents (`insert_staged_documents`), their
+    chunk rows (`copy_staged_chunks`) and the vectors computed while chunking, if any."""
+    insert_staged_documents(cur, index_name, documents)
+    copy_staged_chunks(cur, chunks)
+    if vectors:
+        copy_staged_embeddings(cur, vectors)
+
+
 def clear_staging(conn: Connection, index_name: str, tables: tuple[str, ...] | None = None) -> None:
     """Empty the index's staging area (all of it, postings prepared for a swap included, unless `tables`
     names some), in one round trip."""
