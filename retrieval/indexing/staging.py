@@ -12,6 +12,7 @@ from __future__ import annotations
 from chunkyard.retrieval.indexing.stage_reports import IndexingError
 from chunkyard.retrieval.store import staging as staging_rows
 from chunkyard.retrieval.store.indexes import analyze
+from chunkyard.retrieval.store.staging import StagedRun
 from psycopg import Connection
 
 # Staging tables are shared by every index: ANALYZE samples all of their rows (0.75 s at 72k staged
@@ -53,3 +54,19 @@ def staged_run(
         raise IndexingError(f"{step}: nothing staged for index {index_name!r}; run stage_chunks first")
     check_owner(step, index_name, owner, run.owner)
     return run.config_hash, run.full_rebuild, run.model_id
+
+
+def check_run(
+    step: str, index_name: str, owner: str | None, run: StagedRun | None, config_hash: str | None = None
+) -> StagedRun:
+    """`run` (the `staged_runs` row a store call read under its lock), unless it is missing, another run
+    (not `owner`) staged it, or it was staged with another config than `config_hash` (None: not
+    checked): the errors of `staged_run`, then of a config mismatch, naming `step`."""
+    if run is None:
+        if owner is not None:
+            check_owner(step, index_name, owner, None)
+        raise IndexingError(f"{step}: nothing staged for index {index_name!r}; run stage_chunks first")
+    check_owner(step, index_name, owner, run.owner)
+    if config_hash is not None and run.config_hash != config_hash:
+        raise IndexingError(f"{step}: {index_name!r} was staged with another config; re-run stage_chunks")
+    return run

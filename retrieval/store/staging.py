@@ -72,6 +72,72 @@ def lock_staged_run(conn: Connection, index_name: str) -> StagedRun | None:
     return StagedRun(row[0], bool(row[1]), row[2], row[3])
 
 
+def _callers(run: StagedRun | None, owner: str | None, config_hash: str | None) -> bool:
+    """Whether `run` is the caller's: staged, by `owner` (None: any), with `config_hash` (None: any)."""
+    return (
+        run is not None
+        and (owner is None or run.owner == owner)
+        and (config_hash is None or run.config_hash == config_hash)
+    )
+
+
+@dataclass(frozen=True)
+class EmbeddingInputs:
+    """What stage_embeddings reads as it starts: the run row (None: nothing staged) and, when the run
+    is the caller's, the vectors staged while chunking and the chunks still without one."""
+
+    run: StagedRun | None
+    precomputed: int = 0
+    pending: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def start_embeddings(
+    conn: Connection, index_name: str, owner: str | None, config_hash: str, model_id: str
+) -> EmbeddingInputs:
+    """Lock the run row; when `owner` (None: any) staged it with `config_hash`, record `model_id` as the
+    run's model and read its staged vectors' count and `chunks_without_vector`. Otherwise only the row
+    is returned, for the caller to judge (`indexing.staging.check_run`)."""
+    run = lock_staged_run(conn, index_name)
+    if not _callers(run, owner, config_hash):
+        return EmbeddingInputs(run)
+    set_run_model(conn, index_name, model_id)
+    return EmbeddingInputs(
+        run, count_staged_vectors(conn, index_name), chunks_without_vector(conn, index_name)
+    )
+
+
+def stage_vectors(
+    conn: Connection,
+    cur: Cursor,
+    index_name: str,
+    owner: str | None,
+    rows: Iterable[tuple[str, str, np.ndarray]],
+) -> StagedRun | None:
+    """Lock the run row and, when `owner` (None: any) still staged it, COPY the (index_name, chunk_id,
+    vector) `rows` into `staged_embeddings`; the row either way, for the caller to judge."""
+    run = lock_staged_run(conn, index_name)
+    if _callers(run, owner, None):
+        copy_staged_embeddings(cur, rows)
+    return run
+
+
+def shard_inputs(
+    conn: Connection,
+    index_name: str,
+    owner: str | None,
+    config_hash: str,
+    digits: int,
+    shards: int,
+    shard: int,
+) -> tuple[StagedRun | None, list[tuple[str, str]]]:
+    """The run row, locked, and, when `owner` (None: any) staged it with `config_hash`, the `shard_texts`
+    of shard `shard` of `shards`."""
+    run = lock_staged_run(conn, index_name)
+    if not _callers(run, owner, config_hash):
+        return run, []
+    return run, shard_texts(conn, index_name, digits, shards, shard)
+
+
 def read_staged_run(conn: Connection, index_name: str) -> StagedRun | None:
     """The index's run row with its merged report, unlocked (None: nothing staged)."""
     row = conn.execute(
