@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from chunkyard.chunking.environment import env_int
 from chunkyard.retrieval.indexing.hnsw import maintenance_work_mem
-from chunkyard.retrieval.store import published
 from chunkyard.retrieval.store.indexes import analyze, build_keys, create_next, next_name, partition_names
 from psycopg import Connection
 
@@ -36,14 +35,15 @@ def swap_min_chunks() -> int:
     return int(env_int(SWAP_MIN_CHUNKS_ENV, SWAP_MIN_CHUNKS))
 
 
-def swaps(conn: Connection, index_name: str, full_rebuild: bool, staged_chunks: int) -> bool:
-    """Whether the staged build is published by a swap: a full build (a rebuild or the index's first
-    version) of at least `swap_min_chunks()` chunks. Decided once, by the BM25 stage."""
+def swaps(full_rebuild: bool, staged_chunks: int, version: int | None) -> bool:
+    """Whether the staged build is published by a swap: a full build (a rebuild, or the index's first
+    version: `version`, the published one, is 0) of at least `swap_min_chunks()` chunks. Decided once,
+    by the BM25 stage."""
     if staged_chunks < swap_min_chunks():
         return False
     if full_rebuild:
         return True
-    return published.version_of(conn, index_name) == 0
+    return version == 0
 
 
 def create_next_postings(conn: Connection, index_name: str) -> str:
