@@ -66,7 +66,37 @@ def stage_chunks(
     with store.connection() as conn, conn.transaction():
         published.lock_index(conn, index_name)
         drop_next_tables(conn, index_name)  # a killed build's, or postings prepared for a swap
-        _stage(store, conn, spec, info, report, parts, embedding_model, chunker, owner, progress)
+        info = store.indexes.info(index_name) or info  # as of the lock: a publish may have landed meanwhile
+        report.full_rebuild = bool(info["version"] > 0 and info["config_hash"] != spec.config.config_hash)
+        delta = documents.staging_delta(
+            conn, spec.collection, index_name, parts["chunks"], report.full_rebuild
+        )
+        report.documents_added = len(delta.added)
+        report.documents_changed = len(delta.changed)
+        report.documents_deleted = len(delta.deleted)
+        report.documents_unchanged = len(delta.unchanged)
+        report.chunks_to_delete = delta.chunks_to_delete
+        report.chunks_kept = max(int(info["chunk_count"]) - report.chunks_to_delete, 0)
+        to_chunk = delta.added + delta.changed
+        if chunker is None and to_chunk:
+            from chunkyard.chunking import build_chunker
+
+            # sizes in `tokenizer: model` count the index's own embedding model's tokens, unless it names another
+            chunker = build_chunker(
+                {"model": spec.config.embedding_model, **spec.config.chunker},
+                config_key=spec.config.config_hash,
+                embedding_model=embedding_model,
+            )
+        staging_rows.open_run(
+            conn,
+            index_name,
+            spec.config.config_hash,
+            report.full_rebuild,
+            {"owner": owner} if owner else {},
+            delta.removals,
+        )
+        _chunk_into_staging(store, conn, spec, to_chunk, chunker, report, progress)
+        analyze_staged(conn, report.chunks_staged, "staged_chunks", "staged_embeddings")
         report.seconds = report.chunk_stage_seconds = round(time.perf_counter() - started, 3)
         report.load_seconds, report.chunk_seconds = (
             round(report.load_seconds, 3),
@@ -76,50 +106,18 @@ def stage_chunks(
     return report
 
 
-def _stage(
+def _chunk_into_staging(
     store: Store,
     conn: Connection,
     spec: IndexSpec,
-    info: dict,
-    report: ChunkStageReport,
-    parts: dict[str, str],
-    embedding_model: Embedder | None,
+    to_chunk: list[str],
     chunker: BaseChunker | None,
-    owner: str | None,
-    progress: Callable[[int, int], None] | None = None,
+    report: ChunkStageReport,
+    progress: Callable[[int, int], None] | None,
 ) -> None:
-    """The body of `stage_chunks`, inside its transaction (the index row locked)."""
+    """Chunk the documents `to_chunk` by batches into the run stage_chunks opened, on its transaction
+    (`chunker`: None only when there is nothing to chunk)."""
     index_name = spec.name
-    info = store.indexes.info(index_name) or info  # as of the lock: a publish may have landed meanwhile
-    report.full_rebuild = bool(info["version"] > 0 and info["config_hash"] != spec.config.config_hash)
-    delta = documents.staging_delta(conn, spec.collection, index_name, parts["chunks"], report.full_rebuild)
-    added, changed = delta.added, delta.changed
-    report.documents_added = len(added)
-    report.documents_changed = len(changed)
-    report.documents_deleted = len(delta.deleted)
-    report.documents_unchanged = len(delta.unchanged)
-    report.chunks_to_delete = delta.chunks_to_delete
-    report.chunks_kept = max(int(info["chunk_count"]) - report.chunks_to_delete, 0)
-
-    if chunker is None and (added or changed):
-        from chunkyard.chunking import build_chunker
-
-        # sizes in `tokenizer: model` count the index's own embedding model's tokens, unless it names another
-        chunker = build_chunker(
-            {"model": spec.config.embedding_model, **spec.config.chunker},
-            config_key=spec.config.config_hash,
-            embedding_model=embedding_model,
-        )
-    staging_rows.open_run(
-        conn,
-        index_name,
-        spec.config.config_hash,
-        report.full_rebuild,
-        {"owner": owner} if owner else {},
-        delta.removals,
-    )
-
-    to_chunk = added + changed
     seen: set[str] = set()
     with conn.cursor() as cur:
         for i in range(0, len(to_chunk), CHUNK_DOC_BATCH):
@@ -163,4 +161,3 @@ def _stage(
             report.chunks_precomputed_embeddings += len(vectors)
             if progress:
                 progress(min(i + CHUNK_DOC_BATCH, len(to_chunk)), len(to_chunk))
-    analyze_staged(conn, report.chunks_staged, "staged_chunks", "staged_embeddings")
