@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from chunkyard.retrieval.indexing.hnsw import maintenance_work_mem
 from chunkyard.retrieval.indexing.stage_reports import Bm25StageReport
 from chunkyard.retrieval.indexing.staging import analyze_staged, check_run
 from chunkyard.retrieval.indexing.swap import POSTINGS_PREPARED, swaps
-from chunkyard.retrieval.lexical.code_terms import code_terms
-from chunkyard.retrieval.lexical.languages import METADATA_KEY, IndexAnalysis, index_analysis
+from chunkyard.retrieval.lexical.languages import METADATA_KEY, index_analysis
 from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store import staging as staging_rows
@@ -51,11 +49,21 @@ def stage_bm25(
         # a large full build's postings go straight into the next version's table, keyed here, so its
         # publish builds only the chunk rows and the graph (retrieval.indexing.swap)
         swapping = swaps(run.full_rebuild, len(rows), inputs.version)
+        # each chunk in its document's language (code chunks, with a `language`, in the main analyzer's)
+        analyzed = (
+            (chunk_id, analysis.chunk_terms(embed_text, language, is_code))
+            for chunk_id, embed_text, language, is_code, _ in rows
+        )
+        total = len(rows)
         written = staging_rows.stage_postings(
             conn,
             index_name,
-            _analyzed(rows, analysis, progress),
+            analyzed,
             maintenance_work_mem() if swapping else None,
+            # `progress` every PROGRESS_EVERY chunks written and at the end
+            None
+            if progress is None
+            else lambda done: progress(done, total) if done % PROGRESS_EVERY == 0 or done == total else None,
         )
         if written.keys_seconds is not None:
             report.postings_keys_seconds = written.keys_seconds
@@ -70,19 +78,3 @@ def stage_bm25(
             {**report.as_metadata(), "bm25_analysis": staged_analysis, POSTINGS_PREPARED: swapping},
         )
     return report
-
-
-def _analyzed(
-    rows: list[tuple[str, str, str | None, bool, int]],
-    analysis: IndexAnalysis,
-    progress: Callable[[int, int], None] | None,
-) -> Iterator[tuple[str, Counter[str], int]]:
-    """(chunk_id, term counts, length) of each staged chunk, analysed in its document's language (code
-    chunks, with a `language`, in the main analyzer's); `progress` called as they are written."""
-    for done, (chunk_id, embed_text, language, is_code, _) in enumerate(rows, 1):
-        terms = analysis.for_language(language).analyze(embed_text)
-        if is_code:  # never scored for a question's stop words (retrieval.lexical.code_terms)
-            terms = code_terms(terms)
-        yield chunk_id, Counter(terms), len(terms)
-        if progress and (done % PROGRESS_EVERY == 0 or done == len(rows)):
-            progress(done, len(rows))

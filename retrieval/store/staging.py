@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -410,13 +410,15 @@ def start_bm25(
 def stage_postings(
     conn: Connection,
     index_name: str,
-    analyzed: Iterable[tuple[str, Mapping[str, int], int]],
+    analyzed: Iterable[tuple[str, list[str]]],
     swap_work_mem: str | None,
+    written: Callable[[int], None] | None = None,
 ) -> PostingsStaged:
-    """Replace the index's staged BM25 rows by those of `analyzed`, each chunk's (chunk_id, term counts,
-    length), on the caller's transaction; tables prepared for a swap are dropped first. With
-    `swap_work_mem` (the build is published by a swap), the postings go into the next version's table
-    instead of `staged_bm25`, whose keys are then built by sort with that memory and analyzed."""
+    """Replace the index's staged BM25 rows by those of `analyzed`, each chunk's (chunk_id, terms), on the
+    caller's transaction; tables prepared for a swap are dropped first. With `swap_work_mem` (the build
+    is published by a swap), the postings go into the next version's table instead of `staged_bm25`,
+    whose keys are then built by sort with that memory and analyzed. `written(chunks)` is called as
+    each chunk's postings are written."""
     delete_staged(conn, index_name, BM25_STAGING_TABLES)
     drop_next_tables(conn, index_name)
     table = None
@@ -428,7 +430,8 @@ def stage_postings(
     postings = 0
     with conn.cursor() as cur:
         with copy_postings(cur, table) as copy:
-            for chunk_id, counts, length in analyzed:
+            for done, (chunk_id, terms) in enumerate(analyzed, 1):
+                counts, length = Counter(terms), len(terms)
                 lengths.append((index_name, chunk_id, length))
                 df.update(counts.keys())
                 for term, tf in counts.items():
@@ -438,6 +441,8 @@ def stage_postings(
                         else (index_name, term, chunk_id, tf)
                     )
                 postings += len(counts)
+                if written is not None:
+                    written(done)
         copy_staged_lengths(cur, lengths)
         copy_staged_terms(cur, index_name, df)
     if table is None or swap_work_mem is None:
