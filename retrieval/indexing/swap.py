@@ -5,12 +5,12 @@ every old row and keeps the partition's B-trees up to date one row at a time. A 
 rebuild of at least `swap_min_chunks()` chunks instead fills new tables with no index, builds their
 keys once the rows are in (by sort), and at the end of the publish transaction drops the old
 partitions and attaches the new ones under the same names. The postings, which need nothing the
-embeddings make, are prepared by the BM25 stage (`create_next_postings`, `index_next_postings`): its
-transaction commits them, keyed and analyzed, as a table no reader knows of, so the publish builds
+embeddings make, are prepared by the BM25 stage (`retrieval.store.staging.stage_postings`; the same
+steps one by one: `create_next_postings`, `index_next_postings`): its transaction commits them, keyed and analyzed, as a table no reader knows of, so the publish builds
 only the chunk rows and their graph (`retrieval.store.published.apply`). Readers keep the old version until the publish commits (see
 `retrieval.store.published_chunks.READ_LOCK` for REPEATABLE READ readers), and a failed publish leaves the old version as it
 was and the staging, prepared postings included, ready for a retry. Re-staging the index drops them
-(`store.staging.clear_staging`). Incremental publishes keep the in-place path.
+(`stage_chunks`, by `store.indexes.drop_next_tables`). Incremental publishes keep the in-place path.
 """
 
 from __future__ import annotations
