@@ -91,10 +91,12 @@ def start_embeddings(
     run = lock_staged_run(conn, index_name)
     if not _callers(run, owner, config_hash):
         return EmbeddingInputs(run)
-    set_run_model(conn, index_name, model_id)
-    return EmbeddingInputs(
-        run, count_staged_vectors(conn, index_name), chunks_without_vector(conn, index_name)
-    )
+    conn.execute("UPDATE staged_runs SET model_id = %s WHERE index_name = %s", (model_id, index_name))
+    # the vectors staged while chunking (late chunking), before this stage
+    precomputed = conn.execute(
+        "SELECT count(*) FROM staged_embeddings WHERE index_name = %s", (index_name,)
+    ).fetchone()[0]
+    return EmbeddingInputs(run, int(precomputed), chunks_without_vector(conn, index_name))
 
 
 def stage_vectors(
@@ -147,11 +149,6 @@ def merge_run_report(conn: Connection, index_name: str, values: dict[str, Any]) 
         "UPDATE staged_runs SET report = report || %s WHERE index_name = %s",
         (Jsonb(values), index_name),
     )
-
-
-def set_run_model(conn: Connection, index_name: str, model_id: str) -> None:
-    """Record the embedding model whose vectors the run stages."""
-    conn.execute("UPDATE staged_runs SET model_id = %s WHERE index_name = %s", (model_id, index_name))
 
 
 def delete_staged(conn: Connection, index_name: str, tables: Iterable[str] = STAGING_TABLES) -> None:
@@ -346,14 +343,6 @@ def staged_dims(conn: Connection, index_name: str) -> list[tuple[int]]:
         "SELECT DISTINCT vector_dims(embedding) FROM staged_embeddings WHERE index_name = %s",
         (index_name,),
     ).fetchall()
-
-
-def count_staged_vectors(conn: Connection, index_name: str) -> int:
-    """The index's staged vectors (those computed while chunking, before the embeddings stage)."""
-    row = conn.execute(
-        "SELECT count(*) FROM staged_embeddings WHERE index_name = %s", (index_name,)
-    ).fetchone()
-    return int(row[0])
 
 
 def chunks_without_vector(conn: Connection, index_name: str) -> list[tuple[str, str, str]]:
