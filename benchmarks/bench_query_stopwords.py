@@ -137,8 +137,18 @@ class QueryAnalyzer:
         return kept or terms
 
 
-class _EnglishDropped(QueryAnalyzer):
-    """The first pass's rule: every English stop word dropped from the query."""
+class _EnglishDropped:
+    """The first pass's rule: every English stop word dropped from the query (even every word of it)."""
+
+    def __init__(self, analyzer: TermAnalyzer) -> None:
+        self.analyzer = analyzer
+
+    @property
+    def name(self) -> str:
+        return self.analyzer.name
+
+    def __call__(self, text: str) -> list[str]:
+        return self.analyze(text)
 
     def analyze(self, text: str) -> list[str]:
         return [term for term in self.analyzer.analyze(text) if term not in ENGLISH_STOPWORDS]

@@ -15,7 +15,7 @@ from chunkyard.retrieval.lexical.languages import METADATA_KEY, document_languag
 from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store, documents, published
 from chunkyard.retrieval.store import staging as staging_rows
-from chunkyard.retrieval.store.indexes import partition_names
+from chunkyard.retrieval.store.indexes import drop_next_tables, partition_names
 from psycopg import Connection
 from psycopg.types.json import Jsonb
 
@@ -65,7 +65,38 @@ def stage_chunks(
     parts = partition_names(index_name)
     with store.connection() as conn, conn.transaction():
         published.lock_index(conn, index_name)
-        _stage(store, conn, spec, info, report, parts, embedding_model, chunker, owner, progress)
+        drop_next_tables(conn, index_name)  # a killed build's, or postings prepared for a swap
+        info = store.indexes.info(index_name) or info  # as of the lock: a publish may have landed meanwhile
+        report.full_rebuild = bool(info["version"] > 0 and info["config_hash"] != spec.config.config_hash)
+        delta = documents.staging_delta(
+            conn, spec.collection, index_name, parts["chunks"], report.full_rebuild
+        )
+        report.documents_added = len(delta.added)
+        report.documents_changed = len(delta.changed)
+        report.documents_deleted = len(delta.deleted)
+        report.documents_unchanged = len(delta.unchanged)
+        report.chunks_to_delete = delta.chunks_to_delete
+        report.chunks_kept = max(int(info["chunk_count"]) - report.chunks_to_delete, 0)
+        to_chunk = delta.added + delta.changed
+        if chunker is None and to_chunk:
+            from chunkyard.chunking import build_chunker
+
+            # sizes in `tokenizer: model` count the index's own embedding model's tokens, unless it names another
+            chunker = build_chunker(
+                {"model": spec.config.embedding_model, **spec.config.chunker},
+                config_key=spec.config.config_hash,
+                embedding_model=embedding_model,
+            )
+        staging_rows.open_run(
+            conn,
+            index_name,
+            spec.config.config_hash,
+            report.full_rebuild,
+            {"owner": owner} if owner else {},
+            delta.removals,
+        )
+        _chunk_into_staging(store, conn, spec, to_chunk, chunker, report, progress)
+        analyze_staged(conn, report.chunks_staged, "staged_chunks", "staged_embeddings")
         report.seconds = report.chunk_stage_seconds = round(time.perf_counter() - started, 3)
         report.load_seconds, report.chunk_seconds = (
             round(report.load_seconds, 3),
@@ -75,64 +106,24 @@ def stage_chunks(
     return report
 
 
-def _stage(
+def _chunk_into_staging(
     store: Store,
     conn: Connection,
     spec: IndexSpec,
-    info: dict,
-    report: ChunkStageReport,
-    parts: dict[str, str],
-    embedding_model: Embedder | None,
+    to_chunk: list[str],
     chunker: BaseChunker | None,
-    owner: str | None,
-    progress: Callable[[int, int], None] | None = None,
+    report: ChunkStageReport,
+    progress: Callable[[int, int], None] | None,
 ) -> None:
-    """The body of `stage_chunks`, inside its transaction (the index row locked)."""
+    """Chunk the documents `to_chunk` by batches into the run stage_chunks opened, on its transaction
+    (`chunker`: None only when there is nothing to chunk)."""
     index_name = spec.name
-    info = store.indexes.info(index_name) or info  # as of the lock: a publish may have landed meanwhile
-    current = documents.document_hashes(conn, spec.collection)
-    built = documents.built_hashes(conn, index_name)
-    report.full_rebuild = bool(info["version"] > 0 and info["config_hash"] != spec.config.config_hash)
-    previous = {} if report.full_rebuild else built
-    added = sorted(d for d in current if d not in previous)
-    changed = sorted(d for d in current if d in previous and previous[d] != current[d])
-    deleted = sorted(d for d in built if d not in current)
-    unchanged = sorted(d for d in current if d in previous and previous[d] == current[d])
-    removals = sorted(set(built) - set(unchanged))
-    report.documents_added = len(added)
-    report.documents_changed = len(changed)
-    report.documents_deleted = len(deleted)
-    report.documents_unchanged = len(unchanged)
-
-    if chunker is None and (added or changed):
-        from chunkyard.chunking import build_chunker
-
-        # sizes in `tokenizer: model` count the index's own embedding model's tokens, unless it names another
-        chunker = build_chunker(
-            {"model": spec.config.embedding_model, **spec.config.chunker},
-            config_key=spec.config.config_hash,
-            embedding_model=embedding_model,
-        )
-    staging_rows.clear_staging(conn, index_name)
-    staging_rows.insert_staged_run(
-        conn, index_name, spec.config.config_hash, report.full_rebuild, {"owner": owner} if owner else {}
-    )
-    if removals:
-        staging_rows.insert_removals(conn, index_name, removals)
-    # counted over the removed documents only (the doc_id index), not the whole partition: the
-    # published chunk count (BM25's N, checked against the partition at every publish) gives the rest
-    if removals:
-        report.chunks_to_delete = documents.count_chunks_of(conn, parts["chunks"], index_name, removals)
-    report.chunks_kept = max(int(info["chunk_count"]) - report.chunks_to_delete, 0)
-
-    to_chunk = added + changed
     seen: set[str] = set()
     with conn.cursor() as cur:
         for i in range(0, len(to_chunk), CHUNK_DOC_BATCH):
             load_started = time.perf_counter()
             docs = store.documents.read(spec.collection, to_chunk[i : i + CHUNK_DOC_BATCH])
             report.load_seconds += time.perf_counter() - load_started
-            staging_rows.insert_staged_documents(cur, index_name, [(d.id, d.sha256) for d in docs])
             chunk_started = time.perf_counter()
             chunk_lists = chunker.chunk_batch(docs)  # type: ignore[union-attr]
             report.chunk_seconds += time.perf_counter() - chunk_started
@@ -165,11 +156,8 @@ def _stage(
                     )
                     if chunk.embedding is not None:  # late chunking: stored as computed
                         vectors.append((index_name, chunk_id, np.asarray(chunk.embedding, dtype=np.float32)))
-            staging_rows.copy_staged_chunks(cur, rows)
-            if vectors:
-                staging_rows.copy_staged_embeddings(cur, vectors)
+            staging_rows.stage_chunk_batch(cur, index_name, [(d.id, d.sha256) for d in docs], rows, vectors)
             report.chunks_staged += len(rows)
             report.chunks_precomputed_embeddings += len(vectors)
             if progress:
                 progress(min(i + CHUNK_DOC_BATCH, len(to_chunk)), len(to_chunk))
-    analyze_staged(conn, report.chunks_staged, "staged_chunks", "staged_embeddings")

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 from chunkyard.retrieval.indexing.embeddings import embed_and_cache
 from chunkyard.retrieval.indexing.stage_reports import IndexingError, flat_metadata
-from chunkyard.retrieval.indexing.staging import staged_run
+from chunkyard.retrieval.indexing.staging import check_run
 from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store
-from chunkyard.retrieval.store.staging import shard_texts
+from chunkyard.retrieval.store.staging import shard_inputs
 
 if TYPE_CHECKING:
     from chunkyard.retrieval.embedders.embedder import Embedder
@@ -66,12 +66,8 @@ def embed_shard(
     index_name = str(spec.name)
     report = ShardReport(index=index_name, shard=shard, shards=shards, model_id=embedder.model_id)
     with store.connection() as conn:
-        config_hash, _, _ = staged_run(conn, index_name, "embed_shard", owner)
-        if config_hash != spec.config.config_hash:
-            raise IndexingError(
-                f"embed_shard: {index_name!r} was staged with another config; re-run stage_chunks"
-            )
-        rows = shard_texts(conn, index_name, HASH_DIGITS, shards, shard)
+        run, rows = shard_inputs(conn, index_name, owner, spec.config.config_hash, HASH_DIGITS, shards, shard)
+        check_run("embed_shard", index_name, owner, run, spec.config.config_hash)
     texts_by_hash = {h: text for h, text in rows}
     report.texts = len(texts_by_hash)
     cached = store.embedding_cache.lookup(embedder.model_id, texts_by_hash)

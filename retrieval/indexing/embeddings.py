@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from chunkyard.retrieval.indexing.stage_reports import EmbeddingStageReport, IndexingError
-from chunkyard.retrieval.indexing.staging import analyze_staged, staged_run
+from chunkyard.retrieval.indexing.staging import analyze_staged, check_run
 from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store
 from chunkyard.retrieval.store import staging as staging_rows
@@ -182,14 +182,11 @@ def stage_embeddings(
     report = EmbeddingStageReport(index=index_name, model_id=embedder.model_id)
     report.model_max_tokens = int(embedder.max_seq_length)
     with store.connection() as conn:
-        config_hash, _, _ = staged_run(conn, index_name, "stage_embeddings", owner)
-        if config_hash != spec.config.config_hash:
-            raise IndexingError(
-                f"stage_embeddings: {index_name!r} was staged with another config; re-run stage_chunks"
-            )
-        staging_rows.set_run_model(conn, index_name, embedder.model_id)
-        report.embeddings_precomputed = staging_rows.count_staged_vectors(conn, index_name)
-        pending = staging_rows.chunks_without_vector(conn, index_name)
+        inputs = staging_rows.start_embeddings(
+            conn, index_name, owner, spec.config.config_hash, embedder.model_id
+        )
+        check_run("stage_embeddings", index_name, owner, inputs.run, spec.config.config_hash)
+    report.embeddings_precomputed, pending = inputs.precomputed, inputs.pending
     report.chunks = len(pending) + report.embeddings_precomputed
     texts_by_hash: dict[str, str] = {}  # one text per content hash: never embedded twice in a run
     for _, content_hash, embed_text in pending:
@@ -222,10 +219,14 @@ def stage_embeddings(
         report.embed_tokens_per_second = round(report.tokens_embedded / max(embed_seconds, 1e-9), 1)
     write_started = time.perf_counter()
     with store.connection() as conn, conn.transaction(), conn.cursor() as cur:
-        staged_run(conn, index_name, "stage_embeddings", owner)  # still ours, locked until commit
-        staging_rows.copy_staged_embeddings(
-            cur, ((index_name, chunk_id, vectors[content_hash]) for chunk_id, content_hash, _ in pending)
+        run = staging_rows.stage_vectors(  # still ours, its row locked until commit
+            conn,
+            cur,
+            index_name,
+            owner,
+            ((index_name, chunk_id, vectors[content_hash]) for chunk_id, content_hash, _ in pending),
         )
+        check_run("stage_embeddings", index_name, owner, run)
         analyze_staged(conn, len(pending), "staged_embeddings")
         report.stage_write_seconds = round(time.perf_counter() - write_started, 3)
         report.seconds = round(time.perf_counter() - started, 3)

@@ -10,8 +10,8 @@ postings into chunks another run staged, and publish only applies its own run's 
 from __future__ import annotations
 
 from chunkyard.retrieval.indexing.stage_reports import IndexingError
-from chunkyard.retrieval.store import staging as staging_rows
 from chunkyard.retrieval.store.indexes import analyze
+from chunkyard.retrieval.store.staged_rows import StagedRun
 from psycopg import Connection
 
 # Staging tables are shared by every index: ANALYZE samples all of their rows (0.75 s at 72k staged
@@ -39,17 +39,18 @@ def check_owner(step: str, index_name: str, owner: str | None, current: str | No
         )
 
 
-def staged_run(
-    conn: Connection, index_name: str, step: str, owner: str | None = None
-) -> tuple[str, bool, str | None]:
-    """(config hash, full rebuild, model id) of what stage_chunks staged; an error names `step`.
-
-    Locks the `staged_runs` row until the transaction ends and checks that `owner` staged it.
-    """
-    run = staging_rows.lock_staged_run(conn, index_name)
+def check_run(
+    step: str, index_name: str, owner: str | None, run: StagedRun | None, config_hash: str | None = None
+) -> StagedRun:
+    """`run`, the `staged_runs` row a store call read under its lock (and wrote by only when it was the
+    caller's), unless nothing was staged (IndexingError), another run than `owner` staged it
+    (`StagingTakenOver`; None: no owner to check) or it was staged with another config than
+    `config_hash` (IndexingError; None: not checked). Errors name `step`."""
     if run is None:
         if owner is not None:
             check_owner(step, index_name, owner, None)
         raise IndexingError(f"{step}: nothing staged for index {index_name!r}; run stage_chunks first")
     check_owner(step, index_name, owner, run.owner)
-    return run.config_hash, run.full_rebuild, run.model_id
+    if config_hash is not None and run.config_hash != config_hash:
+        raise IndexingError(f"{step}: {index_name!r} was staged with another config; re-run stage_chunks")
+    return run

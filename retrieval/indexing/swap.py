@@ -5,19 +5,18 @@ every old row and keeps the partition's B-trees up to date one row at a time. A 
 rebuild of at least `swap_min_chunks()` chunks instead fills new tables with no index, builds their
 keys once the rows are in (by sort), and at the end of the publish transaction drops the old
 partitions and attaches the new ones under the same names. The postings, which need nothing the
-embeddings make, are prepared by the BM25 stage (`create_next_postings`, `index_next_postings`): its
-transaction commits them, keyed and analyzed, as a table no reader knows of, so the publish builds
+embeddings make, are prepared by the BM25 stage (`retrieval.store.staging.stage_postings`; the same
+steps one by one: `create_next_postings`, `index_next_postings`): its transaction commits them, keyed and analyzed, as a table no reader knows of, so the publish builds
 only the chunk rows and their graph (`retrieval.store.published.apply`). Readers keep the old version until the publish commits (see
 `retrieval.store.published_chunks.READ_LOCK` for REPEATABLE READ readers), and a failed publish leaves the old version as it
 was and the staging, prepared postings included, ready for a retry. Re-staging the index drops them
-(`store.staging.clear_staging`). Incremental publishes keep the in-place path.
+(`stage_chunks`, by `store.indexes.drop_next_tables`). Incremental publishes keep the in-place path.
 """
 
 from __future__ import annotations
 
 from chunkyard.chunking.environment import env_int
 from chunkyard.retrieval.indexing.hnsw import maintenance_work_mem
-from chunkyard.retrieval.store import published
 from chunkyard.retrieval.store.indexes import analyze, build_keys, create_next, next_name, partition_names
 from psycopg import Connection
 
@@ -36,14 +35,15 @@ def swap_min_chunks() -> int:
     return int(env_int(SWAP_MIN_CHUNKS_ENV, SWAP_MIN_CHUNKS))
 
 
-def swaps(conn: Connection, index_name: str, full_rebuild: bool, staged_chunks: int) -> bool:
-    """Whether the staged build is published by a swap: a full build (a rebuild or the index's first
-    version) of at least `swap_min_chunks()` chunks. Decided once, by the BM25 stage."""
+def swaps(full_rebuild: bool, staged_chunks: int, version: int | None) -> bool:
+    """Whether the staged build is published by a swap: a full build (a rebuild, or the index's first
+    version: `version`, the published one, is 0) of at least `swap_min_chunks()` chunks. Decided once,
+    by the BM25 stage."""
     if staged_chunks < swap_min_chunks():
         return False
     if full_rebuild:
         return True
-    return published.version_of(conn, index_name) == 0
+    return version == 0
 
 
 def create_next_postings(conn: Connection, index_name: str) -> str:

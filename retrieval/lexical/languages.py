@@ -31,6 +31,7 @@ from chunkyard.retrieval.lexical.analysis import (
     build_analyzer,
     shared_analyzer,
 )
+from chunkyard.retrieval.lexical.code_terms import code_terms
 
 METADATA_KEY = "text_language"
 # Detected language -> analyzer. Malay is written like Indonesian (and short Indonesian texts are
@@ -203,6 +204,12 @@ class IndexAnalysis:
         """The analyzer for a document in `language` (its chunks' `text_language`)."""
         name = self.by_language.get(language or "")
         return self.analyzer if name is None else shared_analyzer(name)
+
+    def chunk_terms(self, text: str, language: str | None, is_code: bool) -> list[str]:
+        """The terms of a staged chunk's `text`: analysed in its document's `language`, a code chunk's
+        (`is_code`) in the main analyzer's and never scored for a question's stop words (`code_terms`)."""
+        terms = self.for_language(language).analyze(text)
+        return code_terms(terms) if is_code else terms
 
     def as_staged(self) -> dict[str, Any]:
         staged = {"setting": self.setting, "analyzer": self.analyzer.name, "languages": self.languages}

@@ -290,3 +290,38 @@ def count_chunks_of(conn: psycopg.Connection, partition: str, index_name: str, d
         (index_name, list(doc_ids)),
     ).fetchone()
     return int(row[0])
+
+
+@dataclass(frozen=True)
+class StagingDelta:
+    """What stage_chunks stages: the collection's documents now against those the published index was
+    built from (every built one replaced on a full rebuild), by document id, each list sorted."""
+
+    added: list[str]
+    changed: list[str]
+    deleted: list[str]
+    unchanged: list[str]
+    removals: list[str]  # the built documents whose chunks the run replaces (changed and deleted ones)
+    chunks_to_delete: int  # the index's published chunks of `removals`
+
+
+def staging_delta(
+    conn: psycopg.Connection, collection: str, index_name: str, partition: str, full_rebuild: bool
+) -> StagingDelta:
+    """The documents stage_chunks stages and removes, and the published chunks it replaces, read at once
+    on the caller's transaction (`partition`: the index's chunks partition)."""
+    current = document_hashes(conn, collection)
+    built = built_hashes(conn, index_name)
+    previous = {} if full_rebuild else built
+    unchanged = sorted(d for d in current if d in previous and previous[d] == current[d])
+    removals = sorted(set(built) - set(unchanged))
+    # counted over the removed documents only (the doc_id index), not the whole partition: the
+    # published chunk count (BM25's N, checked against the partition at every publish) gives the rest
+    return StagingDelta(
+        added=sorted(d for d in current if d not in previous),
+        changed=sorted(d for d in current if d in previous and previous[d] != current[d]),
+        deleted=sorted(d for d in built if d not in current),
+        unchanged=unchanged,
+        removals=removals,
+        chunks_to_delete=count_chunks_of(conn, partition, index_name, removals) if removals else 0,
+    )

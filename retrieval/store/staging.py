@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from chunkyard.retrieval.store.indexes import drop_next_tables
+from chunkyard.retrieval.store.indexes import (
+    analyze,
+    build_keys,
+    create_next,
+    drop_next_tables,
+    next_name,
+    partition_names,
+)
 from chunkyard.retrieval.store.migrations import (
     INDEX_DOCUMENT_COLUMNS,
     STAGED_CHUNK_COLUMNS,
     STAGING_TABLES,
     column_names,
+)
+from chunkyard.retrieval.store.staged_rows import (  # noqa: F401 - VectorCheck, StagedRun: imported from here too
+    Bm25Inputs,
+    EmbeddingInputs,
+    PostingsStaged,
+    StagedRun,
+    VectorCheck,
 )
 from psycopg import Connection, Copy, Cursor, sql
 from psycopg.types.json import Jsonb
@@ -21,6 +36,7 @@ from psycopg.types.json import Jsonb
 # Every function runs on the caller's connection (or cursor) and inside its transaction, if any: the
 # indexing stages (`retrieval.indexing`) keep their transactions and locks, the statements live here.
 
+BM25_STAGING_TABLES = ("staged_bm25", "staged_bm25_lengths", "staged_bm25_terms")  # what stage_bm25 writes
 # the binary COPY type of each column type the staged tables use (its first word in migrations.py)
 _COPY_TYPES = {"text": "text", "integer": "int4", "jsonb": "jsonb", "vector": "vector"}
 
@@ -33,21 +49,6 @@ def _listed(columns: Sequence[str]) -> sql.Composed:
 def _copy_types(columns: Sequence[tuple[str, str]]) -> list[str]:
     """The binary COPY types of `index_name` and `columns` (a list from migrations.py)."""
     return ["text", *(_COPY_TYPES[kind.split()[0]] for _, kind in columns)]
-
-
-@dataclass(frozen=True)
-class StagedRun:
-    """The `staged_runs` row of an index: what stage_chunks staged, by which run (`owner`).
-
-    `report` (every stage's report merged) is read by `read_staged_run` only; `lock_staged_run` reads
-    the owner alone and leaves it empty.
-    """
-
-    config_hash: str
-    full_rebuild: bool
-    model_id: str | None
-    owner: str | None
-    report: dict[str, Any] = field(default_factory=dict)
 
 
 def insert_staged_run(
@@ -72,6 +73,64 @@ def lock_staged_run(conn: Connection, index_name: str) -> StagedRun | None:
     return StagedRun(row[0], bool(row[1]), row[2], row[3])
 
 
+def _callers(run: StagedRun | None, owner: str | None, config_hash: str | None) -> bool:
+    """Whether `run` is the caller's: staged, by `owner` (None: any), with `config_hash` (None: any)."""
+    return (
+        run is not None
+        and (owner is None or run.owner == owner)
+        and (config_hash is None or run.config_hash == config_hash)
+    )
+
+
+def start_embeddings(
+    conn: Connection, index_name: str, owner: str | None, config_hash: str, model_id: str
+) -> EmbeddingInputs:
+    """Lock the run row; when `owner` (None: any) staged it with `config_hash`, record `model_id` as the
+    run's model and read its staged vectors' count and `chunks_without_vector`. Otherwise only the row
+    is returned, for the caller to judge (`indexing.staging.check_run`)."""
+    run = lock_staged_run(conn, index_name)
+    if not _callers(run, owner, config_hash):
+        return EmbeddingInputs(run)
+    conn.execute("UPDATE staged_runs SET model_id = %s WHERE index_name = %s", (model_id, index_name))
+    # the vectors staged while chunking (late chunking), before this stage
+    precomputed = conn.execute(
+        "SELECT count(*) FROM staged_embeddings WHERE index_name = %s", (index_name,)
+    ).fetchone()[0]
+    return EmbeddingInputs(run, int(precomputed), chunks_without_vector(conn, index_name))
+
+
+def stage_vectors(
+    conn: Connection,
+    cur: Cursor,
+    index_name: str,
+    owner: str | None,
+    rows: Iterable[tuple[str, str, np.ndarray]],
+) -> StagedRun | None:
+    """Lock the run row and, when `owner` (None: any) still staged it, COPY the (index_name, chunk_id,
+    vector) `rows` into `staged_embeddings`; the row either way, for the caller to judge."""
+    run = lock_staged_run(conn, index_name)
+    if _callers(run, owner, None):
+        copy_staged_embeddings(cur, rows)
+    return run
+
+
+def shard_inputs(
+    conn: Connection,
+    index_name: str,
+    owner: str | None,
+    config_hash: str,
+    digits: int,
+    shards: int,
+    shard: int,
+) -> tuple[StagedRun | None, list[tuple[str, str]]]:
+    """The run row, locked, and, when `owner` (None: any) staged it with `config_hash`, the `shard_texts`
+    of shard `shard` of `shards`."""
+    run = lock_staged_run(conn, index_name)
+    if not _callers(run, owner, config_hash):
+        return run, []
+    return run, shard_texts(conn, index_name, digits, shards, shard)
+
+
 def read_staged_run(conn: Connection, index_name: str) -> StagedRun | None:
     """The index's run row with its merged report, unlocked (None: nothing staged)."""
     row = conn.execute(
@@ -92,11 +151,6 @@ def merge_run_report(conn: Connection, index_name: str, values: dict[str, Any]) 
     )
 
 
-def set_run_model(conn: Connection, index_name: str, model_id: str) -> None:
-    """Record the embedding model whose vectors the run stages."""
-    conn.execute("UPDATE staged_runs SET model_id = %s WHERE index_name = %s", (model_id, index_name))
-
-
 def delete_staged(conn: Connection, index_name: str, tables: Iterable[str] = STAGING_TABLES) -> None:
     """Delete the index's rows from the staging `tables`, in one round trip."""
     with conn.pipeline():
@@ -104,6 +158,38 @@ def delete_staged(conn: Connection, index_name: str, tables: Iterable[str] = STA
             conn.execute(
                 sql.SQL("DELETE FROM {} WHERE index_name = %s").format(sql.Identifier(table)), (index_name,)
             )
+
+
+def open_run(
+    conn: Connection,
+    index_name: str,
+    config_hash: str,
+    full_rebuild: bool,
+    report: dict[str, Any],
+    removals: Sequence[str],
+) -> None:
+    """Start the index's staging as stage_chunks does, on its transaction, once it dropped the tables
+    prepared for a swap (`indexes.drop_next_tables`): the staged rows deleted, the run row inserted
+    (`report`: the owner, if any) and the removal of `removals` (changed and deleted documents) staged."""
+    delete_staged(conn, index_name)
+    insert_staged_run(conn, index_name, config_hash, full_rebuild, report)
+    if removals:
+        insert_removals(conn, index_name, removals)
+
+
+def stage_chunk_batch(
+    cur: Cursor,
+    index_name: str,
+    documents: Sequence[tuple[str, str]],
+    chunks: Iterable[tuple[Any, ...]],
+    vectors: Sequence[tuple[str, str, np.ndarray]],
+) -> None:
+    """One batch of stage_chunks: the (doc_id, sha256) of its documents (`insert_staged_documents`), their
+    chunk rows (`copy_staged_chunks`) and the vectors computed while chunking, if any."""
+    insert_staged_documents(cur, index_name, documents)
+    copy_staged_chunks(cur, chunks)
+    if vectors:
+        copy_staged_embeddings(cur, vectors)
 
 
 def clear_staging(conn: Connection, index_name: str, tables: tuple[str, ...] | None = None) -> None:
@@ -238,15 +324,6 @@ def missing_vectors_and_terms(conn: Connection, index_name: str) -> tuple[int, i
     return int(vectors), int(terms)
 
 
-@dataclass(frozen=True)
-class VectorCheck:
-    """Staged vectors compared with the embedding cache's vector of their chunk's text."""
-
-    checked: int
-    wrong: int
-    example: str | None  # the smallest chunk id of a wrong one
-
-
 def compare_with_cache(conn: Connection, index_name: str, model_id: str) -> VectorCheck:
     """Each staged vector of the index against the cache's vector (of `model_id`) for its content hash."""
     checked, wrong, example = conn.execute(
@@ -266,14 +343,6 @@ def staged_dims(conn: Connection, index_name: str) -> list[tuple[int]]:
         "SELECT DISTINCT vector_dims(embedding) FROM staged_embeddings WHERE index_name = %s",
         (index_name,),
     ).fetchall()
-
-
-def count_staged_vectors(conn: Connection, index_name: str) -> int:
-    """The index's staged vectors (those computed while chunking, before the embeddings stage)."""
-    row = conn.execute(
-        "SELECT count(*) FROM staged_embeddings WHERE index_name = %s", (index_name,)
-    ).fetchone()
-    return int(row[0])
 
 
 def chunks_without_vector(conn: Connection, index_name: str) -> list[tuple[str, str, str]]:
@@ -300,24 +369,74 @@ def shard_texts(
     ).fetchall()
 
 
-def chunks_to_analyze(
-    conn: Connection, index_name: str, language_key: str
-) -> list[tuple[str, str, str | None, bool]]:
-    """(chunk_id, embed_text, language, is code) of the index's staged chunks: the language is the
-    metadata's `language_key`, None for a code chunk (one whose metadata has a `language`)."""
-    return conn.execute(
+def start_bm25(
+    conn: Connection, index_name: str, owner: str | None, config_hash: str, language_key: str
+) -> Bm25Inputs:
+    """Lock the run row; when `owner` (None: any) staged it with `config_hash`, read what stage_bm25
+    analyses: a chunk's language is the metadata's `language_key`, None for a code chunk (one whose
+    metadata has a `language`). Otherwise only the row is returned, for the caller to judge."""
+    run = lock_staged_run(conn, index_name)
+    if not _callers(run, owner, config_hash):
+        return Bm25Inputs(run)
+    chunks = conn.execute(
         "SELECT chunk_id, embed_text, CASE WHEN metadata ? 'language' THEN NULL ELSE metadata->>%s END,"
-        " metadata ? 'language' FROM staged_chunks WHERE index_name = %s",
+        " metadata ? 'language', length(text) FROM staged_chunks WHERE index_name = %s",
         (language_key, index_name),
     ).fetchall()
+    text_by_language: dict[str, int] = {}
+    for _, _, language, is_code, chars in chunks:
+        if not is_code:
+            text_by_language[language or ""] = text_by_language.get(language or "", 0) + int(chars)
+    row = conn.execute(
+        "SELECT version, config->'bm25' FROM indexes WHERE name = %s", (index_name,)
+    ).fetchone()
+    if row is None:
+        return Bm25Inputs(run, chunks, text_by_language)
+    version = int(row[0])
+    return Bm25Inputs(run, chunks, text_by_language, version, dict(row[1] or {}) if version > 0 else None)
 
 
-def staged_text_by_language(conn: Connection, index_name: str, language_key: str) -> dict[str, int]:
-    """Characters of staged prose per the metadata's `language_key` ('' when undetected); code chunks
-    (whose metadata has a `language`) are left out."""
-    rows = conn.execute(
-        "SELECT coalesce(metadata->>%s, ''), sum(length(text)) FROM staged_chunks"
-        " WHERE index_name = %s AND NOT (metadata ? 'language') GROUP BY 1",
-        (language_key, index_name),
-    ).fetchall()
-    return {str(language): int(chars) for language, chars in rows}
+def stage_postings(
+    conn: Connection,
+    index_name: str,
+    analyzed: Iterable[tuple[str, list[str]]],
+    swap_work_mem: str | None,
+    written: Callable[[int], None] | None = None,
+) -> PostingsStaged:
+    """Replace the index's staged BM25 rows by those of `analyzed`, each chunk's (chunk_id, terms), on the
+    caller's transaction; tables prepared for a swap are dropped first. With `swap_work_mem` (the build
+    is published by a swap), the postings go into the next version's table instead of `staged_bm25`,
+    whose keys are then built by sort with that memory and analyzed. `written(chunks)` is called as
+    each chunk's postings are written."""
+    delete_staged(conn, index_name, BM25_STAGING_TABLES)
+    drop_next_tables(conn, index_name)
+    table = None
+    if swap_work_mem is not None:
+        create_next(conn, index_name, "postings")
+        table = next_name(partition_names(index_name)["postings"])
+    df: Counter[str] = Counter()
+    lengths: list[tuple[str, str, int]] = []
+    postings = 0
+    with conn.cursor() as cur:
+        with copy_postings(cur, table) as copy:
+            for done, (chunk_id, terms) in enumerate(analyzed, 1):
+                counts, length = Counter(terms), len(terms)
+                lengths.append((index_name, chunk_id, length))
+                df.update(counts.keys())
+                for term, tf in counts.items():
+                    copy.write_row(
+                        (index_name, term, chunk_id, tf, length)
+                        if table is not None
+                        else (index_name, term, chunk_id, tf)
+                    )
+                postings += len(counts)
+                if written is not None:
+                    written(done)
+        copy_staged_lengths(cur, lengths)
+        copy_staged_terms(cur, index_name, df)
+    if table is None or swap_work_mem is None:
+        return PostingsStaged(postings, len(df), None)
+    keyed = time.perf_counter()
+    build_keys(conn, index_name, "postings", swap_work_mem)
+    analyze(conn, table)
+    return PostingsStaged(postings, len(df), round(time.perf_counter() - keyed, 3))
