@@ -8,7 +8,7 @@ Configs: `recursive-256-multilingual` as bundled (size in model tokens) and the 
 served recall within 1,024 cl100k tokens (the evaluation's budget recall), chunks, and the largest
 chunk in model tokens. Writes `benchmarks/results/llm_token_sizes.json`.
 
-    python -m benchmarks.bench_llm_token_sizes [SIZE ...]   # default: 200 256
+    python -m benchmarks.bench_llm_token_sizes [SIZE ...]   # default: 200 256; m128: 128 model tokens
     BENCH_SETS="hi th iapp_thai_wiki_qa_test_sample" python -m benchmarks.bench_llm_token_sizes 200
 """
 
@@ -27,6 +27,7 @@ from benchmarks.bench_languages import DATA, PUBLIC_SETS, RETRIEVAL_LANGUAGES
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "llm_token_sizes.json"
 BASE_CONFIG = "recursive-256-multilingual"
+PAIRED = ("hit_at_5", "mrr_at_5", "budget_recall_1024")  # per question, for the paired differences
 
 
 def _sets() -> list[tuple[str, list, list]]:
@@ -61,7 +62,7 @@ def _sets() -> list[tuple[str, list, list]]:
     return sets
 
 
-def measure(sizes: tuple[int, ...]) -> list[dict[str, object]]:
+def measure(sizes: tuple[str, ...]) -> list[dict[str, object]]:
     """Each config x set: build the index, evaluate served at k=5."""
     from chunkyard.chunking.tokenizers import TiktokenTokenizer, get_tokenizer
     from chunkyard.evaluation.runner import SERVED_VARIANT, EvaluationRequest, evaluate_index
@@ -73,17 +74,14 @@ def measure(sizes: tuple[int, ...]) -> list[dict[str, object]]:
     from chunkyard.retrieval.store.db import embedded_database_url
 
     base = load_index_configs()[BASE_CONFIG]
-    configs = [("A model-256", base)] + [
-        (
-            f"B cl100k-{size}",
-            replace(
-                base,
-                name=f"recursive-{size}-cl100k-multilingual",
-                chunker={**base.chunker, "size": size, "tokenizer": "cl100k"},
-            ),
+    configs = [("A model-256", base)]
+    for size in sizes:  # "m128": a control, smaller in model tokens (every language shrinks alike)
+        tokenizer, number = ("model", int(size[1:])) if size.startswith("m") else ("cl100k", int(size))
+        label = f"{'control model' if tokenizer == 'model' else 'B cl100k'}-{number}"
+        chunker = {**base.chunker, "size": number, "tokenizer": tokenizer}
+        configs.append(
+            (label, replace(base, name=f"recursive-{number}-{tokenizer}-multilingual", chunker=chunker))
         )
-        for size in sizes
-    ]
     store = Store(embedded_database_url(tempfile.mkdtemp(prefix="chunkyard-llm-sizes-")))
     store.migrate()
     embedder = load_embedder(base.embedding_model, backend="onnx", quantize="int8", batch_size=32)
@@ -107,6 +105,7 @@ def measure(sizes: tuple[int, ...]) -> list[dict[str, object]]:
                 store=store,
             )
             served = report.metrics[SERVED_VARIANT]
+            served_summary = report.summaries[SERVED_VARIANT]
             with store.connection() as conn:
                 texts = [
                     r[0]
@@ -125,16 +124,47 @@ def measure(sizes: tuple[int, ...]) -> list[dict[str, object]]:
                     "max_chunk_cl100k": max((cl100k.count(t) for t in texts), default=None),
                     "max_chunk_model": max((model_tokens.count(t) for t in texts), default=None),
                     "build_s": round(built, 1),
+                    "per_question": {
+                        qid: [round(v[name], 4) for name in PAIRED]
+                        for qid, v in served_summary.per_question.items()
+                    },
                 }
             )
             print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
+def paired(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Each B row against A on the same set: per-question differences, 95% bootstrap CI, questions better/worse."""
+    import numpy as np
+    from chunkyard.evaluation.estimates import bootstrap_ci
+
+    base = {r["set"]: r for r in rows if str(r["config"]).startswith("A")}
+    out = []
+    for row in rows:
+        a = base[row["set"]]
+        if row is a:
+            continue
+        ids = sorted(a["per_question"])
+        entry: dict[str, object] = {"set": row["set"], "config": row["config"], "questions": len(ids)}
+        for i, name in enumerate(PAIRED):
+            diff = np.array([row["per_question"][q][i] - a["per_question"][q][i] for q in ids])
+            est = bootstrap_ci(diff, n_resamples=2000)
+            entry[name] = {
+                "delta": round(100 * est.mean, 1),
+                "ci": [round(100 * est.low, 1), round(100 * est.high, 1)],
+                "better": int((diff > 1e-9).sum()),
+                "worse": int((diff < -1e-9).sum()),
+            }
+        out.append(entry)
+    return out
+
+
 def main() -> None:
-    sizes = tuple(int(s) for s in sys.argv[1:] if s.isdigit()) or (200, 256)
+    sizes = tuple(s for s in sys.argv[1:] if s.lstrip("m").isdigit()) or ("200", "256")
     rows = measure(sizes)
-    RESULTS.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    differences = paired(rows)
+    RESULTS.write_text(json.dumps({"rows": rows, "paired": differences}, indent=1) + "\n", encoding="utf-8")
     print("| set | config | questions | chunks | hit@5 | MRR@5 | top-5 cl100k | recall@1024 |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
@@ -142,6 +172,14 @@ def main() -> None:
             f"| {r['set']} | {r['config']} | {r['questions']} | {r['chunks']} | {100 * r['hit_at_5']:.1f} | "
             f"{100 * r['mrr_at_5']:.1f} | {r['context_tokens_at_5']:.0f} | {100 * r['budget_recall_1024']:.1f} |"
         )
+    print("\n| set | config | Δhit@5 (better/worse) | ΔMRR@5 (better/worse) | Δrecall@1024 (better/worse) |")
+    print("|---|---|---|---|---|")
+    for d in differences:
+        cells = [
+            f"{d[m]['delta']:+.1f} [{d[m]['ci'][0]:+.1f}, {d[m]['ci'][1]:+.1f}] ({d[m]['better']}/{d[m]['worse']})"
+            for m in PAIRED
+        ]
+        print(f"| {d['set']} | {d['config']} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
