@@ -18,7 +18,7 @@ from chunkyard.retrieval.settings.config import IndexSpec
 from chunkyard.retrieval.store import Store, indexes, published
 from chunkyard.retrieval.store.publish_reads import read_for_publish
 from chunkyard.retrieval.store.server import VectorFeatureError
-from chunkyard.retrieval.store.staging import StagedRun
+from chunkyard.retrieval.store.staged_rows import StagedRun
 from psycopg.types.json import Jsonb
 
 # UPKEEP after a publish, one store call (`indexes.upkeep`), each measure measured:

@@ -9,7 +9,7 @@ from typing import Any
 from chunkyard.retrieval.store import bm25, published
 from chunkyard.retrieval.store import staging as staging_rows
 from chunkyard.retrieval.store.indexes import next_name, partition_names, relation_exists
-from chunkyard.retrieval.store.staging import StagedRun, VectorCheck
+from chunkyard.retrieval.store.staged_rows import StagedRun, VectorCheck
 from psycopg import Connection
 
 

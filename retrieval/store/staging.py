@@ -23,7 +23,7 @@ from chunkyard.retrieval.store.migrations import (
     STAGING_TABLES,
     column_names,
 )
-from chunkyard.retrieval.store.staged_rows import (  # noqa: F401 - VectorCheck, StagedRun: imported from here too
+from chunkyard.retrieval.store.staged_rows import (
     Bm25Inputs,
     EmbeddingInputs,
     PostingsStaged,
