@@ -45,14 +45,30 @@ async def _session(client, index: str) -> dict:
             "widen": 40,
         },
     )
+    question = "How many consultas did the customer desk answer?"
+    budget = {"query": question, "index": index, "k": 3, "max_context_tokens": 40}
+    fitted = (await client.call_tool("search", budget)).structured_content
+    cut = [
+        (
+            await client.call_tool(
+                "read_span",
+                {"doc_id": hit["doc_id"], "index": index, "start": hit["start"], "end": hit["end"]},
+            )
+        ).structured_content["text"]
+        for hit in fitted["hits"]
+    ]
     bad = await client.call_tool("search", {"query": "x", "index": index, "k": 1000})
+    bad_budget = await client.call_tool("search", {"query": "x", "index": index, "max_context_tokens": 0})
     missing = await client.call_tool("read_span", {"doc_id": "nope.pdf", "index": index})
     return {
         "tools": tools,
         "listed": listed,
         "found": found.structured_content,
         "span": span.structured_content,
+        "fitted": fitted,
+        "cut": cut,
         "bad": bad,
+        "bad_budget": bad_budget,
         "missing": missing,
     }
 
@@ -69,7 +85,15 @@ def _check(result: dict, index: str) -> None:
     assert result["found"]["index"] == index and result["found"]["k"] == 3
     span = result["span"]
     assert "472 consultas" in span["text"] and span["page"] == 2 and span["doc_id"] == "annual-report.pdf"
+    fitted = result["fitted"]  # a token budget: the texts fit it together, each an exact document span
+    assert fitted["hits"] and 0 < fitted["context_tokens"] <= 40
+    assert fitted["context_tokens"] == sum(hit["scores"]["llm_tokens"] for hit in fitted["hits"])
+    assert [hit["text"] for hit in fitted["hits"]] == result["cut"]
+    assert any(hit["scores"].get("trimmed") for hit in fitted["hits"])  # 3 whole chunks are over 40
+    assert "context_tokens" not in result["found"]
     assert result["bad"].is_error and "k: must be between 1 and 100" in result["bad"].content[0].text
+    bad_budget = result["bad_budget"]
+    assert bad_budget.is_error and "max_context_tokens" in bad_budget.content[0].text
     assert result["missing"].is_error and "no document 'nope.pdf'" in result["missing"].content[0].text
 
 

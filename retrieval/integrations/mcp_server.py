@@ -5,8 +5,9 @@ streamable HTTP at `/mcp` (`chunkyard mcp --http`), which wants a key when CHUNK
 stored one (`chunkyard keys`), sent as `X-API-Key` or `Authorization: Bearer`, checked as the REST
 routes check it (`retrieval.integrations.mcp_keys`: scope, collections, rate and concurrent searches). Tools:
 
-- `search(query, index, k, mode)`: hits with a citation each (document, span, page or slide), the
-  snippet around the best highlight, the highlights, the chunk text and its score;
+- `search(query, index, k, mode, max_context_tokens)`: hits with a citation each (document, span, page
+  or slide), the snippet around the best highlight, the highlights, the chunk text and its score; with
+  a token budget, the texts fit it together (`retrieval.query.budget`), each still an exact span;
 - `list_indexes()`: every index with its languages and freshness (published, documents behind), and
   every alias with its target;
 - `read_span(doc_id, index, start, end, widen)`: the document text of a span, to widen a hit's context.
@@ -70,17 +71,27 @@ def create_server(searcher: Searcher | SearcherSource | None = None) -> MCPServe
 
     @server.tool(structured_output=True)
     async def search(
-        query: str, index: str | None = None, k: int = 5, mode: str | None = None, ctx: Context | None = None
+        query: str,
+        index: str | None = None,
+        k: int = 5,
+        mode: str | None = None,
+        max_context_tokens: int | None = None,
+        ctx: Context | None = None,
     ) -> dict[str, Any]:
         """Search an index or alias (default: the project's default index) for passages answering `query`.
         `k`: 1-100 hits; `mode`: dense, bm25,
-        hybrid, hybrid_weighted or hybrid_auto (default: the index's). Each hit has a citation (document,
+        hybrid, hybrid_weighted or hybrid_auto (default: the index's). `max_context_tokens`: the hits'
+        texts together fit this many LLM (cl100k) tokens: whole hits first, then each later one cut
+        to its best sentences (its citation is the cut span). Each hit has a citation (document,
         span, page or slide), the snippet around its best-matching sentence, and the chunk's text."""
         if not 1 <= k <= REQUEST_MAX_K:
             raise ToolError(f"k: must be between 1 and {REQUEST_MAX_K}, got {k}")
         if mode is not None and mode not in MODES:
             raise ToolError(f"mode: unknown {mode!r}; expected one of {', '.join(MODES)}")
-        options = SearchOptions(k=k, mode=mode)
+        try:
+            options = SearchOptions(k=k, mode=mode, max_context_tokens=max_context_tokens)
+        except SearchError as exc:
+            raise ToolError(str(exc).strip("'\"")) from exc
         permit = _permit(ctx)
 
         def run() -> tuple[list[SearchResult], Any]:
@@ -91,12 +102,15 @@ def create_server(searcher: Searcher | SearcherSource | None = None) -> MCPServe
                 return current().search_with_plan(query, index, options)
 
         results, plan = await _run(run)
-        return {
+        found: dict[str, Any] = {
             "index": str(results[0].index) if results else str(named(index)),
             "mode": plan.mode,
             "k": plan.k,
             "hits": [_hit(hit, plan.mode) for hit in results],
         }
+        if max_context_tokens is not None:  # what the hits' texts cost, counted as the budget was
+            found["context_tokens"] = int(sum(hit.scores.get("llm_tokens", 0.0) for hit in results))
+        return found
 
     @server.tool(structured_output=True)
     async def list_indexes(ctx: Context | None = None) -> dict[str, Any]:
