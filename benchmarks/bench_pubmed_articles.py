@@ -1,7 +1,7 @@
 """Long scientific articles from a public set: Chroma's PubMed corpus split into its papers, 99 questions.
 
 `../shared/datasets/chroma_general/pubmed.md` is the first 500,000 characters of the PMC Open Access
-subset: 15 records (most of them whole papers of 20-60k characters, a few short front matters),
+subset: 15 records (9 articles of 24-96k characters, 6 short synopses and front matters),
 each starting at a `PMID:` line. Here each record is one document, and the 99 pubmed questions of
 `questions_df.csv` keep their reference spans, rebased onto the paper that holds them (a question
 whose reference crosses two records is left out and counted). This is the shape of the issue's
