@@ -101,12 +101,12 @@ bench-cross-language-levers: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_cross_language_levers
 
 # context headers on/off on long documents (docs/), max_context_tokens per language, and the levers on
-# docs/ and on Chroma's PubMed papers (~15 min)
+# docs/, and on Chroma's PubMed papers and Wikipedia articles (~20 min)
 bench-long-documents: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_long_documents
 	$(BIN)/python -m benchmarks.bench_context_budget
 	$(BIN)/python -m benchmarks.bench_long_levers
-	$(BIN)/python -m benchmarks.bench_pubmed_articles
+	$(BIN)/python -m benchmarks.bench_articles
 
 # 8 and 32 concurrent clients, 60 s each, hybrid queries against a real service on loopback, a publish
 # halfway through: req/s, latency percentiles, errors, mixed-version answers, RSS (~5 min)
