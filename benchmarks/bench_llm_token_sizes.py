@@ -4,9 +4,10 @@ multilingual-e5-small (ONNX int8), served mode, k=5, each set its own collection
 `bench_languages --retrieval` (tests/data/multilingual: 6 short documents x 12 questions in
 en/es/id/uk/ar/hi/th; the public samples evaluation/datasets/*_sample.json; the demo set docs/).
 Configs: `recursive-256-multilingual` as bundled (size in model tokens) and the same with
-`tokenizer: cl100k` at each size given. Per set and config: hit@5, MRR@5, cl100k tokens of the top 5,
-served recall within 1,024 cl100k tokens (the evaluation's budget recall), chunks, and the largest
-chunk in model tokens. Writes `benchmarks/results/llm_token_sizes.json`.
+`tokenizer: cl100k` at each size given (`o200`: `tokenizer: o200k` at 200). Per set and config: hit@5,
+MRR@5, cl100k and o200k tokens of the top 5, served recall within 1,024 tokens of either encoding (the
+evaluation's budget recall, `llm_tokenizer`), chunks, and the largest chunk in model tokens. Writes
+`benchmarks/results/llm_token_sizes.json`.
 
     python -m benchmarks.bench_llm_token_sizes [SIZE ...]   # default: 200 256; m128: 128 model tokens
     BENCH_SETS="hi th iapp_thai_wiki_qa_test_sample" python -m benchmarks.bench_llm_token_sizes 200
@@ -70,14 +71,16 @@ def measure(sizes: tuple[str, ...]) -> list[dict[str, object]]:
     from chunkyard.retrieval.embedders.embedder import load_embedder
     from chunkyard.retrieval.query import Searcher
     from chunkyard.retrieval.settings.config import IndexSpec, load_index_configs
+    from chunkyard.retrieval.settings.options import SearchOptions
     from chunkyard.retrieval.store import Store
     from chunkyard.retrieval.store.db import embedded_database_url
 
     base = load_index_configs()[BASE_CONFIG]
     configs = [("A model-256", base)]
     for size in sizes:  # "m128": a control, smaller in model tokens (every language shrinks alike)
-        tokenizer, number = ("model", int(size[1:])) if size.startswith("m") else ("cl100k", int(size))
-        label = f"{'control model' if tokenizer == 'model' else 'B cl100k'}-{number}"
+        tokenizer = {"m": "model", "o": "o200k"}.get(size[0], "cl100k")
+        number = int(size.lstrip("mo"))
+        label = f"{'control model' if tokenizer == 'model' else f'B {tokenizer}'}-{number}"
         chunker = {**base.chunker, "size": number, "tokenizer": tokenizer}
         configs.append(
             (label, replace(base, name=f"recursive-{number}-{tokenizer}-multilingual", chunker=chunker))
@@ -105,6 +108,18 @@ def measure(sizes: tuple[str, ...]) -> list[dict[str, object]]:
                 store=store,
             )
             served = report.metrics[SERVED_VARIANT]
+            in_o200k = evaluate_index(  # the same served results, their budget counted in GPT-4o's encoding
+                searcher,
+                spec,
+                questions,
+                EvaluationRequest(
+                    variants=(SERVED_VARIANT,),
+                    k=5,
+                    n_resamples=200,
+                    options=SearchOptions(llm_tokenizer="o200k_base"),
+                ),
+                store=store,
+            ).metrics[SERVED_VARIANT]
             served_summary = report.summaries[SERVED_VARIANT]
             with store.connection() as conn:
                 texts = [
@@ -121,6 +136,8 @@ def measure(sizes: tuple[str, ...]) -> list[dict[str, object]]:
                     "mrr_at_5": served["mrr_at_5"],
                     "context_tokens_at_5": served["context_tokens_at_5"],
                     "budget_recall_1024": served["budget_recall_1024"],
+                    "context_tokens_at_5_o200k": in_o200k["context_tokens_at_5"],
+                    "budget_recall_1024_o200k": in_o200k["budget_recall_1024"],
                     "max_chunk_cl100k": max((cl100k.count(t) for t in texts), default=None),
                     "max_chunk_model": max((model_tokens.count(t) for t in texts), default=None),
                     "build_s": round(built, 1),
@@ -161,16 +178,20 @@ def paired(rows: list[dict[str, object]]) -> list[dict[str, object]]:
 
 
 def main() -> None:
-    sizes = tuple(s for s in sys.argv[1:] if s.lstrip("m").isdigit()) or ("200", "256")
+    sizes = tuple(s for s in sys.argv[1:] if s.lstrip("mo").isdigit()) or ("200", "256")
     rows = measure(sizes)
     differences = paired(rows)
     RESULTS.write_text(json.dumps({"rows": rows, "paired": differences}, indent=1) + "\n", encoding="utf-8")
-    print("| set | config | questions | chunks | hit@5 | MRR@5 | top-5 cl100k | recall@1024 |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| set | config | questions | chunks | hit@5 | MRR@5 | top-5 cl100k | recall@1024 cl100k "
+        "| top-5 o200k | recall@1024 o200k |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['set']} | {r['config']} | {r['questions']} | {r['chunks']} | {100 * r['hit_at_5']:.1f} | "
-            f"{100 * r['mrr_at_5']:.1f} | {r['context_tokens_at_5']:.0f} | {100 * r['budget_recall_1024']:.1f} |"
+            f"{100 * r['mrr_at_5']:.1f} | {r['context_tokens_at_5']:.0f} | {100 * r['budget_recall_1024']:.1f} "
+            f"| {r['context_tokens_at_5_o200k']:.0f} | {100 * r['budget_recall_1024_o200k']:.1f} |"
         )
     print("\n| set | config | Δhit@5 (better/worse) | ΔMRR@5 (better/worse) | Δrecall@1024 (better/worse) |")
     print("|---|---|---|---|---|")

@@ -33,7 +33,7 @@ from chunkyard.chunking.tokenizers import get_tokenizer
 COMMON_FIELDS = {"strategy", "size", "overlap", "tokenizer", "model", "context", "endpoint"}
 ENDPOINT_FIELDS = {"base_url", "model", "api_key_env", "timeout"}
 
-TOKENIZERS = ("model", "cl100k", "chars", "words")
+TOKENIZERS = ("model", "cl100k", "o200k", "chars", "words")
 
 
 def needs_embedding_model(chunker: Mapping[str, Any] | str) -> bool:
@@ -95,7 +95,8 @@ def build_chunker(
             else get_tokenizer(tokenizer_name)
         )
     except ValueError as exc:
-        raise ChunkerConfigError(f"chunker.model: {exc}") from exc
+        field = "model" if tokenizer_name == "model" else "tokenizer"
+        raise ChunkerConfigError(f"chunker.{field}: {exc}") from exc
     if size - getattr(tokenizer, "special_tokens", 0) - overlap < 4:
         raise ChunkerConfigError(
             f"chunker.size: {size} leaves too few tokens after overlap and special tokens"

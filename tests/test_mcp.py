@@ -59,6 +59,7 @@ async def _session(client, index: str) -> dict:
     ]
     bad = await client.call_tool("search", {"query": "x", "index": index, "k": 1000})
     bad_budget = await client.call_tool("search", {"query": "x", "index": index, "max_context_tokens": 0})
+    bad_encoding = await client.call_tool("search", {**budget, "llm_tokenizer": "gpt-9"})
     missing = await client.call_tool("read_span", {"doc_id": "nope.pdf", "index": index})
     return {
         "tools": tools,
@@ -69,6 +70,7 @@ async def _session(client, index: str) -> dict:
         "cut": cut,
         "bad": bad,
         "bad_budget": bad_budget,
+        "bad_encoding": bad_encoding,
         "missing": missing,
     }
 
@@ -94,6 +96,8 @@ def _check(result: dict, index: str) -> None:
     assert result["bad"].is_error and "k: must be between 1 and 100" in result["bad"].content[0].text
     bad_budget = result["bad_budget"]
     assert bad_budget.is_error and "max_context_tokens" in bad_budget.content[0].text
+    bad_encoding = result["bad_encoding"]
+    assert bad_encoding.is_error and "llm_tokenizer" in bad_encoding.content[0].text
     assert result["missing"].is_error and "no document 'nope.pdf'" in result["missing"].content[0].text
 
 

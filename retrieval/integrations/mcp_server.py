@@ -5,7 +5,7 @@ streamable HTTP at `/mcp` (`chunkyard mcp --http`), which wants a key when CHUNK
 stored one (`chunkyard keys`), sent as `X-API-Key` or `Authorization: Bearer`, checked as the REST
 routes check it (`retrieval.integrations.mcp_keys`: scope, collections, rate and concurrent searches). Tools:
 
-- `search(query, index, k, mode, max_context_tokens)`: hits with a citation each (document, span, page
+- `search(query, index, k, mode, max_context_tokens, llm_tokenizer)`: hits with a citation each (document, span, page
   or slide), the snippet around the best highlight, the highlights, the chunk text and its score; with
   a token budget, the texts fit it together (`retrieval.query.budget`), each still an exact span;
 - `list_indexes()`: every index with its languages and freshness (published, documents behind), and
@@ -76,20 +76,24 @@ def create_server(searcher: Searcher | SearcherSource | None = None) -> MCPServe
         k: int = 5,
         mode: str | None = None,
         max_context_tokens: int | None = None,
+        llm_tokenizer: str | None = None,
         ctx: Context | None = None,
     ) -> dict[str, Any]:
         """Search an index or alias (default: the project's default index) for passages answering `query`.
         `k`: 1-100 hits; `mode`: dense, bm25,
         hybrid, hybrid_weighted or hybrid_auto (default: the index's). `max_context_tokens`: the hits'
-        texts together fit this many LLM (cl100k) tokens: whole hits first, then each later one cut
-        to its best sentences (its citation is the cut span). Each hit has a citation (document,
+        texts together fit this many LLM tokens (`llm_tokenizer`: cl100k_base, the default, or
+        o200k_base): whole hits first, then each later one cut to its best sentences (its citation is
+        the cut span). Each hit has a citation (document,
         span, page or slide), the snippet around its best-matching sentence, and the chunk's text."""
         if not 1 <= k <= REQUEST_MAX_K:
             raise ToolError(f"k: must be between 1 and {REQUEST_MAX_K}, got {k}")
         if mode is not None and mode not in MODES:
             raise ToolError(f"mode: unknown {mode!r}; expected one of {', '.join(MODES)}")
         try:
-            options = SearchOptions(k=k, mode=mode, max_context_tokens=max_context_tokens)
+            options = SearchOptions(
+                k=k, mode=mode, max_context_tokens=max_context_tokens, llm_tokenizer=llm_tokenizer
+            )
         except SearchError as exc:
             raise ToolError(str(exc).strip("'\"")) from exc
         permit = _permit(ctx)

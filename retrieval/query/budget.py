@@ -17,10 +17,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 
+from chunkyard.chunking.llm_encodings import EncodingMissingError
 from chunkyard.chunking.sentences import sentence_spans
 from chunkyard.chunking.tokenizers import Tokenizer, get_tokenizer
 from chunkyard.retrieval.query.highlights import sentence_spans as highlight_sentences
 from chunkyard.retrieval.query.results import SearchResult
+from chunkyard.retrieval.settings.option_schema import SearchError
 
 MIN_PIECE_TOKENS = 16  # with less left than this nothing more is trimmed (a whole result may still fit)
 _NOT_SPACE = re.compile(r"\S+")
@@ -29,8 +31,11 @@ Span = tuple[int, int]
 
 
 def llm_tokenizer(name: str) -> Tokenizer:
-    """The tokenizer of the LLM encoding `name` (`cl100k_base`: tiktoken's, shipped offline)."""
-    return get_tokenizer(name)
+    """The tokenizer of the LLM encoding `name` (`cl100k_base` or `o200k_base`, read offline)."""
+    try:
+        return get_tokenizer(name)
+    except EncodingMissingError as exc:
+        raise SearchError(f"llm_tokenizer: {exc}") from exc
 
 
 def fit_to_budget(

