@@ -21,7 +21,9 @@ from chunkyard.chunking.llm_encodings import (
 from chunkyard.chunking.registry import ChunkerConfigError
 from chunkyard.chunking.tokenizers import get_tokenizer
 from chunkyard.chunking.types import Document
+from chunkyard.evaluation.datasets.evalset import read_eval_set
 from chunkyard.pipeline.graph import build_index
+from chunkyard.pipeline.steps.evaluation import evaluate
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.settings.option_schema import SearchError
@@ -105,6 +107,24 @@ def test_a_budget_in_o200k_tokens_holds_more_hindi_than_one_in_cl100k(store: Sto
             kept[encoding] += sum(len(r.text) for r in served)
         assert o200k.count(served[0].text) <= 120
     assert kept["o200k_base"] > kept["cl100k_base"]
+    every_document = [
+        Document(p.name, p.read_text(encoding="utf-8")) for p in sorted((DATA / "hi").glob("*.md"))
+    ]
+    costs = {
+        encoding: evaluate(
+            store,
+            searcher,
+            spec,
+            read_eval_set(DATA / "hi_questions.jsonl", every_document).questions,
+            variants=["served"],
+            k=5,
+            dataset="hi",
+            llm_tokenizer=encoding,
+            record=False,
+        ).metrics["served"]["context_tokens_at_5"]
+        for encoding in kept
+    }  # the same top 5, its cost counted in each encoding (`chunkyard eval --llm-tokenizer`)
+    assert 0 < costs["o200k_base"] < 0.7 * costs["cl100k_base"]
 
 
 def test_without_its_rank_file_o200k_is_refused_by_name_and_never_downloaded(no_o200k: Path) -> None:

@@ -17,6 +17,7 @@ from chunkyard.pipeline.benchmark.run import (
     collection_eval_set,
     run_benchmark,
 )
+from chunkyard.retrieval.settings.options import LLM_TOKENIZERS
 
 EVAL_SET_FORMAT = """\
 An eval set (a collection's `eval_set:`, `chunkyard add --eval-set FILE`, or --dataset FILE) is JSON
@@ -74,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
         "hybrid, served). --mode is an alias kept for older commands",
     )
     parser.add_argument("--k", type=int, default=5, help="top k (protocol chroma: always 5)")
+    parser.add_argument(
+        "--llm-tokenizer",
+        choices=LLM_TOKENIZERS,
+        default=LLM_TOKENIZERS[0],
+        help="the LLM encoding context_tokens_at_k and budget_recall_N count in (default: %(default)s)",
+    )
     parser.add_argument(
         "--collection",
         help="a collection of chunkyard.yaml: its eval_set over its folders (or the name to index --dataset as)",
@@ -182,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                 configs=args.configs,
                 variants=args.variants,
                 k=args.k,
+                llm_tokenizer=args.llm_tokenizer,
                 collection=args.collection,
                 database_url=args.database_url,
                 output=output,

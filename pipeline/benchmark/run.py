@@ -38,6 +38,7 @@ from chunkyard.pipeline.step_report import StepReport
 from chunkyard.pipeline.steps.evaluation import evaluate, searcher_for
 from chunkyard.retrieval.embedders import embedder as embedder_module
 from chunkyard.retrieval.settings.config import IndexSpec, load_index_configs, with_coarse_companions
+from chunkyard.retrieval.settings.options import LLM_TOKENIZERS
 from chunkyard.retrieval.store import Store
 
 
@@ -131,6 +132,7 @@ class BenchmarkRequest:
     configs: Sequence[str] | None = None
     variants: Sequence[str] | None = None
     k: int = 5
+    llm_tokenizer: str = LLM_TOKENIZERS[0]  # the encoding of the context-token and budget metrics
     collection: str | None = None
     database_url: str | None = None
     output: str | Path | None = None
@@ -240,6 +242,7 @@ def run_benchmark(request: BenchmarkRequest) -> BenchmarkResult:
             k=k,
             dataset=data.name,
             n_resamples=request.n_resamples,
+            llm_tokenizer=request.llm_tokenizer,
             progress=lambda variant, bar=steps, name=config_name: _evaluating(bar, name, variant, say),
             cost={
                 "embeddings_computed": float(embedded.metadata["embeddings_computed"]),

@@ -17,6 +17,7 @@ from chunkyard.retrieval.embedders.embedder import Embedder
 from chunkyard.retrieval.query.searcher import Searcher
 from chunkyard.retrieval.settings.config import Collection, IndexConfig, IndexSpec
 from chunkyard.retrieval.settings.config_fields import EVALUATED_FIELDS
+from chunkyard.retrieval.settings.options import LLM_TOKENIZERS, SearchOptions
 from chunkyard.retrieval.store import Store
 
 # Bump when this module or the evaluation it runs (`evaluation.runner`, `evaluation.metrics`, the query
@@ -52,15 +53,22 @@ def evaluate(
     k: int,
     dataset: str,
     n_resamples: int = 2000,
+    llm_tokenizer: str = LLM_TOKENIZERS[0],
     progress: Callable[[str], None] | None = None,
     cost: Mapping[str, float] | None = None,
     notes: Sequence[str] = (),
     record: bool = True,
 ) -> EvaluationReport:
     """Evaluate every variant on the questions; `cost` adds build figures, `notes` the dataset loader's
-    notes; the report is recorded in the store (unless `record` is False)."""
+    notes, `llm_tokenizer` the encoding of the context-token and budget metrics; the report is
+    recorded in the store (unless `record` is False)."""
     request = EvaluationRequest(
-        variants=tuple(variants), k=k, dataset=dataset, n_resamples=n_resamples, notes=tuple(notes)
+        variants=tuple(variants),
+        k=k,
+        dataset=dataset,
+        n_resamples=n_resamples,
+        notes=tuple(notes),
+        options=SearchOptions(llm_tokenizer=llm_tokenizer),
     )
     report = evaluate_index(searcher, spec, list(questions), request, store=store, progress=progress)
     report.cost.update(cost or {})
