@@ -6,7 +6,8 @@ en/es/id/uk/ar/hi/th; the public samples evaluation/datasets/*_sample.json; the 
 Configs: `recursive-256-multilingual` as bundled (size in model tokens) and the same with
 `tokenizer: cl100k` at each size given (`o200`: `tokenizer: o200k` at 200). Per set and config: hit@5,
 MRR@5, cl100k and o200k tokens of the top 5, served recall within 1,024 tokens of either encoding (the
-evaluation's budget recall, `llm_tokenizer`), chunks, and the largest chunk in model tokens. Writes
+evaluation's budget recall, `llm_tokenizer`), the recall of a search trimmed to 512 and 1,024 cl100k
+tokens (`trimmed_recall`), chunks, and the largest chunk in model tokens. Writes
 `benchmarks/results/llm_token_sizes.json`.
 
     python -m benchmarks.bench_llm_token_sizes [SIZE ...]   # default: 200 256; m128: 128 model tokens
@@ -28,7 +29,12 @@ from benchmarks.bench_languages import DATA, PUBLIC_SETS, RETRIEVAL_LANGUAGES
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "llm_token_sizes.json"
 BASE_CONFIG = "recursive-256-multilingual"
-PAIRED = ("hit_at_5", "mrr_at_5", "budget_recall_1024")  # per question, for the paired differences
+PAIRED = (
+    "hit_at_5",
+    "mrr_at_5",
+    "budget_recall_1024",
+    "trimmed_recall_1024",
+)  # per question, for the paired differences
 
 
 def _sets() -> list[tuple[str, list, list]]:
@@ -104,7 +110,7 @@ def measure(sizes: tuple[str, ...]) -> list[dict[str, object]]:
                 searcher,
                 spec,
                 questions,
-                EvaluationRequest(variants=(SERVED_VARIANT,), k=5, n_resamples=200),
+                EvaluationRequest(variants=(SERVED_VARIANT,), k=5, n_resamples=200, budgets=(512, 1024)),
                 store=store,
             )
             served = report.metrics[SERVED_VARIANT]
@@ -136,6 +142,9 @@ def measure(sizes: tuple[str, ...]) -> list[dict[str, object]]:
                     "mrr_at_5": served["mrr_at_5"],
                     "context_tokens_at_5": served["context_tokens_at_5"],
                     "budget_recall_1024": served["budget_recall_1024"],
+                    "trimmed_recall_1024": served["trimmed_recall_1024"],
+                    "trimmed_recall_512": served["trimmed_recall_512"],
+                    "budget_recall_512": served["budget_recall_512"],
                     "context_tokens_at_5_o200k": in_o200k["context_tokens_at_5"],
                     "budget_recall_1024_o200k": in_o200k["budget_recall_1024"],
                     "max_chunk_cl100k": max((cl100k.count(t) for t in texts), default=None),
@@ -184,17 +193,22 @@ def main() -> None:
     RESULTS.write_text(json.dumps({"rows": rows, "paired": differences}, indent=1) + "\n", encoding="utf-8")
     print(
         "| set | config | questions | chunks | hit@5 | MRR@5 | top-5 cl100k | recall@1024 cl100k "
-        "| top-5 o200k | recall@1024 o200k |"
+        "| top-5 o200k | recall@1024 o200k | trimmed@1024 | recall@512 | trimmed@512 |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['set']} | {r['config']} | {r['questions']} | {r['chunks']} | {100 * r['hit_at_5']:.1f} | "
             f"{100 * r['mrr_at_5']:.1f} | {r['context_tokens_at_5']:.0f} | {100 * r['budget_recall_1024']:.1f} "
-            f"| {r['context_tokens_at_5_o200k']:.0f} | {100 * r['budget_recall_1024_o200k']:.1f} |"
+            f"| {r['context_tokens_at_5_o200k']:.0f} | {100 * r['budget_recall_1024_o200k']:.1f} "
+            f"| {100 * r['trimmed_recall_1024']:.1f} | {100 * r['budget_recall_512']:.1f} "
+            f"| {100 * r['trimmed_recall_512']:.1f} |"
         )
-    print("\n| set | config | Δhit@5 (better/worse) | ΔMRR@5 (better/worse) | Δrecall@1024 (better/worse) |")
-    print("|---|---|---|---|---|")
+    print(
+        "\n| set | config | Δhit@5 (better/worse) | ΔMRR@5 (better/worse) | Δrecall@1024 (better/worse) "
+        "| Δtrimmed@1024 (better/worse) |"
+    )
+    print("|---|---|---|---|---|---|")
     for d in differences:
         cells = [
             f"{d[m]['delta']:+.1f} [{d[m]['ci'][0]:+.1f}, {d[m]['ci'][1]:+.1f}] ({d[m]['better']}/{d[m]['worse']})"

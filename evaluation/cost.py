@@ -1,4 +1,5 @@
-"""What an index costs: chunks, tokens embedded, overlap overhead, share over the model limit, bytes."""
+"""What an index costs (chunks, tokens embedded, overlap overhead, share over the model limit, bytes) and
+what a result costs an LLM (`ContextTokens`)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import numpy as np
 from chunkyard.chunking.models import model_token_limit
 from chunkyard.chunking.tokenizers import get_tokenizer
 from chunkyard.evaluation.metrics import merge_intervals
+from chunkyard.retrieval.query.budget import llm_tokenizer as encoding_of
 from chunkyard.retrieval.store import published_chunks
 from chunkyard.retrieval.store.indexes import partition_names
 
 if TYPE_CHECKING:
+    from chunkyard.retrieval.query.results import SearchResult
     from chunkyard.retrieval.settings.config import IndexSpec
     from chunkyard.retrieval.store import Store
 
@@ -52,3 +55,18 @@ def index_cost(store: Store | None, index_name: str, spec: IndexSpec | str | Non
         "share_over_model_limit": float(np.mean([c > limit for c in counts])),
         "index_bytes": float(size or 0),
     }
+
+
+class ContextTokens:
+    """LLM tokens of a result's text (its context cost), in the encoding `llm_tokenizer`, memoised per chunk id."""
+
+    def __init__(self, llm_tokenizer: str) -> None:
+        self.encoding = llm_tokenizer
+        self._tokenizer = encoding_of(llm_tokenizer)
+        self._cache: dict[str, int] = {}
+
+    def __call__(self, result: SearchResult) -> int:
+        key = getattr(result, "chunk_id", None) or f"{result.doc_id}:{result.start}:{result.end}"
+        if key not in self._cache:
+            self._cache[key] = self._tokenizer.count(result.text)
+        return self._cache[key]

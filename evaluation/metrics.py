@@ -41,6 +41,8 @@ TABLE_METRICS = (
     "recall_at_20",
     "budget_recall_1024",
     "budget_recall_2048",
+    "trimmed_recall_1024",
+    "trimmed_recall_2048",
 )
 # Per variant, the means plotted per materialisation (Dagster numeric metadata), and the cost figures.
 HEADLINE_METRICS = ("hit_at_{k}", "mrr_at_{k}", "recall_at_{k}", "precision_at_{k}", "iou_at_{k}")
@@ -265,9 +267,12 @@ def score_question(
     token_counts: Sequence[int] | None = None,
     budgets: Sequence[int] = DEFAULT_BUDGETS,
     failure_k: int = FAILURE_K,
+    trimmed: Mapping[int, Sequence[SpanLike | Span]] | None = None,
 ) -> dict[str, float]:
     """Every metric for one question. `retrieved` is rank-ordered and may be longer than k
     (recall@failure_k and budget recall use the longer list; pass at least failure_k items).
+    `trimmed[budget]`: what a search with `max_context_tokens=budget` returned (whole results, then
+    each later one cut to its best sentences), scored as `trimmed_recall_{budget}`.
 
     Keys use the literal k: `hit_at_5`, `mrr_at_5`, `ndcg_at_5`, `map_at_5`, `recall_at_5`, `precision_at_5`,
     `iou_at_5`, `chroma_recall_at_5`, `chroma_precision_at_5`, `chroma_iou_at_5`,
@@ -307,6 +312,9 @@ def score_question(
             within = spans[:taken]
             scores[f"budget_recall_{budget}"] = recall(within, _best_set(sets, within)) if within else 0.0
             scores[f"budget_chunks_{budget}"] = float(taken)
+    for budget, results in (trimmed or {}).items():
+        cut = [as_span(r) for r in results]
+        scores[f"trimmed_recall_{budget}"] = recall(cut, _best_set(sets, cut)) if cut else 0.0
     return scores
 
 
@@ -407,12 +415,14 @@ def score_questions(
     failure_k: int = FAILURE_K,
     n_resamples: int = 2000,
     seed: int = 0,
+    trimmed: Mapping[int, Sequence[Sequence[SpanLike | Span]]] | None = None,
 ) -> MetricSummary:
-    """Score a whole run. `token_counter(item)` gives each retrieved item's tokens for budget recall."""
+    """Score a whole run. `token_counter(item)` gives each retrieved item's tokens for budget recall;
+    `trimmed[budget]` holds, per question, what a search with that `max_context_tokens` returned."""
     if len(questions) != len(retrievals):
         raise ValueError(f"{len(questions)} questions but {len(retrievals)} result lists")
     per_question: dict[str, dict[str, float]] = {}
-    for question, retrieved in zip(questions, retrievals, strict=True):
+    for i, (question, retrieved) in enumerate(zip(questions, retrievals, strict=True)):
         counts = [token_counter(item) for item in retrieved] if token_counter else None
         per_question[question.id] = score_question(
             question,
@@ -422,5 +432,6 @@ def score_questions(
             token_counts=counts,
             budgets=budgets,
             failure_k=failure_k,
+            trimmed={budget: lists[i] for budget, lists in (trimmed or {}).items()},
         )
     return summarize(per_question, {q.id: q.corpus for q in questions}, n_resamples=n_resamples, seed=seed)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from chunkyard.evaluation.cost import index_cost
+from chunkyard.evaluation.cost import ContextTokens, index_cost
 from chunkyard.evaluation.datasets.types import Question
 from chunkyard.evaluation.estimates import Estimate, float_or_nan, json_float
 from chunkyard.evaluation.metrics import (
@@ -37,7 +37,7 @@ from chunkyard.retrieval.settings.names import IndexName
 from chunkyard.retrieval.settings.options import DEFAULT_MODE, LLM_TOKENIZERS, SearchOptions
 
 if TYPE_CHECKING:
-    from chunkyard.retrieval.query import Searcher, SearchResult
+    from chunkyard.retrieval.query import Searcher
     from chunkyard.retrieval.settings.config import IndexSpec
     from chunkyard.retrieval.store import Store
 
@@ -180,7 +180,7 @@ class EvaluationReport:
         lines.append("| variant | " + " | ".join(names) + " |")
         lines.append("|---|" + "---|" * len(names))
         for variant, summary in self.summaries.items():
-            cells = [format_estimate(summary.overall[n]) for n in names]
+            cells = [format_estimate(summary.overall[n]) if n in summary.overall else "–" for n in names]
             lines.append(f"| {variant} | " + " | ".join(cells) + " |")
         lines.append("")
         recall_key = f"recall_at_{self.k}"
@@ -270,22 +270,6 @@ def variant_options(variant: str, default_reranker: str | None) -> SearchOptions
     return SearchOptions(mode=mode, rerank=reranker)
 
 
-class _TokenCounter:
-    """LLM tokens of a result's text (its context cost), in the encoding `llm_tokenizer`, memoised per chunk id."""
-
-    def __init__(self, llm_tokenizer: str) -> None:
-        from chunkyard.retrieval.query.budget import llm_tokenizer as encoding
-
-        self._tokenizer = encoding(llm_tokenizer)
-        self._cache: dict[str, int] = {}
-
-    def __call__(self, result: SearchResult) -> int:
-        key = getattr(result, "chunk_id", None) or f"{result.doc_id}:{result.start}:{result.end}"
-        if key not in self._cache:
-            self._cache[key] = self._tokenizer.count(result.text)
-        return self._cache[key]
-
-
 @dataclass(frozen=True)
 class EvaluationRequest:
     """What to evaluate an index on besides its questions: the variants, k, depth and scoring settings.
@@ -343,7 +327,7 @@ def evaluate_index(
     config_name = index_name.config
     depth = max(request.depth, k, FAILURE_K)
     texts = [q.text for q in questions]
-    counter = _TokenCounter(request.options.llm_tokenizer or LLM_TOKENIZERS[0])
+    counter = ContextTokens(request.options.llm_tokenizer or LLM_TOKENIZERS[0])
     summaries: dict[str, MetricSummary] = {}
     latency: dict[str, dict[str, float]] = {}
     kept_retrievals: dict[str, list[Any]] = {}
@@ -373,6 +357,14 @@ def evaluate_index(
             ]
         else:
             retrievals = deep
+        trimmed = {  # what a request for the served top k with each budget gets
+            budget: searcher.search_batch(
+                texts,
+                index_name,
+                SearchOptions(k=k, max_context_tokens=budget, llm_tokenizer=counter.encoding),
+            )
+            for budget in (budgets if variant == SERVED_VARIANT else ())
+        }
         summaries[variant] = score_questions(
             questions,
             retrievals,
@@ -382,6 +374,7 @@ def evaluate_index(
             budgets=budgets,
             n_resamples=n_resamples,
             seed=seed,
+            trimmed=trimmed,
         )
         kept_retrievals[variant] = retrievals
         per_query = [r[0].timings.get("total_ms") for r in retrievals if r and getattr(r[0], "timings", None)]

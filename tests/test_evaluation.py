@@ -88,6 +88,35 @@ def built_index(pg_url, embedder):
     return store, spec, Searcher(store, embedder)
 
 
+def test_served_recall_under_a_budget_counts_what_the_trimmed_search_returns(pg_url, embedder):
+    """A budget smaller than any chunk: whole chunks give nothing, the trimmed search its best sentences."""
+    from chunkyard.pipeline.graph import build_index
+    from chunkyard.retrieval.query import Searcher
+    from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
+    from chunkyard.retrieval.store import Store
+
+    store = Store(pg_url)
+    store.migrate()
+    store.documents.sync("evaltrim", [Document(doc_id, text) for doc_id, text in PASSAGES.items()], [])
+    config = IndexConfig(
+        name="words-60", chunker={"strategy": "token", "size": 60, "overlap": 0, "tokenizer": "words"}
+    )
+    spec = IndexSpec("evaltrim", config)
+    build_index(store, spec, embedder)
+    report = evaluate_index(
+        Searcher(store, embedder),
+        spec,
+        QUESTIONS,
+        EvaluationRequest(variants=("served", "bm25"), k=3, budgets=(30, 1024), n_resamples=50),
+        store=store,
+    )
+    served = report.metrics["served"]
+    assert served["budget_chunks_30"] == 0.0 and served["budget_recall_30"] == 0.0
+    assert served["trimmed_recall_30"] >= 0.5
+    assert served["trimmed_recall_1024"] == served["budget_recall_1024"] == 1.0
+    assert "trimmed_recall_30" not in report.metrics["bm25"]  # only served: what a budgeted request gets
+
+
 def test_evaluate_index_every_mode_with_cost_and_latency(built_index):
     store, spec, searcher = built_index
     report = evaluate_index(

@@ -31,6 +31,8 @@ FULL_KEYS = {
     "recall_at_20": "recall_at_20",
     "budget_recall_1024": "budget_recall_1024",
     "budget_recall_2048": "budget_recall_2048",
+    "trimmed_recall_1024": "trimmed_recall_1024",
+    "trimmed_recall_2048": "trimmed_recall_2048",
     "context_tokens_at_{k}": "context_tokens_at_{k}",  # in the run's llm_tokenizer
 }
 
