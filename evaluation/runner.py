@@ -311,7 +311,8 @@ def evaluate_index(
 
     Each variant fetches `depth` results per question (recall@20 and the context-budget recall need
     more than k); variants whose top k depends on the number requested (reranking, MMR) are also
-    asked for exactly k, so hit@k and MRR@k are what a user asking for k would get. `progress` is
+    asked for exactly k, so hit@k and MRR@k are what a user asking for k would get. `served` is also
+    asked for k with each budget as `max_context_tokens` (`trimmed_recall_{budget}`). `progress` is
     called with each variant as it starts.
     """
     variants, k, options = request.variants, request.k, request.options
