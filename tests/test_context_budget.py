@@ -106,6 +106,10 @@ def test_results_fit_the_budget_in_cl100k_tokens_with_exact_spans(
             for result in served:
                 assert result.text == texts[result.doc_id][result.start : result.end]
                 assert result.scores["llm_tokens"] == CL100K.count(result.text)
+                # what a reader is shown with a trimmed hit comes from its cut text
+                assert all(result.start <= h.start and h.end <= result.end for h in result.highlights)
+                shown = result.snippet.removeprefix("...").removesuffix("...")
+                assert shown and shown in " ".join(result.text.split())
             assert [r.chunk_id for r in served] == [r.chunk_id for r in whole[: len(served)]]
         untouched = searcher.search(question, spec.name, k=5, max_context_tokens=whole_tokens)
         assert [(r.start, r.end) for r in untouched] == [(r.start, r.end) for r in whole]

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from chunkyard.chunking.llm_encodings import EncodingMissingError
 from chunkyard.chunking.sentences import sentence_spans
 from chunkyard.chunking.tokenizers import Tokenizer, get_tokenizer
+from chunkyard.retrieval.query.highlights import locate, snippet
 from chunkyard.retrieval.query.highlights import sentence_spans as highlight_sentences
 from chunkyard.retrieval.query.results import SearchResult
 from chunkyard.retrieval.settings.option_schema import SearchError
@@ -175,10 +176,20 @@ def _token_window(
 
 
 def _trimmed(result: SearchResult, span: Span, tokenizer: Tokenizer) -> SearchResult:
-    """`result` cut to `span` (offsets into its text), its document span moved with it."""
+    """`result` cut to `span` (offsets into its text), its document span moved with it, and what the
+    reader is shown with it (highlights, snippet, page or slide) kept to the cut text."""
     s, e = span
     text = result.text[s:e]
     result.scores["llm_tokens"] = float(tokenizer.count(text))
     result.scores["trimmed"] = 1.0
     result.start, result.end, result.text = result.start + s, result.start + e, text
+    if not result.snippet:  # the highlights stage did not run (`highlights: false`)
+        return result
+    result.highlights = [h for h in result.highlights if result.start <= h.start and h.end <= result.end]
+    first = result.highlights[0] if result.highlights else None
+    result.snippet = snippet(text, result.start, first)
+    where = (
+        {"page": first.page, "slide": first.slide} if first else locate(result.metadata or {}, result.start)
+    )
+    result.page, result.slide = where.get("page"), where.get("slide")
     return result
