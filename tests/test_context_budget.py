@@ -51,6 +51,26 @@ def test_whole_results_while_they_fit_then_the_best_sentences() -> None:
     assert sum(CL100K.count(r.text) for r in kept) <= budget
 
 
+def test_the_top_result_cut_to_fit_keeps_up_to_half_the_budget() -> None:
+    """Its best line alone is a heading; half the budget holds the sentences after it too."""
+    doc = (
+        "# Coastal trains\n\nThe coastal train links the fishing port to the capital in fifty minutes. "
+        "Coastal trains were refitted in 2019 with wider seats and sockets. Night trains run on Fridays. "
+        "Bicycles travel free in the last coach of the coastal train when booked ahead. "
+        "The coastal line closes for repairs every February.\n\n"
+        + "".join(f"Other town news item {i} is about the market and the library. " for i in range(40))
+    )
+    results = [_result(doc, 0, 900, 1)] + [_result(doc, 900 + 60 * i, 960 + 60 * i, i + 2) for i in range(4)]
+    analyzer = shared_analyzer("english")
+    budget = 100
+    kept = fit_to_budget(results, "coastal train", analyzer, budget, CL100K)
+    top = kept[0]
+    assert top.rank == 1 and top.scores["trimmed"] == 1.0 and top.text == doc[top.start : top.end]
+    assert budget // len(results) < top.scores["llm_tokens"] <= budget // 2
+    assert "coastal train links" in top.text
+    assert sum(r.scores["llm_tokens"] for r in kept) <= budget
+
+
 def test_a_sentence_longer_than_the_budget_is_cut_inside_the_document() -> None:
     text = "ธารน้ำแข็งกัดเซาะหุบเขาลึก ขณะที่เคลื่อนตัวลงอย่างช้าๆ เป็นเวลาหลายพันปี"
     analyzer = shared_analyzer("thai")

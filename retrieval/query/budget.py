@@ -4,10 +4,11 @@
 after the first that does not fit is cut to its best run of sentences: its first highlight (the
 sentences `highlights` merged for the reader, when they fit what is left), else the sentence whose
 analysed query terms weigh most (their idf; 1 each without the in-memory BM25 copy), grown towards
-its better-scoring neighbour while the run stays within a fair share (what is left divided by the results left, at
-least `MIN_PIECE_TOKENS`); a later result that fits its share whole stays whole. A sentence longer
-than what is left is split at whitespace (clauses in Thai, words elsewhere), and a piece still too
-long is cut to its best window of tokens. Every trimmed result keeps an exact span of its document
+its better-scoring neighbour while the run stays within a fair share (what is left divided by the
+results left, at least `MIN_PIECE_TOKENS`; the top result, when it is cut, up to `TOP_SHARE` of the
+budget); a later result that fits its share whole stays whole. A sentence longer than what is left
+is split at whitespace (clauses in Thai, words elsewhere), and a piece still too long is cut to its
+best window of tokens. Every trimmed result keeps an exact span of its document
 (`text == document[start:end]`), and the results' token counts add up to at most the budget (each
 result's count is `scores["llm_tokens"]`; a trimmed one also has `scores["trimmed"]`).
 """
@@ -26,6 +27,10 @@ from chunkyard.retrieval.query.results import SearchResult
 from chunkyard.retrieval.settings.option_schema import SearchError
 
 MIN_PIECE_TOKENS = 16  # with less left than this nothing more is trimmed (a whole result may still fit)
+# The top result cut to fit grows up to this share of the budget, not only budget / k: its best sentence
+# alone is often a heading. Served recall within 128 tokens: Thai sample 39.1 -> 63.5, Hindi 75.0 -> 88.1,
+# no set lower at 64-512 (benchmarks/results/languages.md).
+TOP_SHARE = 0.5
 _NOT_SPACE = re.compile(r"\S+")
 Terms = Callable[[str], list[str]]
 Span = tuple[int, int]
@@ -63,6 +68,8 @@ def fit_to_budget(
         if left < MIN_PIECE_TOKENS:
             continue  # a later, shorter result may still fit whole
         share = max(left // (len(results) - position), MIN_PIECE_TOKENS)
+        if position == 0:
+            share = max(share, int(budget * TOP_SHARE))
         seed = _first_highlight(result)
         span = best_span(
             result.text, wanted, terms, left, tokenizer, grow_to=share, weights=weights, seed=seed
