@@ -22,7 +22,7 @@ from chunkyard.retrieval.store import Store
 
 # Bump when this module or the evaluation it runs (`evaluation.runner`, `evaluation.metrics`, the query
 # stages) changes a report.
-CODE_VERSION = "1"
+CODE_VERSION = "2"  # 2: served trimmed_recall; the budget stage's top-result share
 # The index config's fields that shape its evaluation (its code version hashes them): declared with
 # the index config's fields in retrieval/settings/config.py.
 SETTINGS = EVALUATED_FIELDS
