@@ -71,6 +71,37 @@ def test_the_top_result_cut_to_fit_keeps_up_to_half_the_budget() -> None:
     assert sum(r.scores["llm_tokens"] for r in kept) <= budget
 
 
+def test_tokens_the_first_pass_leaves_go_back_to_the_cut_result() -> None:
+    """The top result is cut to half the budget and the next one is short and kept whole: the half it
+    did not use goes back to the top result, a whole sentence at a time, within the budget."""
+    doc = (
+        "# Coastal trains\n\nThe coastal train links the fishing port to the capital in fifty minutes. "
+        "Coastal trains were refitted in 2019 with wider seats and sockets. Night trains run on Fridays. "
+        "Bicycles travel free in the last coach of the coastal train when booked ahead. "
+        "The coastal line closes for repairs every February. Coastal train tickets are sold on board. "
+        "Dogs ride the coastal train for half the fare. The coastal timetable changes in May.\n\n"
+        "Market news."
+    )
+    split = doc.index("Market news")
+    results = [_result(doc, 0, split - 2, 1), _result(doc, split, len(doc), 2)]
+    analyzer = shared_analyzer("english")
+    budget = 70
+    assert CL100K.count(results[0].text) > budget
+    kept = fit_to_budget(results, "coastal train", analyzer, budget, CL100K)
+    top, short = kept
+    assert top.scores["trimmed"] == 1.0 and top.text == doc[top.start : top.end]
+    assert "trimmed" not in short.scores
+    assert top.scores["llm_tokens"] > budget // 2  # the first pass alone stops at half
+    assert top.scores["llm_tokens"] == CL100K.count(top.text)
+    assert sum(r.scores["llm_tokens"] for r in kept) <= budget
+    # what is still left is less than the next sentence on either side of the top result's cut
+    left = budget - sum(r.scores["llm_tokens"] for r in kept)
+    tail = doc[top.end : split - 2].strip()
+    head = doc[: top.start].strip()
+    assert not tail or CL100K.count(tail.split(". ")[0] + ".") > left
+    assert not head or CL100K.count(head.split(". ")[-1]) > left
+
+
 def test_a_sentence_longer_than_the_budget_is_cut_inside_the_document() -> None:
     text = "ธารน้ำแข็งกัดเซาะหุบเขาลึก ขณะที่เคลื่อนตัวลงอย่างช้าๆ เป็นเวลาหลายพันปี"
     analyzer = shared_analyzer("thai")
