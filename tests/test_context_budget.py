@@ -120,7 +120,9 @@ def test_the_option_is_checked_and_reaches_the_command_line() -> None:
     with pytest.raises(SearchError, match="max_context_tokens"):
         SearchOptions(max_context_tokens=0)
     with pytest.raises(SearchError, match="llm_tokenizer"):
-        SearchOptions(llm_tokenizer="gpt-9")
+        SearchOptions(
+            llm_tokenizer="../gpt-9.json"
+        )  # a name, never a path (tests/test_llm_tokenizer_files.py)
     parser = argparse.ArgumentParser()
     SearchOptions.add_arguments(parser)
     given = SearchOptions.from_arguments(parser.parse_args(["--max-context-tokens", "300"]))

@@ -343,7 +343,7 @@ def test_chunkyard_eval_json_and_embedding_reuse(pg_url, tmp_path, capsys):
     assert first["context_tokens_at_5"] > 0  # the top 5's cost, in cl100k unless --llm-tokenizer says
     with pytest.raises(SystemExit):
         eval_main([*argv, "--llm-tokenizer", "gpt-9"])
-    assert "--llm-tokenizer: invalid choice" in capsys.readouterr().err
+    assert "--llm-tokenizer: unknown 'gpt-9'" in capsys.readouterr().err
     assert (
         eval_main(["--dataset", str(eval_set), "--config", "no-such-config", "--database-url", pg_url]) == 2
     )

@@ -189,6 +189,8 @@ def _example(spec) -> object:
         return {"lang": "en"}
     if spec.kind == "reranker":
         return "maxsim"
+    if spec.kind == "name":
+        return "o200k_base"
     value = spec.request_bound if spec.kind == "int" else (spec.ge + spec.request_bound) / 2
     return int(value) if spec.kind == "int" else float(value)
 

@@ -17,6 +17,8 @@ from chunkyard.pipeline.benchmark.run import (
     collection_eval_set,
     run_benchmark,
 )
+from chunkyard.retrieval.query.budget import llm_tokenizer
+from chunkyard.retrieval.settings.option_schema import SearchError
 from chunkyard.retrieval.settings.options import LLM_TOKENIZERS
 
 EVAL_SET_FORMAT = """\
@@ -77,9 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--k", type=int, default=5, help="top k (protocol chroma: always 5)")
     parser.add_argument(
         "--llm-tokenizer",
-        choices=LLM_TOKENIZERS,
+        type=_llm_tokenizer,
         default=LLM_TOKENIZERS[0],
-        help="the LLM encoding context_tokens_at_k and budget_recall_N count in (default: %(default)s)",
+        help="the LLM tokenizer context_tokens_at_k and budget_recall_N count in: cl100k_base, o200k_base "
+        "or a name of the project's llm_tokenizers (default: %(default)s)",
     )
     parser.add_argument(
         "--collection",
@@ -246,6 +249,15 @@ def _parse_assignments(items: list[str] | None, flag: str, *, many: bool) -> dic
             raise BenchmarkError(f"{flag} {name}: expected one value, got {values!r}")
         parsed[name.strip()] = numbers if many else numbers[0]
     return parsed
+
+
+def _llm_tokenizer(text: str) -> str:
+    """--llm-tokenizer: a built-in encoding or one of the project's llm_tokenizers, found here."""
+    try:
+        llm_tokenizer(text)
+    except SearchError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("llm_tokenizer: ")) from None
+    return text
 
 
 def _number(text: str) -> int | float:

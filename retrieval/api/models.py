@@ -9,7 +9,7 @@ from chunkyard.retrieval.query import SearchResult
 from chunkyard.retrieval.settings.default_index import named
 from chunkyard.retrieval.settings.filters import operator_error
 from chunkyard.retrieval.settings.names import IndexRef
-from chunkyard.retrieval.settings.option_schema import OptionSchema
+from chunkyard.retrieval.settings.option_schema import NAME, OptionSchema
 from chunkyard.retrieval.settings.options import SERVICE_MAX_K, SearchOptions, SearchRequest, option_schemas
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
@@ -21,6 +21,7 @@ _WIRE_TYPES: dict[str, Any] = {
     "bool": bool,
     "object": dict[str, Any],
     "reranker": str,
+    "name": str,
 }
 
 
@@ -45,7 +46,7 @@ def _request_field(schema: OptionSchema, max_k: int) -> tuple[Any, Any]:
     The default is documented (OpenAPI), never sent on: a field the body leaves out stays unset
     (`exclude_unset`), so an alias's pinned value or the index's default applies."""
     wire = Literal[schema.choices] if schema.kind == "choice" else _WIRE_TYPES[schema.kind]
-    bounds: dict[str, Any] = {}
+    bounds: dict[str, Any] = {"pattern": f"^{NAME.pattern}$"} if schema.kind == "name" else {}
     if schema.kind in ("int", "float"):
         bounds = {"ge": schema.ge, "le": max_k if schema.name == "k" else schema.request_bound}
         if schema.kind == "float":

@@ -82,8 +82,8 @@ def create_server(searcher: Searcher | SearcherSource | None = None) -> MCPServe
         """Search an index or alias (default: the project's default index) for passages answering `query`.
         `k`: 1-100 hits; `mode`: dense, bm25,
         hybrid, hybrid_weighted or hybrid_auto (default: the index's). `max_context_tokens`: the hits'
-        texts together fit this many LLM tokens (`llm_tokenizer`: cl100k_base, the default, or
-        o200k_base): whole hits first, then each later one cut to its best sentences (its citation is
+        texts together fit this many LLM tokens (`llm_tokenizer`: cl100k_base, the default, o200k_base,
+        or a name of the project's llm_tokenizers): whole hits first, then each later one cut to its best sentences (its citation is
         the cut span). Each hit has a citation (document,
         span, page or slide), the snippet around its best-matching sentence, and the chunk's text."""
         if not 1 <= k <= REQUEST_MAX_K:

@@ -20,14 +20,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
-from chunkyard.chunking.llm_encodings import EncodingMissingError
+from chunkyard.chunking.llm_tokenizer_file import tokenizer_file
 from chunkyard.chunking.sentences import sentence_spans
 from chunkyard.chunking.tokenizers import Tokenizer, get_tokenizer
 from chunkyard.retrieval.query.highlights import locate, snippet
 from chunkyard.retrieval.query.highlights import sentence_spans as highlight_sentences
 from chunkyard.retrieval.query.results import SearchResult
 from chunkyard.retrieval.settings.option_schema import SearchError
+from chunkyard.retrieval.settings.options import LLM_TOKENIZERS
+from chunkyard.retrieval.settings.project import llm_tokenizer_files
 
 MIN_PIECE_TOKENS = 16  # with less left than this nothing more is trimmed (a whole result may still fit)
 # The top result cut to fit grows up to this share of the budget, not only budget / k: its best sentence
@@ -40,11 +43,21 @@ Span = tuple[int, int]
 
 
 def llm_tokenizer(name: str) -> Tokenizer:
-    """The tokenizer of the LLM encoding `name` (`cl100k_base` or `o200k_base`, read offline)."""
+    """The tokenizer `max_context_tokens` counts in: a built-in encoding (`cl100k_base`, `o200k_base`,
+    read offline) or one of the project's `llm_tokenizers` (its LLM's own tokenizer.json)."""
+    files: Mapping[str, Path] = {}
     try:
-        return get_tokenizer(name)
-    except EncodingMissingError as exc:
+        if name in LLM_TOKENIZERS:
+            return get_tokenizer(name)
+        files = llm_tokenizer_files(reserved=LLM_TOKENIZERS)
+        if name in files:
+            return tokenizer_file(name, files[name])
+    except ValueError as exc:  # an encoding not on this machine, a bad chunkyard.yaml entry or file
         raise SearchError(f"llm_tokenizer: {exc}") from exc
+    raise SearchError(
+        f"llm_tokenizer: unknown {name!r}; expected one of {', '.join((*LLM_TOKENIZERS, *files))} (a project "
+        f"names its LLM's own tokenizer.json under llm_tokenizers in chunkyard.yaml)"
+    )
 
 
 def fit_to_budget(

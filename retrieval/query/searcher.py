@@ -195,6 +195,8 @@ class Searcher:
         if isinstance(queries, str):
             raise SearchError("queries: expected a list of strings, not a single string")
         index, request = self._through_alias(ref, options)
+        if request.llm_tokenizer is not None:  # an unknown name is refused where nothing is trimmed too
+            llm_tokenizer(request.llm_tokenizer)
         for query in queries:
             if not isinstance(query, str) or not query.strip():
                 raise SearchError("query: must be a non-empty string")

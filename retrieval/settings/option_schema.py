@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from chunkyard.retrieval.settings.filters import operator_error
 
-Kind = Literal["int", "float", "bool", "choice", "object", "reranker"]
+Kind = Literal["int", "float", "bool", "choice", "name", "object", "reranker"]
+# A `name` option: something the server holds under this name, never a path or other text.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 class SearchError(ValueError):
@@ -70,6 +73,10 @@ class OptionSchema:
             if value not in self.choices:
                 raise SearchError(f"{where}: unknown {value!r}; expected one of {self.choices}")
             return value
+        if self.kind == "name":
+            if not isinstance(value, str) or not NAME.fullmatch(value):
+                raise SearchError(f"{where}: {self.error}, got {value!r}")
+            return value
         if self.kind == "object":
             if not isinstance(value, dict):
                 raise SearchError(f"{where}: {self.error}")
@@ -101,6 +108,8 @@ class OptionSchema:
         elif self.kind in ("int", "float"):
             settings["type"] = _bounded(self)
             settings["help"] = f"{self.help} ({self.ge:g}-{self.request_bound:g}){default_text}"
+        elif self.kind == "name":
+            settings["type"] = _name(self)
         else:
             settings["type"] = _json_object(self) if self.kind == "object" else str
         return names, settings
@@ -131,6 +140,18 @@ def _bounded(schema: OptionSchema) -> Any:
         return value
 
     parse.__name__ = schema.kind
+    return parse
+
+
+def _name(schema: OptionSchema) -> Any:
+    """An argparse type for a name option, with the service's message."""
+
+    def parse(text: str) -> str:
+        if not NAME.fullmatch(text):
+            raise argparse.ArgumentTypeError(f"{schema.error}, got {text!r}")
+        return text
+
+    parse.__name__ = "name"
     return parse
 
 

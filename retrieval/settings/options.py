@@ -48,7 +48,7 @@ REQUEST_MAX_K = 100
 SERVICE_MAX_K = REQUEST_MAX_K  # the service's default (kept name)
 HNSW_MAX_EF = 1000  # pgvector's upper bound for hnsw.ef_search
 MAX_CONTEXT_TOKENS = 200_000  # the largest LLM context windows in common use
-LLM_TOKENIZERS = ("cl100k_base", "o200k_base")  # read offline (chunking/llm_encodings.py)
+LLM_TOKENIZERS = ("cl100k_base", "o200k_base")  # built in, read offline (chunking/llm_encodings.py)
 
 
 @dataclass(frozen=True)
@@ -153,9 +153,10 @@ class SearchOptions:
     )
     llm_tokenizer: str | None = option_field(
         None,
-        "The LLM encoding max_context_tokens counts in: cl100k_base (default) or o200k_base (GPT-4o).",
-        "choice",
-        choices=LLM_TOKENIZERS,
+        "The LLM tokenizer max_context_tokens counts in: cl100k_base (default), o200k_base (GPT-4o) or a "
+        "name of the project's llm_tokenizers (its LLM's own tokenizer.json).",
+        "name",
+        error="a tokenizer's name: cl100k_base, o200k_base or one of the project's llm_tokenizers",
     )
     trust_dense: bool | None = option_field(
         None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,18 @@ PROJECT_ENV = "CHUNKYARD_PROJECT"
 LEGACY_PROJECT_ENV = "CHUNKYARD_PROJECT_DIR"  # the older name, still read
 BENCHMARKS_ENV = "CHUNKYARD_BENCHMARKS"
 AUTOMATION_ENV = "CHUNKYARD_AUTOMATION"  # "0": the document sensor and automation start stopped
-_PROJECT_KEYS = {"collections", "indexes", "benchmarks", "description", "ui_automation", "default_index"}
+_PROJECT_KEYS = {
+    "collections",
+    "indexes",
+    "benchmarks",
+    "description",
+    "ui_automation",
+    "default_index",
+    "llm_tokenizers",
+}
+# The name a request gives one of the project's `llm_tokenizers`: never a path (a request must not name
+# a file of the server), so letters, digits, ".", "_" and "-".
+LLM_TOKENIZER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 class ProjectError(SettingsError):
@@ -105,6 +117,41 @@ def read_project(root: Path | None = None) -> dict[str, Any]:
         if key in raw:
             as_bool(raw[key], f"{at_line(path, raw, key)}: {key}")
     return raw
+
+
+def llm_tokenizer_files(reserved: tuple[str, ...] = (), root: Path | None = None) -> dict[str, Path]:
+    """The project's own LLM tokenizers (`llm_tokenizers:` in chunkyard.yaml): each name and its
+    Hugging Face `tokenizer.json` (a path relative to the project folder, or a folder holding one).
+    {} outside a project; `reserved` names (the built-in encodings) may not be taken."""
+    root = root or find_project()
+    if root is None:
+        return {}
+    path = root / PROJECT_FILE
+    raw = read_project(root)
+    entries = raw.get("llm_tokenizers") or {}
+    if not isinstance(entries, dict):
+        raise SettingsError(
+            f"{at_line(path, raw, 'llm_tokenizers')}: `llm_tokenizers` must map names to tokenizer.json files"
+        )
+    files: dict[str, Path] = {}
+    for name, value in entries.items():
+        where = f"{at_line(path, entries, name)}: llm_tokenizers.{name}"
+        if not isinstance(name, str) or not LLM_TOKENIZER_NAME.fullmatch(name):
+            raise SettingsError(f"{where}: a name is letters, digits, '.', '_' or '-' (at most 64)")
+        if name in reserved:
+            raise SettingsError(f"{where}: {name} is built in; give the file another name")
+        if not isinstance(value, str) or not value.strip():
+            raise SettingsError(
+                f"{where}: must be the path of a tokenizer.json, or of the folder holding one"
+            )
+        file = (root / value).expanduser()
+        file = file / "tokenizer.json" if file.is_dir() else file
+        if not file.is_file():
+            raise SettingsError(
+                f"{where}: {file} not found (a Hugging Face tokenizer.json, e.g. the LLM's own)"
+            )
+        files[name] = file.resolve()
+    return files
 
 
 def benchmarks_enabled(project: dict[str, Any] | None = None) -> bool:
