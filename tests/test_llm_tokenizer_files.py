@@ -74,7 +74,7 @@ def test_a_budget_counted_in_the_projects_own_tokenizer(project: Path, store: St
 
 
 @needs_wheel
-def test_byte_level_pieces_of_one_character_are_one_span(project: Path) -> None:
+def test_byte_level_pieces_of_one_character_are_one_span(project: Path, capsys) -> None:
     claude = llm_tokenizer("claude")
     assert isinstance(claude, TokenizerFile) and llm_tokenizer("claude") is claude  # loaded once
     text = "ग्लेशियर 🚂 train"
@@ -82,6 +82,11 @@ def test_byte_level_pieces_of_one_character_are_one_span(project: Path) -> None:
     assert spans[0][0] == 0 and all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
     assert "".join(text[s:e] for s, e in spans).replace(" ", "") == text.replace(" ", "")
     assert claude.count(text) >= len(spans)
+    from chunkyard.orchestration.cli import main
+
+    assert main(["models", "list"]) == 0
+    listed = project / "models" / "claude" / "tokenizer.json"
+    assert f"llm tokenizer claude: {listed.resolve()}" in capsys.readouterr().out
 
 
 def test_a_request_names_a_tokenizer_never_a_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
