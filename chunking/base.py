@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import numpy as np
+from chunkyard.chunking.llm_cap import cap_pieces
 from chunkyard.chunking.locations import BREAKS_SUFFIX, document_locations, slide_cuts, unit_span
 from chunkyard.chunking.ocr_spans import ocr_span
 from chunkyard.chunking.span_counts import refined_counts
 from chunkyard.chunking.spans import DocText, Piece, char_windows, max_chunk_chars, trim_span, window_pieces
 from chunkyard.chunking.table_rows import table_pieces
-from chunkyard.chunking.tokenizers import Tokenizer, special_token_overhead
+from chunkyard.chunking.tokenizers import Tokenizer, get_tokenizer, special_token_overhead
 from chunkyard.chunking.types import Chunk, Document, as_document
 
 
@@ -33,6 +34,7 @@ class BaseChunker:
     strategy = "base"
     trims_whitespace = True
     keeps_tables = True  # off where pieces are linked to each other (parents, late chunking's vectors)
+    caps_llm_tokens = True  # `max_llm_tokens` applies (off where pieces are linked, as above)
 
     def __init__(
         self,
@@ -42,8 +44,10 @@ class BaseChunker:
         overlap: int = 0,
         config_key: str = "",
         context: Iterable[ContextStep] = (),
+        max_llm_tokens: int | None = None,
     ) -> None:
         self.tokenizer = tokenizer
+        self.max_llm_tokens = max_llm_tokens  # each chunk also within this many cl100k tokens
         self.size = size
         self.overlap = overlap
         self.config_key = config_key
@@ -154,6 +158,10 @@ class BaseChunker:
         if not pieces:
             return chunks
         pieces, counts = self.enforce_limit(dt, self.cut_at_slides(dt, pieces))
+        if self.max_llm_tokens is not None and self.caps_llm_tokens:
+            capped = cap_pieces(text, pieces, get_tokenizer("cl100k"), self.max_llm_tokens)
+            if len(capped) != len(pieces):
+                pieces, counts = self.enforce_limit(dt, capped)
         locations = document_locations(dt.doc)
         deck_title = self.deck_title(dt.doc)
         for p, n_tokens in zip(pieces, counts, strict=True):

@@ -30,7 +30,7 @@ from chunkyard.chunking.fields import require_int, resolve_overlap
 from chunkyard.chunking.models import DEFAULT_MODEL
 from chunkyard.chunking.tokenizers import get_tokenizer
 
-COMMON_FIELDS = {"strategy", "size", "overlap", "tokenizer", "model", "context", "endpoint"}
+COMMON_FIELDS = {"strategy", "size", "overlap", "tokenizer", "model", "context", "endpoint", "max_llm_tokens"}
 ENDPOINT_FIELDS = {"base_url", "model", "api_key_env", "timeout"}
 
 TOKENIZERS = ("model", "cl100k", "o200k", "chars", "words")
@@ -102,6 +102,10 @@ def build_chunker(
             f"chunker.size: {size} leaves too few tokens after overlap and special tokens"
         )
 
+    max_llm_tokens = chunker.get("max_llm_tokens")
+    if max_llm_tokens is not None:
+        max_llm_tokens = require_int(chunker, "max_llm_tokens", 0, minimum=16)
+
     from chunkyard.chunking.enrichment import build_context_steps
 
     if llm is None and chunker.get("endpoint") is not None:
@@ -113,6 +117,7 @@ def build_chunker(
         "overlap": overlap,
         "config_key": config_key,
         "context": context,
+        "max_llm_tokens": max_llm_tokens,
     }
     options = {k: chunker.get(k, d) for k, d in entry.fields.items()}
     if entry.needs_model and embedding_model is None:

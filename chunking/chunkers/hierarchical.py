@@ -21,6 +21,7 @@ from chunkyard.chunking.types import make_chunk_id
 
 class HierarchicalChunker(BaseChunker):
     strategy = "hierarchical"
+    caps_llm_tokens = False
     keeps_tables = False  # children are linked to their parents by span
 
     def __init__(self, *, parent_size: int = 1024, base: str = "recursive", **kw: Any) -> None:

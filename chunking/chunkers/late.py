@@ -29,6 +29,7 @@ from chunkyard.chunking.types import Chunk
 
 class LateChunker(BaseChunker):
     strategy = "late"
+    caps_llm_tokens = False
     keeps_tables = False  # each piece's vector is pooled from the whole text's token embeddings
 
     def __init__(
