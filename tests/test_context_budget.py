@@ -8,18 +8,15 @@ from pathlib import Path
 
 import pytest
 from chunkyard.chunking.tokenizers import get_tokenizer
-from chunkyard.chunking.types import Document
-from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.lexical.analysis import shared_analyzer
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.query.budget import best_span, fit_to_budget
 from chunkyard.retrieval.query.results import SearchResult
-from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.settings.option_schema import SearchError
 from chunkyard.retrieval.settings.options import SearchOptions
 from chunkyard.retrieval.store import Store
 
-from tests.test_indexing_support import make_spec
+from tests.test_indexing_support import GARDEN_TEXT, garden_index, multilingual_index
 
 DATA = Path(__file__).parent / "data" / "multilingual"
 CL100K = get_tokenizer("cl100k_base")
@@ -135,16 +132,7 @@ def test_results_fit_the_budget_in_cl100k_tokens_with_exact_spans(
 ) -> None:
     """Real model, real recursive chunker and Postgres; a Hindi or Thai chunk costs cl100k far more
     tokens than the model's, so the budget trims there first."""
-    docs = [Document(name, (DATA / language / name).read_text(encoding="utf-8")) for name in NAMES]
-    texts = {doc.id: doc.text for doc in docs}
-    config = IndexConfig(
-        name="recursive-96",
-        chunker={"strategy": "recursive", "size": 96, "overlap": 0, "tokenizer": "model"},
-        bm25={"k1": 1.5, "b": 0.75, "epsilon": 0.25, "analyzer": "auto"},
-    )
-    spec = IndexSpec(make_spec().collection, config)
-    store.documents.sync(spec.collection, docs, [])
-    build_index(store, spec, embedder)
+    spec, texts = multilingual_index(store, embedder, language, "recursive-96")
     records = [json.loads(line) for line in (DATA / f"{language}_questions.jsonl").open(encoding="utf-8")]
     questions = [r["question"] for r in records if r["references"][0]["document"] in NAMES]
     searcher = Searcher(store, embedder)
@@ -172,15 +160,7 @@ def test_the_http_api_trims_to_the_budget_and_rejects_a_bad_one(store: Store, em
     from chunkyard.retrieval.api.service import create_app
     from fastapi.testclient import TestClient
 
-    from tests.test_indexing_support import ParagraphChunker
-
-    text = (
-        "Trains leave every hour from the coastal station. The night train runs on Fridays in summer.\n\n"
-        "The library opens at nine. The community garden is near the bus station and has forty beds."
-    )
-    spec = make_spec(bm25={"analyzer": "english"})
-    store.documents.sync(spec.collection, [Document("a.md", text)], [])
-    build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
+    spec, text = garden_index(store, embedder), GARDEN_TEXT
     http = TestClient(create_app(Searcher(store, embedder)), raise_server_exceptions=False)
     body = {"query": "where is the community garden", "index": spec.name, "k": 2, "mode": "bm25"}
     results = http.post("/v1/search", json={**body, "max_context_tokens": 20}).json()["results"]

@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import numpy as np
 from chunkyard.chunking.types import Chunk, Document
@@ -65,6 +66,41 @@ def make_spec(
         hybrid=hybrid or {"fusion": "rrf", "rrf_k": 60, "candidates": 50},
     )
     return IndexSpec(collection or f"c{uuid.uuid4().hex[:10]}", config)
+
+
+MULTILINGUAL = Path(__file__).parent / "data" / "multilingual"
+ARTICLES = ("huerto.md", "tren.md", "biblioteca.md")
+GARDEN_TEXT = (
+    "Trains leave every hour from the coastal station. The night train runs on Fridays in summer.\n\n"
+    "The library opens at nine. The community garden is near the bus station and has forty beds."
+)
+
+
+def multilingual_index(store, embedder, language: str, name: str) -> tuple[IndexSpec, dict[str, str]]:
+    """Three articles of tests/data/multilingual/<language> in recursive chunks of 96 model tokens,
+    indexed with the real model and Postgres: the spec, and each document's text by id."""
+    from chunkyard.pipeline.graph import build_index
+
+    docs = [Document(n, (MULTILINGUAL / language / n).read_text(encoding="utf-8")) for n in ARTICLES]
+    config = IndexConfig(
+        name=name,
+        chunker={"strategy": "recursive", "size": 96, "overlap": 0, "tokenizer": "model"},
+        bm25={"k1": 1.5, "b": 0.75, "epsilon": 0.25, "analyzer": "auto"},
+    )
+    spec = IndexSpec(make_spec().collection, config)
+    store.documents.sync(spec.collection, docs, [])
+    build_index(store, spec, embedder)
+    return spec, {doc.id: doc.text for doc in docs}
+
+
+def garden_index(store, embedder) -> IndexSpec:
+    """`GARDEN_TEXT` as one document `a.md` in two paragraph chunks, English BM25."""
+    from chunkyard.pipeline.graph import build_index
+
+    spec = make_spec(bm25={"analyzer": "english"})
+    store.documents.sync(spec.collection, [Document("a.md", GARDEN_TEXT)], [])
+    build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
+    return spec
 
 
 def random_unit_vector_for(dim: int = 384, seed_salt: str = "") -> Callable[[str], np.ndarray]:

@@ -22,14 +22,12 @@ from chunkyard.chunking.registry import ChunkerConfigError
 from chunkyard.chunking.tokenizers import get_tokenizer
 from chunkyard.chunking.types import Document
 from chunkyard.evaluation.datasets.evalset import read_eval_set
-from chunkyard.pipeline.graph import build_index
 from chunkyard.pipeline.steps.evaluation import evaluate
 from chunkyard.retrieval.query import Searcher
-from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.settings.option_schema import SearchError
 from chunkyard.retrieval.store import Store
 
-from tests.test_indexing_support import make_spec
+from tests.test_indexing_support import multilingual_index
 
 DATA = Path(__file__).parent / "data" / "multilingual"
 NAMES = ("huerto.md", "tren.md", "biblioteca.md")
@@ -80,16 +78,7 @@ def test_chunks_sized_in_o200k_tokens_are_exact_spans(language: str) -> None:
 @needs_o200k
 def test_a_budget_in_o200k_tokens_holds_more_hindi_than_one_in_cl100k(store: Store, embedder) -> None:
     """Real model, chunker and Postgres: the same budget counted in GPT-4o's encoding keeps more text."""
-    docs = [Document(name, (DATA / "hi" / name).read_text(encoding="utf-8")) for name in NAMES]
-    texts = {doc.id: doc.text for doc in docs}
-    config = IndexConfig(
-        name="recursive-96-o200k",
-        chunker={"strategy": "recursive", "size": 96, "overlap": 0, "tokenizer": "model"},
-        bm25={"k1": 1.5, "b": 0.75, "epsilon": 0.25, "analyzer": "auto"},
-    )
-    spec = IndexSpec(make_spec().collection, config)
-    store.documents.sync(spec.collection, docs, [])
-    build_index(store, spec, embedder)
+    spec, texts = multilingual_index(store, embedder, "hi", "recursive-96-o200k")
     records = [json.loads(line) for line in (DATA / "hi_questions.jsonl").open(encoding="utf-8")]
     questions = [r["question"] for r in records if r["references"][0]["document"] in NAMES]
     searcher = Searcher(store, embedder)

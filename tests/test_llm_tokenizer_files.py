@@ -9,16 +9,13 @@ import pytest
 from chunkyard.chunking.llm_encodings import SOURCE_WHEEL, SOURCES_DIR
 from chunkyard.chunking.llm_tokenizer_file import TokenizerFile
 from chunkyard.chunking.tokenizers import get_tokenizer
-from chunkyard.chunking.types import Document
-from chunkyard.pipeline.graph import build_index
 from chunkyard.retrieval.query import Searcher
 from chunkyard.retrieval.query.budget import llm_tokenizer
-from chunkyard.retrieval.settings.config import IndexConfig, IndexSpec
 from chunkyard.retrieval.settings.option_schema import SearchError
 from chunkyard.retrieval.settings.options import SearchOptions
 from chunkyard.retrieval.store import Store
 
-from tests.test_indexing_support import make_spec
+from tests.test_indexing_support import garden_index, multilingual_index
 
 DATA = Path(__file__).parent / "data" / "multilingual"
 NAMES = ("huerto.md", "tren.md", "biblioteca.md")
@@ -48,16 +45,7 @@ def test_a_budget_counted_in_the_projects_own_tokenizer(project: Path, store: St
     """Real model, chunker, Postgres and tokenizer file: the budget holds in that tokenizer's tokens,
     which are not cl100k's, and every trimmed hit is still an exact span."""
     claude = TokenizerFile("claude", project / "models" / "claude" / "tokenizer.json")
-    docs = [Document(name, (DATA / "hi" / name).read_text(encoding="utf-8")) for name in NAMES]
-    texts = {doc.id: doc.text for doc in docs}
-    config = IndexConfig(
-        name="recursive-96-llm-file",
-        chunker={"strategy": "recursive", "size": 96, "overlap": 0, "tokenizer": "model"},
-        bm25={"k1": 1.5, "b": 0.75, "epsilon": 0.25, "analyzer": "auto"},
-    )
-    spec = IndexSpec(make_spec().collection, config)
-    store.documents.sync(spec.collection, docs, [])
-    build_index(store, spec, embedder)
+    spec, texts = multilingual_index(store, embedder, "hi", "recursive-96-llm-file")
     searcher = Searcher(store, embedder)
     cl100k = get_tokenizer("cl100k")
     question = "सामुदायिक बगीचा कहाँ है?"
@@ -115,15 +103,7 @@ def test_http_and_eval_take_the_name(project: Path, store: Store, embedder, caps
     from chunkyard.retrieval.api.service import create_app
     from fastapi.testclient import TestClient
 
-    from tests.test_indexing_support import ParagraphChunker
-
-    text = (
-        "Trains leave every hour from the coastal station. The night train runs on Fridays in summer.\n\n"
-        "The library opens at nine. The community garden is near the bus station and has forty beds."
-    )
-    spec = make_spec(bm25={"analyzer": "english"})
-    store.documents.sync(spec.collection, [Document("a.md", text)], [])
-    build_index(store, spec, embedder, chunker=ParagraphChunker(spec.config.config_hash))
+    spec = garden_index(store, embedder)
     http = TestClient(create_app(Searcher(store, embedder)), raise_server_exceptions=False)
     body = {"query": "where is the community garden", "index": spec.name, "k": 2, "mode": "bm25"}
     found = http.post("/v1/search", json={**body, "max_context_tokens": 20, "llm_tokenizer": "claude"})
